@@ -1,0 +1,77 @@
+// Content-addressed on-disk store of compiled kernels (cubins). No CUDA.
+//
+// Layout: one file per key, <dir>/<key[0:2]>/<key>.ktbin, format (all integers little-endian):
+//   "KTCUBIN1\n"                      9 bytes, magic + format version
+//   u64 json_len, json_len bytes      the CompileReport as a JSON object (nlohmann::json dump)
+//   u64 cubin_len, cubin_len bytes    the cubin, verbatim
+//   16 lowercase hex chars            XXH3-64 (seed 0) of every byte before it
+// A file that is short, has trailing bytes, a wrong magic, bad lengths, a checksum mismatch or
+// unparsable JSON is corrupt and read as a miss (the next put() replaces it).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace kt {
+
+/// What NVRTC/ptxas reported for one compiled variant.
+struct CompileReport {
+  int registers = -1;          ///< registers per thread; -1 when unknown
+  int spill_store_bytes = 0;   ///< bytes of spill stores per thread (ptxas -v)
+  int spill_load_bytes = 0;    ///< bytes of spill loads per thread (ptxas -v)
+  int stack_bytes = 0;         ///< stack frame per thread, bytes
+  int static_smem_bytes = 0;   ///< static shared memory per block, bytes
+  double compile_ms = 0;       ///< NVRTC wall time, milliseconds
+  std::string lowered_name;    ///< mangled kernel name (nvrtcGetLoweredName), for cuModuleGetFunction
+  std::string log;             ///< NVRTC program log (warnings, ptxas -v output)
+};
+
+/// One cached compile result: the cubin bytes (an ELF image for cuModuleLoadData) and its report.
+struct CubinEntry {
+  std::string cubin;
+  CompileReport report;
+};
+
+/// Content-addressed on-disk store of compiled kernels, safe to share between threads and processes.
+/// Keys are content_hash() values of everything that determines the cubin (see DESIGN.md).
+class CubinCache {
+ public:
+  /// Opens (creating it with parents if missing) the cache directory `dir`.
+  /// Throws std::runtime_error naming dir if it cannot be created or is not writable.
+  explicit CubinCache(std::string dir);
+
+  /// $KERNTUNE_CACHE_DIR if set and non-empty, else $HOME/.cache/kerntune.
+  /// Throws std::runtime_error if neither KERNTUNE_CACHE_DIR nor HOME is set (non-empty).
+  static std::string default_dir();
+
+  /// Looks up `key` (32 lowercase hex chars, as content_hash returns). Returns nullopt on a miss,
+  /// including when the file is truncated or corrupt (never an error). Counts a hit or a miss.
+  /// Throws std::invalid_argument for a malformed key.
+  std::optional<CubinEntry> get(const std::string& key) const;
+
+  /// Stores `entry` under `key`, replacing any previous entry. Atomic: writes a uniquely named
+  /// temporary file (<key>.ktbin.tmp.<pid>.<n>) in the same directory, then rename(2)s it into place,
+  /// so concurrent put()s and get()s of the same key from threads or processes never see a partial
+  /// file; the last rename wins. Not fsync'ed: after a power loss a torn file fails its checksum and
+  /// reads as a miss. Throws std::invalid_argument for a malformed key, std::runtime_error naming the
+  /// path on an I/O error (the temporary file is removed).
+  void put(const std::string& key, const CubinEntry& entry);
+
+  /// The cache directory, as given to the constructor.
+  const std::string& dir() const { return dir_; }
+  /// Path of the file that holds `key` (whether or not it exists). Throws std::invalid_argument for a malformed key.
+  std::string path_for(const std::string& key) const;
+
+  /// Number of get() calls that returned an entry / returned nullopt, since construction.
+  size_t hits() const { return hits_.load(std::memory_order_relaxed); }
+  size_t misses() const { return misses_.load(std::memory_order_relaxed); }
+
+ private:
+  std::string dir_;
+  mutable std::atomic<size_t> hits_{0};
+  mutable std::atomic<size_t> misses_{0};
+};
+
+}  // namespace kt

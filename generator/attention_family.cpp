@@ -1,0 +1,164 @@
+#include "generator/attention_family.h"
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+
+#include "generator/arch.h"
+
+namespace kt {
+namespace attn {
+namespace {
+
+const char* dtype_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
+
+[[noreturn]] void fail(const std::string& msg) { throw ProblemError(std::string(kFamily) + ": " + msg); }
+
+}  // namespace
+
+std::string Problem::key() const {
+  std::ostringstream s;
+  s << kFamily << '/' << dtype_tag(dtype) << "/b" << batch << "/sq" << seqlen_q << "/sk" << seqlen_k << "/h"
+    << num_heads << "/kv" << num_kv_heads << "/d" << head_dim << '/' << (causal ? "causal" : "full");
+  return s.str();
+}
+
+double Problem::flops() const {
+  double pairs = static_cast<double>(seqlen_q) * seqlen_k;
+  if (causal) {
+    // Visible pairs: row i sees min(seqlen_k, max(0, i + 1 + seqlen_k - seqlen_q)) keys.
+    pairs = 0;
+    for (long long i = 0; i < seqlen_q; ++i) {
+      long long n = i + 1 + static_cast<long long>(seqlen_k) - seqlen_q;
+      pairs += static_cast<double>(std::max(0LL, std::min<long long>(seqlen_k, n)));
+    }
+  }
+  return 4.0 * batch * num_heads * pairs * head_dim;
+}
+
+void check_problem(const Problem& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) fail("unknown dtype (expected fp16 or bf16)");
+  if (p.batch < 1) fail("batch must be >= 1, got " + std::to_string(p.batch));
+  if (p.seqlen_q < 1) fail("seqlen_q must be >= 1, got " + std::to_string(p.seqlen_q));
+  if (p.seqlen_k < 1) fail("seqlen_k must be >= 1, got " + std::to_string(p.seqlen_k));
+  if (p.num_heads < 1) fail("num_heads must be >= 1, got " + std::to_string(p.num_heads));
+  if (p.num_kv_heads < 1) fail("num_kv_heads must be >= 1, got " + std::to_string(p.num_kv_heads));
+  if (p.num_heads % p.num_kv_heads != 0)
+    fail("num_heads (" + std::to_string(p.num_heads) + ") must be a multiple of num_kv_heads (" +
+         std::to_string(p.num_kv_heads) + ") for GQA/MQA");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    fail("head_dim " + std::to_string(p.head_dim) + " is not supported: head_dim must be 64 or 128");
+  if (p.num_heads > 65535 || p.batch > 65535)
+    fail("grid too large: num_heads and batch must be <= 65535");
+}
+
+std::vector<Config> config_space() {
+  std::vector<Config> out;
+  for (int tile_m : {64, 128, 256})
+    for (int tile_n : {32, 64, 128})
+      for (int warps : {4, 8})
+        for (int stages : {1, 2, 3}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync});
+  return out;
+}
+
+std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
+  std::vector<Config> out;
+  for (const auto& c : config_space())
+    if (invalid_reason(p.dtype, p.head_dim, p.causal, c, arch) == nullptr) out.push_back(c);
+  return out;
+}
+
+Config default_config(ArchId arch, const Problem& p) {
+  Config c{128, 64, 4, 2, kMmaSync};
+  if (const char* why = invalid_reason(p.dtype, p.head_dim, p.causal, c, arch))
+    fail(std::string("no default config for ") + arch_name(arch) + ": " + why);
+  return c;
+}
+
+std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
+  std::ostringstream s;
+  s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << (p.causal ? "causal" : "full") << "__"
+    << "mmasync_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "__" << arch_name(arch);
+  return s.str();
+}
+
+std::string name_expression(const Problem& p, const Config& c) {
+  std::ostringstream s;
+  s << "kt::attn::flash_fwd<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
+    << (p.causal ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps << ", " << c.stages
+    << ", " << c.mainloop << ">";
+  return s.str();
+}
+
+KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
+  KernelSource k;
+  k.family = kFamily;
+  k.variant_name = variant_name(p, c, arch);
+  k.name_expression = name_expression(p, c);
+  k.source = "#include \"attention/flash_fwd.cuh\"\n";
+  k.arch = arch;
+  return k;
+}
+
+LaunchDims launch_dims(const Problem& p, const Config& c) {
+  LaunchDims d;
+  d.grid_x = static_cast<unsigned>((p.seqlen_q + c.tile_m - 1) / c.tile_m);
+  d.grid_y = static_cast<unsigned>(p.num_heads);
+  d.grid_z = static_cast<unsigned>(p.batch);
+  d.block_x = static_cast<unsigned>(c.warps * 32);
+  d.smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
+  return d;
+}
+
+FwdParams contiguous_params(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                            float softmax_scale) {
+  FwdParams a{};
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  const long long d = p.head_dim;
+  a.q_head_stride = d;
+  a.q_row_stride = d * p.num_heads;
+  a.q_batch_stride = a.q_row_stride * p.seqlen_q;
+  a.o_head_stride = a.q_head_stride;
+  a.o_row_stride = a.q_row_stride;
+  a.o_batch_stride = a.q_batch_stride;
+  a.k_head_stride = d;
+  a.k_row_stride = d * p.num_kv_heads;
+  a.k_batch_stride = a.k_row_stride * p.seqlen_k;
+  a.v_head_stride = a.k_head_stride;
+  a.v_row_stride = a.k_row_stride;
+  a.v_batch_stride = a.k_batch_stride;
+  a.batch = p.batch;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.softmax_scale = softmax_scale > 0.f ? softmax_scale : static_cast<float>(1.0 / std::sqrt(double(p.head_dim)));
+  a.scale_log2 = static_cast<float>(a.softmax_scale * 1.4426950408889634);
+  return a;
+}
+
+void check_params(const Problem& p, const FwdParams& a) {
+  check_problem(p);
+  if (a.batch != p.batch || a.seqlen_q != p.seqlen_q || a.seqlen_k != p.seqlen_k || a.num_heads != p.num_heads ||
+      a.num_kv_heads != p.num_kv_heads)
+    fail("kernel arguments do not match the problem's sizes");
+  if (!a.q || !a.k || !a.v || !a.o) fail("q, k, v and o must be non-null device pointers");
+  auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  if (!aligned(a.q) || !aligned(a.k) || !aligned(a.v) || !aligned(a.o))
+    fail("q, k, v and o must be 16-byte aligned");
+  if (a.lse && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0) fail("lse must be 4-byte aligned");
+  const long long strides[] = {a.q_batch_stride, a.q_row_stride, a.q_head_stride, a.k_batch_stride,
+                               a.k_row_stride,   a.k_head_stride, a.v_batch_stride, a.v_row_stride,
+                               a.v_head_stride,  a.o_batch_stride, a.o_row_stride, a.o_head_stride};
+  for (long long s : strides)
+    if (s % 8 != 0) fail("every batch/row/head stride must be a multiple of 8 elements (16-byte loads), got " +
+                         std::to_string(s));
+  if (!(a.softmax_scale > 0.f) || !std::isfinite(a.softmax_scale)) fail("softmax_scale must be positive and finite");
+}
+
+}  // namespace attn
+}  // namespace kt

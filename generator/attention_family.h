@@ -1,0 +1,87 @@
+// The attention_prefill kernel family, host side: Problem (result-defining key), Config space,
+// pruning with invalid_reason(), canonical variant names, NVRTC source + name expression, launch dims.
+// Device side: templates/attention/flash_fwd.cuh; shared rules: templates/attention/attention_config.h.
+#pragma once
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attention/attention_config.h"
+#include "generator/compiler.h"
+
+namespace kt {
+
+/// A problem no variant supports, or a malformed one. The message names the family and the rule.
+struct ProblemError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+namespace attn {
+
+constexpr const char* kFamily = "attention_prefill";
+
+/// Result-defining key of one attention call (the database key). Tensors as in FwdParams:
+/// q [batch, seqlen_q, num_heads, head_dim], k/v [batch, seqlen_k, num_kv_heads, head_dim].
+/// Causal masking is bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q.
+struct Problem {
+  DType dtype = DType::bf16;
+  int batch = 1;
+  int seqlen_q = 1;
+  int seqlen_k = 1;
+  int num_heads = 1;
+  int num_kv_heads = 1;
+  int head_dim = 128;
+  bool causal = false;
+
+  /// "attention_prefill/bf16/b1/sq512/sk512/h28/kv4/d128/causal" — canonical and greppable.
+  std::string key() const;
+  /// FLOPs of the two matmuls: 4 * batch * num_heads * seqlen_q * seqlen_k * head_dim, counting for
+  /// causal only the visible (query, key) pairs (about half when seqlen_q == seqlen_k).
+  double flops() const;
+};
+
+/// Throws ProblemError naming the rule when no variant can support the problem:
+/// sizes >= 1, num_heads % num_kv_heads == 0 (GQA/MQA), head_dim 64 or 128, dtype fp16/bf16.
+void check_problem(const Problem& p);
+
+/// The raw Cartesian space of the family's axes (before pruning), in declaration order:
+/// tile_m {64, 128, 256} x tile_n {32, 64, 128} x warps {4, 8} x stages {1, 2, 3} x mainloop {mma.sync}.
+std::vector<Config> config_space();
+
+/// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) is null.
+std::vector<Config> valid_configs(const Problem& p, ArchId arch);
+
+/// The family's built-in default for an arch (used when nothing is tuned): tile 128x64, 4 warps,
+/// 2 stages, as FlashAttention-2 picks for head_dim 128 on sm_80+ (64x64 for head_dim 64 uses 128x64 too).
+Config default_config(ArchId arch, const Problem& p);
+
+/// "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2__sm_90a": every kernel axis in
+/// declaration order. Not in the name: batch, sequence lengths and the GQA ratio, which are
+/// run-time arguments of one and the same binary.
+std::string variant_name(const Problem& p, const Config& c, ArchId arch);
+
+/// "kt::attn::flash_fwd<kt::DType::bf16, 128, true, 128, 64, 4, 2, 0>"
+std::string name_expression(const Problem& p, const Config& c);
+
+/// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
+KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
+
+/// Grid (ceil(seqlen_q / tile_m), num_heads, batch), block warps * 32 threads, dynamic smem bytes.
+struct LaunchDims {
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x;
+  unsigned smem_bytes;
+};
+LaunchDims launch_dims(const Problem& p, const Config& c);
+
+/// Kernel arguments for contiguous tensors in FlashAttention layout (strides derived from the shape).
+/// softmax_scale <= 0 selects 1/sqrt(head_dim).
+FwdParams contiguous_params(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                            float softmax_scale = 0.f);
+
+/// Throws ProblemError if the strides/pointers cannot be handled: pointers and row/head/batch
+/// strides must be multiples of 8 elements (16-byte cp.async), sizes must match the problem.
+void check_params(const Problem& p, const FwdParams& params);
+
+}  // namespace attn
+}  // namespace kt

@@ -1,0 +1,24 @@
+#include "generator/registry.h"
+
+#include <stdexcept>
+
+#include "generator/attention_family.h"
+
+namespace kt {
+
+const std::vector<FamilyInfo>& families() {
+  static const std::vector<FamilyInfo> f = {
+      {attn::kFamily, "flash attention forward (prefill): FlashAttention-2 online softmax, GQA/MQA, causal, fp16/bf16"},
+  };
+  return f;
+}
+
+const FamilyInfo& find_family(const std::string& name) {
+  for (const auto& f : families())
+    if (f.name == name) return f;
+  std::string known;
+  for (const auto& f : families()) known += (known.empty() ? "" : ", ") + f.name;
+  throw std::invalid_argument("unknown family '" + name + "': known are " + known);
+}
+
+}  // namespace kt

@@ -1,0 +1,30 @@
+// A compiled kernel variant loaded into the current CUDA context, ready to launch.
+#pragma once
+#include <cuda.h>
+
+#include <string>
+
+#include "cuda/driver.h"
+
+namespace kt {
+
+/// Loads a cubin (cuModuleLoadData) and resolves the kernel by its lowered name. When the kernel
+/// needs more than 48 KiB of dynamic shared memory, raises its limit once here, so launches do no
+/// driver calls besides cuLaunchKernel. Requires a current context. Throws cuda::CudaError.
+class LoadedKernel {
+ public:
+  LoadedKernel(const std::string& cubin, const std::string& lowered_name, unsigned max_dynamic_smem_bytes);
+  CUfunction function() const { return fn_; }
+  const std::string& lowered_name() const { return name_; }
+
+  /// cuLaunchKernel with one by-value parameter struct. Throws cuda::CudaError.
+  void launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
+              CUstream stream, const void* params) const;
+
+ private:
+  cuda::Module module_;
+  CUfunction fn_ = nullptr;
+  std::string name_;
+};
+
+}  // namespace kt

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every [gpu] test and benchmark in one call on a GPU machine and writes logs + JSON under $OUT.
+# Binaries come prebuilt in $KT_BIN (default build-gpu/, made by scripts/stage_gpu.sh on the build
+# machine): the GPU machine has no SQLite/Catch2 headers and nothing is built there.
+#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|anchors|all]...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${KT_BIN:-build-gpu}
+OUT=${OUT:-/tmp/kerntune-out}
+mkdir -p "$OUT"
+export KERNTUNE_CACHE_DIR=${KERNTUNE_CACHE_DIR:-/tmp/kerntune-cache}
+what=("$@"); [ ${#what[@]} -eq 0 ] && what=(all)
+want() { for w in "${what[@]}"; do [ "$w" = all ] || [ "$w" = "$1" ] && return 0; done; return 1; }
+rc=0
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
+if want tests; then
+  echo "== [gpu] tests"
+  "$BIN/kerntune_tests" "[gpu]" -r compact 2>&1 | tail -n 60 | tee "$OUT/gpu_tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if want tune; then
+  echo "== autotune (attention_prefill, qwen7b)"
+  "$BIN/autotune" --arch sm_90a --shapes shapes/qwen7b.json --budget-ms "${KT_BUDGET_MS:-60}" --json "$OUT/tune.json" \
+    2>&1 | grep -v "^compiled\|^attention_prefill__" | tee "$OUT/tune.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if want anchors; then
+  echo "== anchors: torch SDPA flash / cuDNN"
+  PYTHONUNBUFFERED=1 python3 bench/attention_anchors.py --shapes shapes/qwen7b.json --out "$OUT/anchors.json" 2>&1 | tee "$OUT/anchors.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [ -f "$OUT/tune.json" ] && [ -f "$OUT/anchors.json" ]; then
+  python3 bench/attention_report.py --tune "$OUT/tune.json" --anchors "$OUT/anchors.json" --out "$OUT/report.json" | tee "$OUT/report.txt"
+fi
+exit $rc

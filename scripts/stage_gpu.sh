@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds (Release) and copies the binaries the GPU machine needs into build-gpu/ (git-ignored),
+# to be carried to the GPU machine: `carry: ["build-gpu"]`, then `scripts/gpu_all.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-rel -j"$(nproc)" --target kerntune_tests autotune
+mkdir -p build-gpu
+cp build-rel/tests/kerntune_tests build-rel/tuner/autotune build-gpu/
+strip build-gpu/*
+du -sh build-gpu

@@ -1,0 +1,102 @@
+// Flash-attention prefill family: the part shared by host (generator, runtime) and device (NVRTC).
+// No standard headers: compiled by NVRTC too.
+//
+// Split of the family's parameters (DESIGN.md, "A kernel family"):
+//  * Problem (result-defining, host side, generator/attention_family.h): dtype, batch, seqlen_q,
+//    seqlen_k, num_heads, num_kv_heads, head_dim, causal. Of these the kernel is compiled for the
+//    *kernel class* (dtype, head_dim, causal); everything else is a run-time argument (FwdParams).
+//  * Config (speed-only knobs): tile_m, tile_n, warps, stages, mainloop.
+// invalid_reason() is the single source of truth for which (class, config, arch) are valid: the
+// generator prunes with it and flash_fwd.cuh static_asserts it.
+#pragma once
+#include "common/kt_types.h"
+
+namespace kt {
+namespace attn {
+
+/// Mainloop implementation. kMmaSync: FlashAttention-2 style, mma.sync.m16n8k16 tensor-core
+/// instructions fed by ldmatrix from a cp.async multi-stage shared-memory pipeline (sm_80+).
+/// Reserved for later: a Hopper mainloop (wgmma + TMA + warp specialization, sm_90a) as further
+/// variants of this same family.
+enum Mainloop : int { kMmaSync = 0 };
+
+/// Speed-only knobs. Never part of the database key.
+struct Config {
+  int tile_m;    ///< query rows per thread block
+  int tile_n;    ///< key/value rows per mainloop iteration
+  int warps;     ///< warps per block; each warp owns tile_m / warps query rows
+  int stages;    ///< K/V shared-memory buffers (1 = load-then-compute, >= 2 = cp.async prefetch ring)
+  int mainloop;  ///< Mainloop
+};
+
+/// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of
+/// every tensor is contiguous. Layouts (FlashAttention's):
+///   q   [batch, seqlen_q, num_heads,    head_dim]  dtype
+///   k,v [batch, seqlen_k, num_kv_heads, head_dim]  dtype
+///   o   [batch, seqlen_q, num_heads,    head_dim]  dtype
+///   lse [batch, num_heads, seqlen_q] fp32, contiguous; may be null.
+/// Query head h reads key/value head h / (num_heads / num_kv_heads) (GQA; MQA when num_kv_heads == 1).
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  long long q_batch_stride, q_row_stride, q_head_stride;
+  long long k_batch_stride, k_row_stride, k_head_stride;
+  long long v_batch_stride, v_row_stride, v_head_stride;
+  long long o_batch_stride, o_row_stride, o_head_stride;
+  int batch, seqlen_q, seqlen_k, num_heads, num_kv_heads;
+  float softmax_scale;  ///< multiplies Q K^T before the softmax (default 1/sqrt(head_dim))
+  float scale_log2;     ///< softmax_scale * log2(e): the kernel works with exp2
+};
+
+/// Query-row fragments of 16 rows that each warp owns.
+KT_HD constexpr int m_frags_per_warp(const Config& c) { return c.tile_m / (16 * c.warps); }
+
+/// Dynamic shared memory of a block in bytes: the Q tile plus `stages` K and V tiles
+/// ([tile_m, head_dim] + stages * 2 * [tile_n, head_dim] elements of 2 bytes).
+KT_HD constexpr int smem_bytes(const Config& c, int head_dim) {
+  return (c.tile_m * head_dim + (c.stages < 1 ? 1 : c.stages) * 2 * c.tile_n * head_dim) * 2;
+}
+
+/// Fp32 registers a thread holds for the output accumulator and the score tile, plus the Q
+/// fragments when they are kept in registers (one m-fragment per warp). Used to prune variants that
+/// would spill.
+KT_HD constexpr int accumulator_registers(const Config& c, int head_dim) {
+  return m_frags_per_warp(c) * (head_dim / 8) * 4 + m_frags_per_warp(c) * (c.tile_n / 8) * 4 +
+         (m_frags_per_warp(c) == 1 ? (head_dim / 16) * 4 : 0);
+}
+
+/// nullptr if (kernel class, config, arch) is a valid variant, otherwise the rule it breaks.
+/// One clause per rule; flash_fwd.cuh static_asserts the same function.
+KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causal, const Config& c, ArchId arch) {
+  // dtype: 16-bit floating-point inputs only (fp32 accumulation).
+  if (dtype != DType::f16 && dtype != DType::bf16) return "dtype must be fp16 or bf16";
+  // head_dim: 64 or 128 (the shared-memory swizzle works on 8 chunks of 16 bytes per 64 columns).
+  if (head_dim != 64 && head_dim != 128) return "head_dim must be 64 or 128";
+  // mainloop: mma.sync m16n8k16 with bf16 needs sm_80 or newer.
+  if (c.mainloop != kMmaSync) return "unknown mainloop (only mma.sync is implemented)";
+  if (arch.sm < 80) return "mma.sync mainloop needs sm_80 or newer";
+  // warps: 4 or 8 warps per block.
+  if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8";
+  // tile_m: each warp owns 16 or 32 query rows (one or two m16 fragments).
+  if (c.tile_m % (16 * c.warps) != 0) return "tile_m must be a multiple of 16 * warps";
+  if (m_frags_per_warp(c) < 1 || m_frags_per_warp(c) > 2) return "tile_m / warps must be 16 or 32";
+  // tile_n: a multiple of 16 (the P.V product steps over keys 16 at a time), 32..128.
+  if (c.tile_n % 16 != 0 || c.tile_n < 32 || c.tile_n > 128) return "tile_n must be 32, 48, ..., 128";
+  // stages: 1 (no prefetch) to 3 K/V buffers.
+  if (c.stages < 1 || c.stages > 3) return "stages must be 1, 2 or 3";
+  // cp.async tile loads: every thread moves the same number of 16-byte chunks.
+  if ((c.tile_n * head_dim / 8) % (32 * c.warps) != 0 || (c.tile_m * head_dim / 8) % (32 * c.warps) != 0)
+    return "tile sizes must give every thread the same number of 16-byte chunks";
+  // shared memory: Q + stages * (K + V) tiles must fit the architecture's per-block limit.
+  if (smem_bytes(c, head_dim) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
+  // registers: accumulators must leave room under the 255-register cap, or the variant spills.
+  if (accumulator_registers(c, head_dim) > 200) return "accumulator registers exceed 200 per thread";
+  (void)causal;  // causal and non-causal share every rule
+  return nullptr;
+}
+
+}  // namespace attn
+}  // namespace kt

@@ -1,0 +1,97 @@
+// Thin wrappers over the PTX instructions the tensor-core kernels use (PTX ISA 8.x):
+//   cp.async (9.7.9.25), ldmatrix (9.7.14.5.15), mma.sync.m16n8k16 (9.7.14.5.14), cvt packing, ex2.approx.
+// Compiled by NVRTC only. No standard headers.
+#pragma once
+#include "common/kt_types.h"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KT_ARCH_SPECIFIC true
+#else
+#define KT_ARCH_SPECIFIC false
+#endif
+
+namespace kt {
+namespace ptx {
+
+/// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  unsigned r;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+/// 16-byte asynchronous global->shared copy; src_bytes < 16 zero-fills the rest (0 = pure zero fill,
+/// nothing read). .cg bypasses L1 (data is staged in shared memory anyway).
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/// Wait until at most N of the most recent cp.async groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+/// As ldmatrix_x4, each 8x8 matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2,
+                                                  unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+/// D = A * B + D, m16n8k16, A row-major 16x16 (4 regs of 2 elements), B column-major 16x8 (2 regs),
+/// D fp32 16x8 (4 regs). Fragment layouts: PTX ISA "Matrix Fragments for mma.m16n8k16".
+template <DType DT>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<DType::f16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<DType::bf16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Packs two fp32 into a 16-bit pair (round to nearest even): lo in bits 0-15, hi in bits 16-31.
+template <DType DT>
+__device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ unsigned pack2<DType::f16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <>
+__device__ __forceinline__ unsigned pack2<DType::bf16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/// 2^x (ex2.approx.ftz: max relative error 2^-22 over the full range).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+}  // namespace ptx
+}  // namespace kt

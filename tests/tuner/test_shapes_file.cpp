@@ -1,0 +1,259 @@
+// Shapes file loading: the shipped qwen7b.json, Hugging Face config.json defaults, and error messages
+// that name the file and the field.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <unistd.h>
+
+#include "reference/dtype_convert.h"
+#include "tuner/shapes_file.h"
+
+#ifndef KT_SOURCE_DIR
+#error "KT_SOURCE_DIR must be defined to the repository root (see tests/CMakeLists.txt)"
+#endif
+
+namespace {
+
+// A temporary file removed at scope exit.
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& text) {
+    static int counter = 0;
+    path = "/tmp/kt_shapes_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".json";
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+const char* kValid = R"({
+  "model": "Tiny", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+  "qkv_bias": false, "rope_theta": 500000, "dtypes": ["fp16"],
+  "workloads": {
+    "attention_prefill": [ {"batch": 1, "seqlen": 37}, {"batch": 2, "seqlen": 5, "seqlen_k": 577, "causal": false} ],
+    "qkv_proj": { "tokens": [1, 1000], "formats": ["nf4"] },
+    "attention_decode": [ {"batch": 3, "kv_len": 1000} ] } })";
+
+// Loads `text` (a modification of kValid) from a temp file and returns the ShapesError message.
+std::string error_of(const std::string& text, std::string* path_out = nullptr) {
+  TempFile f(text);
+  if (path_out) *path_out = f.path;
+  try {
+    kt::load_shapes(f.path);
+  } catch (const kt::ShapesError& e) {
+    return e.what();
+  }
+  FAIL("expected a ShapesError for: " << text);
+  return "";
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto pos = s.find(from);
+  REQUIRE(pos != std::string::npos);
+  return s.replace(pos, from.size(), to);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("shapes/qwen7b.json loads with the exact values", "[shapes]") {
+  const std::string path = std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json";
+  const kt::ShapesFile s = kt::load_shapes(path);
+  CHECK(s.source == path);
+  CHECK(s.model.name == "Qwen2.5-7B");
+  CHECK(s.model.hidden_size == 3584);
+  CHECK(s.model.num_heads == 28);
+  CHECK(s.model.num_kv_heads == 4);
+  CHECK(s.model.head_dim == 128);
+  CHECK(s.model.qkv_bias == true);
+  CHECK(s.model.rope_theta == 1000000.0);
+  REQUIRE(s.dtypes.size() == 2);
+  CHECK(s.dtypes[0] == kt::DType::bf16);
+  CHECK(s.dtypes[1] == kt::DType::f16);
+  const int prefill[][2] = {{1, 512}, {4, 1024}, {1, 2048}, {8, 2048}, {1, 8192}, {2, 16384}};
+  REQUIRE(s.prefill.size() == 6);
+  for (size_t i = 0; i < 6; ++i) {
+    CHECK(s.prefill[i].batch == prefill[i][0]);
+    CHECK(s.prefill[i].seqlen_q == prefill[i][1]);
+    CHECK(s.prefill[i].seqlen_k == prefill[i][1]);
+    CHECK(s.prefill[i].causal);
+  }
+  CHECK(s.qkv_tokens == std::vector<int>{1, 16, 64, 256, 1024, 4096, 16384});
+  CHECK(s.qkv_formats == std::vector<std::string>{"fp16", "int8", "int4", "nf4", "mxfp4", "nvfp4"});
+  const int decode[][2] = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
+  REQUIRE(s.decode.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(s.decode[i].batch == decode[i][0]);
+    CHECK(s.decode[i].kv_len == decode[i][1]);
+  }
+}
+
+TEST_CASE("shapes file: optional fields and defaults", "[shapes]") {
+  const kt::ShapesFile s = kt::parse_shapes(nlohmann::json::parse(kValid), "inline");
+  CHECK(s.source == "inline");
+  CHECK(s.model.rope_theta == 500000.0);
+  CHECK(s.dtypes == std::vector<kt::DType>{kt::DType::f16});
+  REQUIRE(s.prefill.size() == 2);
+  CHECK(s.prefill[0].seqlen_k == 37);  // default = seqlen
+  CHECK(s.prefill[0].causal);          // default true
+  CHECK(s.prefill[1].seqlen_q == 5);
+  CHECK(s.prefill[1].seqlen_k == 577);
+  CHECK_FALSE(s.prefill[1].causal);
+  CHECK(s.qkv_tokens == std::vector<int>{1, 1000});
+  CHECK(s.qkv_formats == std::vector<std::string>{"nf4"});
+  REQUIRE(s.decode.size() == 1);
+  CHECK(s.decode[0].batch == 3);
+  CHECK(s.decode[0].kv_len == 1000);
+
+  // dtypes, qkv_bias, rope_theta omitted; only a decode workload; dtype aliases accepted.
+  auto j = nlohmann::json::parse(kValid);
+  j.erase("dtypes");
+  j.erase("qkv_bias");
+  j.erase("rope_theta");
+  j["workloads"].erase("attention_prefill");
+  j["workloads"].erase("qkv_proj");
+  const kt::ShapesFile d = kt::parse_shapes(j, "inline");
+  CHECK(d.dtypes == std::vector<kt::DType>{kt::DType::bf16, kt::DType::f16});
+  CHECK_FALSE(d.model.qkv_bias);
+  CHECK(d.model.rope_theta == 10000.0);
+  CHECK(d.prefill.empty());
+  CHECK(d.qkv_tokens.empty());
+  CHECK(d.decode.size() == 1);
+  j["dtypes"] = {"bfloat16", "half"};
+  CHECK(kt::parse_shapes(j, "inline").dtypes == std::vector<kt::DType>{kt::DType::bf16, kt::DType::f16});
+}
+
+TEST_CASE("shapes file: Hugging Face config.json fills defaults", "[shapes]") {
+  // Abridged Qwen/Qwen2.5-7B-Instruct config.json: no head_dim, no attention_bias.
+  TempFile qwen(R"({
+    "_name_or_path": "Qwen/Qwen2.5-7B-Instruct", "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu",
+    "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944,
+    "max_position_embeddings": 32768, "max_window_layers": 28, "model_type": "qwen2",
+    "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 152064 })");
+  const kt::ShapesFile s = kt::load_shapes(qwen.path);
+  CHECK(s.source == qwen.path);
+  CHECK(s.model.name == "Qwen/Qwen2.5-7B-Instruct");
+  CHECK(s.model.hidden_size == 3584);
+  CHECK(s.model.num_heads == 28);
+  CHECK(s.model.num_kv_heads == 4);
+  CHECK(s.model.head_dim == 128);  // 3584 / 28
+  CHECK(s.model.qkv_bias);         // model_type qwen2
+  CHECK(s.model.rope_theta == 1000000.0);
+  CHECK(s.dtypes == std::vector<kt::DType>{kt::DType::bf16, kt::DType::f16});
+  // Default workloads are those of shapes/qwen7b.json.
+  const kt::ShapesFile ref = kt::load_shapes(std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  REQUIRE(s.prefill.size() == ref.prefill.size());
+  for (size_t i = 0; i < s.prefill.size(); ++i) {
+    CHECK(s.prefill[i].batch == ref.prefill[i].batch);
+    CHECK(s.prefill[i].seqlen_q == ref.prefill[i].seqlen_q);
+    CHECK(s.prefill[i].seqlen_k == ref.prefill[i].seqlen_k);
+    CHECK(s.prefill[i].causal == ref.prefill[i].causal);
+  }
+  CHECK(s.qkv_tokens == ref.qkv_tokens);
+  CHECK(s.qkv_formats == ref.qkv_formats);
+  REQUIRE(s.decode.size() == ref.decode.size());
+  for (size_t i = 0; i < s.decode.size(); ++i) {
+    CHECK(s.decode[i].batch == ref.decode[i].batch);
+    CHECK(s.decode[i].kv_len == ref.decode[i].kv_len);
+  }
+
+  // Llama-style: explicit head_dim and attention_bias false; no num_key_value_heads -> MHA;
+  // no rope_theta -> 10000; no _name_or_path -> model_type.
+  nlohmann::json llama = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+                          {"head_dim", 96}, {"attention_bias", false}, {"vocab_size", 32000}};
+  kt::ShapesFile l = kt::parse_shapes(llama, "llama/config.json");
+  CHECK(l.model.name == "llama");
+  CHECK(l.model.head_dim == 96);
+  CHECK(l.model.num_kv_heads == 32);
+  CHECK_FALSE(l.model.qkv_bias);
+  CHECK(l.model.rope_theta == 10000.0);
+  llama.erase("attention_bias");
+  llama["model_type"] = "mistral";
+  CHECK_FALSE(kt::parse_shapes(llama, "x").model.qkv_bias);  // only qwen2 defaults to a bias
+  llama["attention_bias"] = true;
+  CHECK(kt::parse_shapes(llama, "x").model.qkv_bias);
+  // HF errors name the field too.
+  llama["num_key_value_heads"] = 5;
+  CHECK_THROWS_WITH(kt::parse_shapes(llama, "hf.json"),
+                    "hf.json: field 'num_key_value_heads': 32 attention heads are not a multiple of 5 KV heads");
+  llama["num_key_value_heads"] = 8;
+  llama.erase("head_dim");
+  llama["hidden_size"] = 4100;
+  CHECK_THROWS_WITH(kt::parse_shapes(llama, "hf.json"), Catch::Contains("hf.json: field 'hidden_size'"));
+}
+
+TEST_CASE("shapes file: every error names the file and the field", "[shapes]") {
+  std::string path;
+  std::string msg;
+
+  SECTION("missing field") {
+    msg = error_of(replace(kValid, R"("num_key_value_heads": 2,)", ""), &path);
+    CHECK(msg == path + ": missing field 'num_key_value_heads'");
+    msg = error_of(replace(kValid, R"({"batch": 3, "kv_len": 1000})", R"({"batch": 3})"), &path);
+    CHECK(msg == path + ": missing field 'workloads.attention_decode[0].kv_len'");
+  }
+  SECTION("negative seqlen") {
+    msg = error_of(replace(kValid, R"("seqlen": 5,)", R"("seqlen": -5,)"), &path);
+    CHECK(contains(msg, path + ": field 'workloads.attention_prefill[1].seqlen': expected a positive integer"));
+    msg = error_of(replace(kValid, R"("seqlen_k": 577)", R"("seqlen_k": 0)"), &path);
+    CHECK(contains(msg, path + ": field 'workloads.attention_prefill[1].seqlen_k': expected a positive integer"));
+    msg = error_of(replace(kValid, "[1, 1000]", "[1, -1000]"), &path);
+    CHECK(contains(msg, path + ": field 'workloads.qkv_proj.tokens[1]': expected a positive integer"));
+  }
+  SECTION("string or float where an integer is expected") {
+    msg = error_of(replace(kValid, R"("head_dim": 32)", R"("head_dim": "32")"), &path);
+    CHECK(contains(msg, path + ": field 'head_dim': expected a positive integer"));
+    msg = error_of(replace(kValid, R"("kv_len": 1000)", R"("kv_len": 1000.5)"), &path);
+    CHECK(contains(msg, path + ": field 'workloads.attention_decode[0].kv_len': expected a positive integer"));
+    msg = error_of(replace(kValid, R"("batch": 1, "seqlen": 37)", R"("batch": 1, "seqlen": 3000000000)"), &path);
+    CHECK(contains(msg, path + ": field 'workloads.attention_prefill[0].seqlen': expected a positive integer"));
+    msg = error_of(replace(kValid, R"("causal": false)", R"("causal": "no")"), &path);
+    CHECK(contains(msg, path + ": field 'workloads.attention_prefill[1].causal'"));
+  }
+  SECTION("unknown dtype and format") {
+    msg = error_of(replace(kValid, R"(["fp16"])", R"(["fp16", "fp32"])"), &path);
+    CHECK(msg == path + ": field 'dtypes[1]': unknown dtype 'fp32' (expected fp16 or bf16)");
+    msg = error_of(replace(kValid, R"(["nf4"])", R"(["nf4", "fp8"])"), &path);
+    CHECK(contains(msg, path + ": field 'workloads.qkv_proj.formats[1]': unknown weight format 'fp8'"));
+  }
+  SECTION("heads not a multiple") {
+    msg = error_of(replace(replace(kValid, R"("num_attention_heads": 8)", R"("num_attention_heads": 28)"),
+                           R"("num_key_value_heads": 2)", R"("num_key_value_heads": 5)"),
+                   &path);
+    CHECK(msg == path + ": field 'num_key_value_heads': 28 attention heads are not a multiple of 5 KV heads");
+  }
+  SECTION("unknown keys are rejected with their name") {
+    msg = error_of(replace(kValid, R"("qkv_bias": false,)", R"("qkv_bias": false, "rope_scaling": 2,)"), &path);
+    CHECK(contains(msg, path + ": unknown field 'rope_scaling'"));
+    msg = error_of(replace(kValid, R"("attention_decode")", R"("attention_decoding")"), &path);
+    CHECK(contains(msg, path + ": unknown field 'workloads.attention_decoding'"));
+    msg = error_of(replace(kValid, R"("seqlen": 37)", R"("seqlen": 37, "seqlen_q": 37)"), &path);
+    CHECK(contains(msg, path + ": unknown field 'workloads.attention_prefill[0].seqlen_q'"));
+  }
+  SECTION("no workloads at all") {
+    msg = error_of(R"({"model": "x", "hidden_size": 8, "num_attention_heads": 1, "num_key_value_heads": 1,
+                       "head_dim": 8, "workloads": {"attention_prefill": []}})", &path);
+    CHECK(contains(msg, path + ": field 'workloads': no workloads"));
+  }
+  SECTION("bad JSON") {
+    msg = error_of(replace(kValid, R"("head_dim": 32,)", R"("head_dim": 32,,)"), &path);
+    CHECK(contains(msg, path + ": invalid JSON"));
+    CHECK(contains(msg, "line 2"));  // nlohmann's parse_error gives the position
+    msg = error_of("", &path);
+    CHECK(contains(msg, path + ": invalid JSON"));
+    msg = error_of("[1, 2]", &path);
+    CHECK(contains(msg, path + ": expected a JSON object"));
+  }
+  SECTION("missing file") {
+    const std::string missing = "/tmp/kt_no_such_dir/no_such_shapes.json";
+    CHECK_THROWS_AS(kt::load_shapes(missing), kt::ShapesError);
+    CHECK_THROWS_WITH(kt::load_shapes(missing), Catch::StartsWith(missing + ": cannot open file"));
+  }
+}
