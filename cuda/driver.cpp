@@ -316,6 +316,9 @@ void DeviceBuffer::upload(const void* host, size_t bytes) {
                                 std::to_string(bytes_));
   if (bytes == 0) return;
   check(api().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
+  // A pageable-memory copy may return before its DMA lands, and it runs on the legacy stream, which
+  // kernels on non-blocking streams do not wait for: finish it before returning.
+  check(api().cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 void DeviceBuffer::download(void* host, size_t bytes) const {
@@ -323,12 +326,14 @@ void DeviceBuffer::download(void* host, size_t bytes) const {
     throw std::invalid_argument("DeviceBuffer::download: " + std::to_string(bytes) + " bytes from a buffer of " +
                                 std::to_string(bytes_));
   if (bytes == 0) return;
+  check(api().cuCtxSynchronize(), "cuCtxSynchronize");  // kernels on non-blocking streams finish first
   check(api().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
 }
 
 void DeviceBuffer::fill_u8(uint8_t value) {
   if (bytes_ == 0) return;
   check(api().cuMemsetD8(ptr_, value, bytes_), "cuMemsetD8");
+  check(api().cuCtxSynchronize(), "cuCtxSynchronize");  // memsets are asynchronous, on the legacy stream
 }
 
 void DeviceBuffer::fill_u16(uint16_t value) {
@@ -336,6 +341,7 @@ void DeviceBuffer::fill_u16(uint16_t value) {
     throw std::invalid_argument("DeviceBuffer::fill_u16: size " + std::to_string(bytes_) + " is not a multiple of 2");
   if (bytes_ == 0) return;
   check(api().cuMemsetD16(ptr_, value, bytes_ / 2), "cuMemsetD16");
+  check(api().cuCtxSynchronize(), "cuCtxSynchronize");  // memsets are asynchronous, on the legacy stream
 }
 
 void DeviceBuffer::fill_u32(uint32_t value) {
@@ -343,6 +349,7 @@ void DeviceBuffer::fill_u32(uint32_t value) {
     throw std::invalid_argument("DeviceBuffer::fill_u32: size " + std::to_string(bytes_) + " is not a multiple of 4");
   if (bytes_ == 0) return;
   check(api().cuMemsetD32(ptr_, value, bytes_ / 4), "cuMemsetD32");
+  check(api().cuCtxSynchronize(), "cuCtxSynchronize");  // memsets are asynchronous, on the legacy stream
 }
 
 // ---- Module ----

@@ -146,13 +146,15 @@ class DeviceBuffer {
 
   CUdeviceptr ptr() const { return ptr_; }
   size_t bytes() const { return bytes_; }
-  /// Synchronous copy of `bytes` bytes from host to the start of the buffer.
+  /// Copies `bytes` bytes from host to the start of the buffer and waits until they are on the device
+  /// (the context is synchronized, so kernels on any stream see the data).
   /// Throws std::invalid_argument if bytes > this->bytes(), CudaError on failure.
   void upload(const void* host, size_t bytes);
-  /// Synchronous copy of the first `bytes` bytes of the buffer to host.
+  /// Waits for all work in the context, then copies the first `bytes` bytes of the buffer to host.
   /// Throws std::invalid_argument if bytes > this->bytes(), CudaError on failure.
   void download(void* host, size_t bytes) const;
-  /// Sets every byte to `value` (cuMemsetD8). Throws CudaError.
+  /// Sets every byte to `value` (cuMemsetD8). Like every fill, returns once the device memory is set
+  /// (context synchronized). Throws CudaError.
   void fill_u8(uint8_t value);
   /// Sets every 16-bit element to `value` (cuMemsetD16). Throws std::invalid_argument if bytes() is
   /// not a multiple of 2, CudaError on failure.

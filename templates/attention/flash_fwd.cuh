@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
         ptx::cp_async_commit();
         ptx::cp_async_wait<1>();  // K_j (and Q) landed; V_j may be in flight
       } else {
-        ptx::cp_async_wait<2 * Stages - 3>();  // K_j landed; V_j and later tiles may be in flight
+        ptx::cp_async_wait<2 * (Stages - 2)>();  // K_j and V_j landed; later tiles may be in flight
       }
       __syncthreads();
       if (Stages > 1) {
@@ -248,11 +248,10 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
         }
       }
 
-      if (Stages == 1)
-        ptx::cp_async_wait<0>();
-      else
-        ptx::cp_async_wait<2 * Stages - 2>();  // V_j landed
-      __syncthreads();
+      if (Stages == 1) {
+        ptx::cp_async_wait<0>();  // V_j landed
+        __syncthreads();
+      }
 
       // ---- O += P V : P from registers (score accumulator layout == A fragment layout) ----
 #pragma unroll
