@@ -22,25 +22,37 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-/// cp.async of `Rows` rows x D columns starting at global row `row0` (rows >= row_limit zero-filled)
-/// into a swizzled shared tile. Every thread moves Rows*D/8/Threads chunks.
+/// Per-thread part of a cp.async tile loader for [Rows, D] tiles of one tensor: each thread moves
+/// 16-byte chunk `ch` of rows r, r + kRowsPerPass, ... (kRowsPerPass is a multiple of 8, so the swizzle
+/// term is the same for all of a thread's chunks). Rows at or past row_limit are zero-filled.
 template <int Rows, int D, int Threads>
-__device__ __forceinline__ void load_tile(unsigned smem_tile, const unsigned short* gbase, long long row_stride,
-                                          int row0, int row_limit, int tid) {
-  constexpr int kChunksPerRow = D / 8;
-  constexpr int kRowsPerPass = Threads / kChunksPerRow;  // a multiple of 8: the swizzle term is fixed per thread
+struct TileLoader {
+  static constexpr int kChunksPerRow = D / 8;
+  static constexpr int kRowsPerPass = Threads / kChunksPerRow;
   static_assert(Threads % kChunksPerRow == 0 && kRowsPerPass % 8 == 0 && Rows % kRowsPerPass == 0,
                 "tile chunks must divide evenly over the threads");
-  const int r = tid / kChunksPerRow;
-  const int ch = tid % kChunksPerRow;
-  const unsigned dst = smem_tile + swz<D>(r, ch) * 2;
-  const unsigned short* src = gbase + (long long)(row0 + r) * row_stride + ch * 8;
+  const unsigned short* src;  // this thread's chunk in row 0 of the tensor
+  long long row_stride;
+  unsigned dst_off;           // byte offset of this thread's first chunk in a tile
+  int r;
+
+  __device__ __forceinline__ TileLoader(const unsigned short* base, long long stride, int tid)
+      : src(base + (long long)(tid / kChunksPerRow) * stride + (tid % kChunksPerRow) * 8),
+        row_stride(stride),
+        dst_off(swz<D>(tid / kChunksPerRow, tid % kChunksPerRow) * 2),
+        r(tid / kChunksPerRow) {}
+
+  /// Loads rows [row0, row0 + Rows) into the tile at shared address smem_tile.
+  __device__ __forceinline__ void load(unsigned smem_tile, int row0, int row_limit) const {
+    const unsigned short* s0 = src + (long long)row0 * row_stride;
 #pragma unroll
-  for (int i = 0; i < Rows / kRowsPerPass; ++i) {
-    const bool in = row0 + r + i * kRowsPerPass < row_limit;
-    ptx::cp_async_16(dst + i * kRowsPerPass * D * 2, in ? src + i * kRowsPerPass * row_stride : gbase, in ? 16u : 0u);
+    for (int i = 0; i < Rows / kRowsPerPass; ++i) {
+      const bool in = row0 + r + i * kRowsPerPass < row_limit;
+      ptx::cp_async_16(smem_tile + dst_off + i * kRowsPerPass * D * 2, in ? s0 + i * kRowsPerPass * row_stride : src,
+                       in ? 16u : 0u);
+    }
   }
-}
+};
 
 template <DType DT, int D, bool Causal, int TileM, int TileN, int Warps, int Stages, int MainloopId>
 __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
@@ -111,15 +123,16 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
     }
 
   if (n_tiles > 0) {
+    const TileLoader<TileN, D, kThreads> k_loader(k, p.k_row_stride, tid), v_loader(v, p.v_row_stride, tid);
     // ---- prologue: Q, then K/V tiles 0 .. Stages-2 ----
-    load_tile<TileM, D, kThreads>(sQ_addr, q, p.q_row_stride, m0, p.seqlen_q, tid);
+    TileLoader<TileM, D, kThreads>(q, p.q_row_stride, tid).load(sQ_addr, m0, p.seqlen_q);
     ptx::cp_async_commit();
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
       if (s < n_tiles) {
-        load_tile<TileN, D, kThreads>(sKV_addr + 2 * s * kTileBytes, k, p.k_row_stride, s * TileN, p.seqlen_k, tid);
+        k_loader.load(sKV_addr + 2 * s * kTileBytes, s * TileN, p.seqlen_k);
         ptx::cp_async_commit();
-        load_tile<TileN, D, kThreads>(sKV_addr + (2 * s + 1) * kTileBytes, v, p.v_row_stride, s * TileN, p.seqlen_k, tid);
+        v_loader.load(sKV_addr + (2 * s + 1) * kTileBytes, s * TileN, p.seqlen_k);
         ptx::cp_async_commit();
       } else {
         ptx::cp_async_commit();
@@ -137,9 +150,9 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
       const int n0 = j * TileN;
 
       if (Stages == 1) {
-        load_tile<TileN, D, kThreads>(sK, k, p.k_row_stride, n0, p.seqlen_k, tid);
+        k_loader.load(sK, n0, p.seqlen_k);
         ptx::cp_async_commit();
-        load_tile<TileN, D, kThreads>(sV, v, p.v_row_stride, n0, p.seqlen_k, tid);
+        v_loader.load(sV, n0, p.seqlen_k);
         ptx::cp_async_commit();
         ptx::cp_async_wait<1>();  // K_j (and Q) landed; V_j may be in flight
       } else {
@@ -151,9 +164,9 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
         const int jn = j + Stages - 1;
         const unsigned sKn = sKV_addr + 2 * (jn % Stages) * kTileBytes;
         if (jn < n_tiles) {
-          load_tile<TileN, D, kThreads>(sKn, k, p.k_row_stride, jn * TileN, p.seqlen_k, tid);
+          k_loader.load(sKn, jn * TileN, p.seqlen_k);
           ptx::cp_async_commit();
-          load_tile<TileN, D, kThreads>(sKn + kTileBytes, v, p.v_row_stride, jn * TileN, p.seqlen_k, tid);
+          v_loader.load(sKn + kTileBytes, jn * TileN, p.seqlen_k);
           ptx::cp_async_commit();
         } else {
           ptx::cp_async_commit();

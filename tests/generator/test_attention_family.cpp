@@ -1,0 +1,197 @@
+// attention_prefill family: space enumeration and pruning, naming, validity, problem errors.
+#include <catch2/catch.hpp>
+
+#include <regex>
+#include <set>
+
+#include "generator/arch.h"
+#include "generator/attention_family.h"
+#include "generator/compiler.h"
+#include "generator/embedded.h"
+#include "generator/registry.h"
+
+using namespace kt;
+using namespace kt::attn;
+
+namespace {
+Problem qwen(DType dt = DType::bf16, bool causal = true) {
+  Problem p;
+  p.dtype = dt;
+  p.batch = 1;
+  p.seqlen_q = p.seqlen_k = 2048;
+  p.num_heads = 28;
+  p.num_kv_heads = 4;
+  p.head_dim = 128;
+  p.causal = causal;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("config space is the Cartesian product of the declared axes", "[generator]") {
+  const auto space = config_space();
+  CHECK(space.size() == 3 * 3 * 2 * 3);
+  std::set<std::tuple<int, int, int, int>> seen;
+  for (const auto& c : space) seen.insert({c.tile_m, c.tile_n, c.warps, c.stages});
+  CHECK(seen.size() == space.size());
+}
+
+TEST_CASE("pruning keeps exactly the configs invalid_reason accepts, and they respect the limits", "[generator]") {
+  for (const char* arch_name : {"sm_80", "sm_86", "sm_90", "sm_90a"}) {
+    const ArchId arch = parse_arch(arch_name);
+    for (int d : {64, 128}) {
+      Problem p = qwen();
+      p.head_dim = d;
+      const auto valid = valid_configs(p, arch);
+      INFO(arch_name << " d" << d);
+      CHECK(!valid.empty());
+      size_t n_invalid = 0;
+      for (const auto& c : config_space()) {
+        const char* why = invalid_reason(p.dtype, d, p.causal, c, arch);
+        if (why) {
+          ++n_invalid;
+          CHECK(std::string(why).size() > 10);
+        }
+      }
+      CHECK(valid.size() + n_invalid == config_space().size());
+      for (const auto& c : valid) {
+        CHECK(c.tile_m % (16 * c.warps) == 0);
+        CHECK(smem_bytes(c, d) <= max_smem_per_block(arch.sm));
+        CHECK(accumulator_registers(c, d) <= 200);
+      }
+    }
+  }
+}
+
+TEST_CASE("a smaller shared-memory budget prunes a subset", "[generator]") {
+  const Problem p = qwen();
+  const auto on86 = valid_configs(p, parse_arch("sm_86"));
+  const auto on90 = valid_configs(p, parse_arch("sm_90"));
+  CHECK(on86.size() < on90.size());
+  for (const auto& c : on86) CHECK(invalid_reason(p.dtype, p.head_dim, p.causal, c, parse_arch("sm_90")) == nullptr);
+  // A config needing more than 99 KiB is invalid on sm_86 and names the rule.
+  const Config big{128, 128, 8, 2, kMmaSync};
+  REQUIRE(smem_bytes(big, 128) > 99 * 1024);
+  CHECK(std::string(invalid_reason(p.dtype, 128, true, big, parse_arch("sm_86"))).find("shared memory") != std::string::npos);
+}
+
+TEST_CASE("problems no variant supports are refused naming the rule", "[generator]") {
+  Problem p = qwen();
+  p.head_dim = 96;
+  CHECK_THROWS_WITH(check_problem(p), Catch::Contains("head_dim 96") && Catch::Contains("64 or 128"));
+  CHECK(valid_configs(p, parse_arch("sm_90a")).empty());
+  p = qwen();
+  p.num_kv_heads = 5;
+  CHECK_THROWS_WITH(check_problem(p), Catch::Contains("multiple of num_kv_heads"));
+  p = qwen();
+  p.seqlen_k = 0;
+  CHECK_THROWS_WITH(check_problem(p), Catch::Contains("seqlen_k"));
+  p = qwen();
+  p.dtype = static_cast<DType>(7);
+  CHECK_THROWS_WITH(check_problem(p), Catch::Contains("dtype"));
+  CHECK_NOTHROW(check_problem(qwen()));
+}
+
+TEST_CASE("variant names are canonical, unique and spell every axis", "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  std::set<std::string> names;
+  const std::regex form(R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__mmasync_m\d+_n\d+_w\d_s\d__sm_90a)");
+  for (DType dt : {DType::f16, DType::bf16})
+    for (bool causal : {false, true})
+      for (const auto& c : valid_configs(qwen(dt, causal), arch)) {
+        const auto n = variant_name(qwen(dt, causal), c, arch);
+        CHECK(std::regex_match(n, form));
+        CHECK(n.find("_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_w" + std::to_string(c.warps) +
+                     "_s" + std::to_string(c.stages)) != std::string::npos);
+        CHECK(names.insert(n).second);
+      }
+  CHECK(variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync}, arch) ==
+        "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2__sm_90a");
+  CHECK(name_expression(qwen(DType::f16, false), Config{64, 32, 4, 3, kMmaSync}) ==
+        "kt::attn::flash_fwd<kt::DType::f16, 128, false, 64, 32, 4, 3, 0>");
+  // The GQA ratio and sequence lengths are run-time arguments: they do not change the variant.
+  Problem other = qwen();
+  other.num_heads = 32;
+  other.num_kv_heads = 8;
+  other.seqlen_q = 37;
+  CHECK(variant_name(other, Config{128, 64, 4, 2, kMmaSync}, arch) == variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync}, arch));
+  CHECK(qwen().key() == "attention_prefill/bf16/b1/sq2048/sk2048/h28/kv4/d128/causal");
+}
+
+TEST_CASE("launch dims, FLOPs and kernel arguments derive from the problem", "[generator]") {
+  Problem p = qwen();
+  p.seqlen_q = 1000;
+  const auto d = launch_dims(p, Config{128, 64, 8, 2, kMmaSync});
+  CHECK(d.grid_x == 8);
+  CHECK(d.grid_y == 28);
+  CHECK(d.grid_z == 1);
+  CHECK(d.block_x == 256);
+  CHECK(d.smem_bytes == (128 * 128 + 2 * 2 * 64 * 128) * 2);
+  // causal, Sq == Sk: S (S + 1) / 2 visible pairs; non-causal: S^2.
+  Problem s = qwen();
+  s.seqlen_q = s.seqlen_k = 100;
+  CHECK(s.flops() == Approx(4.0 * 28 * 128 * 100 * 101 / 2));
+  s.causal = false;
+  CHECK(s.flops() == Approx(4.0 * 28 * 128 * 100 * 100));
+  // causal with Sq > Sk: the first Sq - Sk rows see nothing.
+  s.causal = true;
+  s.seqlen_q = 10;
+  s.seqlen_k = 4;
+  CHECK(s.flops() == Approx(4.0 * 28 * 128 * (1 + 2 + 3 + 4)));
+  const auto a = contiguous_params(p, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512),
+                                   reinterpret_cast<void*>(768), reinterpret_cast<void*>(1024), nullptr);
+  CHECK(a.q_row_stride == 28 * 128);
+  CHECK(a.k_row_stride == 4 * 128);
+  CHECK(a.q_batch_stride == 28 * 128 * 1000);
+  CHECK(a.softmax_scale == Approx(1.0 / std::sqrt(128.0)));
+  CHECK(a.scale_log2 == Approx(a.softmax_scale * 1.4426950408889634));
+  CHECK_NOTHROW(check_params(p, a));
+  auto bad = a;
+  bad.q = reinterpret_cast<void*>(258);
+  CHECK_THROWS_WITH(check_params(p, bad), Catch::Contains("16-byte aligned"));
+  bad = a;
+  bad.k_row_stride = 4 * 128 + 4;
+  CHECK_THROWS_WITH(check_params(p, bad), Catch::Contains("multiple of 8 elements"));
+  bad = a;
+  bad.seqlen_k = 7;
+  CHECK_THROWS_WITH(check_params(p, bad), Catch::Contains("do not match"));
+}
+
+TEST_CASE("arch names parse, print and decide where a cubin runs", "[generator]") {
+  CHECK(parse_arch("sm_90a").sm == 90);
+  CHECK(parse_arch("sm_90a").arch_specific);
+  CHECK_FALSE(parse_arch("sm_90").arch_specific);
+  CHECK(arch_name(parse_arch("sm_86")) == "sm_86");
+  CHECK_THROWS_WITH(parse_arch("sm_91"), Catch::Contains("unknown --arch 'sm_91'") && Catch::Contains("sm_90a"));
+  CHECK(arch_runs_on(parse_arch("sm_90a"), 9, 0));
+  CHECK_FALSE(arch_runs_on(parse_arch("sm_90a"), 10, 0));
+  CHECK(arch_runs_on(parse_arch("sm_80"), 8, 6));
+  CHECK_FALSE(arch_runs_on(parse_arch("sm_86"), 8, 0));
+  CHECK_FALSE(arch_runs_on(parse_arch("sm_80"), 9, 0));
+}
+
+TEST_CASE("ptxas resource report is parsed", "[generator]") {
+  const std::string log =
+      "ptxas info    : Compiling entry function '_Z1k' for 'sm_90a'\n"
+      "ptxas         .     56 bytes stack frame, 76 bytes spill stores, 72 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem, 56 bytes cumulative stack size\n";
+  const auto r = parse_ptxas_log(log);
+  CHECK(r.registers == 255);
+  CHECK(r.stack_bytes == 56);
+  CHECK(r.spill_store_bytes == 76);
+  CHECK(r.spill_load_bytes == 72);
+  CHECK(r.static_smem_bytes == 1024);
+  CHECK(parse_ptxas_log("no report").registers == -1);
+}
+
+TEST_CASE("device headers are embedded and the registry names the family", "[generator]") {
+  std::set<std::string> names;
+  for (const auto& f : embedded_headers()) {
+    names.insert(f.name);
+    CHECK(f.size > 0);
+  }
+  for (const char* want : {"attention/flash_fwd.cuh", "attention/attention_config.h", "common/ptx.cuh", "common/kt_types.h"})
+    CHECK(names.count(want) == 1);
+  CHECK(embedded_headers_hash().size() == 32);
+  CHECK(find_family("attention_prefill").name == "attention_prefill");
+  CHECK_THROWS_WITH(find_family("gemm"), Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill"));
+}

@@ -1,0 +1,94 @@
+// NVRTC compile checks (CPU only): every valid variant of the qwen7b attention problems compiles for
+// sm_90a; the template rejects invalid configs itself; the cubin cache hits on a second pass.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <unistd.h>
+
+#include "generator/arch.h"
+#include "generator/attention_family.h"
+#include "generator/compiler.h"
+#include "tuner/attention_problems.h"
+#include "tuner/shapes_file.h"
+
+using namespace kt;
+
+namespace {
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() / ("kt_nvrtc_" + std::to_string(::getpid()) + "_" + std::to_string(rand()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+}  // namespace
+
+TEST_CASE("every valid variant of the qwen7b attention problems compiles for sm_90a", "[nvrtc]") {
+  const auto shapes = load_shapes(std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  const ArchId arch = parse_arch("sm_90a");
+  std::vector<KernelSource> sources;
+  std::set<std::string> seen;
+  for (const auto& p : attention_prefill_problems(shapes))
+    for (const auto& c : attn::valid_configs(p, arch)) {
+      auto s = attn::kernel_source(p, c, arch);
+      if (seen.insert(s.variant_name).second) sources.push_back(s);
+    }
+  REQUIRE(sources.size() >= 40);  // 2 dtypes x causal x the pruned space
+  TempDir dir;
+  CubinCache cache(dir.path.string());
+  Compiler compiler(&cache);
+  const auto results = compiler.compile_all(sources);
+  int spilling = 0;
+  for (const auto& r : results) {
+    INFO(r.kernel.variant_name << "\n" << r.error);
+    REQUIRE(r.ok);
+    CHECK_FALSE(r.cache_hit);
+    CHECK(r.cubin.size() > 1000);
+    CHECK(r.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(r.report.registers > 0);
+    CHECK(r.report.registers <= 255);
+    CHECK(r.report.lowered_name.find("flash_fwd") != std::string::npos);
+    spilling += r.report.spill_store_bytes > 0;
+  }
+  std::cout << "nvrtc: " << results.size() << " attention_prefill variants compiled for sm_90a, " << spilling
+            << " spill registers" << std::endl;
+  // Second pass: all from the cache, identical bytes.
+  const auto again = compiler.compile_all(sources);
+  for (size_t i = 0; i < again.size(); ++i) {
+    CHECK(again[i].cache_hit);
+    CHECK(again[i].cubin == results[i].cubin);
+    CHECK(again[i].report.registers == results[i].report.registers);
+  }
+}
+
+TEST_CASE("the template itself rejects a config that invalid_reason refuses", "[nvrtc]") {
+  attn::Problem p;
+  p.head_dim = 128;
+  const attn::Config bad{48, 64, 4, 2, attn::kMmaSync};  // tile_m not a multiple of 16 * warps
+  REQUIRE(attn::invalid_reason(p.dtype, p.head_dim, p.causal, bad, parse_arch("sm_90a")) != nullptr);
+  Compiler compiler(nullptr);
+  const auto r = compiler.compile(attn::kernel_source(p, bad, parse_arch("sm_90a")));
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.error, Catch::Contains("invalid attention_prefill variant"));
+  // Shared memory over the sm_86 limit: valid on sm_90a, rejected when compiled for sm_86.
+  const attn::Config big{128, 128, 8, 2, attn::kMmaSync};
+  CHECK(compiler.compile(attn::kernel_source(p, big, parse_arch("sm_90a"))).ok);
+  CHECK_FALSE(compiler.compile(attn::kernel_source(p, big, parse_arch("sm_86"))).ok);
+}
+
+TEST_CASE("cache keys separate arch, options and source", "[nvrtc]") {
+  attn::Problem p;
+  const attn::Config c{64, 64, 4, 2, attn::kMmaSync};
+  Compiler compiler(nullptr);
+  const auto a = attn::kernel_source(p, c, parse_arch("sm_90a"));
+  auto b = attn::kernel_source(p, c, parse_arch("sm_90"));
+  CHECK(compiler.cache_key(a) != compiler.cache_key(b));
+  b = a;
+  b.source += "// changed\n";
+  CHECK(compiler.cache_key(a) != compiler.cache_key(b));
+  CHECK(compiler.cache_key(a) == compiler.cache_key(attn::kernel_source(p, c, parse_arch("sm_90a"))));
+  CHECK(compiler.options(parse_arch("sm_90a"))[0] == "--gpu-architecture=sm_90a");
+}

@@ -1,0 +1,146 @@
+// Tuner pieces that need no GPU: statistics, winner selection, cold-L2 sizing, problems from shapes,
+// and the autotune CLI's error handling.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <filesystem>
+#include <sys/wait.h>
+
+#include "reference/dtype_convert.h"
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "tuner/attention_harness.h"
+#include "tuner/attention_problems.h"
+#include "tuner/shapes_file.h"
+#include "tuner/timing.h"
+#include "tuner/tune_attention.h"
+
+using namespace kt;
+
+namespace {
+attn::Candidate cand(const std::string& name, double us, int regs, int smem, attn::Status st = attn::Status::ok) {
+  attn::Candidate c;
+  c.variant = name;
+  c.timing.median_us = us;
+  c.report.registers = regs;
+  c.smem_bytes = smem;
+  c.status = st;
+  return c;
+}
+
+std::pair<int, std::string> run(const std::string& args) {
+  std::string cmd = std::string(KT_AUTOTUNE_PATH) + " " + args + " 2>&1";
+  std::array<char, 4096> buf{};
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  REQUIRE(f);
+  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
+  int rc = pclose(f);
+  return {WEXITSTATUS(rc), out};
+}
+}  // namespace
+
+TEST_CASE("percentiles interpolate", "[tuner]") {
+  CHECK(percentile({}, 50) == 0);
+  CHECK(percentile({5}, 20) == 5);
+  CHECK(percentile({1, 2, 3, 4, 5}, 50) == 3);
+  CHECK(percentile({4, 1, 3, 2}, 50) == Approx(2.5));
+  CHECK(percentile({0, 10}, 20) == Approx(2));
+}
+
+TEST_CASE("the winner is the fastest median; ties within 1% are broken deterministically", "[tuner]") {
+  std::vector<attn::Candidate> c = {cand("c", 100, 200, 1000), cand("a", 90, 250, 1000),
+                                    cand("b", 80, 255, 1000, attn::Status::wrong_result)};
+  CHECK(attn::pick_winner(c) == 1);  // the wrong result can never win
+  c.push_back(cand("d", 90.5, 240, 2000));
+  CHECK(attn::pick_winner(c) == 3);  // within 1%: fewer registers
+  c.push_back(cand("e", 90.6, 240, 1000));
+  CHECK(attn::pick_winner(c) == 4);  // same registers: less shared memory
+  c.push_back(cand("0", 90.7, 240, 1000));
+  CHECK(attn::pick_winner(c) == 5);  // same resources: name
+  std::vector<attn::Candidate> none = {cand("x", 1, 1, 1, attn::Status::launch_failed)};
+  CHECK(attn::pick_winner(none) == -1);
+}
+
+TEST_CASE("cold-L2 rotation covers more than 3x the L2", "[tuner]") {
+  const size_t l2 = 50u << 20;
+  for (size_t set : {size_t(1) << 20, size_t(37) << 20, size_t(149) << 20, size_t(151) << 20, size_t(2) << 30}) {
+    const int n = attn::cold_l2_copies(set, l2);
+    CHECK(n >= 1);
+    CHECK((n * set > 3 * l2 || n == 1));
+    if (n > 1) CHECK((n - 1) * set <= 3 * l2);
+  }
+}
+
+TEST_CASE("qwen7b shapes give the prefill problems, dtypes outer", "[tuner]") {
+  const auto s = load_shapes(std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  const auto ps = attention_prefill_problems(s);
+  REQUIRE(ps.size() == 12);
+  CHECK(ps[0].key() == "attention_prefill/bf16/b1/sq512/sk512/h28/kv4/d128/causal");
+  CHECK(ps[11].key() == "attention_prefill/fp16/b2/sq16384/sk16384/h28/kv4/d128/causal");
+}
+
+TEST_CASE("make_inputs draws random non-zero data, and verify catches unwritten or wrong output", "[tuner]") {
+  attn::Problem p;
+  p.dtype = DType::f16;
+  p.seqlen_q = 5;
+  p.seqlen_k = 9;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.causal = true;
+  const auto in = attn::make_inputs(p, 3);
+  size_t zeros = 0;
+  for (float x : in.qf) zeros += x == 0.f;
+  CHECK(zeros == 0);
+  const auto ref = attn::reference_rows(in, 0.125, 1000, 1);
+  REQUIRE(ref.rows.size() == 5 * 4);
+  // Exact reference rounded to fp16 passes; one poisoned element fails; a perturbed row fails.
+  std::vector<uint16_t> out(in.q.size());
+  std::vector<float> lse(size_t(p.num_heads) * p.seqlen_q);
+  for (size_t n = 0; n < ref.rows.size(); ++n) {
+    const auto& r = ref.rows[n];
+    for (int d = 0; d < p.head_dim; ++d)
+      out[((size_t(r[0]) * p.seqlen_q + r[1]) * p.num_heads + r[2]) * p.head_dim + d] =
+          float_to_half(float(ref.out[n * p.head_dim + d]));
+    lse[(size_t(r[0]) * p.num_heads + r[2]) * p.seqlen_q + r[1]] = float(ref.lse[n]);
+  }
+  CHECK(attn::verify(in, ref, out, lse).pass);
+  auto poisoned = out;
+  poisoned[17] = 0xFFFF;
+  const auto v1 = attn::verify(in, ref, poisoned, lse);
+  CHECK_FALSE(v1.pass);
+  CHECK(v1.unwritten == 1);
+  auto wrong = out;
+  for (int d = 0; d < 64; ++d) wrong[d] = float_to_half(half_to_float(wrong[d]) + 0.5f);
+  CHECK_FALSE(attn::verify(in, ref, wrong, lse).pass);
+  auto bad_lse = lse;
+  bad_lse[3] += 0.01f;
+  CHECK_FALSE(attn::verify(in, ref, out, bad_lse).pass);
+}
+
+TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
+  auto [rc, out] = run("--arch sm_91 --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json --compile-only");
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("unknown --arch 'sm_91'") && Catch::Contains("sm_80, sm_86, sm_89, sm_90, sm_90a"));
+
+  const std::string bad = std::filesystem::temp_directory_path() / "kt_bad_shapes.json";
+  std::ofstream(bad) << R"({"model":"x","hidden_size":3072,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":96,
+    "workloads":{"attention_prefill":[{"batch":1,"seqlen":128}]}})";
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + bad);
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains(bad) && Catch::Contains("head_dim 96 is not supported"));
+
+  std::ofstream(bad) << R"({"model":"x","hidden_size":3072,"num_attention_heads":32,"head_dim":96,
+    "workloads":{"attention_prefill":[{"batch":1,"seqlen":128}]}})";
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + bad);
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("num_key_value_heads"));
+
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("unknown family 'gemm'"));
+  std::filesystem::remove(bad);
+}
