@@ -48,8 +48,8 @@ void check_problem(const Problem& p) {
          std::to_string(p.num_kv_heads) + ") for GQA/MQA");
   if (p.head_dim != 64 && p.head_dim != 128)
     fail("head_dim " + std::to_string(p.head_dim) + " is not supported: head_dim must be 64 or 128");
-  if (p.num_heads > 65535 || p.batch > 65535)
-    fail("grid too large: num_heads and batch must be <= 65535");
+  if (p.num_heads > 65535 || p.batch > 65535 || (p.seqlen_q + 63) / 64 > 65535)
+    fail("grid too large: num_heads, batch and seqlen_q / 64 must be <= 65535");
 }
 
 std::vector<Config> config_space() {
@@ -57,7 +57,8 @@ std::vector<Config> config_space() {
   for (int tile_m : {64, 128, 256})
     for (int tile_n : {32, 64, 128})
       for (int warps : {4, 8})
-        for (int stages : {1, 2, 3}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync});
+        for (int stages : {1, 2, 3})
+          for (int raster : {0, 1}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync, raster});
   return out;
 }
 
@@ -69,7 +70,7 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
 }
 
 Config default_config(ArchId arch, const Problem& p) {
-  Config c{128, 64, 4, 2, kMmaSync};
+  Config c{128, 64, 4, 2, kMmaSync, 0};
   if (const char* why = invalid_reason(p.dtype, p.head_dim, p.causal, c, arch))
     fail(std::string("no default config for ") + arch_name(arch) + ": " + why);
   return c;
@@ -78,7 +79,7 @@ Config default_config(ArchId arch, const Problem& p) {
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << (p.causal ? "causal" : "full") << "__"
-    << "mmasync_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "__" << arch_name(arch);
+    << "mmasync_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_r" << c.raster << "__" << arch_name(arch);
   return s.str();
 }
 
@@ -86,7 +87,7 @@ std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   s << "kt::attn::flash_fwd<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
     << (p.causal ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps << ", " << c.stages
-    << ", " << c.mainloop << ">";
+    << ", " << c.mainloop << ", " << c.raster << ">";
   return s.str();
 }
 
@@ -102,9 +103,10 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
 
 LaunchDims launch_dims(const Problem& p, const Config& c) {
   LaunchDims d;
-  d.grid_x = static_cast<unsigned>((p.seqlen_q + c.tile_m - 1) / c.tile_m);
-  d.grid_y = static_cast<unsigned>(p.num_heads);
-  d.grid_z = static_cast<unsigned>(p.batch);
+  const unsigned m_blocks = static_cast<unsigned>((p.seqlen_q + c.tile_m - 1) / c.tile_m);
+  d.grid_x = c.raster == 0 ? m_blocks : static_cast<unsigned>(p.num_heads);
+  d.grid_y = c.raster == 0 ? static_cast<unsigned>(p.num_heads) : static_cast<unsigned>(p.batch);
+  d.grid_z = c.raster == 0 ? static_cast<unsigned>(p.batch) : m_blocks;
   d.block_x = static_cast<unsigned>(c.warps * 32);
   d.smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
   return d;

@@ -45,7 +45,7 @@ struct Problem {
 void check_problem(const Problem& p);
 
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
-/// tile_m {64, 128, 256} x tile_n {32, 64, 128} x warps {4, 8} x stages {1, 2, 3} x mainloop {mma.sync}.
+/// tile_m {64, 128, 256} x tile_n {32, 64, 128} x warps {4, 8} x stages {1, 2, 3} x raster {0, 1}, mainloop mma.sync.
 std::vector<Config> config_space();
 
 /// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) is null.
@@ -55,18 +55,19 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 /// 2 stages, as FlashAttention-2 picks for head_dim 128 on sm_80+ (64x64 for head_dim 64 uses 128x64 too).
 Config default_config(ArchId arch, const Problem& p);
 
-/// "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2__sm_90a": every kernel axis in
+/// "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2_r0__sm_90a": every kernel axis in
 /// declaration order. Not in the name: batch, sequence lengths and the GQA ratio, which are
 /// run-time arguments of one and the same binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
-/// "kt::attn::flash_fwd<kt::DType::bf16, 128, true, 128, 64, 4, 2, 0>"
+/// "kt::attn::flash_fwd<kt::DType::bf16, 128, true, 128, 64, 4, 2, 0, 0>"
 std::string name_expression(const Problem& p, const Config& c);
 
 /// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 
-/// Grid (ceil(seqlen_q / tile_m), num_heads, batch), block warps * 32 threads, dynamic smem bytes.
+/// Grid (m_blocks, num_heads, batch) for raster 0 or (num_heads, batch, m_blocks) for raster 1, with
+/// m_blocks = ceil(seqlen_q / tile_m); block warps * 32 threads; dynamic smem bytes.
 struct LaunchDims {
   unsigned grid_x, grid_y, grid_z;
   unsigned block_x;

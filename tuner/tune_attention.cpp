@@ -50,7 +50,7 @@ TuneResult tune_problem(const Problem& p, ArchId arch, const std::vector<Config>
     c.smem_bytes = smem_bytes(c.config, p.head_dim);
     const CompileResult* cr = compiled[i];
     if (c.config.tile_m == def.tile_m && c.config.tile_n == def.tile_n && c.config.warps == def.warps &&
-        c.config.stages == def.stages && c.config.mainloop == def.mainloop)
+        c.config.stages == def.stages && c.config.mainloop == def.mainloop && c.config.raster == def.raster)
       res.default_index = int(res.candidates.size());
     if (!cr || !cr->ok) {
       c.status = Status::compile_failed;

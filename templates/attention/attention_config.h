@@ -27,6 +27,8 @@ struct Config {
   int warps;     ///< warps per block; each warp owns tile_m / warps query rows
   int stages;    ///< K/V shared-memory buffers (1 = load-then-compute, >= 2 = cp.async prefetch ring)
   int mainloop;  ///< Mainloop
+  int raster;    ///< block order: 0 = m-block fastest (per (batch, head), causal heaviest first),
+                 ///<              1 = m-block slowest (causal: heaviest blocks of every head first)
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of
@@ -85,6 +87,8 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causa
   if (m_frags_per_warp(c) < 1 || m_frags_per_warp(c) > 2) return "tile_m / warps must be 16 or 32";
   // tile_n: a multiple of 16 (the P.V product steps over keys 16 at a time), 32..128.
   if (c.tile_n % 16 != 0 || c.tile_n < 32 || c.tile_n > 128) return "tile_n must be 32, 48, ..., 128";
+  // raster: one of the two block orders.
+  if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
   // stages: 1 (no prefetch) to 3 K/V buffers.
   if (c.stages < 1 || c.stages > 3) return "stages must be 1, 2 or 3";
   // cp.async tile loads: every thread moves the same number of 16-byte chunks.

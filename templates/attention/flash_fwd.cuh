@@ -54,10 +54,10 @@ struct TileLoader {
   }
 };
 
-template <DType DT, int D, bool Causal, int TileM, int TileN, int Warps, int Stages, int MainloopId>
+template <DType DT, int D, bool Causal, int TileM, int TileN, int Warps, int Stages, int MainloopId, int Raster>
 __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
   // ---- preconditions: the family's single validity rule set ----
-  static_assert(invalid_reason(DT, D, Causal, Config{TileM, TileN, Warps, Stages, MainloopId},
+  static_assert(invalid_reason(DT, D, Causal, Config{TileM, TileN, Warps, Stages, MainloopId, Raster},
                                ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_prefill variant: see invalid_reason() in attention_config.h");
   constexpr int kThreads = Warps * 32;
@@ -85,10 +85,13 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
   const unsigned k_lane = swz<D>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2) * 2;            // B: keys, d chunk
   const unsigned v_lane = swz<D>(lane % 8 + ((lane / 8) % 2) * 8, lane / 16) * 2;            // B^T: keys, d chunk
 
-  const int num_m_blocks = gridDim.x;
-  const int m_block = Causal ? num_m_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  // Raster 0: grid (m-blocks, heads, batch); raster 1: grid (heads, batch, m-blocks). Causal blocks are
+  // visited heaviest (most keys) first: per (batch, head) in raster 0, across the whole grid in raster 1.
+  const int num_m_blocks = Raster == 0 ? gridDim.x : gridDim.z;
+  const int m_index = Raster == 0 ? blockIdx.x : blockIdx.z;
+  const int m_block = Causal ? num_m_blocks - 1 - m_index : m_index;
+  const int head = Raster == 0 ? blockIdx.y : blockIdx.x;
+  const int batch = Raster == 0 ? blockIdx.z : blockIdx.y;
   const int kv_head = head / (p.num_heads / p.num_kv_heads);
   const int m0 = m_block * TileM;
   const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment

@@ -29,9 +29,9 @@ Problem qwen(DType dt = DType::bf16, bool causal = true) {
 
 TEST_CASE("config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
-  CHECK(space.size() == 3 * 3 * 2 * 3);
-  std::set<std::tuple<int, int, int, int>> seen;
-  for (const auto& c : space) seen.insert({c.tile_m, c.tile_n, c.warps, c.stages});
+  CHECK(space.size() == 3 * 3 * 2 * 3 * 2);
+  std::set<std::tuple<int, int, int, int, int>> seen;
+  for (const auto& c : space) seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.raster});
   CHECK(seen.size() == space.size());
 }
 
@@ -69,7 +69,7 @@ TEST_CASE("a smaller shared-memory budget prunes a subset", "[generator]") {
   CHECK(on86.size() < on90.size());
   for (const auto& c : on86) CHECK(invalid_reason(p.dtype, p.head_dim, p.causal, c, parse_arch("sm_90")) == nullptr);
   // A config needing more than 99 KiB is invalid on sm_86 and names the rule.
-  const Config big{128, 128, 8, 2, kMmaSync};
+  const Config big{128, 128, 8, 2, kMmaSync, 0};
   REQUIRE(smem_bytes(big, 128) > 99 * 1024);
   CHECK(std::string(invalid_reason(p.dtype, 128, true, big, parse_arch("sm_86"))).find("shared memory") != std::string::npos);
 }
@@ -94,38 +94,44 @@ TEST_CASE("problems no variant supports are refused naming the rule", "[generato
 TEST_CASE("variant names are canonical, unique and spell every axis", "[generator]") {
   const ArchId arch = parse_arch("sm_90a");
   std::set<std::string> names;
-  const std::regex form(R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__mmasync_m\d+_n\d+_w\d_s\d__sm_90a)");
+  const std::regex form(R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__mmasync_m\d+_n\d+_w\d_s\d_r[01]__sm_90a)");
   for (DType dt : {DType::f16, DType::bf16})
     for (bool causal : {false, true})
       for (const auto& c : valid_configs(qwen(dt, causal), arch)) {
         const auto n = variant_name(qwen(dt, causal), c, arch);
         CHECK(std::regex_match(n, form));
         CHECK(n.find("_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_w" + std::to_string(c.warps) +
-                     "_s" + std::to_string(c.stages)) != std::string::npos);
+                     "_s" + std::to_string(c.stages) + "_r" + std::to_string(c.raster)) != std::string::npos);
         CHECK(names.insert(n).second);
       }
-  CHECK(variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync}, arch) ==
-        "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2__sm_90a");
-  CHECK(name_expression(qwen(DType::f16, false), Config{64, 32, 4, 3, kMmaSync}) ==
-        "kt::attn::flash_fwd<kt::DType::f16, 128, false, 64, 32, 4, 3, 0>");
+  CHECK(variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync, 0}, arch) ==
+        "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2_r0__sm_90a");
+  CHECK(name_expression(qwen(DType::f16, false), Config{64, 32, 4, 3, kMmaSync, 1}) ==
+        "kt::attn::flash_fwd<kt::DType::f16, 128, false, 64, 32, 4, 3, 0, 1>");
   // The GQA ratio and sequence lengths are run-time arguments: they do not change the variant.
   Problem other = qwen();
   other.num_heads = 32;
   other.num_kv_heads = 8;
   other.seqlen_q = 37;
-  CHECK(variant_name(other, Config{128, 64, 4, 2, kMmaSync}, arch) == variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync}, arch));
+  CHECK(variant_name(other, Config{128, 64, 4, 2, kMmaSync, 0}, arch) == variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync, 0}, arch));
   CHECK(qwen().key() == "attention_prefill/bf16/b1/sq2048/sk2048/h28/kv4/d128/causal");
 }
 
 TEST_CASE("launch dims, FLOPs and kernel arguments derive from the problem", "[generator]") {
   Problem p = qwen();
   p.seqlen_q = 1000;
-  const auto d = launch_dims(p, Config{128, 64, 8, 2, kMmaSync});
+  p.batch = 3;
+  const auto d = launch_dims(p, Config{128, 64, 8, 2, kMmaSync, 0});
   CHECK(d.grid_x == 8);
   CHECK(d.grid_y == 28);
-  CHECK(d.grid_z == 1);
+  CHECK(d.grid_z == 3);
   CHECK(d.block_x == 256);
   CHECK(d.smem_bytes == (128 * 128 + 2 * 2 * 64 * 128) * 2);
+  const auto d1 = launch_dims(p, Config{128, 64, 8, 2, kMmaSync, 1});  // m-blocks slowest
+  CHECK(d1.grid_x == 28);
+  CHECK(d1.grid_y == 3);
+  CHECK(d1.grid_z == 8);
+  p.batch = 1;
   // causal, Sq == Sk: S (S + 1) / 2 visible pairs; non-causal: S^2.
   Problem s = qwen();
   s.seqlen_q = s.seqlen_k = 100;
@@ -142,6 +148,7 @@ TEST_CASE("launch dims, FLOPs and kernel arguments derive from the problem", "[g
   CHECK(a.q_row_stride == 28 * 128);
   CHECK(a.k_row_stride == 4 * 128);
   CHECK(a.q_batch_stride == 28 * 128 * 1000);
+  CHECK(a.batch == 1);
   CHECK(a.softmax_scale == Approx(1.0 / std::sqrt(128.0)));
   CHECK(a.scale_log2 == Approx(a.softmax_scale * 1.4426950408889634));
   CHECK_NOTHROW(check_params(p, a));

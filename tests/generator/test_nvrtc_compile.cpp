@@ -67,21 +67,21 @@ TEST_CASE("every valid variant of the qwen7b attention problems compiles for sm_
 TEST_CASE("the template itself rejects a config that invalid_reason refuses", "[nvrtc]") {
   attn::Problem p;
   p.head_dim = 128;
-  const attn::Config bad{48, 64, 4, 2, attn::kMmaSync};  // tile_m not a multiple of 16 * warps
+  const attn::Config bad{48, 64, 4, 2, attn::kMmaSync, 0};  // tile_m not a multiple of 16 * warps
   REQUIRE(attn::invalid_reason(p.dtype, p.head_dim, p.causal, bad, parse_arch("sm_90a")) != nullptr);
   Compiler compiler(nullptr);
   const auto r = compiler.compile(attn::kernel_source(p, bad, parse_arch("sm_90a")));
   CHECK_FALSE(r.ok);
   CHECK_THAT(r.error, Catch::Contains("invalid attention_prefill variant"));
   // Shared memory over the sm_86 limit: valid on sm_90a, rejected when compiled for sm_86.
-  const attn::Config big{128, 128, 8, 2, attn::kMmaSync};
+  const attn::Config big{128, 128, 8, 2, attn::kMmaSync, 1};
   CHECK(compiler.compile(attn::kernel_source(p, big, parse_arch("sm_90a"))).ok);
   CHECK_FALSE(compiler.compile(attn::kernel_source(p, big, parse_arch("sm_86"))).ok);
 }
 
 TEST_CASE("cache keys separate arch, options and source", "[nvrtc]") {
   attn::Problem p;
-  const attn::Config c{64, 64, 4, 2, attn::kMmaSync};
+  const attn::Config c{64, 64, 4, 2, attn::kMmaSync, 0};
   Compiler compiler(nullptr);
   const auto a = attn::kernel_source(p, c, parse_arch("sm_90a"));
   auto b = attn::kernel_source(p, c, parse_arch("sm_90"));

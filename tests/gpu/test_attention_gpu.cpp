@@ -124,10 +124,10 @@ TEST_CASE("broad problem sweep with a few variants", "[gpu][attention]") {
   int idx = 0;
   std::map<std::string, std::vector<Variant>> cache;
   auto variants_for = [&](const Problem& p) -> const std::vector<Variant>& {
-    const std::string key = variant_name(p, Config{0, 0, 0, 0, 0}, env.arch);
+    const std::string key = variant_name(p, Config{0, 0, 0, 0, 0, 0}, env.arch);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
-    std::vector<Config> cs = {default_config(env.arch, p), Config{64, 64, 4, 2, kMmaSync}, Config{128, 64, 8, 3, kMmaSync}};
+    std::vector<Config> cs = {default_config(env.arch, p), Config{64, 64, 4, 2, kMmaSync}, Config{128, 64, 8, 3, kMmaSync, 1}};
     return cache.emplace(key, load_variants(p, cs)).first->second;
   };
   std::vector<Problem> problems;
@@ -176,7 +176,7 @@ TEST_CASE("strided Q/K/V views into one fused QKV buffer, no LSE", "[gpu][attent
                                     reinterpret_cast<void*>(dout.ptr()), nullptr);
     a.q_row_stride = a.k_row_stride = a.v_row_stride = (long long)H * p.head_dim;
     a.q_batch_stride = a.k_batch_stride = a.v_batch_stride = a.q_row_stride * p.seqlen_q;
-    const auto variants = load_variants(p, {default_config(env.arch, p), Config{128, 64, 8, 2, kMmaSync}});
+    const auto variants = load_variants(p, {default_config(env.arch, p), Config{128, 64, 8, 2, kMmaSync, 1}});
     const RefRows ref = reference_rows(in, a.softmax_scale, 2048, 3);
     for (const auto& v : variants) {
       dout.fill_u16(0xFFFF);
