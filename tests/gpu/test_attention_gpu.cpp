@@ -127,7 +127,7 @@ TEST_CASE("broad problem sweep with a few variants", "[gpu][attention]") {
     const std::string key = variant_name(p, Config{0, 0, 0, 0, 0, 0}, env.arch);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
-    std::vector<Config> cs = {default_config(env.arch, p), Config{64, 64, 4, 2, kMmaSync}, Config{128, 64, 8, 3, kMmaSync, 1}};
+    std::vector<Config> cs = {default_config(env.arch, p), Config{64, 64, 4, 2, kMmaSync, 0}, Config{128, 64, 8, 3, kMmaSync, 1}};
     return cache.emplace(key, load_variants(p, cs)).first->second;
   };
   std::vector<Problem> problems;
