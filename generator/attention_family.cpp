@@ -98,6 +98,7 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.name_expression = name_expression(p, c);
   k.source = "#include \"attention/flash_fwd.cuh\"\n";
   k.arch = arch;
+  k.dynamic_smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
   return k;
 }
 

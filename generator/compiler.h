@@ -20,6 +20,7 @@ struct KernelSource {
   std::string name_expression;
   std::string source;
   ArchId arch;
+  unsigned dynamic_smem_bytes = 0;  ///< shared memory the launch requests (derived from the config)
 };
 
 /// Outcome of compiling one KernelSource. On failure `ok` is false and `error` holds the NVRTC log.

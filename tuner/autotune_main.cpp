@@ -41,16 +41,15 @@ struct Args {
 };
 
 void print_compile_table(const std::vector<kt::CompileResult>& results) {
-  std::printf("%-70s %5s %7s %7s %9s %6s\n", "variant", "regs", "spill_B", "smem_KB", "compile_ms", "cache");
+  std::printf("%-70s %5s %7s %7s %9s %6s\n", "variant", "regs", "spill_B", "smem_KiB", "compile_ms", "cache");
   for (const auto& r : results) {
     if (!r.ok) {
       std::printf("%-70s COMPILE FAILED\n", r.kernel.variant_name.c_str());
       continue;
     }
-    const int smem = 0;  // dynamic smem is derived from the config; static smem from ptxas
-    (void)smem;
     std::printf("%-70s %5d %7d %7.1f %9.0f %6s\n", r.kernel.variant_name.c_str(), r.report.registers,
-                r.report.spill_store_bytes + r.report.spill_load_bytes, r.report.static_smem_bytes / 1024.0,
+                r.report.spill_store_bytes + r.report.spill_load_bytes,
+                (r.report.static_smem_bytes + r.kernel.dynamic_smem_bytes) / 1024.0,
                 r.report.compile_ms, r.cache_hit ? "hit" : "miss");
   }
 }
