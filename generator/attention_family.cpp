@@ -144,6 +144,61 @@ FwdParams contiguous_params(const Problem& p, const void* q, const void* k, cons
   return a;
 }
 
+nlohmann::json problem_to_json(const Problem& p) {
+  return {{"dtype", dtype_tag(p.dtype)}, {"batch", p.batch},       {"seqlen_q", p.seqlen_q},
+          {"seqlen_k", p.seqlen_k},      {"num_heads", p.num_heads}, {"num_kv_heads", p.num_kv_heads},
+          {"head_dim", p.head_dim},      {"causal", p.causal}};
+}
+
+namespace {
+template <class T>
+T field(const nlohmann::json& j, const char* name, const char* what) {
+  if (!j.is_object() || !j.contains(name)) fail(std::string(what) + " JSON lacks field '" + name + "'");
+  try {
+    return j.at(name).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(std::string(what) + " JSON field '" + name + "' has the wrong type");
+  }
+}
+}  // namespace
+
+Problem problem_from_json(const nlohmann::json& j) {
+  Problem p;
+  const auto dt = field<std::string>(j, "dtype", "problem");
+  if (dt == "fp16") p.dtype = DType::f16;
+  else if (dt == "bf16") p.dtype = DType::bf16;
+  else fail("problem JSON field 'dtype': unknown dtype '" + dt + "'");
+  p.batch = field<int>(j, "batch", "problem");
+  p.seqlen_q = field<int>(j, "seqlen_q", "problem");
+  p.seqlen_k = field<int>(j, "seqlen_k", "problem");
+  p.num_heads = field<int>(j, "num_heads", "problem");
+  p.num_kv_heads = field<int>(j, "num_kv_heads", "problem");
+  p.head_dim = field<int>(j, "head_dim", "problem");
+  p.causal = field<bool>(j, "causal", "problem");
+  return p;
+}
+
+nlohmann::json config_to_json(const Config& c) {
+  return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n},     {"warps", c.warps},
+          {"stages", c.stages}, {"mainloop", c.mainloop}, {"raster", c.raster}};
+}
+
+Config config_from_json(const nlohmann::json& j) {
+  Config c{};
+  c.tile_m = field<int>(j, "tile_m", "config");
+  c.tile_n = field<int>(j, "tile_n", "config");
+  c.warps = field<int>(j, "warps", "config");
+  c.stages = field<int>(j, "stages", "config");
+  c.mainloop = field<int>(j, "mainloop", "config");
+  c.raster = field<int>(j, "raster", "config");
+  return c;
+}
+
+bool same_config(const Config& a, const Config& b) {
+  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages &&
+         a.mainloop == b.mainloop && a.raster == b.raster;
+}
+
 void check_params(const Problem& p, const FwdParams& a) {
   check_problem(p);
   if (a.batch != p.batch || a.seqlen_q != p.seqlen_q || a.seqlen_k != p.seqlen_k || a.num_heads != p.num_heads ||

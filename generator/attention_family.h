@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "attention/attention_config.h"
 #include "generator/compiler.h"
 
@@ -79,6 +81,16 @@ LaunchDims launch_dims(const Problem& p, const Config& c);
 /// softmax_scale <= 0 selects 1/sqrt(head_dim).
 FwdParams contiguous_params(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
                             float softmax_scale = 0.f);
+
+/// JSON forms stored in the tuning database:
+///   problem {"dtype":"bf16","batch":1,"seqlen_q":512,"seqlen_k":512,"num_heads":28,"num_kv_heads":4,"head_dim":128,"causal":true}
+///   config  {"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1}
+/// from_json throws ProblemError naming a missing or mistyped field.
+nlohmann::json problem_to_json(const Problem& p);
+Problem problem_from_json(const nlohmann::json& j);
+nlohmann::json config_to_json(const Config& c);
+Config config_from_json(const nlohmann::json& j);
+bool same_config(const Config& a, const Config& b);
 
 /// Throws ProblemError if the strides/pointers cannot be handled: pointers and row/head/batch
 /// strides must be multiples of 8 elements (16-byte cp.async), sizes must match the problem.

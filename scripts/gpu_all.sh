@@ -19,10 +19,19 @@ if want tests; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 if want tune; then
-  echo "== autotune (attention_prefill, qwen7b)"
-  "$BIN/autotune" --arch sm_90a --shapes shapes/qwen7b.json --budget-ms "${KT_BUDGET_MS:-60}" --json "$OUT/tune.json" \
-    2>&1 | grep -v "^compiled\|^attention_prefill__" | tee "$OUT/tune.log"
+  echo "== autotune (attention_prefill, qwen7b), cold cubin cache, then the same command again"
+  rm -rf "$KERNTUNE_CACHE_DIR" "$OUT/qwen7b-h100.db"*
+  cmd=("$BIN/autotune" --arch sm_90 --shapes shapes/qwen7b.json --db "$OUT/qwen7b-h100.db" --families attention_prefill
+       --budget-ms "${KT_BUDGET_MS:-100}" --json "$OUT/tune.json")
+  t0=$(date +%s.%N)
+  "${cmd[@]}" 2>&1 | grep -v "^compiled" | tee "$OUT/tune.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  t1=$(date +%s.%N)
+  "${cmd[@]}" > "$OUT/tune_again.log" 2>&1 || rc=1
+  t2=$(date +%s.%N)
+  python3 -c "print(f'cold tune: {$t1-$t0:.1f} s; same command again: {$t2-$t1:.1f} s')" | tee "$OUT/tune_times.txt"
+  grep "candidates to measure" "$OUT/tune_again.log"
+  "$BIN/autotune" show --db "$OUT/qwen7b-h100.db" > "$OUT/show.txt" 2>&1; tail -2 "$OUT/show.txt"
 fi
 if want anchors; then
   echo "== anchors: torch SDPA flash / cuDNN"

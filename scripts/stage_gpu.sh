@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-rel -j"$(nproc)" --target kerntune_tests autotune
+cmake --build build-rel -j"$(nproc)" --target kerntune_tests autotune kerntune example_attention_prefill
 mkdir -p build-gpu
-cp build-rel/tests/kerntune_tests build-rel/tuner/autotune build-gpu/
+cp build-rel/tests/kerntune_tests build-rel/tuner/autotune build-rel/runtime/libkerntune.so build-rel/examples/example_attention_prefill build-gpu/
 strip build-gpu/*
 du -sh build-gpu

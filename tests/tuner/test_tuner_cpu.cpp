@@ -15,23 +15,24 @@
 #include "tuner/attention_problems.h"
 #include "tuner/shapes_file.h"
 #include "tuner/timing.h"
-#include "tuner/tune_attention.h"
+#include "../support.h"
+#include "tuner/selection.h"
 
 using namespace kt;
 
 namespace {
-attn::Candidate cand(const std::string& name, double us, int regs, int smem, attn::Status st = attn::Status::ok) {
-  attn::Candidate c;
+Candidate cand(const std::string& name, double us, int regs, int smem, db::Status st = db::Status::ok) {
+  Candidate c;
   c.variant = name;
-  c.timing.median_us = us;
-  c.report.registers = regs;
+  c.median_us = us;
+  c.registers = regs;
   c.smem_bytes = smem;
   c.status = st;
   return c;
 }
 
 std::pair<int, std::string> run(const std::string& args) {
-  std::string cmd = std::string(KT_AUTOTUNE_PATH) + " " + args + " 2>&1";
+  std::string cmd = kt_test::autotune_path() + " " + args + " 2>&1";
   std::array<char, 4096> buf{};
   std::string out;
   FILE* f = popen(cmd.c_str(), "r");
@@ -51,17 +52,17 @@ TEST_CASE("percentiles interpolate", "[tuner]") {
 }
 
 TEST_CASE("the winner is the fastest median; ties within 1% are broken deterministically", "[tuner]") {
-  std::vector<attn::Candidate> c = {cand("c", 100, 200, 1000), cand("a", 90, 250, 1000),
-                                    cand("b", 80, 255, 1000, attn::Status::wrong_result)};
-  CHECK(attn::pick_winner(c) == 1);  // the wrong result can never win
+  std::vector<Candidate> c = {cand("c", 100, 200, 1000), cand("a", 90, 250, 1000),
+                              cand("b", 80, 255, 1000, db::Status::wrong_result)};
+  CHECK(pick_winner(c) == 1);  // the wrong result can never win
   c.push_back(cand("d", 90.5, 240, 2000));
-  CHECK(attn::pick_winner(c) == 3);  // within 1%: fewer registers
+  CHECK(pick_winner(c) == 3);  // within 1%: fewer registers
   c.push_back(cand("e", 90.6, 240, 1000));
-  CHECK(attn::pick_winner(c) == 4);  // same registers: less shared memory
+  CHECK(pick_winner(c) == 4);  // same registers: less shared memory
   c.push_back(cand("0", 90.7, 240, 1000));
-  CHECK(attn::pick_winner(c) == 5);  // same resources: name
-  std::vector<attn::Candidate> none = {cand("x", 1, 1, 1, attn::Status::launch_failed)};
-  CHECK(attn::pick_winner(none) == -1);
+  CHECK(pick_winner(c) == 5);  // same resources: name
+  std::vector<Candidate> none = {cand("x", 1, 1, 1, db::Status::launch_failed)};
+  CHECK(pick_winner(none) == -1);
 }
 
 TEST_CASE("cold-L2 rotation covers more than 3x the L2", "[tuner]") {

@@ -1,0 +1,193 @@
+// The C ABI (include/kerntune/kerntune.h) over kt::Runtime. No exception leaves these functions.
+#include "kerntune/kerntune.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "cache/tuning_db.h"
+#include "cuda/driver.h"
+#include "runtime/runtime.h"
+#include "runtime/version.h"
+
+struct kt_runtime {
+  kt::Runtime rt;
+  explicit kt_runtime(const std::string& path) : rt(path) {}
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+kt_status fail(kt_status s, const std::string& msg) {
+  try {
+    g_last_error = msg;
+  } catch (...) {
+  }
+  return s;
+}
+
+/// Maps the exception in flight to a status and records its message. Callers validate the problem
+/// (to_problem) first, so a ProblemError here is about the arguments (strides, alignment).
+kt_status from_exception(const char* fn) {
+  const std::string where = std::string(fn) + ": ";
+  try {
+    throw;
+  } catch (const kt::db::DbError& e) {
+    return fail(KT_ERROR_DATABASE, where + e.what());
+  } catch (const kt::cuda::CudaError& e) {
+    return fail(KT_ERROR_CUDA, where + e.what());
+  } catch (const kt::UnsupportedDevice& e) {
+    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
+  } catch (const std::invalid_argument& e) {  // includes kt::ProblemError (argument checks)
+    return fail(KT_ERROR_INVALID_ARGUMENT, where + e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(KT_ERROR_INTERNAL, where + "out of memory");
+  } catch (const std::exception& e) {
+    return fail(KT_ERROR_INTERNAL, where + e.what());
+  } catch (...) {
+    return fail(KT_ERROR_INTERNAL, where + "unknown exception");
+  }
+}
+
+/// Converts and validates a problem: malformed (null, unknown dtype, size < 1) -> INVALID_ARGUMENT;
+/// well-formed but not supported by any kernel (check_problem) -> UNSUPPORTED.
+kt_status to_problem(const kt_attention_problem* in, kt::attn::Problem* out, const char* fn) {
+  const std::string where = std::string(fn) + ": ";
+  if (!in) return fail(KT_ERROR_INVALID_ARGUMENT, where + "problem is NULL");
+  if (in->dtype != KT_DTYPE_FP16 && in->dtype != KT_DTYPE_BF16)
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                where + "unknown dtype " + std::to_string(in->dtype) + " (KT_DTYPE_FP16 = 0, KT_DTYPE_BF16 = 1)");
+  const struct {
+    const char* name;
+    int32_t v;
+  } sizes[] = {{"batch", in->batch},         {"seqlen_q", in->seqlen_q},         {"seqlen_k", in->seqlen_k},
+               {"num_heads", in->num_heads}, {"num_kv_heads", in->num_kv_heads}, {"head_dim", in->head_dim}};
+  for (const auto& s : sizes)
+    if (s.v < 1)
+      return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
+  kt::attn::Problem p;
+  p.dtype = in->dtype == KT_DTYPE_FP16 ? kt::DType::f16 : kt::DType::bf16;
+  p.batch = in->batch;
+  p.seqlen_q = in->seqlen_q;
+  p.seqlen_k = in->seqlen_k;
+  p.num_heads = in->num_heads;
+  p.num_kv_heads = in->num_kv_heads;
+  p.head_dim = in->head_dim;
+  p.causal = in->causal != 0;
+  try {
+    kt::attn::check_problem(p);
+  } catch (const kt::ProblemError& e) {
+    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
+  } catch (...) {
+    return from_exception(fn);
+  }
+  *out = p;
+  return KT_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+kt_status kt_runtime_create(const char* db_path, kt_runtime** out) {
+  if (!out) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_runtime_create: out is NULL");
+  *out = nullptr;
+  try {
+    *out = new kt_runtime(db_path ? std::string(db_path) : std::string());
+    return KT_OK;
+  } catch (const kt::db::DbError&) {
+    return from_exception("kt_runtime_create");
+  } catch (const kt::cuda::CudaError&) {
+    return from_exception("kt_runtime_create");
+  } catch (const kt::UnsupportedDevice&) {
+    return from_exception("kt_runtime_create");
+  } catch (const std::exception& e) {
+    // A driver that cannot be loaded is reported by cuda::api() as std::runtime_error.
+    std::string why;
+    if (!kt::cuda::gpu_available(&why))
+      return fail(KT_ERROR_CUDA, std::string("kt_runtime_create: no usable GPU: ") + e.what());
+    return from_exception("kt_runtime_create");
+  } catch (...) {
+    return from_exception("kt_runtime_create");
+  }
+}
+
+void kt_runtime_destroy(kt_runtime* rt) {
+  try {
+    delete rt;
+  } catch (...) {
+  }
+}
+
+kt_status kt_attention_prefill(kt_runtime* rt, const kt_attention_problem* p, const kt_attention_args* a,
+                               void* cu_stream) {
+  const char* fn = "kt_attention_prefill";
+  if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_prefill: rt is NULL");
+  if (!a) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_prefill: args is NULL");
+  kt::attn::Problem prob;
+  if (kt_status s = to_problem(p, &prob, fn)) return s;
+  if (!a->q) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_prefill: args->q is NULL");
+  if (!a->k) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_prefill: args->k is NULL");
+  if (!a->v) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_prefill: args->v is NULL");
+  if (!a->o) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_prefill: args->o is NULL");
+  try {
+    // Sizes and the softmax scale exactly as contiguous_params computes them; strides from the caller.
+    kt::attn::FwdParams f = kt::attn::contiguous_params(prob, a->q, a->k, a->v, a->o, a->lse, a->softmax_scale);
+    f.q_batch_stride = a->q_stride_batch;
+    f.q_row_stride = a->q_stride_row;
+    f.q_head_stride = a->q_stride_head;
+    f.k_batch_stride = a->k_stride_batch;
+    f.k_row_stride = a->k_stride_row;
+    f.k_head_stride = a->k_stride_head;
+    f.v_batch_stride = a->v_stride_batch;
+    f.v_row_stride = a->v_stride_row;
+    f.v_head_stride = a->v_stride_head;
+    f.o_batch_stride = a->o_stride_batch;
+    f.o_row_stride = a->o_stride_row;
+    f.o_head_stride = a->o_stride_head;
+    rt->rt.attention_prefill(prob, f, static_cast<CUstream>(cu_stream));
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+kt_status kt_attention_explain(kt_runtime* rt, const kt_attention_problem* p, char* buf, size_t buf_len) {
+  const char* fn = "kt_attention_explain";
+  if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_explain: rt is NULL");
+  if (!buf) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_explain: buf is NULL");
+  if (buf_len == 0) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_explain: buf_len is 0");
+  buf[0] = '\0';
+  kt::attn::Problem prob;
+  if (kt_status s = to_problem(p, &prob, fn)) return s;
+  try {
+    const kt::Runtime::Choice c = rt->rt.explain(prob);
+    const std::string line = c.step + ": " + c.variant_name + ": " + c.why;
+    const size_t n = line.size() < buf_len - 1 ? line.size() : buf_len - 1;
+    std::memcpy(buf, line.data(), n);
+    buf[n] = '\0';
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+const char* kt_last_error(void) { return g_last_error.c_str(); }
+
+const char* kt_status_string(kt_status s) {
+  switch (s) {
+    case KT_OK: return "KT_OK";
+    case KT_ERROR_INVALID_ARGUMENT: return "KT_ERROR_INVALID_ARGUMENT";
+    case KT_ERROR_UNSUPPORTED: return "KT_ERROR_UNSUPPORTED";
+    case KT_ERROR_CUDA: return "KT_ERROR_CUDA";
+    case KT_ERROR_DATABASE: return "KT_ERROR_DATABASE";
+    case KT_ERROR_INTERNAL: return "KT_ERROR_INTERNAL";
+  }
+  return "KT_ERROR_UNKNOWN_STATUS";
+}
+
+const char* kt_version(void) { return kt::version_cstr(); }
+
+}  // extern "C"

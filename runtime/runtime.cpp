@@ -1,0 +1,358 @@
+#include "runtime/runtime.h"
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <shared_mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "cache/cubin_cache.h"
+#include "cuda/driver.h"
+#include "generator/arch.h"
+#include "generator/compiler.h"
+#include "runtime/attention.h"
+#include "runtime/loaded_kernel.h"
+
+namespace kt {
+namespace {
+
+std::string fmt2(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f", x);
+  return buf;
+}
+
+/// "attention_prefill/bf16/d128/causal": the kernel class a tuned winner must share.
+std::string class_tag(const attn::Problem& p) {
+  return std::string(attn::kFamily) + (p.dtype == DType::f16 ? "/fp16" : "/bf16") + "/d" + std::to_string(p.head_dim) +
+         (p.causal ? "/causal" : "/full");
+}
+
+struct Candidate {
+  const db::Winner* w;
+  attn::Problem p;
+  attn::Config c;
+};
+
+}  // namespace
+
+ArchId arch_for_compute_capability(int cc_major, int cc_minor) {
+  if (cc_major < 8)
+    throw UnsupportedDevice("compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor) +
+                            " is not supported: kerntune's kernels need sm_80 or newer");
+  if (cc_major == 9 && cc_minor == 0) return ArchId{90, true};
+  return ArchId{cc_major * 10 + cc_minor, false};
+}
+
+AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
+                                  const attn::Problem& p) {
+  attn::check_problem(p);
+  const std::string key = p.key();
+
+  // Usable winners: this family and device class, parsable, same kernel class, config valid here.
+  std::vector<Candidate> cands;
+  int rejected_invalid = 0;
+  for (const auto& w : winners) {
+    if (w.family != attn::kFamily || w.device_name != device_name) continue;
+    Candidate c{&w, {}, {}};
+    try {
+      c.p = attn::problem_from_json(nlohmann::json::parse(w.problem_json));
+      c.c = attn::config_from_json(nlohmann::json::parse(w.config_json));
+    } catch (const std::exception&) {
+      continue;  // a row this build cannot read is not a candidate
+    }
+    if (c.p.dtype != p.dtype || c.p.head_dim != p.head_dim || c.p.causal != p.causal) continue;
+    if (attn::invalid_reason(p.dtype, p.head_dim, p.causal, c.c, arch) != nullptr) {
+      ++rejected_invalid;
+      continue;
+    }
+    cands.push_back(c);
+  }
+
+  auto fill = [&](AttentionChoice& ch, const Candidate& c) {
+    ch.config = c.c;
+    ch.variant_name = attn::variant_name(p, c.c, arch);
+    ch.binary_hash = c.w->binary_hash;
+    ch.tuned_problem_key = c.w->problem_key;
+    ch.tuned_median_us = c.w->median_us;
+  };
+
+  // 1. exact problem key (the smallest key-equal candidate by measurement id, for determinism if a
+  //    view ever returned duplicates).
+  const Candidate* exact = nullptr;
+  for (const auto& c : cands)
+    if (c.w->problem_key == key && (!exact || c.w->measurement_id < exact->w->measurement_id)) exact = &c;
+  if (exact) {
+    AttentionChoice ch;
+    ch.step = "exact";
+    fill(ch, *exact);
+    ch.why = "tuned for exactly this problem on " + device_name + " (median " + fmt2(exact->w->median_us) + " us)";
+    return ch;
+  }
+
+  // 2. nearest tuned problem in log space of the sequence lengths.
+  const double bh = double(p.batch) * p.num_heads;
+  const Candidate* best = nullptr;
+  double best_d = 0, best_t = 0;
+  for (const auto& c : cands) {
+    const double d = std::fabs(std::log(double(p.seqlen_q) / c.p.seqlen_q)) +
+                     std::fabs(std::log(double(p.seqlen_k) / c.p.seqlen_k));
+    const double t = std::fabs(std::log(bh / (double(c.p.batch) * c.p.num_heads)));
+    bool better = !best;
+    if (best) {
+      if (d < best_d - 1e-9) better = true;
+      else if (d <= best_d + 1e-9) {
+        if (t < best_t - 1e-9) better = true;
+        else if (t <= best_t + 1e-9) better = c.w->problem_key < best->w->problem_key;
+      }
+    }
+    if (better) {
+      best = &c;
+      best_d = d;
+      best_t = t;
+    }
+  }
+  if (best) {
+    AttentionChoice ch;
+    ch.step = "nearest";
+    fill(ch, *best);
+    ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " + fmt2(best_d) + ") on " +
+             device_name;
+    return ch;
+  }
+
+  // 3. the family's built-in default.
+  AttentionChoice ch;
+  ch.step = "default";
+  ch.config = attn::default_config(arch, p);
+  ch.variant_name = attn::variant_name(p, ch.config, arch);
+  ch.why = "no tuned " + class_tag(p) + " problem for " + (device_name.empty() ? "this device" : device_name);
+  if (rejected_invalid > 0)
+    ch.why += " (" + std::to_string(rejected_invalid) + " tuned config(s) invalid on " + arch_name(arch) + ")";
+  ch.why += ": built-in default for " + arch_name(arch);
+  return ch;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+namespace {
+
+/// The problem fields as a POD hash key (no allocation to build, hash or compare).
+struct ProblemKey {
+  int dtype, batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim, causal;
+  bool operator==(const ProblemKey& o) const {
+    return dtype == o.dtype && batch == o.batch && seqlen_q == o.seqlen_q && seqlen_k == o.seqlen_k &&
+           num_heads == o.num_heads && num_kv_heads == o.num_kv_heads && head_dim == o.head_dim && causal == o.causal;
+  }
+};
+ProblemKey pod_key(const attn::Problem& p) {
+  return ProblemKey{static_cast<int>(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.num_heads, p.num_kv_heads,
+                    p.head_dim, p.causal ? 1 : 0};
+}
+struct ProblemKeyHash {
+  size_t operator()(const ProblemKey& k) const {
+    const int f[] = {k.dtype, k.batch, k.seqlen_q, k.seqlen_k, k.num_heads, k.num_kv_heads, k.head_dim, k.causal};
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (int x : f) {
+      h ^= static_cast<uint32_t>(x);
+      h *= 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Resolved {
+  attn::Config config;
+  const LoadedKernel* kernel;  // owned by Impl::kernels
+};
+
+/// cuCtxGetDevice is not in cuda::Api; resolve it from the already loaded driver.
+CUdevice device_of_current_context() {
+  using Fn = CUresult (*)(CUdevice*);
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return 0;
+  auto fn = reinterpret_cast<Fn>(dlsym(h, "cuCtxGetDevice"));
+  CUdevice d = 0;
+  if (!fn || fn(&d) != CUDA_SUCCESS) d = 0;
+  dlclose(h);
+  return d;
+}
+
+}  // namespace
+
+struct Runtime::Impl {
+  std::unique_ptr<cuda::Context> owned_ctx;  // declared first: destroyed last
+  CUcontext ctx = nullptr;
+  std::string db_path;
+  std::string device_name;
+  ArchId arch{};
+  int cc_major = 0, cc_minor = 0;
+  std::unique_ptr<db::TuningDb> db;
+  std::vector<db::Winner> winners;
+
+  // Resolution (database reads, compilation, module loads) is serialized by resolve_mu; the launch
+  // path reads `resolved` under a shared lock.
+  std::mutex resolve_mu;
+  std::unique_ptr<CubinCache> disk_cache;
+  std::unique_ptr<Compiler> compiler;
+  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> kernels;  // by variant name
+  mutable std::shared_mutex map_mu;
+  std::unordered_map<ProblemKey, Resolved, ProblemKeyHash> resolved;
+
+  void ensure_current() const {
+    const auto& a = cuda::api();
+    CUcontext cur = nullptr;
+    cuda::check(a.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
+    if (cur == ctx) return;
+    if (cur != nullptr)
+      throw cuda::CudaError(CUDA_ERROR_INVALID_CONTEXT,
+                            "kt::Runtime (the calling thread's current context is not the runtime's)");
+    cuda::check(a.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  }
+
+  /// Loads the kernel of `ch` for problem p (database binary -> disk cache -> NVRTC). Called under resolve_mu.
+  const LoadedKernel* load(const attn::Problem& p, const Choice& ch) {
+    auto it = kernels.find(ch.variant_name);
+    if (it != kernels.end()) return it->second.get();
+    const unsigned smem = static_cast<unsigned>(attn::smem_bytes(ch.config, p.head_dim));
+    std::unique_ptr<LoadedKernel> k;
+    std::string db_note;
+    if (db && !ch.binary_hash.empty()) {
+      auto b = db->get_binary(ch.binary_hash);
+      if (!b) {
+        db_note = "binary " + ch.binary_hash + " is missing from " + db_path;
+      } else if (b->variant_name != ch.variant_name) {
+        db_note = "binary " + ch.binary_hash + " is variant " + b->variant_name + ", expected " + ch.variant_name;
+      } else {
+        bool runs = false;
+        try {
+          runs = arch_runs_on(parse_arch(b->arch), cc_major, cc_minor);
+        } catch (const std::invalid_argument&) {
+        }
+        if (runs && !b->cubin.empty() && !b->lowered_name.empty())
+          k = std::make_unique<LoadedKernel>(b->cubin, b->lowered_name, smem);
+        else
+          db_note = "binary " + ch.binary_hash + " (" + b->arch + ") does not run on this device";
+      }
+    }
+    if (!k) {
+      if (!compiler) {
+        try {
+          disk_cache = std::make_unique<CubinCache>(CubinCache::default_dir());
+        } catch (const std::exception&) {
+          disk_cache.reset();  // no usable cache directory: compile every time
+        }
+        compiler = std::make_unique<Compiler>(disk_cache.get(), 1);
+      }
+      const CompileResult r = compiler->compile(attn::kernel_source(p, ch.config, arch));
+      if (!r.ok)
+        throw std::runtime_error("kt::Runtime: NVRTC failed to compile " + ch.variant_name +
+                                 (db_note.empty() ? "" : " (" + db_note + ")") + ": " + r.error);
+      k = std::make_unique<LoadedKernel>(r.cubin, r.report.lowered_name, smem);
+    }
+    const LoadedKernel* raw = k.get();
+    kernels.emplace(ch.variant_name, std::move(k));
+    return raw;
+  }
+};
+
+Runtime::Runtime(const std::string& db_path) : impl_(std::make_unique<Impl>()) {
+  auto& I = *impl_;
+  I.db_path = db_path;
+  if (I.db_path.empty()) {
+    const char* env = std::getenv("KERNTUNE_DB");
+    if (env && *env) I.db_path = env;
+  }
+  // Open the database before touching the GPU, so a bad file is reported as such on any machine.
+  if (!I.db_path.empty()) {
+    I.db = std::make_unique<db::TuningDb>(I.db_path, /*read_only=*/true);
+  }
+
+  const auto& a = cuda::api();
+  CUcontext cur = nullptr;
+  cuda::check(a.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
+  int ordinal = 0;
+  if (cur) {
+    I.ctx = cur;
+    ordinal = static_cast<int>(device_of_current_context());
+  } else {
+    I.owned_ctx = std::make_unique<cuda::Context>(0);
+    I.ctx = I.owned_ctx->get();
+  }
+  const cuda::DeviceInfo info = cuda::device_info(ordinal);
+  I.device_name = info.name;
+  I.cc_major = info.cc_major;
+  I.cc_minor = info.cc_minor;
+  I.arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
+  if (I.db) I.winners = I.db->winners(I.device_name, attn::kFamily);
+}
+
+Runtime::~Runtime() {
+  if (!impl_) return;
+  // Modules unload from the current context: make ours current if the thread has none.
+  try {
+    const auto& a = cuda::api();
+    CUcontext cur = nullptr;
+    if (!impl_->kernels.empty() && a.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr)
+      a.cuCtxSetCurrent(impl_->ctx);
+  } catch (...) {
+  }
+  impl_->resolved.clear();
+  impl_->kernels.clear();
+}
+
+Runtime::Choice Runtime::explain(const attn::Problem& p) const {
+  return resolve_attention(impl_->winners, impl_->device_name, impl_->arch, p);
+}
+
+void Runtime::attention_prefill(const attn::Problem& p, const attn::FwdParams& params, CUstream stream) {
+  auto& I = *impl_;
+  const ProblemKey key = pod_key(p);
+  Resolved r{};
+  bool found = false;
+  {
+    std::shared_lock<std::shared_mutex> lock(I.map_mu);
+    auto it = I.resolved.find(key);
+    if (it != I.resolved.end()) {
+      r = it->second;
+      found = true;
+    }
+  }
+  I.ensure_current();
+  if (!found) {
+    attn::check_params(p, params);  // reject bad arguments before compiling anything
+    std::lock_guard<std::mutex> g(I.resolve_mu);
+    {
+      std::shared_lock<std::shared_mutex> lock(I.map_mu);
+      auto it = I.resolved.find(key);
+      if (it != I.resolved.end()) {
+        r = it->second;
+        found = true;
+      }
+    }
+    if (!found) {
+      const Choice ch = explain(p);
+      r = Resolved{ch.config, I.load(p, ch)};
+      std::unique_lock<std::shared_mutex> lock(I.map_mu);
+      I.resolved.emplace(key, r);
+    }
+  }
+  attn::launch(*r.kernel, p, r.config, params, stream);
+}
+
+const std::string& Runtime::device_name() const { return impl_->device_name; }
+ArchId Runtime::arch() const { return impl_->arch; }
+bool Runtime::has_db() const { return impl_->db != nullptr; }
+const std::string& Runtime::db_path() const { return impl_->db_path; }
+CUcontext Runtime::context() const { return impl_->ctx; }
+size_t Runtime::resolved_problems() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
+  return impl_->resolved.size();
+}
+
+}  // namespace kt

@@ -1,0 +1,211 @@
+// [gpu] tuner: fault isolation in worker processes (a faulting and a hanging kernel, compiled only
+// here), and an end-to-end tune of a small shapes file whose winners the runtime then launches.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cache/tuning_db.h"
+#include "cuda/driver.h"
+#include "generator/arch.h"
+#include "generator/attention_family.h"
+#include "generator/compiler.h"
+#include "runtime/runtime.h"
+#include "tuner/attention_harness.h"
+#include "tuner/worker.h"
+#include "../support.h"
+
+using namespace kt;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("kt_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+ArchId device_arch() {
+  const auto d = cuda::device_info(0);
+  return ArchId{d.cc_major * 10 + d.cc_minor, d.cc_major == 9};
+}
+
+db::BinaryRecord record_of(const CompileResult& r) {
+  db::BinaryRecord b;
+  b.hash = r.cache_key;
+  b.family = r.kernel.family;
+  b.variant_name = r.kernel.variant_name;
+  b.name_expression = r.kernel.name_expression;
+  b.lowered_name = r.report.lowered_name;
+  b.arch = arch_name(r.kernel.arch);
+  b.cubin = r.cubin;
+  b.registers = r.report.registers;
+  b.dynamic_smem_bytes = int(r.kernel.dynamic_smem_bytes);
+  return b;
+}
+
+// Test-only kernels with the attention kernel's signature: one writes far out of bounds, one spins.
+const char* kBadKernels = R"(
+#include "attention/attention_config.h"
+template <int Mode>
+__global__ void bad_kernel(const kt::attn::FwdParams p) {
+  if (Mode == 0) {
+    if (threadIdx.x == 0) *(reinterpret_cast<volatile int*>(p.o) + (1ll << 40)) = 1;  // illegal address
+  } else {
+    while (*reinterpret_cast<volatile int*>(p.o) != 12345) {}  // o is NaN-poisoned: spins forever
+  }
+}
+)";
+
+}  // namespace
+
+TEST_CASE("a faulting or hanging candidate is recorded and tuning continues in a fresh worker", "[gpu][tuner]") {
+  const ArchId arch = device_arch();
+  const std::string dbp = temp_path("faults.db");
+  attn::Problem p;
+  p.dtype = DType::bf16;
+  p.seqlen_q = p.seqlen_k = 300;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 128;
+  p.causal = true;
+  const attn::Config good_cfg = attn::default_config(arch, p);
+  Compiler compiler(nullptr);
+  const auto good = compiler.compile(attn::kernel_source(p, good_cfg, arch));
+  REQUIRE(good.ok);
+  KernelSource bad_src[2];
+  CompileResult bad[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    bad_src[mode] = {"test_faults", mode ? "hang_kernel" : "fault_kernel", "bad_kernel<" + std::to_string(mode) + ">",
+                     kBadKernels, arch, unsigned(attn::smem_bytes(good_cfg, p.head_dim))};
+    bad[mode] = compiler.compile(bad_src[mode]);
+    INFO(bad[mode].error);
+    REQUIRE(bad[mode].ok);
+  }
+  {
+    db::TuningDb db(dbp);
+    db.put_binary(record_of(good));
+    db.put_binary(record_of(bad[0]));
+    db.put_binary(record_of(bad[1]));
+  }
+  WorkerPool pool({kt_test::autotune_path(), "__worker", "--db", dbp}, /*watchdog_s=*/5, /*setup_watchdog_s=*/120);
+  pool.set_problem({{"cmd", "problem"}, {"problem", attn::problem_to_json(p)}, {"seed", 3}, {"ref_rows", 256}});
+  auto measure = [&](const CompileResult& r) {
+    return pool.measure({{"cmd", "measure"}, {"config", attn::config_to_json(good_cfg)}, {"variant", r.kernel.variant_name},
+                         {"binary_hash", r.cache_key}, {"budget_ms", 5}});
+  };
+  auto ok1 = measure(good);
+  CHECK(ok1.status == db::Status::ok);
+  CHECK(ok1.median_us > 0);
+  auto fault = measure(bad[0]);
+  CHECK(fault.status == db::Status::launch_failed);
+  CHECK_THAT(fault.error, Catch::Contains("CUDA_ERROR"));
+  auto ok2 = measure(good);  // a fresh worker, the problem set up again
+  CHECK(ok2.status == db::Status::ok);
+  CHECK(pool.workers_started() == 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto hang = measure(bad[1]);
+  CHECK(hang.status == db::Status::timeout);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
+  auto ok3 = measure(good);
+  CHECK(ok3.status == db::Status::ok);
+  CHECK(pool.workers_started() == 3);
+  std::filesystem::remove(dbp);
+}
+
+namespace {
+
+std::pair<int, std::string> run_cmd(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f);
+  char buf[4096];
+  while (fgets(buf, sizeof buf, f)) out += buf;
+  const int rc = pclose(f);
+  return {WEXITSTATUS(rc), out};
+}
+
+}  // namespace
+
+TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runtime launches every winner",
+          "[gpu][tuner][runtime]") {
+  const std::string shapes = temp_path("small_shapes.json");
+  const std::string dbp = temp_path("e2e.db");
+  std::filesystem::remove(dbp);
+  std::ofstream(shapes) << R"({"model": "small-gqa", "hidden_size": 1024, "num_attention_heads": 14,
+    "num_key_value_heads": 2, "head_dim": 128, "dtypes": ["bf16", "fp16"],
+    "workloads": {"attention_prefill": [{"batch": 1, "seqlen": 1000, "causal": true},
+                                        {"batch": 2, "seqlen": 333, "seqlen_k": 777, "causal": false}]}})";
+  const std::string arch = arch_name(device_arch());
+  const std::string base = std::string(kt_test::autotune_path()) + " --arch " + arch + " --shapes " + shapes + " --db " + dbp +
+                           " --budget-ms 5 --max-candidates 12";
+  // Start a tune and kill it mid-run: whatever it measured must survive.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", (base + " > /dev/null 2>&1").c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  long long before_kill = 0;
+  for (int i = 0; i < 600 && before_kill < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    try {
+      if (std::filesystem::exists(dbp)) before_kill = db::TuningDb(dbp, true).count("measurements");
+    } catch (const std::exception&) {
+    }
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ::system(("pkill -9 -f '" + dbp + "' 2>/dev/null").c_str());  // the killed run's worker
+  REQUIRE(before_kill >= 8);
+  const long long after_kill = db::TuningDb(dbp, true).count("measurements");
+  CHECK(after_kill >= before_kill);
+
+  // Resume: completes, measuring only what is missing.
+  auto [rc, out] = run_cmd(base);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK_THAT(out, Catch::Contains("already in"));
+  db::TuningDb db(dbp, true);
+  const long long total = db.count("measurements");
+  CHECK(total == 4 * 12);  // 4 problems x 12 candidates, nothing measured twice
+  // The same command again measures nothing.
+  auto [rc2, out2] = run_cmd(base);
+  CHECK(rc2 == 0);
+  CHECK_THAT(out2, Catch::Contains("0 candidates to measure"));
+  CHECK(db::TuningDb(dbp, true).count("measurements") == total);
+
+  // Every winner, launched by the runtime from the database, matches the float64 reference.
+  const auto winners = db.winners();
+  REQUIRE(winners.size() == 4);
+  cuda::Context ctx(0);
+  cuda::Stream stream;
+  Runtime rt(dbp);
+  for (const auto& w : winners) {
+    const auto p = attn::problem_from_json(nlohmann::json::parse(w.problem_json));
+    const auto choice = rt.explain(p);
+    INFO(w.problem_key << ": " << choice.why);
+    CHECK(choice.step == "exact");
+    CHECK(choice.variant_name == w.variant_name);
+    const auto in = attn::make_inputs(p, 11);
+    const auto ref = attn::reference_rows(in, 1.0 / std::sqrt(double(p.head_dim)), 2048, 5);
+    attn::DeviceProblem dev(in, 1, true);
+    rt.attention_prefill(p, dev.params(0, 0.f), stream.get());
+    stream.synchronize();
+    std::vector<uint16_t> o;
+    std::vector<float> lse;
+    dev.download(0, o, lse);
+    const auto v = attn::verify(in, ref, o, lse);
+    INFO(v.message);
+    CHECK(v.pass);
+  }
+  const auto show = run_cmd(std::string(kt_test::autotune_path()) + " show --db " + dbp);
+  CHECK(show.first == 0);
+  CHECK_THAT(show.second, Catch::Contains("4 winners"));
+  std::filesystem::remove(dbp);
+  std::filesystem::remove(shapes);
+}

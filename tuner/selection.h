@@ -1,0 +1,22 @@
+// Winner selection, identical to the tuning database's winners view (cache/tuning_db.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cache/tuning_db.h"
+
+namespace kt {
+
+struct Candidate {
+  std::string variant;
+  db::Status status = db::Status::ok;
+  double median_us = 0;
+  int registers = -1;
+  int smem_bytes = 0;
+};
+
+/// Index of the fastest ok candidate by median; candidates within 1% of the best median are a tie,
+/// broken by fewer registers, then less shared memory, then variant name. -1 if none is ok.
+int pick_winner(const std::vector<Candidate>& c);
+
+}  // namespace kt

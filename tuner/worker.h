@@ -1,0 +1,83 @@
+// Candidates run in a worker process so that a faulting kernel (illegal address, misaligned access),
+// which poisons its CUDA context, or a hanging one costs only the worker: the tuner records the
+// failure, starts a fresh worker and goes on. The parent never initializes CUDA.
+//
+// Protocol: one JSON object per line. Parent -> worker:
+//   {"cmd":"problem","family":"attention_prefill","problem":{...},"seed":1,"ref_rows":512}
+//   {"cmd":"measure","config":{...},"variant":"...","binary_hash":"...","budget_ms":100}
+//   {"cmd":"quit"}
+// Worker -> parent: first {"type":"hello","device":{...}} (or {"type":"error","error":...} and exit),
+// then {"type":"ready"} per problem and {"type":"result",...} per measure. After a CUDA error the worker
+// reports it as a launch_failed result and exits.
+#pragma once
+#include <sys/types.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cache/tuning_db.h"
+
+namespace kt {
+
+/// Entry point of `autotune __worker --db FILE`: serves requests on in_fd/out_fd until quit or EOF.
+/// Binaries are read from the tuning database (read-only). Returns the process exit code.
+int worker_main(const std::string& db_path, int in_fd, int out_fd);
+
+/// Result of one candidate as reported by a worker (or by the pool when the worker died or hung).
+struct WorkerResult {
+  db::Status status = db::Status::launch_failed;
+  std::string error;
+  double median_us = 0, p20_us = 0, p80_us = 0;
+  std::vector<double> samples_us;
+  double rel_err = -1;
+  double sm_clock_mhz = -1;
+};
+
+/// Supervises worker processes. Not thread-safe (one tuner thread).
+class WorkerPool {
+ public:
+  /// argv: the worker command line (e.g. {"/proc/self/exe", "__worker", "--db", path}).
+  /// watchdog_s bounds one measure request; setup_watchdog_s bounds a problem setup (inputs + reference).
+  WorkerPool(std::vector<std::string> argv, double watchdog_s, double setup_watchdog_s);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  /// Starts a worker if none runs and returns the device it reported. Throws std::runtime_error with the
+  /// worker's message when it has no GPU (or cannot start).
+  db::DeviceRecord device();
+
+  /// Sets the problem for following measures; sent to the current worker now and to every new one.
+  /// Throws std::runtime_error if the worker cannot set it up (its message).
+  void set_problem(const nlohmann::json& problem_cmd);
+
+  /// Measures one candidate. A worker that dies yields launch_failed with its exit status, one that
+  /// exceeds the watchdog is killed and yields timeout; either way the next call starts a fresh worker.
+  WorkerResult measure(const nlohmann::json& measure_cmd);
+
+  /// Workers started so far (1 + restarts after faults).
+  int workers_started() const { return started_; }
+
+  /// Kills the current worker (e.g. on Ctrl-C).
+  void kill_worker();
+
+ private:
+  void start();
+  bool send(const nlohmann::json& j);
+  /// Reads one line; false on EOF or timeout (*timed_out tells which).
+  bool read_line(std::string& line, double timeout_s, bool* timed_out);
+  std::string reap();  // waits for the dead worker; returns "exit status N" / "signal N"
+
+  std::vector<std::string> argv_;
+  double watchdog_s_, setup_watchdog_s_;
+  pid_t pid_ = -1;
+  int to_worker_ = -1, from_worker_ = -1;
+  std::string buffer_;
+  nlohmann::json device_;
+  nlohmann::json problem_;
+  bool problem_sent_ = false;
+  int started_ = 0;
+};
+
+}  // namespace kt
