@@ -33,6 +33,11 @@ if want tune; then
   grep "candidates to measure" "$OUT/tune_again.log"
   "$BIN/autotune" show --db "$OUT/qwen7b-h100.db" > "$OUT/show.txt" 2>&1; tail -2 "$OUT/show.txt"
 fi
+if want tune && [ -f "$OUT/qwen7b-h100.db" ]; then
+  echo "== example: runtime launch from the tuned database"
+  "$BIN/example_attention_prefill" "$OUT/qwen7b-h100.db" 2>&1 | tee "$OUT/example.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
 if want anchors; then
   echo "== anchors: torch SDPA flash / cuDNN"
   PYTHONUNBUFFERED=1 python3 bench/attention_anchors.py --shapes shapes/qwen7b.json --out "$OUT/anchors.json" 2>&1 | tee "$OUT/anchors.log"
