@@ -76,7 +76,7 @@ AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const 
 
   auto fill = [&](AttentionChoice& ch, const Candidate& c) {
     ch.config = c.c;
-    ch.variant_name = attn::variant_name(p, c.c, arch);
+    ch.variant_name = c.w->variant_name;  // the tuned binary itself (e.g. an sm_90 cubin on an sm_90a runtime)
     ch.binary_hash = c.w->binary_hash;
     ch.tuned_problem_key = c.w->problem_key;
     ch.tuned_median_us = c.w->median_us;
