@@ -338,6 +338,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   };
 
   int no_winner = 0;
+  double clock_min = 1e9, clock_max = -1;  // SM clock seen by this run's measurements (NVML)
   nlohmann::json report = nlohmann::json::array();
   std::vector<std::string> lines;
   for (auto& t : todo) {
@@ -389,6 +390,11 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     // Report from the database (includes rows from earlier, resumed runs).
     const auto ms = db->measurements(device.name, kt::attn::kFamily, p.key());
     const auto cands = latest_candidates(ms, resources);
+    for (const auto& m : ms)
+      if (m.run_id == run_id && m.sm_clock_mhz > 0) {
+        clock_min = std::min(clock_min, m.sm_clock_mhz);
+        clock_max = std::max(clock_max, m.sm_clock_mhz);
+      }
     for (const auto& c : cands) {
       n_compiled += c.status != kt::db::Status::compile_failed;
       n_verified += c.status == kt::db::Status::ok;
@@ -430,6 +436,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::printf("\n%-62s %-28s %10s %8s %8s %8s %s\n", "problem", "winner", "median_us", "TFLOP/s", "vs_dflt", "margin",
               "compiled/verified/timed/failed");
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
+  if (clock_max > 0)
+    std::printf("autotune: SM clock during measurement %.0f-%.0f MHz (NVML)\n", clock_min, clock_max);
+  else
+    std::printf("autotune: SM clock during measurement unknown (NVML not available or nothing measured)\n");
   std::printf("autotune: %d worker process(es) used; results in %s (autotune show --db %s)\n", pool->workers_started(),
               a.db.c_str(), a.db.c_str());
   if (!a.json_out.empty()) {
