@@ -84,6 +84,20 @@ __device__ __forceinline__ unsigned pack2<DType::bf16>(float lo, float hi) {
   return r;
 }
 
+/// One fp16 / bf16 element (raw bits) to float.
+template <DType DT>
+__device__ __forceinline__ float to_float(unsigned short bits);
+template <>
+__device__ __forceinline__ float to_float<DType::f16>(unsigned short bits) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(bits));
+  return f;
+}
+template <>
+__device__ __forceinline__ float to_float<DType::bf16>(unsigned short bits) {
+  return __int_as_float(int(unsigned(bits) << 16));
+}
+
 /// 2^x (ex2.approx.ftz: max relative error 2^-22 over the full range).
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

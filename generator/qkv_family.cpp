@@ -1,0 +1,221 @@
+#include "generator/qkv_family.h"
+
+#include <cstdint>
+#include <sstream>
+
+#include "generator/arch.h"
+
+namespace kt {
+namespace qkv {
+namespace {
+
+const char* fmt_tag(quant::Format f) {
+  switch (f) {
+    case quant::Format::fp16: return "fp16";
+    case quant::Format::bf16: return "bf16";
+    case quant::Format::int8: return "int8";
+    case quant::Format::int4: return "int4";
+    case quant::Format::nf4: return "nf4";
+    case quant::Format::mxfp4: return "mxfp4";
+    case quant::Format::nvfp4: return "nvfp4";
+  }
+  return "?";
+}
+const char* dt_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
+[[noreturn]] void fail(const std::string& m) { throw ProblemError(std::string(kFamily) + ": " + m); }
+
+quant::Format parse_fmt(const std::string& s) {
+  for (int i = 0; i <= 6; ++i)
+    if (s == fmt_tag(quant::Format(i))) return quant::Format(i);
+  fail("unknown weight format '" + s + "'");
+}
+
+}  // namespace
+
+std::string Problem::key() const {
+  std::ostringstream s;
+  s << kFamily << '/' << dt_tag(dtype) << '/' << fmt_tag(format) << "/m" << m << "/k" << k << "/h" << num_heads << "/kv"
+    << num_kv_heads << "/d" << head_dim << '/' << (has_bias ? "bias" : "nobias") << '/' << (rope ? "rope" : "norope");
+  return s.str();
+}
+
+double Problem::min_bytes() const {
+  const double elems = double(n()) * k;
+  double w = elems * quant::format_bits(format) / 8;
+  const int g = quant::format_group(format);
+  if (g > 0) w += elems / g * (quant::scale_bytes(format) + (format == quant::Format::int4 ? 1 : 0));
+  if (g < 0) w += double(n()) * 4;
+  return w + 2.0 * m * k + 2.0 * m * n() + (has_bias ? 2.0 * n() : 0);
+}
+
+void check_problem(const Problem& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) fail("unknown activation dtype (expected fp16 or bf16)");
+  if (int(p.format) < 0 || int(p.format) > 6) fail("unknown weight format");
+  if (p.m < 1) fail("m (tokens) must be >= 1, got " + std::to_string(p.m));
+  if (p.k < 1) fail("k must be >= 1, got " + std::to_string(p.k));
+  if (p.num_heads < 1 || p.num_kv_heads < 1) fail("num_heads and num_kv_heads must be >= 1");
+  if (p.num_heads % p.num_kv_heads != 0)
+    fail("num_heads (" + std::to_string(p.num_heads) + ") must be a multiple of num_kv_heads (" +
+         std::to_string(p.num_kv_heads) + ")");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    fail("head_dim " + std::to_string(p.head_dim) + " is not supported: head_dim must be 64 or 128");
+  if (p.k % 64 != 0) fail("k = " + std::to_string(p.k) + " must be a multiple of 64 (the kernels' K step)");
+  const int g = quant::format_group(p.format);
+  if (g > 0 && p.k % g != 0)
+    fail("k = " + std::to_string(p.k) + " is not a multiple of the " + fmt_tag(p.format) + " block of " + std::to_string(g));
+  if ((p.format == quant::Format::fp16 && p.dtype != DType::f16) || (p.format == quant::Format::bf16 && p.dtype != DType::bf16))
+    fail(std::string(fmt_tag(p.format)) + " weights need " + fmt_tag(p.format) + " activations");
+  if (p.m > 65535 * 16) fail("m too large for the grid");
+}
+
+std::vector<Config> config_space() {
+  std::vector<Config> out;
+  const int warps[][2] = {{1, 4}, {2, 2}, {2, 4}, {4, 2}};
+  for (int tm : {16, 32, 64, 128})
+    for (int tn : {64, 128, 256})
+      for (int tk : {64, 128})
+        for (const auto& w : warps)
+          for (int st : {2, 3})
+            for (int sk : {1, 2, 4, 8, 16}) out.push_back(Config{tm, tn, tk, w[0], w[1], st, sk});
+  return out;
+}
+
+std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
+  std::vector<Config> out;
+  int m_cap = 16;
+  while (m_cap < p.m && m_cap < 128) m_cap *= 2;
+  for (const auto& c : config_space()) {
+    if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
+    if (c.tile_m > m_cap) continue;
+    if (c.stages == 3 && c.tile_m < 64) continue;  // X tiles of 16/32 rows are too small for a deeper ring to matter
+    const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    if (c.split_k > 1 && (blocks >= 264 || c.split_k > p.k / c.tile_k)) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+Config default_config(ArchId arch, const Problem& p) {
+  Config c = p.m <= 16 ? Config{16, 128, 64, 1, 4, 2, 4} : p.m <= 64 ? Config{32, 128, 64, 1, 4, 3, 2}
+                                                                       : Config{128, 128, 64, 2, 4, 3, 1};
+  if (const char* why = invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch))
+    fail(std::string("no default config for ") + arch_name(arch) + ": " + why);
+  return c;
+}
+
+bool same_config(const Config& a, const Config& b) {
+  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.tile_k == b.tile_k && a.warps_m == b.warps_m &&
+         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k;
+}
+
+std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
+  std::ostringstream s;
+  s << kFamily << "__" << dt_tag(p.dtype) << '_' << fmt_tag(p.format) << "_d" << p.head_dim << '_'
+    << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__m" << c.tile_m << "_n" << c.tile_n
+    << "_k" << c.tile_k << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_sk" << c.split_k << "__"
+    << arch_name(arch);
+  return s.str();
+}
+
+std::string name_expression(const Problem& p, const Config& c) {
+  std::ostringstream s;
+  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
+    << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
+    << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ">";
+  return s.str();
+}
+
+KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
+  KernelSource k;
+  k.family = kFamily;
+  k.variant_name = variant_name(p, c, arch);
+  k.name_expression = name_expression(p, c);
+  k.source = "#include \"qkv_proj/qkv_proj.cuh\"\n";
+  k.arch = arch;
+  k.dynamic_smem_bytes = unsigned(smem_bytes(c));
+  return k;
+}
+
+attn::LaunchDims launch_dims(const Problem& p, const Config& c) {
+  attn::LaunchDims d;
+  d.grid_x = unsigned((p.n() + c.tile_n - 1) / c.tile_n);
+  d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
+  d.grid_z = unsigned(c.split_k);
+  d.block_x = unsigned(threads(c));
+  d.smem_bytes = unsigned(smem_bytes(c));
+  return d;
+}
+
+size_t workspace_bytes(const Problem& p, const Config& c) {
+  if (c.split_k <= 1) return 0;
+  const auto d = launch_dims(p, c);
+  return size_t(d.grid_x) * d.grid_y * c.split_k * c.tile_m * c.tile_n * 4;
+}
+
+size_t counter_bytes(const Problem& p, const Config& c) {
+  if (c.split_k <= 1) return 0;
+  const auto d = launch_dims(p, c);
+  return size_t(d.grid_x) * d.grid_y * 4;
+}
+
+nlohmann::json problem_to_json(const Problem& p) {
+  return {{"dtype", dt_tag(p.dtype)}, {"format", fmt_tag(p.format)}, {"m", p.m}, {"k", p.k},
+          {"num_heads", p.num_heads}, {"num_kv_heads", p.num_kv_heads}, {"head_dim", p.head_dim},
+          {"has_bias", p.has_bias}, {"rope", p.rope}};
+}
+
+Problem problem_from_json(const nlohmann::json& j) {
+  try {
+    Problem p;
+    const std::string dt = j.at("dtype");
+    if (dt != "fp16" && dt != "bf16") fail("problem JSON field 'dtype': unknown dtype '" + dt + "'");
+    p.dtype = dt == "fp16" ? DType::f16 : DType::bf16;
+    p.format = parse_fmt(j.at("format"));
+    p.m = j.at("m");
+    p.k = j.at("k");
+    p.num_heads = j.at("num_heads");
+    p.num_kv_heads = j.at("num_kv_heads");
+    p.head_dim = j.at("head_dim");
+    p.has_bias = j.at("has_bias");
+    p.rope = j.at("rope");
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("problem JSON: ") + e.what());
+  }
+}
+
+nlohmann::json config_to_json(const Config& c) {
+  return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
+          {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}};
+}
+
+Config config_from_json(const nlohmann::json& j) {
+  try {
+    return Config{j.at("tile_m"), j.at("tile_n"), j.at("tile_k"), j.at("warps_m"),
+                  j.at("warps_n"), j.at("stages"), j.at("split_k")};
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("config JSON: ") + e.what());
+  }
+}
+
+void check_params(const Problem& p, const Config& c, const QkvParams& a) {
+  check_problem(p);
+  if (a.m != p.m || a.k_dim != p.k || a.num_heads != p.num_heads || a.num_kv_heads != p.num_kv_heads)
+    fail("kernel arguments do not match the problem's sizes");
+  auto al16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  if (!a.x || !a.w_data || !a.q || !a.k || !a.v) fail("x, w_data, q, k and v must be non-null device pointers");
+  if (!al16(a.x) || !al16(a.w_data) || !al16(a.q) || !al16(a.k) || !al16(a.v))
+    fail("x, w_data, q, k and v must be 16-byte aligned");
+  for (long long s : {a.x_row_stride, a.q_row_stride, a.k_row_stride, a.v_row_stride})
+    if (s % 8 != 0) fail("row strides must be multiples of 8 elements, got " + std::to_string(s));
+  if (a.x_row_stride < p.k) fail("x_row_stride is smaller than k");
+  if (quant::format_group(p.format) != 0 && !a.w_scales) fail(std::string(fmt_tag(p.format)) + " weights need w_scales");
+  if (p.format == quant::Format::int4 && !a.w_zeros) fail("int4 weights need w_zeros");
+  if (p.has_bias && !a.bias) fail("the problem has a bias but bias is null");
+  if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
+  if (c.split_k > 1 && (!a.workspace || !a.counters)) fail("split_k > 1 needs a workspace and counters");
+  if (p.format == quant::Format::nvfp4 && !(a.tensor_scale > 0.f)) fail("nvfp4 needs a positive tensor_scale");
+}
+
+}  // namespace qkv
+}  // namespace kt

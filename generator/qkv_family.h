@@ -1,0 +1,71 @@
+// The qkv_proj kernel family, host side. Device side: templates/qkv_proj/qkv_proj.cuh; shared rules:
+// templates/qkv_proj/qkv_proj_config.h; weight formats: templates/qkv_proj/quant_format.h.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "generator/attention_family.h"  // ProblemError, LaunchDims
+#include "generator/compiler.h"
+#include "qkv_proj/qkv_proj_config.h"
+
+namespace kt {
+namespace qkv {
+
+constexpr const char* kFamily = "qkv_proj";
+
+/// Result-defining key of one projection: X [m, k] dtype, W [(Hq + 2 Hkv) * head_dim, k] in `format`.
+struct Problem {
+  DType dtype = DType::bf16;
+  quant::Format format = quant::Format::bf16;
+  int m = 1;  ///< tokens
+  int k = 3584;
+  int num_heads = 28, num_kv_heads = 4, head_dim = 128;
+  bool has_bias = true;
+  bool rope = true;
+
+  int n() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+  /// "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope"
+  std::string key() const;
+  double flops() const { return 2.0 * m * double(n()) * k; }
+  /// Bytes the kernel must move at least: packed weight + scales + X + outputs (+ bias).
+  double min_bytes() const;
+};
+
+/// Throws ProblemError naming the rule: sizes >= 1, Hq % Hkv == 0, head_dim 64/128, k a multiple of 64 and of
+/// the format's group, fp16/bf16 weights matching the activation dtype.
+void check_problem(const Problem& p);
+
+/// Raw axes: tile_m {16, 32, 64, 128} x tile_n {64, 128, 256} x tile_k {64, 128} x warps (m x n)
+/// {1x4, 2x2, 2x4, 4x2} x stages {2, 3} x split_k {1, 2, 4, 8, 16}.
+std::vector<Config> config_space();
+
+/// Valid configs for the problem, pruned by M: tile_m <= max(16, next power of two >= m); stages 3 only for
+/// tile_m >= 64; split_k > 1 only
+/// while the grid has fewer than 2 blocks per SM of an H100-class GPU (264), and split_k <= K / tile_k.
+std::vector<Config> valid_configs(const Problem& p, ArchId arch);
+Config default_config(ArchId arch, const Problem& p);
+bool same_config(const Config& a, const Config& b);
+
+/// "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8__sm_90a"
+std::string variant_name(const Problem& p, const Config& c, ArchId arch);
+/// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2>": split_k is not in it (it is
+/// gridDim.z), so configs that differ only in split_k share one binary.
+std::string name_expression(const Problem& p, const Config& c);
+KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
+attn::LaunchDims launch_dims(const Problem& p, const Config& c);
+/// Split-K workspace (fp32 partial tiles) and counters (one unsigned per output tile) in bytes; 0 when split_k == 1.
+size_t workspace_bytes(const Problem& p, const Config& c);
+size_t counter_bytes(const Problem& p, const Config& c);
+
+nlohmann::json problem_to_json(const Problem& p);
+Problem problem_from_json(const nlohmann::json& j);
+nlohmann::json config_to_json(const Config& c);
+Config config_from_json(const nlohmann::json& j);
+
+/// Checks kernel arguments against the problem: 16-byte aligned x/w/outputs, strides multiples of 8, pointers
+/// present for the class (scales for quantized formats, zeros for int4, bias, positions), workspace when split.
+void check_params(const Problem& p, const Config& c, const QkvParams& a);
+
+}  // namespace qkv
+}  // namespace kt

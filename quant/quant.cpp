@@ -1,0 +1,378 @@
+// Quantizers, exact dequantization and layout validation of kerntune's packed weight formats
+// (templates/qkv_proj/quant_format.h).
+#include "quant/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "quant/quant_internal.h"
+#include "reference/dtype_convert.h"
+
+namespace kt::quant {
+
+namespace {
+
+constexpr float kNf4[16] = KT_NF4_CODE;
+
+void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v & 0xFF);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+void put_f32(uint8_t* p, float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(u >> (8 * i));
+}
+float get_f32(const uint8_t* p) {
+  uint32_t u = 0;
+  for (int i = 0; i < 4; ++i) u |= static_cast<uint32_t>(p[i]) << (8 * i);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+void put_nibble(std::vector<uint8_t>& data, size_t row_bytes, int r, int c, uint8_t q) {
+  uint8_t& b = data[static_cast<size_t>(r) * row_bytes + static_cast<size_t>(c) / 2];
+  b = (c & 1) ? static_cast<uint8_t>((b & 0x0F) | (q << 4)) : static_cast<uint8_t>((b & 0xF0) | (q & 0x0F));
+}
+uint8_t get_nibble(const std::vector<uint8_t>& data, size_t row_bytes, int r, int c) {
+  const uint8_t b = data[static_cast<size_t>(r) * row_bytes + static_cast<size_t>(c) / 2];
+  return (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0x0F);
+}
+
+size_t row_bytes(Format f, int k) { return static_cast<size_t>(k) * format_bits(f) / 8; }
+int groups_per_row(Format f, int k) {
+  const int g = format_group(f);
+  return g > 0 ? k / g : g < 0 ? 1 : 0;
+}
+size_t expected_scale_bytes(Format f, int n, int k) {
+  return static_cast<size_t>(n) * groups_per_row(f, k) * scale_bytes(f);
+}
+
+std::string fmt_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void check_shape(const char* what, Format f, int n, int k) {
+  const std::string pre = std::string(what) + "(" + format_name(f) + ", n=" + std::to_string(n) +
+                          ", k=" + std::to_string(k) + "): ";
+  if (n < 1) throw std::invalid_argument(pre + "n must be >= 1 (got " + std::to_string(n) + ")");
+  if (k < 1) throw std::invalid_argument(pre + "k must be >= 1 (got " + std::to_string(k) + ")");
+  if (k % 64 != 0)
+    throw std::invalid_argument(pre + "k must be a multiple of 64, the kernels' k step (got " +
+                                std::to_string(k) + ")");
+  const int g = format_group(f);
+  if (g > 0 && k % g != 0)
+    throw std::invalid_argument(pre + "k must be a multiple of the group size " + std::to_string(g) +
+                                " (got " + std::to_string(k) + ")");
+}
+
+}  // namespace
+
+const char* format_name(Format f) {
+  switch (f) {
+    case Format::fp16: return "fp16";
+    case Format::bf16: return "bf16";
+    case Format::int8: return "int8";
+    case Format::int4: return "int4";
+    case Format::nf4: return "nf4";
+    case Format::mxfp4: return "mxfp4";
+    case Format::nvfp4: return "nvfp4";
+  }
+  throw std::invalid_argument("format_name: invalid Format value " + std::to_string(static_cast<int>(f)));
+}
+
+Format parse_format(const std::string& name) {
+  for (Format f : {Format::fp16, Format::bf16, Format::int8, Format::int4, Format::nf4, Format::mxfp4,
+                   Format::nvfp4})
+    if (name == format_name(f)) return f;
+  throw std::invalid_argument("unknown weight format '" + name +
+                              "' (expected fp16, bf16, int8, int4, nf4, mxfp4 or nvfp4)");
+}
+
+std::string describe(const PackedWeight& pw) {
+  const int fi = static_cast<int>(pw.format);
+  const std::string fname = fi >= 0 && fi <= 6 ? format_name(pw.format) : "format " + std::to_string(fi);
+  return "PackedWeight(" + fname + ", n=" + std::to_string(pw.n) + ", k=" + std::to_string(pw.k) + ")";
+}
+
+void validate(const PackedWeight& pw) {
+  const std::string pre = describe(pw) + ": ";
+  const int fi = static_cast<int>(pw.format);
+  if (fi < 0 || fi > 6) throw std::invalid_argument(pre + "format is not a valid Format");
+  if (pw.n < 1) throw std::invalid_argument(pre + "n must be >= 1");
+  if (pw.k < 1) throw std::invalid_argument(pre + "k must be >= 1");
+  if (pw.k % 64 != 0) throw std::invalid_argument(pre + "k must be a multiple of 64");
+  const Format f = pw.format;
+  const int g = format_group(f);
+  if (g > 0 && pw.k % g != 0)
+    throw std::invalid_argument(pre + "k must be a multiple of the group size " + std::to_string(g));
+  const size_t want_data = static_cast<size_t>(pw.n) * row_bytes(f, pw.k);
+  if (pw.data.size() != want_data)
+    throw std::invalid_argument(pre + "data has " + std::to_string(pw.data.size()) + " bytes, expected " +
+                                std::to_string(want_data) + " ([n, k*" + std::to_string(format_bits(f)) +
+                                "/8])");
+  const size_t want_scales = expected_scale_bytes(f, pw.n, pw.k);
+  if (pw.scales.size() != want_scales) {
+    const std::string shape = g < 0 ? "[n]" : g == 0 ? "none" : "[n, k/" + std::to_string(g) + "]";
+    throw std::invalid_argument(pre + "scales has " + std::to_string(pw.scales.size()) + " bytes, expected " +
+                                std::to_string(want_scales) + " (" + shape + " x " +
+                                std::to_string(scale_bytes(f)) + " bytes)");
+  }
+  const size_t want_zeros = f == Format::int4 ? static_cast<size_t>(pw.n) * (pw.k / 128) : 0;
+  if (pw.zeros.size() != want_zeros)
+    throw std::invalid_argument(pre + "zeros has " + std::to_string(pw.zeros.size()) + " bytes, expected " +
+                                std::to_string(want_zeros) +
+                                (f == Format::int4 ? " ([n, k/128] x 1 byte)" : " (int4 only)"));
+  for (size_t i = 0; i < pw.zeros.size(); ++i)
+    if (pw.zeros[i] > 15)
+      throw std::invalid_argument(pre + "zeros[" + std::to_string(i) + "] = " + std::to_string(pw.zeros[i]) +
+                                  " is not a 4-bit zero point (0..15)");
+  const size_t entries = want_scales / (scale_bytes(f) > 0 ? scale_bytes(f) : 1);
+  for (size_t i = 0; i < (scale_bytes(f) > 0 ? entries : 0); ++i) {
+    const uint8_t* p = pw.scales.data() + i * scale_bytes(f);
+    bool bad = false;
+    switch (f) {
+      case Format::int8:
+      case Format::nf4: bad = !std::isfinite(get_f32(p)); break;
+      case Format::int4: bad = !std::isfinite(half_to_float(get_u16(p))); break;
+      case Format::mxfp4: bad = p[0] == 255; break;
+      case Format::nvfp4: bad = (p[0] & 0x7F) == 0x7F; break;
+      default: break;
+    }
+    if (bad) throw std::invalid_argument(pre + "scales entry " + std::to_string(i) + " is NaN or infinite");
+  }
+  if (f == Format::nvfp4) {
+    if (!(std::isfinite(pw.tensor_scale) && pw.tensor_scale > 0))
+      throw std::invalid_argument(pre + "tensor_scale must be finite and > 0 (got " +
+                                  fmt_double(pw.tensor_scale) + ")");
+  } else if (pw.tensor_scale != 1.f) {
+    throw std::invalid_argument(pre + "tensor_scale must be 1 for " + format_name(f) + " (got " +
+                                fmt_double(pw.tensor_scale) + ")");
+  }
+}
+
+PackedWeight quantize(Format f, const float* w, int n, int k) {
+  const int fi = static_cast<int>(f);
+  if (fi < 0 || fi > 6) throw std::invalid_argument("quantize: invalid Format value " + std::to_string(fi));
+  check_shape("quantize", f, n, k);
+  const std::string pre =
+      std::string("quantize(") + format_name(f) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + "): ";
+  if (!w) throw std::invalid_argument(pre + "w is null");
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < k; ++c)
+      if (!std::isfinite(w[static_cast<size_t>(r) * k + c]))
+        throw std::invalid_argument(pre + "w[" + std::to_string(r) + ", " + std::to_string(c) +
+                                    "] is not finite (" + fmt_double(w[static_cast<size_t>(r) * k + c]) + ")");
+
+  PackedWeight pw;
+  pw.format = f;
+  pw.n = n;
+  pw.k = k;
+  const size_t rb = row_bytes(f, k);
+  pw.data.assign(static_cast<size_t>(n) * rb, 0);
+  pw.scales.assign(expected_scale_bytes(f, n, k), 0);
+  if (f == Format::int4) pw.zeros.assign(static_cast<size_t>(n) * (k / 128), 0);
+  const int g = format_group(f);
+  const int gpr = groups_per_row(f, k);
+  auto W = [&](int r, int c) { return w[static_cast<size_t>(r) * k + c]; };
+  auto block_absmax = [&](int r, int c0, int len) {
+    float a = 0;
+    for (int c = c0; c < c0 + len; ++c) a = std::max(a, std::fabs(W(r, c)));
+    return a;
+  };
+
+  switch (f) {
+    case Format::fp16:
+    case Format::bf16:
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < k; ++c) {
+          const uint16_t h = f == Format::fp16 ? float_to_half(W(r, c)) : float_to_bf16(W(r, c));
+          const float back = f == Format::fp16 ? half_to_float(h) : bf16_to_float(h);
+          if (!std::isfinite(back))
+            throw std::invalid_argument(pre + "w[" + std::to_string(r) + ", " + std::to_string(c) + "] = " +
+                                        fmt_double(W(r, c)) + " overflows " + format_name(f));
+          put_u16(&pw.data[static_cast<size_t>(r) * rb + 2 * static_cast<size_t>(c)], h);
+        }
+      break;
+    case Format::int8:
+      for (int r = 0; r < n; ++r) {
+        const float s = block_absmax(r, 0, k) / 127.f;
+        put_f32(&pw.scales[static_cast<size_t>(r) * 4], s);
+        for (int c = 0; c < k; ++c) {
+          double q = s > 0 ? std::nearbyint(static_cast<double>(W(r, c)) / s) : 0.0;
+          q = std::min(127.0, std::max(-127.0, q));
+          pw.data[static_cast<size_t>(r) * rb + c] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        }
+      }
+      break;
+    case Format::int4:
+      for (int r = 0; r < n; ++r)
+        for (int gi = 0; gi < gpr; ++gi) {
+          float lo = 0, hi = 0;  // widened to include 0 (GPTQ quantizer)
+          for (int c = gi * g; c < (gi + 1) * g; ++c) {
+            lo = std::min(lo, W(r, c));
+            hi = std::max(hi, W(r, c));
+          }
+          const double range = static_cast<double>(hi) - lo;
+          uint16_t sh;
+          double s;
+          if (range == 0) {
+            sh = float_to_half(1.f);
+            s = 1.0;
+          } else {
+            const float s32 = static_cast<float>(range / 15.0);
+            sh = float_to_half(s32);
+            if (half_to_float(sh) * 15.0 < range) ++sh;  // next fp16 up (positive values: bits are monotonic)
+            s = half_to_float(sh);
+            if (!std::isfinite(s) || s == 0)
+              throw std::invalid_argument(pre + "row " + std::to_string(r) + " group " + std::to_string(gi) +
+                                          ": scale " + fmt_double(range / 15.0) + " is not representable in fp16");
+          }
+          const int z = static_cast<int>(std::min(15.0, std::max(0.0, std::nearbyint(-lo / s))));
+          put_u16(&pw.scales[(static_cast<size_t>(r) * gpr + gi) * 2], sh);
+          pw.zeros[static_cast<size_t>(r) * gpr + gi] = static_cast<uint8_t>(z);
+          for (int c = gi * g; c < (gi + 1) * g; ++c) {
+            const double q = std::min(15.0, std::max(0.0, std::nearbyint(W(r, c) / s) + z));
+            put_nibble(pw.data, rb, r, c, static_cast<uint8_t>(q));
+          }
+        }
+      break;
+    case Format::nf4:
+      for (int r = 0; r < n; ++r)
+        for (int gi = 0; gi < gpr; ++gi) {
+          const float a = block_absmax(r, gi * g, g);
+          put_f32(&pw.scales[(static_cast<size_t>(r) * gpr + gi) * 4], a);
+          for (int c = gi * g; c < (gi + 1) * g; ++c) {
+            uint8_t best = 7;
+            if (a > 0) {
+              const float x = W(r, c) / a;
+              float best_d = std::fabs(x - kNf4[7]);
+              for (int i = 0; i < 16; ++i) {
+                const float d = std::fabs(x - kNf4[i]);
+                if (d < best_d) {
+                  best_d = d;
+                  best = static_cast<uint8_t>(i);
+                }
+              }
+            }
+            put_nibble(pw.data, rb, r, c, best);
+          }
+        }
+      break;
+    case Format::mxfp4:
+      for (int r = 0; r < n; ++r)
+        for (int gi = 0; gi < gpr; ++gi) {
+          const float a = block_absmax(r, gi * g, g);
+          int e = 0;
+          if (a > 0) {
+            int e2;
+            std::frexp(a, &e2);  // a in [2^(e2-1), 2^e2)
+            e = std::min(127, std::max(-127, (e2 - 1) - 2));
+          }
+          pw.scales[static_cast<size_t>(r) * gpr + gi] = static_cast<uint8_t>(e + 127);
+          for (int c = gi * g; c < (gi + 1) * g; ++c)
+            put_nibble(pw.data, rb, r, c, e2m1_nearest(std::ldexp(static_cast<double>(W(r, c)), -e)));
+        }
+      break;
+    case Format::nvfp4: {
+      float amax = 0;
+      for (size_t i = 0; i < static_cast<size_t>(n) * k; ++i) amax = std::max(amax, std::fabs(w[i]));
+      const float ts = amax > 0 ? static_cast<float>(static_cast<double>(amax) / (448.0 * 6.0)) : 1.f;
+      if (!(ts > 0))
+        throw std::invalid_argument(pre + "tensor scale absmax / 2688 underflows fp32 (absmax " +
+                                    fmt_double(amax) + ")");
+      pw.tensor_scale = ts;
+      for (int r = 0; r < n; ++r)
+        for (int gi = 0; gi < gpr; ++gi) {
+          const float a = block_absmax(r, gi * g, g);
+          const uint8_t sc = e4m3_nearest(static_cast<double>(a) / (6.0 * ts));
+          pw.scales[static_cast<size_t>(r) * gpr + gi] = sc;
+          const double block_scale = static_cast<double>(e4m3_to_float(sc)) * ts;
+          for (int c = gi * g; c < (gi + 1) * g; ++c)
+            put_nibble(pw.data, rb, r, c, block_scale > 0 ? e2m1_nearest(W(r, c) / block_scale) : 0);
+        }
+      break;
+    }
+  }
+  return pw;
+}
+
+void dequantize(const PackedWeight& pw, double* out) {
+  validate(pw);
+  if (!out) throw std::invalid_argument(describe(pw) + ": dequantize: out is null");
+  const Format f = pw.format;
+  const int n = pw.n, k = pw.k, g = format_group(f), gpr = groups_per_row(f, k);
+  const size_t rb = row_bytes(f, k);
+  for (int r = 0; r < n; ++r) {
+    double* o = out + static_cast<size_t>(r) * k;
+    const uint8_t* d = pw.data.data() + static_cast<size_t>(r) * rb;
+    for (int c = 0; c < k; ++c) {
+      const size_t si = static_cast<size_t>(r) * gpr + (g > 0 ? c / g : 0);
+      switch (f) {
+        case Format::fp16: o[c] = half_to_float(get_u16(d + 2 * c)); break;
+        case Format::bf16: o[c] = bf16_to_float(get_u16(d + 2 * c)); break;
+        case Format::int8: o[c] = static_cast<int8_t>(d[c]) * static_cast<double>(get_f32(&pw.scales[si * 4])); break;
+        case Format::int4:
+          o[c] = (static_cast<int>(get_nibble(pw.data, rb, r, c)) - static_cast<int>(pw.zeros[si])) *
+                 static_cast<double>(half_to_float(get_u16(&pw.scales[si * 2])));
+          break;
+        case Format::nf4:
+          o[c] = static_cast<double>(kNf4[get_nibble(pw.data, rb, r, c)]) * get_f32(&pw.scales[si * 4]);
+          break;
+        case Format::mxfp4:
+          o[c] = static_cast<double>(e2m1_to_float(get_nibble(pw.data, rb, r, c))) *
+                 std::ldexp(1.0, static_cast<int>(pw.scales[si]) - 127);
+          break;
+        case Format::nvfp4:
+          o[c] = static_cast<double>(e2m1_to_float(get_nibble(pw.data, rb, r, c))) *
+                 e4m3_to_float(pw.scales[si]) * static_cast<double>(pw.tensor_scale);
+          break;
+      }
+    }
+  }
+}
+
+Nf4DoubleQuant double_quantize_absmax(const std::vector<float>& absmax) {
+  Nf4DoubleQuant dq;
+  double sum = 0;
+  for (size_t i = 0; i < absmax.size(); ++i) {
+    if (!std::isfinite(absmax[i]))
+      throw std::invalid_argument("double_quantize_absmax: absmax[" + std::to_string(i) + "] is not finite");
+    sum += absmax[i];
+  }
+  dq.offset = absmax.empty() ? 0.f : static_cast<float>(sum / absmax.size());
+  const size_t blocks = (absmax.size() + 255) / 256;
+  dq.block_scale.assign(blocks, 0.f);
+  dq.q.assign(absmax.size(), 0);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * 256, hi = std::min(absmax.size(), lo + 256);
+    double m = 0;
+    for (size_t i = lo; i < hi; ++i) m = std::max(m, std::fabs(static_cast<double>(absmax[i]) - dq.offset));
+    const float s = static_cast<float>(m / 127.0);
+    dq.block_scale[b] = s;
+    for (size_t i = lo; i < hi; ++i) {
+      double q = s > 0 ? std::nearbyint((static_cast<double>(absmax[i]) - dq.offset) / s) : 0.0;
+      dq.q[i] = static_cast<int8_t>(std::min(127.0, std::max(-127.0, q)));
+    }
+  }
+  return dq;
+}
+
+std::vector<float> expand_absmax(const Nf4DoubleQuant& dq) {
+  if (dq.block_scale.size() != (dq.q.size() + 255) / 256)
+    throw std::invalid_argument("expand_absmax: block_scale has " + std::to_string(dq.block_scale.size()) +
+                                " entries, expected " + std::to_string((dq.q.size() + 255) / 256) +
+                                " (one per 256 values of q)");
+  std::vector<float> out(dq.q.size());
+  for (size_t i = 0; i < dq.q.size(); ++i)
+    out[i] = static_cast<float>(dq.q[i] * static_cast<double>(dq.block_scale[i / 256]) + dq.offset);
+  return out;
+}
+
+}  // namespace kt::quant

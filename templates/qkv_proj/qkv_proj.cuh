@@ -1,0 +1,356 @@
+// Fused Q/K/V projection with block-quantized weights: Y = X W^T + b, RoPE on Q/K, split into Q/K/V.
+//
+// Mainloop: X tiles [tile_m, tile_k] stream through a cp.async ring (stages); packed W units (16 bytes per
+// thread per K step) and their scales are prefetched into registers one K step ahead, dequantized in
+// registers (quant_format.h value rules) and stored as fp16/bf16 into a double-buffered swizzled tile
+// [tile_n, tile_k]; mma.sync.m16n8k16 with ldmatrix operands, fp32 accumulation. The weight is never
+// materialized dequantized in global memory. One barrier per K step.
+// Split-K (grid.z, chosen at launch): each block writes its fp32 partial tile to the workspace; the last block to arrive
+// (atomic counter, threadfence reduction) sums them and runs the epilogue, then resets the counter.
+// Epilogue (through shared memory): + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021;
+// Llama/Qwen pairing (i, i + D/2), angle = pos * theta^(-2i/D)), write Q/K/V.
+#pragma once
+#include "common/ptx.cuh"
+#include "qkv_proj/qkv_proj_config.h"
+#include "qkv_proj/quant_format.h"
+
+namespace kt {
+namespace qkv {
+
+template <int TK>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * TK + ((chunk ^ (row & 7)) << 3);
+}
+
+/// FP8 E4M3 (OCP FP8: bias 7, no infinities, 0x7F/0xFF NaN) to float.
+__device__ __forceinline__ float e4m3_to_float(unsigned b) {
+  const unsigned e = (b >> 3) & 15u, m = b & 7u;
+  float v = e == 0 ? float(m) * 0.001953125f /* 2^-9 */ : __int_as_float(int(((e + 120u) << 23) | (m << 20)));
+  if ((b & 0x7fu) == 0x7fu) v = __int_as_float(0x7fc00000);
+  return (b & 0x80u) ? -v : v;
+}
+
+/// Scales of one 16-byte unit: s0 for its first group, s1 for a second group inside the unit (nvfp4), z (int4).
+struct UnitScales {
+  float s0, s1, z;
+};
+
+template <quant::Format F>
+__device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, int k0) {
+  UnitScales s{1.f, 1.f, 0.f};
+  if (F == quant::Format::int8) {
+    s.s0 = __ldg(static_cast<const float*>(p.w_scales) + row);
+  } else if (F == quant::Format::int4) {
+    const long long g = (long long)row * (p.k_dim / 128) + k0 / 128;
+    s.s0 = ptx::to_float<DType::f16>(__ldg(static_cast<const unsigned short*>(p.w_scales) + g));
+    s.z = float(__ldg(static_cast<const unsigned char*>(p.w_zeros) + g));
+  } else if (F == quant::Format::nf4) {
+    s.s0 = __ldg(static_cast<const float*>(p.w_scales) + (long long)row * (p.k_dim / 64) + k0 / 64);
+  } else if (F == quant::Format::mxfp4) {
+    const unsigned e = __ldg(static_cast<const unsigned char*>(p.w_scales) + (long long)row * (p.k_dim / 32) + k0 / 32);
+    s.s0 = e == 255u ? __int_as_float(0x7fc00000) : (e == 0u ? 5.877471754111438e-39f : __int_as_float(int(e << 23)));
+  } else if (F == quant::Format::nvfp4) {
+    const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales) + (long long)row * (p.k_dim / 16) + k0 / 16;
+    s.s0 = e4m3_to_float(__ldg(sc)) * p.tensor_scale;
+    s.s1 = e4m3_to_float(__ldg(sc + 1)) * p.tensor_scale;
+  }
+  return s;
+}
+
+/// Dequantizes one 16-byte unit into dtype pairs: 4-bit -> 16 words (32 elements), int8 -> 8 words,
+/// 16-bit -> 4 words (copied). lut: 16-entry value table in shared memory (NF4 code or signed E2M1).
+template <DType DT, quant::Format F>
+__device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s, const float* lut, unsigned (&out)[16]) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+  if (quant::format_bits(F) == 16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = w[i];
+  } else if (F == quant::Format::int8) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float a = float(int((signed char)((w[i] >> (16 * j)) & 0xff))) * s.s0;
+        const float b = float(int((signed char)((w[i] >> (16 * j + 8)) & 0xff))) * s.s0;
+        out[2 * i + j] = ptx::pack2<DT>(a, b);
+      }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const unsigned q0 = (w[i] >> (8 * j)) & 15u, q1 = (w[i] >> (8 * j + 4)) & 15u;
+        const float sc = (F == quant::Format::nvfp4 && i >= 2) ? s.s1 : s.s0;  // elements 16..31: second group
+        float a, b;
+        if (F == quant::Format::int4) {
+          a = (float(q0) - s.z) * sc;
+          b = (float(q1) - s.z) * sc;
+        } else {
+          a = lut[q0] * sc;
+          b = lut[q1] * sc;
+        }
+        out[4 * i + j] = ptx::pack2<DT>(a, b);
+      }
+  }
+}
+
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int WarpsM, int WarpsN,
+          int Stages>
+__global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams p) {
+  constexpr quant::Format F = static_cast<quant::Format>(F_);
+  constexpr Config C{TileM, TileN, TileK, WarpsM, WarpsN, Stages, 1};  // split_k is gridDim.z (run time)
+  const int SplitK = gridDim.z;
+  static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
+                "invalid qkv_proj variant: see invalid_reason() in qkv_proj_config.h");
+  constexpr int kThreads = WarpsM * WarpsN * 32;
+  constexpr int WM = TileM / WarpsM, WN = TileN / WarpsN;
+  constexpr int MF = WM / 16, NF = WN / 8;
+  constexpr int kBits = quant::format_bits(F);
+  constexpr int kUnitElems = 128 / kBits;                  // elements per 16-byte unit
+  constexpr int kUnitsPerRow = TileK / kUnitElems;
+  constexpr int kUnitsPerThread = w_units(C, F) / kThreads;
+  constexpr int kWordsPerUnit = kUnitElems / 2;            // dtype pairs
+  constexpr unsigned kXTileBytes = TileM * TileK * 2, kWTileBytes = TileN * TileK * 2;
+
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ float s_lut[16];
+  __shared__ double s_inv_freq[D / 2];
+  __shared__ int s_last;
+  const unsigned sX = ptx::smem_u32(smem);                  // Stages x [TileM, TileK]
+  const unsigned sW = sX + Stages * kXTileBytes;            // 2 x [TileN, TileK] decoded
+  unsigned char* sW_ptr = smem + Stages * kXTileBytes;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / WarpsN, wn = warp % WarpsN;
+  const int n0 = blockIdx.x * TileN, m0 = blockIdx.y * TileM;
+  const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
+  const int nk_total = p.k_dim / TileK;
+  const int kt_begin = (int)((long long)nk_total * blockIdx.z / SplitK);
+  const int kt_end = (int)((long long)nk_total * (blockIdx.z + 1) / SplitK);
+  const int nk = kt_end - kt_begin;
+
+  if (tid < 16) {
+    if (F == quant::Format::nf4) {
+      const float code[16] = KT_NF4_CODE;
+      s_lut[tid] = code[tid];
+    } else {
+      s_lut[tid] = (tid & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(tid & 7);
+    }
+  }
+
+  // ---- X loader (cp.async, zero-filled past M) ----
+  const unsigned short* x = static_cast<const unsigned short*>(p.x);
+  auto load_x = [&](int slot, int kt) {
+    constexpr int kChunks = TileM * TileK / 8;
+#pragma unroll
+    for (int c0 = 0; c0 < kChunks; c0 += kThreads) {
+      const int c = c0 + tid;
+      if (kChunks % kThreads == 0 || c < kChunks) {
+        const int r = c / (TileK / 8), ch = c % (TileK / 8);
+        const bool in = m0 + r < p.m;
+        const unsigned short* src = in ? x + (long long)(m0 + r) * p.x_row_stride + kt * TileK + ch * 8 : x;
+        ptx::cp_async_16(sX + slot * kXTileBytes + swz<TileK>(r, ch) * 2, src, in ? 16u : 0u);
+      }
+    }
+  };
+  // ---- W prefetch (registers) ----
+  uint4 wreg[kUnitsPerThread];
+  UnitScales sreg[kUnitsPerThread];
+  const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
+  const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
+  auto load_w = [&](int kt) {
+#pragma unroll
+    for (int i = 0; i < kUnitsPerThread; ++i) {
+      const int u = tid + i * kThreads;
+      const int r = u / kUnitsPerRow, seg = u % kUnitsPerRow;
+      const int row = n0 + r;
+      const int k0 = kt * TileK + seg * kUnitElems;
+      if (row < N) {
+        wreg[i] = __ldg(reinterpret_cast<const uint4*>(wdata + row * w_row_bytes + (long long)k0 * kBits / 8));
+        sreg[i] = load_scales<F>(p, row, k0);
+      } else {
+        wreg[i] = make_uint4(0, 0, 0, 0);
+        sreg[i] = UnitScales{0.f, 0.f, 0.f};
+      }
+    }
+  };
+  auto store_w = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < kUnitsPerThread; ++i) {
+      const int u = tid + i * kThreads;
+      const int r = u / kUnitsPerRow, seg = u % kUnitsPerRow;
+      unsigned words[16];
+      decode_unit<DT, F>(wreg[i], sreg[i], s_lut, words);
+#pragma unroll
+      for (int c = 0; c < kWordsPerUnit / 4; ++c) {
+        const int chunk = seg * (kUnitElems / 8) + c;
+        *reinterpret_cast<uint4*>(sW_ptr + buf * kWTileBytes + swz<TileK>(r, chunk) * 2) =
+            make_uint4(words[4 * c], words[4 * c + 1], words[4 * c + 2], words[4 * c + 3]);
+      }
+    }
+  };
+
+  float acc[MF][NF][4];
+#pragma unroll
+  for (int a = 0; a < MF; ++a)
+#pragma unroll
+    for (int b = 0; b < NF; ++b)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+
+  // ldmatrix lane addressing (see flash_fwd.cuh: address for k-step s = base ^ (s * 32)).
+  const unsigned a_lane = swz<TileK>(wm * WM + lane % 16, lane / 16) * 2;
+  const unsigned b_lane = swz<TileK>(wn * WN + lane % 8 + (lane / 16) * 8, (lane / 8) % 2) * 2;
+
+  if (nk > 0) {
+#pragma unroll
+    for (int s = 0; s < Stages - 1; ++s) {
+      if (s < nk) load_x(s, kt_begin + s);
+      ptx::cp_async_commit();
+    }
+    load_w(kt_begin);
+    __syncthreads();  // s_lut
+    for (int j = 0; j < nk; ++j) {
+      const int kt = kt_begin + j;
+      store_w(j & 1);                     // dequantize tile j (prefetched) into its buffer
+      if (j + 1 < nk) load_w(kt + 1);     // prefetch the next tile's packed weights
+      ptx::cp_async_wait<Stages - 2>();   // X tile j landed
+      __syncthreads();
+      {
+        const int jn = j + Stages - 1;    // refill the X slot consumed in iteration j - 1
+        if (jn < nk) load_x(jn % Stages, kt_begin + jn);
+        ptx::cp_async_commit();
+      }
+      const unsigned xs = sX + (j % Stages) * kXTileBytes;
+      const unsigned ws = sW + (j & 1) * kWTileBytes;
+#pragma unroll
+      for (int ks = 0; ks < TileK / 16; ++ks) {
+        unsigned af[MF][4];
+#pragma unroll
+        for (int a = 0; a < MF; ++a)
+          ptx::ldmatrix_x4(((xs + a_lane) ^ (ks * 32)) + a * 16 * TileK * 2, af[a][0], af[a][1], af[a][2], af[a][3]);
+#pragma unroll
+        for (int np = 0; np < NF / 2; ++np) {
+          unsigned b0, b1, b2, b3;
+          ptx::ldmatrix_x4(((ws + b_lane) ^ (ks * 32)) + np * 16 * TileK * 2, b0, b1, b2, b3);
+#pragma unroll
+          for (int a = 0; a < MF; ++a) {
+            ptx::mma_16816<DT>(acc[a][2 * np], af[a], b0, b1);
+            ptx::mma_16816<DT>(acc[a][2 * np + 1], af[a], b2, b3);
+          }
+        }
+      }
+    }
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();  // mainloop shared memory is reused for the fp32 output tile
+
+  // ---- accumulators -> shared fp32 tile [TileM, TileN + 4] ----
+  constexpr int kLd = TileN + 4;
+  float* sC = reinterpret_cast<float*>(smem);
+  {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int a = 0; a < MF; ++a)
+#pragma unroll
+      for (int b = 0; b < NF; ++b)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * WM + a * 16 + g + 8 * h, c = wn * WN + b * 8 + 2 * t;
+          *reinterpret_cast<float2*>(sC + r * kLd + c) = make_float2(acc[a][b][2 * h], acc[a][b][2 * h + 1]);
+        }
+  }
+  __syncthreads();
+
+  // ---- split-K: partial tiles through the workspace; the last block reduces ----
+  if (SplitK > 1) {
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    float* ws = p.workspace + ((long long)tile * SplitK + blockIdx.z) * TileM * TileN;
+    for (int e = tid * 4; e < TileM * TileN; e += kThreads * 4) {
+      const int r = e / TileN, c = e % TileN;
+      __stcg(reinterpret_cast<float4*>(ws + e), *reinterpret_cast<const float4*>(sC + r * kLd + c));
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(p.counters + tile, 1u) == unsigned(SplitK - 1);
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const float* base = p.workspace + (long long)tile * SplitK * TileM * TileN;
+    for (int e = tid * 4; e < TileM * TileN; e += kThreads * 4) {
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s = 0; s < SplitK; ++s) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(base + (long long)s * TileM * TileN + e));
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      const int r = e / TileN, c = e % TileN;
+      *reinterpret_cast<float4*>(sC + r * kLd + c) = sum;
+    }
+    if (tid == 0) p.counters[tile] = 0u;  // ready for the next launch
+  }
+  if (Rope) {
+    for (int i = tid; i < D / 2; i += kThreads)
+      s_inv_freq[i] = exp2(-double(2 * i) / double(D) * p.rope_log2_theta);
+  }
+  __syncthreads();
+
+  // ---- epilogue: bias, RoPE (Q, K heads), split into Q/K/V ----
+  const unsigned short* bias = static_cast<const unsigned short*>(p.bias);
+  constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
+  constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
+  constexpr int kItems = TileM * kHeadsPerTile * (kCols / 2);
+  for (int it = tid; it < kItems; it += kThreads) {
+    const int r = it / (kHeadsPerTile * (kCols / 2));
+    const int rest = it % (kHeadsPerTile * (kCols / 2));
+    const int hh = rest / (kCols / 2), i = rest % (kCols / 2);
+    const int m = m0 + r;
+    const int col0 = n0 + hh * kCols;  // first column of this head (part) in Y
+    if (m >= p.m || col0 >= N) continue;
+    const int head = col0 / D;           // global head index in [Q | K | V]
+    const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
+    const bool rotate = Rope && (is_q || is_k);
+    // rotate: pair (i, i + D/2) of the head; else two neighbours (2i, 2i + 1).
+    const int c1 = rotate ? i : 2 * i, c2 = rotate ? i + D / 2 : 2 * i + 1;  // within the head (part)
+    const int lc = hh * kCols;
+    float y1 = sC[r * kLd + lc + c1], y2 = sC[r * kLd + lc + c2];
+    if (HasBias) {
+      y1 += ptx::to_float<DT>(bias[col0 + c1]);
+      y2 += ptx::to_float<DT>(bias[col0 + c2]);
+    }
+    if (rotate) {
+      double ang = double(p.positions[m]) * s_inv_freq[i];
+      ang -= 6.283185307179586 * floor(ang * 0.15915494309189535);
+      float sn, cs;
+      sincosf(float(ang), &sn, &cs);
+      const float o1 = y1 * cs - y2 * sn, o2 = y2 * cs + y1 * sn;
+      y1 = o1;
+      y2 = o2;
+    }
+    unsigned short* out;
+    long long off;
+    const int d0 = (col0 % D);
+    if (is_q) {
+      out = static_cast<unsigned short*>(p.q);
+      off = (long long)m * p.q_row_stride + (long long)head * D + d0;
+    } else if (is_k) {
+      out = static_cast<unsigned short*>(p.k);
+      off = (long long)m * p.k_row_stride + (long long)(head - p.num_heads) * D + d0;
+    } else {
+      out = static_cast<unsigned short*>(p.v);
+      off = (long long)m * p.v_row_stride + (long long)(head - p.num_heads - p.num_kv_heads) * D + d0;
+    }
+    const unsigned pr = ptx::pack2<DT>(y1, y2);
+    if (rotate) {
+      out[off + c1] = (unsigned short)(pr & 0xffffu);
+      out[off + c2] = (unsigned short)(pr >> 16);
+    } else {
+      *reinterpret_cast<unsigned*>(out + off + c1) = pr;
+    }
+  }
+}
+
+}  // namespace qkv
+}  // namespace kt

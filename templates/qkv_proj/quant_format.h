@@ -1,0 +1,67 @@
+// Weight formats of the quantized fused Q/K/V projection: the packed layout kerntune's kernels read.
+// Shared by host (quant/, generator) and device (NVRTC). No standard headers.
+//
+// W is [N, K] row-major in meaning: N = output features ((Hq + 2 Hkv) * head_dim), K = input features
+// (hidden size); Y = X W^T. Every format stores, for each row n:
+//   data   [N, K * bits / 8] bytes, elements in K order. 4-bit: element k in byte k / 2, the LOW nibble
+//          for even k and the HIGH nibble for odd k. 8-bit: one two's-complement byte per element.
+//          16-bit: little-endian fp16 / bf16.
+//   scales [N, K / group] of the format's scale encoding, row-major (int8: [N], one per row).
+//   zeros  [N, K / group] bytes, int4 only (zero point 0..15, one per byte).
+// Row strides are the natural ones (K * bits / 8 bytes, K / group scales). K must be a multiple of the
+// group size (and of 64, the kernels' k step); pointers must be 16-byte aligned.
+//
+// Element value w[n, k] = decode(q) * scale(group) per format:
+//   fp16 / bf16 : w = the stored value (no scale).
+//   int8  : symmetric per output channel, w = q * s, q in [-127, 127], s fp32 per row.
+//   int4  : asymmetric, group 128 along K (GPTQ/AWQ style), w = (q - z) * s, q, z in [0, 15], s fp16.
+//   nf4   : NormalFloat4 (Dettmers et al., "QLoRA", 2023; bitsandbytes), w = NF4[q] * absmax, absmax fp32 per
+//           block of 64 along K. NF4 code table: kNf4Code below (bitsandbytes' values, in code order).
+//   mxfp4 : OCP Microscaling Formats (MX) v1.0: E2M1 elements (sign, 2-bit exponent bias 1, 1-bit mantissa:
+//           +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}), one E8M0 scale per 32 elements: 2^(e - 127), e = 255 is NaN.
+//   nvfp4 : NVIDIA NVFP4: E2M1 elements, one FP8 E4M3 scale (bias 7, max 448, no inf) per 16 elements, and
+//           one fp32 per-tensor scale: w = e2m1 * e4m3 * tensor_scale.
+#pragma once
+#include "common/kt_types.h"
+
+namespace kt {
+namespace quant {
+
+enum class Format : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, nf4 = 4, mxfp4 = 5, nvfp4 = 6 };
+
+/// Bits per stored element.
+KT_HD constexpr int format_bits(Format f) {
+  return f == Format::fp16 || f == Format::bf16 ? 16 : f == Format::int8 ? 8 : 4;
+}
+
+/// Elements per scale along K (0: no scale; -1: one scale per row).
+KT_HD constexpr int format_group(Format f) {
+  return f == Format::int8 ? -1
+         : f == Format::int4 ? 128
+         : f == Format::nf4 ? 64
+         : f == Format::mxfp4 ? 32
+         : f == Format::nvfp4 ? 16
+                              : 0;
+}
+
+/// Bytes of one scale entry.
+KT_HD constexpr int scale_bytes(Format f) {
+  return f == Format::int8 || f == Format::nf4 ? 4 : f == Format::int4 ? 2 : f == Format::mxfp4 || f == Format::nvfp4 ? 1 : 0;
+}
+
+/// The 16 NF4 code values, indexed by the 4-bit code (bitsandbytes functional.py, "NF4" data type,
+/// QLoRA appendix E): quantiles of N(0, 1) normalized to [-1, 1], with an exact zero at code 7.
+#define KT_NF4_CODE                                                                                          \
+  {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,          \
+   -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,          \
+   0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,                   \
+   0.7229568362236023f, 1.0f}
+
+/// E2M1 magnitude of the low 3 bits (exponent 2 bits, mantissa 1 bit); bit 3 is the sign.
+KT_HD constexpr float e2m1_magnitude(int bits3) {
+  return bits3 == 0 ? 0.f : bits3 == 1 ? 0.5f : bits3 == 2 ? 1.f : bits3 == 3 ? 1.5f
+       : bits3 == 4 ? 2.f : bits3 == 5 ? 3.f : bits3 == 6 ? 4.f : 6.f;
+}
+
+}  // namespace quant
+}  // namespace kt

@@ -1,0 +1,156 @@
+// [gpu] qkv_proj variants against the float64 reference (dequantize exactly the packed weight, GEMM, bias,
+// RoPE), outputs poisoned with NaN before every launch.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <memory>
+#include <set>
+
+#include "cuda/driver.h"
+#include "generator/arch.h"
+#include "generator/qkv_family.h"
+#include "runtime/qkv.h"
+#include "tuner/qkv_harness.h"
+
+using namespace kt;
+using namespace kt::qkv;
+
+namespace {
+
+struct Env {
+  cuda::Context ctx{0};
+  cuda::Stream stream;
+  ArchId arch{};
+  CubinCache cache{CubinCache::default_dir()};
+  Compiler compiler{&cache};
+  Env() {
+    const auto d = cuda::device_info(0);
+    arch = ArchId{d.cc_major * 10 + d.cc_minor, d.cc_major == 9};
+  }
+  static Env& get() {
+    static Env e;
+    return e;
+  }
+};
+
+/// Compiles and loads every distinct binary of `configs` (one per name expression).
+std::map<std::string, std::shared_ptr<LoadedKernel>> load(const Problem& p, const std::vector<Config>& configs) {
+  auto& env = Env::get();
+  std::vector<KernelSource> src;
+  std::set<std::string> seen;
+  for (const auto& c : configs)
+    if (seen.insert(name_expression(p, c)).second) src.push_back(kernel_source(p, c, env.arch));
+  const auto res = env.compiler.compile_all(src);
+  std::map<std::string, std::shared_ptr<LoadedKernel>> out;
+  for (const auto& r : res) {
+    INFO(r.kernel.variant_name << "\n" << r.error);
+    REQUIRE(r.ok);
+    out[r.kernel.name_expression] =
+        std::make_shared<LoadedKernel>(r.cubin, r.report.lowered_name, r.kernel.dynamic_smem_bytes);
+  }
+  return out;
+}
+
+HostInputs truncate(const HostInputs& big, int m) {
+  HostInputs in = big;
+  in.problem.m = m;
+  in.x.resize(size_t(m) * big.problem.k);
+  in.xf.resize(in.x.size());
+  in.positions.resize(size_t(m));
+  return in;
+}
+
+void run_and_check(const HostInputs& in, const std::vector<Config>& configs,
+                   const std::map<std::string, std::shared_ptr<LoadedKernel>>& kernels, size_t ref_rows) {
+  auto& env = Env::get();
+  const RefRows ref = reference_rows(in, ref_rows, 7);
+  DeviceInputs dev(in, 1);
+  for (const auto& c : configs) {
+    dev.poison();
+    const auto& k = kernels.at(name_expression(in.problem, c));
+    launch(*k, in.problem, c, dev.params(0, c), env.stream.get());
+    env.stream.synchronize();
+    std::vector<uint16_t> q, kk, v;
+    dev.download(q, kk, v);
+    const Verdict vd = verify(in, ref, q, kk, v);
+    INFO(in.problem.key() << " with " << variant_name(in.problem, c, env.arch) << ": " << vd.message << " rel " << vd.rel_l2);
+    CHECK(vd.pass);
+  }
+}
+
+std::vector<std::pair<quant::Format, DType>> format_dtypes() {
+  std::vector<std::pair<quant::Format, DType>> out = {{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16}};
+  for (auto f : {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4})
+    for (auto d : {DType::f16, DType::bf16}) out.push_back({f, d});
+  return out;
+}
+
+Problem qwen(quant::Format f, DType d, int m) {
+  Problem p;
+  p.format = f;
+  p.dtype = d;
+  p.m = m;
+  return p;  // K 3584, Hq 28, Hkv 4, D 128, bias, RoPE
+}
+
+}  // namespace
+
+TEST_CASE("qkv_proj: every valid variant of every format and dtype on Qwen2.5-7B shapes", "[gpu][qkv]") {
+  auto& env = Env::get();
+  for (const auto& [f, d] : format_dtypes()) {
+    const HostInputs big = make_inputs(qwen(f, d, 1000), 11);
+    const auto c37 = valid_configs(qwen(f, d, 37), env.arch);  // tile_m <= 64, split-K configs included
+    std::vector<Config> c1000;
+    for (const auto& c : valid_configs(qwen(f, d, 1000), env.arch))
+      if (c.tile_m == 128) c1000.push_back(c);
+    std::vector<Config> all = c37;
+    all.insert(all.end(), c1000.begin(), c1000.end());
+    REQUIRE(c37.size() >= 20);
+    REQUIRE(!c1000.empty());
+    const auto kernels = load(big.problem, all);
+    run_and_check(truncate(big, 37), c37, kernels, 37);
+    run_and_check(big, c1000, kernels, 48);
+  }
+}
+
+TEST_CASE("qkv_proj: M sweep 1..4096 for every format, dtype", "[gpu][qkv]") {
+  auto& env = Env::get();
+  for (const auto& [f, d] : format_dtypes()) {
+    const HostInputs big = make_inputs(qwen(f, d, 4096), 21);
+    for (int m : {1, 3, 16, 37, 64, 256, 1000, 4096}) {
+      const Problem p = qwen(f, d, m);
+      const auto valid = valid_configs(p, env.arch);
+      std::vector<Config> cs = {default_config(env.arch, p), valid.front(), valid.back()};
+      const auto kernels = load(p, cs);
+      run_and_check(m == 4096 ? big : truncate(big, m), cs, kernels, 40);
+    }
+  }
+}
+
+TEST_CASE("qkv_proj: 32/8 head layout, with and without bias and RoPE", "[gpu][qkv]") {
+  auto& env = Env::get();
+  for (bool bias : {false, true})
+    for (bool rope : {false, true})
+      for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::int4, DType::f16},
+                          {quant::Format::nvfp4, DType::bf16}, {quant::Format::fp16, DType::f16}, {quant::Format::int8, DType::bf16},
+                          {quant::Format::mxfp4, DType::f16}}) {
+        Problem p;
+        p.format = f;
+        p.dtype = d;
+        p.k = 4096;
+        p.num_heads = 32;
+        p.num_kv_heads = 8;
+        p.has_bias = bias;
+        p.rope = rope;
+        p.m = 300;
+        const HostInputs big = make_inputs(p, 31, 5e5);
+        for (int m : {1, 37, 300}) {
+          Problem pm = p;
+          pm.m = m;
+          const auto valid = valid_configs(pm, env.arch);
+          std::vector<Config> cs = {default_config(env.arch, pm), valid[valid.size() / 2]};
+          const auto kernels = load(pm, cs);
+          run_and_check(truncate(big, m), cs, kernels, 64);
+        }
+      }
+}
