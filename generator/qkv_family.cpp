@@ -70,7 +70,7 @@ void check_problem(const Problem& p) {
 
 std::vector<Config> config_space() {
   std::vector<Config> out;
-  const int warps[][2] = {{1, 4}, {2, 2}, {2, 4}, {4, 2}};
+  const int warps[][2] = {{1, 4}, {1, 8}, {2, 2}, {2, 4}, {4, 2}};
   for (int tm : {16, 32, 64, 128})
     for (int tn : {64, 128, 256})
       for (int tk : {64, 128})
@@ -96,11 +96,17 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
 }
 
 Config default_config(ArchId arch, const Problem& p) {
-  Config c = p.m <= 16 ? Config{16, 128, 64, 1, 4, 2, 4} : p.m <= 64 ? Config{32, 128, 64, 1, 4, 3, 2}
-                                                                       : Config{128, 128, 64, 2, 4, 3, 1};
-  if (const char* why = invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch))
-    fail(std::string("no default config for ") + arch_name(arch) + ": " + why);
-  return c;
+  // Preference by M (a weight-streaming split-K tile for decode sizes, a 128x128 tile for prefill);
+  // the first one valid for the format wins, else the first valid config of the space.
+  const std::vector<Config> prefs =
+      p.m <= 16   ? std::vector<Config>{{16, 128, 64, 1, 4, 2, 4}, {16, 128, 64, 1, 8, 2, 4}, {16, 256, 64, 1, 8, 2, 4}}
+      : p.m <= 64 ? std::vector<Config>{{32, 128, 64, 1, 4, 2, 2}, {32, 128, 64, 2, 4, 2, 2}, {64, 128, 64, 2, 4, 2, 1}}
+                  : std::vector<Config>{{128, 128, 64, 2, 4, 3, 1}, {128, 256, 64, 2, 4, 3, 1}, {64, 128, 64, 2, 4, 3, 1}};
+  for (const auto& c : prefs)
+    if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
+  const auto v = valid_configs(p, arch);
+  if (v.empty()) fail("no valid config for " + p.key() + " on " + arch_name(arch));
+  return v.front();
 }
 
 bool same_config(const Config& a, const Config& b) {

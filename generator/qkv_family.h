@@ -37,7 +37,7 @@ struct Problem {
 void check_problem(const Problem& p);
 
 /// Raw axes: tile_m {16, 32, 64, 128} x tile_n {64, 128, 256} x tile_k {64, 128} x warps (m x n)
-/// {1x4, 2x2, 2x4, 4x2} x stages {2, 3} x split_k {1, 2, 4, 8, 16}.
+/// {1x4, 1x8, 2x2, 2x4, 4x2} x stages {2, 3} x split_k {1, 2, 4, 8, 16}.
 std::vector<Config> config_space();
 
 /// Valid configs for the problem, pruned by M: tile_m <= max(16, next power of two >= m); stages 3 only for

@@ -5,7 +5,8 @@ namespace kt {
 LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& lowered_name, unsigned max_dynamic_smem_bytes)
     : module_(cubin.data()), name_(lowered_name) {
   fn_ = module_.function(lowered_name);
-  if (max_dynamic_smem_bytes > 48 * 1024)
+  // Always: the default limit is 48 KiB minus the kernel's static shared memory.
+  if (max_dynamic_smem_bytes > 0)
     cuda::check(cuda::api().cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                static_cast<int>(max_dynamic_smem_bytes)),
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");

@@ -8,8 +8,8 @@
 
 namespace kt {
 
-/// Loads a cubin (cuModuleLoadData) and resolves the kernel by its lowered name. When the kernel
-/// needs more than 48 KiB of dynamic shared memory, raises its limit once here, so launches do no
+/// Loads a cubin (cuModuleLoadData) and resolves the kernel by its lowered name. Sets the kernel's dynamic
+/// shared-memory limit once here (the default is 48 KiB minus its static shared memory), so launches do no
 /// driver calls besides cuLaunchKernel. Requires a current context. Throws cuda::CudaError.
 class LoadedKernel {
  public:
