@@ -1,5 +1,7 @@
 #include "generator/qkv_family.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 
@@ -92,6 +94,13 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
     if (c.split_k > 1 && (blocks >= 264 || c.split_k > p.k / c.tile_k)) continue;
     out.push_back(c);
   }
+  // Heuristic order (what --max-candidates keeps first): grids closest to two blocks per SM of a 132-SM GPU,
+  // then larger tiles (more reuse of each loaded weight and X element).
+  auto score = [&](const Config& c) {
+    const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
+    return std::make_pair(std::round(std::fabs(std::log2(blocks / 264.0)) * 2) / 2, -double(c.tile_m) * c.tile_n);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   return out;
 }
 

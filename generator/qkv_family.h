@@ -42,7 +42,8 @@ std::vector<Config> config_space();
 
 /// Valid configs for the problem, pruned by M: tile_m <= max(16, next power of two >= m); stages 3 only for
 /// tile_m >= 64; split_k > 1 only
-/// while the grid has fewer than 2 blocks per SM of an H100-class GPU (264), and split_k <= K / tile_k.
+/// while the grid has fewer than 2 blocks per SM of an H100-class GPU (264), and split_k <= K / tile_k. Ordered
+/// by a heuristic (grid closest to 264 blocks, then larger tiles): what --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);

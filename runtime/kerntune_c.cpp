@@ -1,6 +1,7 @@
 // The C ABI (include/kerntune/kerntune.h) over kt::Runtime. No exception leaves these functions.
 #include "kerntune/kerntune.h"
 
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -87,6 +88,64 @@ kt_status to_problem(const kt_attention_problem* in, kt::attn::Problem* out, con
   return KT_OK;
 }
 
+/// As to_problem, for the Q/K/V projection: malformed -> INVALID_ARGUMENT; unsupported (check_problem) ->
+/// UNSUPPORTED.
+kt_status to_qkv_problem(const kt_qkv_problem* in, kt::qkv::Problem* out, const char* fn) {
+  const std::string where = std::string(fn) + ": ";
+  if (!in) return fail(KT_ERROR_INVALID_ARGUMENT, where + "problem is NULL");
+  if (in->dtype != KT_DTYPE_FP16 && in->dtype != KT_DTYPE_BF16)
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                where + "unknown dtype " + std::to_string(in->dtype) + " (KT_DTYPE_FP16 = 0, KT_DTYPE_BF16 = 1)");
+  if (in->weight_format < KT_WEIGHT_FP16 || in->weight_format > KT_WEIGHT_NVFP4)
+    return fail(KT_ERROR_INVALID_ARGUMENT, where + "unknown weight_format " + std::to_string(in->weight_format) +
+                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_NVFP4 = 6)");
+  const struct {
+    const char* name;
+    int32_t v;
+  } sizes[] = {{"m", in->m},
+               {"k", in->k},
+               {"num_heads", in->num_heads},
+               {"num_kv_heads", in->num_kv_heads},
+               {"head_dim", in->head_dim}};
+  for (const auto& s : sizes)
+    if (s.v < 1)
+      return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
+  kt::qkv::Problem p;
+  p.dtype = in->dtype == KT_DTYPE_FP16 ? kt::DType::f16 : kt::DType::bf16;
+  p.format = static_cast<kt::quant::Format>(in->weight_format);
+  p.m = in->m;
+  p.k = in->k;
+  p.num_heads = in->num_heads;
+  p.num_kv_heads = in->num_kv_heads;
+  p.head_dim = in->head_dim;
+  p.has_bias = in->has_bias != 0;
+  p.rope = in->rope != 0;
+  try {
+    kt::qkv::check_problem(p);
+  } catch (const kt::ProblemError& e) {
+    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
+  } catch (...) {
+    return from_exception(fn);
+  }
+  *out = p;
+  return KT_OK;
+}
+
+// The C enums mirror the C++ ones.
+static_assert(KT_WEIGHT_FP16 == int(kt::quant::Format::fp16) && KT_WEIGHT_BF16 == int(kt::quant::Format::bf16) &&
+                  KT_WEIGHT_INT8 == int(kt::quant::Format::int8) && KT_WEIGHT_INT4 == int(kt::quant::Format::int4) &&
+                  KT_WEIGHT_NF4 == int(kt::quant::Format::nf4) && KT_WEIGHT_MXFP4 == int(kt::quant::Format::mxfp4) &&
+                  KT_WEIGHT_NVFP4 == int(kt::quant::Format::nvfp4),
+              "kt_weight_format must equal kt::quant::Format");
+static_assert(sizeof(int32_t) == sizeof(int), "positions are passed to the kernel as int");
+
+/// Writes "<step>: <variant>: <why>" into buf (truncated, NUL-terminated; buf_len >= 1).
+void write_line(const std::string& line, char* buf, size_t buf_len) {
+  const size_t n = line.size() < buf_len - 1 ? line.size() : buf_len - 1;
+  std::memcpy(buf, line.data(), n);
+  buf[n] = '\0';
+}
+
 }  // namespace
 
 extern "C" {
@@ -164,10 +223,69 @@ kt_status kt_attention_explain(kt_runtime* rt, const kt_attention_problem* p, ch
   if (kt_status s = to_problem(p, &prob, fn)) return s;
   try {
     const kt::Runtime::Choice c = rt->rt.explain(prob);
-    const std::string line = c.step + ": " + c.variant_name + ": " + c.why;
-    const size_t n = line.size() < buf_len - 1 ? line.size() : buf_len - 1;
-    std::memcpy(buf, line.data(), n);
-    buf[n] = '\0';
+    write_line(c.step + ": " + c.variant_name + ": " + c.why, buf, buf_len);
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a, void* cu_stream) {
+  const char* fn = "kt_qkv_proj";
+  if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_proj: rt is NULL");
+  if (!a) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_proj: args is NULL");
+  kt::qkv::Problem prob;
+  if (kt_status s = to_qkv_problem(p, &prob, fn)) return s;
+  const struct {
+    const char* name;
+    const void* ptr;
+  } required[] = {{"x", a->x}, {"w_data", a->w_data}, {"q", a->q}, {"k", a->k}, {"v", a->v}};
+  for (const auto& r : required)
+    if (!r.ptr) return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_qkv_proj: args->") + r.name + " is NULL");
+  if (prob.rope && !(std::isfinite(a->rope_theta) && a->rope_theta > 0))
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                "kt_qkv_proj: rope_theta must be finite and > 0 when rope is set, got " + std::to_string(a->rope_theta));
+  try {
+    kt::qkv::QkvParams q{};
+    q.x = a->x;
+    q.w_data = a->w_data;
+    q.w_scales = a->w_scales;
+    q.w_zeros = a->w_zeros;
+    q.bias = prob.has_bias ? a->bias : nullptr;
+    q.positions = prob.rope ? reinterpret_cast<const int*>(a->positions) : nullptr;
+    q.q = a->q;
+    q.k = a->k;
+    q.v = a->v;
+    q.workspace = nullptr;  // the runtime's (split-K)
+    q.counters = nullptr;
+    q.x_row_stride = a->x_row_stride;
+    q.q_row_stride = a->q_row_stride;
+    q.k_row_stride = a->k_row_stride;
+    q.v_row_stride = a->v_row_stride;
+    q.m = prob.m;
+    q.k_dim = prob.k;
+    q.num_heads = prob.num_heads;
+    q.num_kv_heads = prob.num_kv_heads;
+    q.tensor_scale = prob.format == kt::quant::Format::nvfp4 ? a->tensor_scale : 1.f;
+    q.rope_log2_theta = prob.rope ? std::log2(a->rope_theta) : 0.0;
+    rt->rt.qkv_proj(prob, q, static_cast<CUstream>(cu_stream));
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, size_t buf_len) {
+  const char* fn = "kt_qkv_explain";
+  if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_explain: rt is NULL");
+  if (!buf) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_explain: buf is NULL");
+  if (buf_len == 0) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_explain: buf_len is 0");
+  buf[0] = '\0';
+  kt::qkv::Problem prob;
+  if (kt_status s = to_qkv_problem(p, &prob, fn)) return s;
+  try {
+    const kt::QkvChoice c = rt->rt.explain_qkv(prob);
+    write_line(c.step + ": " + c.variant_name + ": " + c.why, buf, buf_len);
     return KT_OK;
   } catch (...) {
     return from_exception(fn);

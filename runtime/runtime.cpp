@@ -17,6 +17,7 @@
 #include "generator/compiler.h"
 #include "runtime/attention.h"
 #include "runtime/loaded_kernel.h"
+#include "runtime/qkv.h"
 
 namespace kt {
 namespace {
@@ -138,6 +139,134 @@ AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const 
   return ch;
 }
 
+namespace {
+
+const char* qkv_dtype_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
+const char* qkv_format_tag(quant::Format f) {  // as in qkv::Problem::key() (kt_runtime does not link kt_quant)
+  switch (f) {
+    case quant::Format::fp16: return "fp16";
+    case quant::Format::bf16: return "bf16";
+    case quant::Format::int8: return "int8";
+    case quant::Format::int4: return "int4";
+    case quant::Format::nf4: return "nf4";
+    case quant::Format::mxfp4: return "mxfp4";
+    case quant::Format::nvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+/// "qkv_proj/bf16/nf4/k3584/h28/kv4/d128/bias/rope": the class a tuned qkv winner must share (its key less m).
+std::string qkv_class_tag(const qkv::Problem& p) {
+  return std::string(qkv::kFamily) + "/" + qkv_dtype_tag(p.dtype) + "/" + qkv_format_tag(p.format) + "/k" +
+         std::to_string(p.k) + "/h" + std::to_string(p.num_heads) + "/kv" + std::to_string(p.num_kv_heads) + "/d" +
+         std::to_string(p.head_dim) + (p.has_bias ? "/bias" : "/nobias") + (p.rope ? "/rope" : "/norope");
+}
+
+bool same_qkv_class(const qkv::Problem& a, const qkv::Problem& b) {
+  return a.dtype == b.dtype && a.format == b.format && a.k == b.k && a.num_heads == b.num_heads &&
+         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.has_bias == b.has_bias && a.rope == b.rope;
+}
+
+/// Why config c cannot compute p on arch, or nullptr. Correctness only: not the by-M pruning of valid_configs.
+const char* qkv_unusable(const qkv::Problem& p, const qkv::Config& c, ArchId arch) {
+  if (const char* r = qkv::invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return r;
+  if (c.split_k > 1 && c.split_k > p.k / c.tile_k) return "split_k exceeds k / tile_k";
+  return nullptr;
+}
+
+struct QkvCandidate {
+  const db::Winner* w;
+  qkv::Problem p;
+  qkv::Config c;
+};
+
+}  // namespace
+
+QkvChoice resolve_qkv(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
+                      const qkv::Problem& p) {
+  qkv::check_problem(p);
+  const std::string key = p.key();
+
+  // Usable winners: this family and device class, parsable, same kernel class and k, config runs p here.
+  std::vector<QkvCandidate> cands;
+  int rejected_invalid = 0;
+  for (const auto& w : winners) {
+    if (w.family != qkv::kFamily || w.device_name != device_name) continue;
+    QkvCandidate c{&w, {}, {}};
+    try {
+      c.p = qkv::problem_from_json(nlohmann::json::parse(w.problem_json));
+      c.c = qkv::config_from_json(nlohmann::json::parse(w.config_json));
+    } catch (const std::exception&) {
+      continue;  // a row this build cannot read is not a candidate
+    }
+    if (!same_qkv_class(c.p, p) || c.p.m < 1) continue;
+    if (qkv_unusable(p, c.c, arch) != nullptr) {
+      ++rejected_invalid;
+      continue;
+    }
+    cands.push_back(c);
+  }
+
+  auto fill = [&](QkvChoice& ch, const QkvCandidate& c) {
+    ch.config = c.c;
+    ch.variant_name = c.w->variant_name;  // the tuned binary itself
+    ch.binary_hash = c.w->binary_hash;
+    ch.tuned_problem_key = c.w->problem_key;
+    ch.tuned_median_us = c.w->median_us;
+  };
+
+  // 1. exact problem key (smallest measurement id among duplicates, for determinism).
+  const QkvCandidate* exact = nullptr;
+  for (const auto& c : cands)
+    if (c.w->problem_key == key && (!exact || c.w->measurement_id < exact->w->measurement_id)) exact = &c;
+  if (exact) {
+    QkvChoice ch;
+    ch.step = "exact";
+    fill(ch, *exact);
+    ch.why = "tuned for exactly this problem on " + device_name + " (median " + fmt2(exact->w->median_us) + " us)";
+    return ch;
+  }
+
+  // 2. nearest tuned token count in log space; ties to the smaller m', then the key.
+  const QkvCandidate* best = nullptr;
+  double best_d = 0;
+  for (const auto& c : cands) {
+    const double d = std::fabs(std::log(double(p.m) / c.p.m));
+    bool better = !best;
+    if (best) {
+      if (d < best_d - 1e-9) better = true;
+      else if (d <= best_d + 1e-9) {
+        if (c.p.m != best->p.m) better = c.p.m < best->p.m;
+        else if (c.w->problem_key != best->w->problem_key) better = c.w->problem_key < best->w->problem_key;
+        else better = c.w->measurement_id < best->w->measurement_id;
+      }
+    }
+    if (better) {
+      best = &c;
+      best_d = d;
+    }
+  }
+  if (best) {
+    QkvChoice ch;
+    ch.step = "nearest";
+    fill(ch, *best);
+    ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " + fmt2(best_d) + ") on " +
+             device_name;
+    return ch;
+  }
+
+  // 3. the family's built-in default.
+  QkvChoice ch;
+  ch.step = "default";
+  ch.config = qkv::default_config(arch, p);
+  ch.variant_name = qkv::variant_name(p, ch.config, arch);
+  ch.why = "no tuned " + qkv_class_tag(p) + " problem for " + (device_name.empty() ? "this device" : device_name);
+  if (rejected_invalid > 0)
+    ch.why += " (" + std::to_string(rejected_invalid) + " tuned config(s) unusable on " + arch_name(arch) + ")";
+  ch.why += ": built-in default for " + arch_name(arch);
+  return ch;
+}
+
 // ------------------------------------------------------------------------------------------------
 
 namespace {
@@ -169,6 +298,44 @@ struct ProblemKeyHash {
 struct Resolved {
   attn::Config config;
   const LoadedKernel* kernel;  // owned by Impl::kernels
+};
+
+/// The qkv_proj problem fields as a POD hash key.
+struct QkvKey {
+  int f[9];  // dtype, format, m, k, num_heads, num_kv_heads, head_dim, has_bias, rope
+  bool operator==(const QkvKey& o) const {
+    for (int i = 0; i < 9; ++i)
+      if (f[i] != o.f[i]) return false;
+    return true;
+  }
+};
+QkvKey pod_key(const qkv::Problem& p) {
+  return QkvKey{{static_cast<int>(p.dtype), static_cast<int>(p.format), p.m, p.k, p.num_heads, p.num_kv_heads,
+                 p.head_dim, p.has_bias ? 1 : 0, p.rope ? 1 : 0}};
+}
+struct QkvKeyHash {
+  size_t operator()(const QkvKey& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (int x : k.f) {
+      h ^= static_cast<uint32_t>(x);
+      h *= 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+/// What a qkv launch needs, copied out of the map under the shared lock (no allocation).
+struct QkvResolved {
+  qkv::Config config;
+  const LoadedKernel* kernel;  // owned by Impl::qkv_kernels
+  float* workspace;            // owned by the QkvEntry (null when split_k == 1)
+  unsigned* counters;
+};
+
+/// A resolved qkv problem: its launch data and the split-K buffers it owns.
+struct QkvEntry {
+  QkvResolved r{};
+  cuda::DeviceBuffer workspace, counters;
 };
 
 /// cuCtxGetDevice is not in cuda::Api; resolve it from the already loaded driver.
@@ -203,6 +370,13 @@ struct Runtime::Impl {
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> kernels;  // by variant name
   mutable std::shared_mutex map_mu;
   std::unordered_map<ProblemKey, Resolved, ProblemKeyHash> resolved;
+
+  // qkv_proj: winners, loaded kernels (by name expression: split_k is a launch dimension, so variants that
+  // differ only in split_k share one binary) and resolved problems (each owning its split-K buffers; the
+  // map's nodes never move, so the raw pointers in QkvResolved stay valid). Guarded as above.
+  std::vector<db::Winner> qkv_winners;
+  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> qkv_kernels;
+  std::unordered_map<QkvKey, QkvEntry, QkvKeyHash> qkv_resolved;
 
   void ensure_current() const {
     const auto& a = cuda::api();
@@ -241,15 +415,7 @@ struct Runtime::Impl {
       }
     }
     if (!k) {
-      if (!compiler) {
-        try {
-          disk_cache = std::make_unique<CubinCache>(CubinCache::default_dir());
-        } catch (const std::exception&) {
-          disk_cache.reset();  // no usable cache directory: compile every time
-        }
-        compiler = std::make_unique<Compiler>(disk_cache.get(), 1);
-      }
-      const CompileResult r = compiler->compile(attn::kernel_source(p, ch.config, arch));
+      const CompileResult r = compile(attn::kernel_source(p, ch.config, arch));
       if (!r.ok)
         throw std::runtime_error("kt::Runtime: NVRTC failed to compile " + ch.variant_name +
                                  (db_note.empty() ? "" : " (" + db_note + ")") + ": " + r.error);
@@ -257,6 +423,60 @@ struct Runtime::Impl {
     }
     const LoadedKernel* raw = k.get();
     kernels.emplace(ch.variant_name, std::move(k));
+    return raw;
+  }
+
+  /// NVRTC through the disk cubin cache (both created on first use). Called under resolve_mu.
+  CompileResult compile(const KernelSource& src) {
+    if (!compiler) {
+      try {
+        disk_cache = std::make_unique<CubinCache>(CubinCache::default_dir());
+      } catch (const std::exception&) {
+        disk_cache.reset();  // no usable cache directory: compile every time
+      }
+      compiler = std::make_unique<Compiler>(disk_cache.get(), 1);
+    }
+    return compiler->compile(src);
+  }
+
+  /// Loads the qkv kernel of `ch` (database binary -> disk cache -> NVRTC), one per name expression.
+  /// Called under resolve_mu.
+  const LoadedKernel* load_qkv(const qkv::Problem& p, const QkvChoice& ch) {
+    const std::string expr = qkv::name_expression(p, ch.config);
+    auto it = qkv_kernels.find(expr);
+    if (it != qkv_kernels.end()) return it->second.get();
+    const unsigned smem = static_cast<unsigned>(qkv::smem_bytes(ch.config));
+    std::unique_ptr<LoadedKernel> k;
+    std::string db_note;
+    if (db && !ch.binary_hash.empty()) {
+      auto b = db->get_binary(ch.binary_hash);
+      if (!b) {
+        db_note = "binary " + ch.binary_hash + " is missing from " + db_path;
+      } else if (b->name_expression != expr) {
+        // Compare name expressions, not variant names: a binary shared by split_k variants carries the
+        // variant name of whichever was stored first.
+        db_note = "binary " + ch.binary_hash + " is " + b->name_expression + ", expected " + expr;
+      } else {
+        bool runs = false;
+        try {
+          runs = arch_runs_on(parse_arch(b->arch), cc_major, cc_minor);
+        } catch (const std::invalid_argument&) {
+        }
+        if (runs && !b->cubin.empty() && !b->lowered_name.empty())
+          k = std::make_unique<LoadedKernel>(b->cubin, b->lowered_name, smem);
+        else
+          db_note = "binary " + ch.binary_hash + " (" + b->arch + ") does not run on this device";
+      }
+    }
+    if (!k) {
+      const CompileResult r = compile(qkv::kernel_source(p, ch.config, arch));
+      if (!r.ok)
+        throw std::runtime_error("kt::Runtime: NVRTC failed to compile " + qkv::variant_name(p, ch.config, arch) +
+                                 (db_note.empty() ? "" : " (" + db_note + ")") + ": " + r.error);
+      k = std::make_unique<LoadedKernel>(r.cubin, r.report.lowered_name, smem);
+    }
+    const LoadedKernel* raw = k.get();
+    qkv_kernels.emplace(expr, std::move(k));
     return raw;
   }
 };
@@ -289,7 +509,10 @@ Runtime::Runtime(const std::string& db_path) : impl_(std::make_unique<Impl>()) {
   I.cc_major = info.cc_major;
   I.cc_minor = info.cc_minor;
   I.arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
-  if (I.db) I.winners = I.db->winners(I.device_name, attn::kFamily);
+  if (I.db) {
+    I.winners = I.db->winners(I.device_name, attn::kFamily);
+    I.qkv_winners = I.db->winners(I.device_name, qkv::kFamily);
+  }
 }
 
 Runtime::~Runtime() {
@@ -298,12 +521,16 @@ Runtime::~Runtime() {
   try {
     const auto& a = cuda::api();
     CUcontext cur = nullptr;
-    if (!impl_->kernels.empty() && a.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr)
+    const bool holds_device_state =
+        !impl_->kernels.empty() || !impl_->qkv_kernels.empty() || !impl_->qkv_resolved.empty();
+    if (holds_device_state && a.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr)
       a.cuCtxSetCurrent(impl_->ctx);
   } catch (...) {
   }
   impl_->resolved.clear();
   impl_->kernels.clear();
+  impl_->qkv_resolved.clear();  // frees the split-K buffers
+  impl_->qkv_kernels.clear();
 }
 
 Runtime::Choice Runtime::explain(const attn::Problem& p) const {
@@ -345,6 +572,62 @@ void Runtime::attention_prefill(const attn::Problem& p, const attn::FwdParams& p
   attn::launch(*r.kernel, p, r.config, params, stream);
 }
 
+QkvChoice Runtime::explain_qkv(const qkv::Problem& p) const {
+  return resolve_qkv(impl_->qkv_winners, impl_->device_name, impl_->arch, p);
+}
+
+void Runtime::qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUstream stream) {
+  auto& I = *impl_;
+  const QkvKey key = pod_key(p);
+  QkvResolved r{};
+  bool found = false;
+  {
+    std::shared_lock<std::shared_mutex> lock(I.map_mu);
+    auto it = I.qkv_resolved.find(key);
+    if (it != I.qkv_resolved.end()) {
+      r = it->second.r;
+      found = true;
+    }
+  }
+  I.ensure_current();
+  if (!found) {
+    // Reject bad arguments before compiling anything: every check but the workspace's (which is ours) does not
+    // depend on the config.
+    qkv::Config unsplit{};
+    unsplit.split_k = 1;
+    qkv::check_params(p, unsplit, params);
+    std::lock_guard<std::mutex> g(I.resolve_mu);
+    {
+      std::shared_lock<std::shared_mutex> lock(I.map_mu);
+      auto it = I.qkv_resolved.find(key);
+      if (it != I.qkv_resolved.end()) {
+        r = it->second.r;
+        found = true;
+      }
+    }
+    if (!found) {
+      const QkvChoice ch = explain_qkv(p);
+      QkvEntry e;
+      e.r.config = ch.config;
+      e.r.kernel = I.load_qkv(p, ch);
+      if (ch.config.split_k > 1) {
+        e.workspace = cuda::DeviceBuffer(qkv::workspace_bytes(p, ch.config));
+        e.counters = cuda::DeviceBuffer(qkv::counter_bytes(p, ch.config));
+        e.counters.fill_u32(0);  // synchronizes the context: the zeros are there before any launch
+        e.r.workspace = reinterpret_cast<float*>(static_cast<uintptr_t>(e.workspace.ptr()));
+        e.r.counters = reinterpret_cast<unsigned*>(static_cast<uintptr_t>(e.counters.ptr()));
+      }
+      r = e.r;
+      std::unique_lock<std::shared_mutex> lock(I.map_mu);
+      I.qkv_resolved.emplace(key, std::move(e));
+    }
+  }
+  qkv::QkvParams a = params;
+  a.workspace = r.workspace;
+  a.counters = r.counters;
+  qkv::launch(*r.kernel, p, r.config, a, stream);
+}
+
 const std::string& Runtime::device_name() const { return impl_->device_name; }
 ArchId Runtime::arch() const { return impl_->arch; }
 bool Runtime::has_db() const { return impl_->db != nullptr; }
@@ -353,6 +636,10 @@ CUcontext Runtime::context() const { return impl_->ctx; }
 size_t Runtime::resolved_problems() const {
   std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
   return impl_->resolved.size();
+}
+size_t Runtime::resolved_qkv_problems() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
+  return impl_->qkv_resolved.size();
 }
 
 }  // namespace kt

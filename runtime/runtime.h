@@ -12,6 +12,7 @@
 
 #include "cache/tuning_db.h"
 #include "generator/attention_family.h"
+#include "generator/qkv_family.h"
 
 namespace kt {
 
@@ -46,6 +47,35 @@ struct AttentionChoice {
 /// Deterministic: the result depends only on the arguments, not on the order of `winners`.
 AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
                                   const attn::Problem& p);
+
+/// Which step of the lookup chain answered for a qkv_proj problem, and what it chose.
+struct QkvChoice {
+  std::string step;               ///< "exact" | "nearest" | "default"
+  std::string why;                ///< one human sentence naming the tuned problem / the reason
+  qkv::Config config{};           ///< the variant's config (valid for the problem's class and the arch)
+  std::string variant_name;       ///< the winner's own variant name (exact/nearest); qkv::variant_name(p, config,
+                                  ///< arch) for the default
+  std::string binary_hash;        ///< database binary to load; "" for the default step
+  std::string tuned_problem_key;  ///< the winner's problem key (exact/nearest); "" for default
+  double tuned_median_us = 0;     ///< the winner's median time on its own problem, microseconds (0 for default)
+};
+
+/// The qkv_proj lookup chain as a pure function (no CUDA, no database I/O), used by Runtime::explain_qkv.
+///
+/// 1. qkv::check_problem(p): throws ProblemError naming the rule when no variant supports p (k not a
+///    multiple of 64 or of the format's block, head_dim not 64/128, num_heads % num_kv_heads != 0, ...).
+/// 2. exact: a winner of family qkv_proj on `device_name` whose problem_key == p.key().
+/// 3. nearest: among winners of the same family and device class with the same dtype, weight format, k,
+///    num_heads, num_kv_heads, head_dim, bias and RoPE flags, the one minimising |ln(m / m')| (tokens; ties,
+///    within 1e-9, broken by the smaller m', then by problem key).
+/// In steps 2 and 3 a winner is skipped when its problem/config JSON does not parse, when its family or device
+/// class differs, or when its config cannot run p on `arch`: qkv::invalid_reason() rejects it, or split_k > 1
+/// with split_k > k / tile_k (every split needs a K tile). A tuned config is not required to be among
+/// qkv::valid_configs(p, arch): that pruning by M is about speed, and a tile larger than M is still correct.
+/// 4. default: qkv::default_config(arch, p).
+/// Deterministic: the result depends only on the arguments, not on the order of `winners`.
+QkvChoice resolve_qkv(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
+                      const qkv::Problem& p);
 
 /// Maps a compute capability to the arch kerntune compiles for: 9.0 -> sm_90a (arch-specific
 /// features), 8.x -> sm_8x, 10.0+ -> sm_XY (generic). Throws UnsupportedDevice below 8.0.
@@ -83,6 +113,30 @@ class Runtime {
   /// or another context current), std::runtime_error (no cubin and NVRTC unavailable). Thread-safe.
   void attention_prefill(const attn::Problem& p, const attn::FwdParams& params, CUstream stream);
 
+  /// The qkv_proj lookup chain for p on this device (resolve_qkv over the database's qkv_proj winners).
+  /// Throws ProblemError for an unsupported problem. Thread-safe.
+  QkvChoice explain_qkv(const qkv::Problem& p) const;
+
+  /// Fused Q/K/V projection: Y = X W^T (+ bias), RoPE on the Q and K heads (when p.rope), split into
+  /// q [m, Hq, D], k [m, Hkv, D], v [m, Hkv, D]; see templates/qkv_proj/qkv_proj_config.h (QkvParams) for the
+  /// arguments and templates/qkv_proj/quant_format.h for the packed weight layout.
+  /// The first call for a problem resolves it (explain_qkv), loads its kernel (the database's binary for this
+  /// device, else the disk cubin cache, else NVRTC; one loaded kernel per binary, shared by the problems and by
+  /// the variants that differ only in split_k) and, when the chosen config splits K (split_k > 1), allocates
+  /// the split-K workspace and zero-filled counters for that problem (qkv::workspace_bytes / counter_bytes).
+  /// Later calls do one hash lookup under a shared lock and launch, with no allocation.
+  /// params.workspace and params.counters are ignored: the runtime sets them (to its own buffers, or null
+  /// when split_k == 1).
+  /// Split-K ownership: the workspace and counters belong to the runtime's entry for the problem (the same
+  /// p), not to the call. Launches of one split-K problem on one stream are ordered and safe (the kernel
+  /// resets its counters); concurrent launches of the SAME split-K problem on different streams would share
+  /// them and race, so the caller must order them (events, or one stream), or give each thread its own
+  /// Runtime. Different problems never share a workspace.
+  /// Asynchronous on `stream` (0 = legacy default stream); the same context rules as attention_prefill.
+  /// Throws ProblemError (unsupported problem or bad params), cuda::CudaError (allocation, load or launch
+  /// failure, or another context current), std::runtime_error (no cubin and NVRTC unavailable). Thread-safe.
+  void qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUstream stream);
+
   /// Device class name, e.g. "NVIDIA H100 80GB HBM3".
   const std::string& device_name() const;
   ArchId arch() const;
@@ -93,6 +147,8 @@ class Runtime {
   CUcontext context() const;
   /// Number of distinct problems resolved and cached by attention_prefill so far.
   size_t resolved_problems() const;
+  /// Number of distinct problems resolved and cached by qkv_proj so far.
+  size_t resolved_qkv_problems() const;
 
  private:
   struct Impl;

@@ -38,6 +38,15 @@ if want tune && [ -f "$OUT/qwen7b-h100.db" ]; then
   "$BIN/example_attention_prefill" "$OUT/qwen7b-h100.db" 2>&1 | tee "$OUT/example.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
+if want qkv; then
+  echo "== autotune qkv_proj (qwen7b, every format) + anchors (cuBLAS, tinygemm)"
+  "$BIN/autotune" --arch sm_90 --shapes shapes/qwen7b.json --db "$OUT/qkv-h100.db" --families qkv_proj \
+     --budget-ms "${KT_QKV_BUDGET_MS:-20}" --max-candidates "${KT_QKV_MAX_CANDIDATES:-32}" --json "$OUT/qkv_tune.json" 2>&1 \
+     | grep -v "^compiled\|^measured" | tee "$OUT/qkv_tune.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  PYTHONUNBUFFERED=1 python3 bench/qkv_anchors.py --shapes shapes/qwen7b.json --out "$OUT/qkv_anchors.json" 2>&1 | tee "$OUT/qkv_anchors.log"
+  python3 bench/qkv_report.py --tune "$OUT/qkv_tune.json" --anchors "$OUT/qkv_anchors.json" --out "$OUT/qkv_report.json" | tee "$OUT/qkv_report.txt"
+fi
 if want anchors; then
   echo "== anchors: torch SDPA flash / cuDNN"
   PYTHONUNBUFFERED=1 python3 bench/attention_anchors.py --shapes shapes/qwen7b.json --out "$OUT/anchors.json" 2>&1 | tee "$OUT/anchors.log"

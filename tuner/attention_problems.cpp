@@ -26,3 +26,39 @@ std::vector<attn::Problem> attention_prefill_problems(const ShapesFile& s) {
 }
 
 }  // namespace kt
+
+#include <set>
+
+#include "quant/quant.h"
+
+namespace kt {
+
+std::vector<qkv::Problem> qkv_proj_problems(const ShapesFile& s) {
+  std::vector<qkv::Problem> out;
+  std::set<std::string> seen;
+  for (DType dt : s.dtypes)
+    for (const auto& fname : s.qkv_formats)
+      for (int m : s.qkv_tokens) {
+        qkv::Problem p;
+        p.dtype = dt;
+        p.format = quant::parse_format(fname);
+        if (p.format == quant::Format::fp16 || p.format == quant::Format::bf16)
+          p.format = dt == DType::f16 ? quant::Format::fp16 : quant::Format::bf16;
+        p.m = m;
+        p.k = s.model.hidden_size;
+        p.num_heads = s.model.num_heads;
+        p.num_kv_heads = s.model.num_kv_heads;
+        p.head_dim = s.model.head_dim;
+        p.has_bias = s.model.qkv_bias;
+        p.rope = true;
+        try {
+          qkv::check_problem(p);
+        } catch (const ProblemError& e) {
+          throw ProblemError(s.source + ": " + e.what());
+        }
+        if (seen.insert(p.key()).second) out.push_back(p);
+      }
+  return out;
+}
+
+}  // namespace kt

@@ -54,6 +54,17 @@ struct TuneArgs {
   bool compile_only = false, retune = false, no_cache = false;
 };
 
+/// One problem of one family, family-neutral: what the tuning loop, the database and the report need.
+struct Item {
+  std::string family, key;
+  nlohmann::json problem;
+  double flops = 0, bytes = 0;          ///< for TFLOP/s and GB/s (bytes 0 when not meaningful)
+  std::vector<nlohmann::json> configs;  ///< candidates, default first
+  std::vector<std::string> variants;    ///< per candidate
+  std::vector<size_t> source;           ///< per candidate: index of its binary in the compile list
+  std::string default_variant;
+};
+
 long long now_s() { return static_cast<long long>(std::time(nullptr)); }
 
 std::string read_file(const std::string& path) {
@@ -159,15 +170,22 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
 int run_tune(TuneArgs a, const std::string& argv_line) {
   kt::ArchId arch;
   kt::ShapesFile shapes;
-  std::vector<kt::attn::Problem> problems;
+  std::vector<kt::attn::Problem> attn_problems;
+  std::vector<kt::qkv::Problem> qkv_problems;
   try {
     arch = kt::parse_arch(a.arch);
-    if (a.families.empty()) a.families = {kt::attn::kFamily};
-    for (const auto& f : a.families) kt::find_family(f);
+    shapes = kt::load_shapes(a.shapes);
+    if (a.families.empty()) {
+      if (!shapes.prefill.empty()) a.families.push_back(kt::attn::kFamily);
+      if (!shapes.qkv_tokens.empty()) a.families.push_back(kt::qkv::kFamily);
+    }
+    for (const auto& f : a.families) {
+      kt::find_family(f);
+      if (f == kt::attn::kFamily) attn_problems = kt::attention_prefill_problems(shapes);
+      if (f == kt::qkv::kFamily) qkv_problems = kt::qkv_proj_problems(shapes);
+    }
     if (a.strategy != "exhaustive" && a.strategy != "halving")
       throw std::invalid_argument("unknown --strategy '" + a.strategy + "': use exhaustive or halving");
-    shapes = kt::load_shapes(a.shapes);
-    problems = kt::attention_prefill_problems(shapes);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;
@@ -206,25 +224,49 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     }
   }
 
-  // ---- enumerate ----
+  // ---- enumerate: one work item per problem, its candidates in a deterministic order (default first) ----
   std::vector<kt::KernelSource> sources;
-  std::map<std::string, size_t> index;  // variant name -> sources index
-  std::vector<std::vector<kt::attn::Config>> configs(problems.size());
-  for (size_t i = 0; i < problems.size(); ++i) {
-    auto valid = kt::attn::valid_configs(problems[i], arch);
-    // Deterministic candidate order: the family default first, then the space order.
-    const auto def = kt::attn::default_config(arch, problems[i]);
+  std::map<std::string, size_t> index;  // family + name expression -> sources index (one binary per expression)
+  std::vector<Item> items;
+  auto add_source = [&](kt::KernelSource src) {
+    const std::string id = src.family + "|" + src.name_expression;
+    auto it = index.find(id);
+    if (it != index.end()) return it->second;
+    index.emplace(id, sources.size());
+    sources.push_back(std::move(src));
+    return sources.size() - 1;
+  };
+  for (const auto& p : attn_problems) {
+    Item it{kt::attn::kFamily, p.key(), kt::attn::problem_to_json(p), p.flops(), 0, {}, {}, {}, ""};
+    auto valid = kt::attn::valid_configs(p, arch);
+    const auto def = kt::attn::default_config(arch, p);
     std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return kt::attn::same_config(c, def); });
     if (a.max_candidates > 0 && int(valid.size()) > a.max_candidates) valid.resize(size_t(a.max_candidates));
-    configs[i] = valid;
-    for (const auto& c : configs[i]) {
-      auto src = kt::attn::kernel_source(problems[i], c, arch);
-      if (index.emplace(src.variant_name, sources.size()).second) sources.push_back(std::move(src));
+    it.default_variant = kt::attn::variant_name(p, def, arch);
+    for (const auto& c : valid) {
+      it.configs.push_back(kt::attn::config_to_json(c));
+      it.variants.push_back(kt::attn::variant_name(p, c, arch));
+      it.source.push_back(add_source(kt::attn::kernel_source(p, c, arch)));
     }
+    items.push_back(std::move(it));
   }
-  std::printf("autotune %s: %s, %s, %zu attention_prefill problems, %zu distinct variants, NVRTC %s%s\n", KT_VERSION,
-              shapes.model.name.c_str(), a.arch.c_str(), problems.size(), sources.size(), kt::nvrtc_version().c_str(),
-              use_gpu ? (", on " + device.name).c_str() : "");
+  for (const auto& p : qkv_problems) {
+    Item it{kt::qkv::kFamily, p.key(), kt::qkv::problem_to_json(p), p.flops(), p.min_bytes(), {}, {}, {}, ""};
+    auto valid = kt::qkv::valid_configs(p, arch);
+    const auto def = kt::qkv::default_config(arch, p);
+    std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return kt::qkv::same_config(c, def); });
+    if (a.max_candidates > 0 && int(valid.size()) > a.max_candidates) valid.resize(size_t(a.max_candidates));
+    it.default_variant = kt::qkv::variant_name(p, def, arch);
+    for (const auto& c : valid) {
+      it.configs.push_back(kt::qkv::config_to_json(c));
+      it.variants.push_back(kt::qkv::variant_name(p, c, arch));
+      it.source.push_back(add_source(kt::qkv::kernel_source(p, c, arch)));
+    }
+    items.push_back(std::move(it));
+  }
+  std::printf("autotune %s: %s, %s, %zu attention_prefill + %zu qkv_proj problems, %zu distinct binaries, NVRTC %s%s\n",
+              KT_VERSION, shapes.model.name.c_str(), a.arch.c_str(), attn_problems.size(), qkv_problems.size(),
+              sources.size(), kt::nvrtc_version().c_str(), use_gpu ? (", on " + device.name).c_str() : "");
 
   // ---- compile ----
   std::unique_ptr<kt::CubinCache> cache;
@@ -273,9 +315,11 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     gethostname(host, sizeof host - 1);
     run_id = db->begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
     for (const auto& r : results)
-      if (r.ok) {
-        db->put_binary(binary_record(r, compiler));
-        resources[r.kernel.variant_name] = {r.report.registers, r.report.static_smem_bytes + int(r.kernel.dynamic_smem_bytes)};
+      if (r.ok) db->put_binary(binary_record(r, compiler));
+    for (const auto& it : items)
+      for (size_t c = 0; c < it.variants.size(); ++c) {
+        const auto& r = results[it.source[c]];
+        resources[it.variants[c]] = {r.report.registers, r.report.static_smem_bytes + int(r.kernel.dynamic_smem_bytes)};
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
@@ -284,22 +328,21 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
   // ---- plan: what each problem still needs ----
   struct Todo {
-    size_t problem;
-    std::vector<kt::attn::Config> configs;
+    size_t item;
+    std::vector<size_t> cands;  // indices into the item's configs
   };
   std::vector<Todo> todo;
   size_t total = 0, skipped = 0;
-  for (size_t i = 0; i < problems.size(); ++i) {
+  for (size_t i = 0; i < items.size(); ++i) {
     Todo t{i, {}};
-    for (const auto& c : configs[i]) {
-      const auto name = kt::attn::variant_name(problems[i], c, arch);
-      if (!a.retune && db->has_measurement(device_id, kt::attn::kFamily, problems[i].key(), name)) {
+    for (size_t c = 0; c < items[i].configs.size(); ++c) {
+      if (!a.retune && db->has_measurement(device_id, items[i].family, items[i].key, items[i].variants[c])) {
         ++skipped;
         continue;
       }
-      t.configs.push_back(c);
+      t.cands.push_back(c);
     }
-    total += t.configs.size();
+    total += t.cands.size();
     todo.push_back(std::move(t));
   }
   std::printf("autotune: %zu candidates to measure (%zu already in %s%s), strategy %s, budget %.0f ms each\n", total,
@@ -308,16 +351,16 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::signal(SIGINT, on_sigint);
   std::signal(SIGTERM, on_sigint);
   Progress progress(total);
-  auto record = [&](const kt::attn::Problem& p, const kt::attn::Config& c, const kt::CompileResult& cr,
-                    const kt::WorkerResult* wr) {
+  auto record = [&](const Item& it, size_t c, const kt::WorkerResult* wr) {
+    const auto& cr = results[it.source[c]];
     kt::db::Measurement m;
     m.run_id = run_id;
     m.device_id = device_id;
-    m.family = kt::attn::kFamily;
-    m.problem_key = p.key();
-    m.problem_json = kt::attn::problem_to_json(p).dump();
-    m.variant_name = cr.kernel.variant_name;
-    m.config_json = kt::attn::config_to_json(c).dump();
+    m.family = it.family;
+    m.problem_key = it.key;
+    m.problem_json = it.problem.dump();
+    m.variant_name = it.variants[c];
+    m.config_json = it.configs[c].dump();
     m.measured_at = now_s();
     if (!cr.ok) {
       m.status = kt::db::Status::compile_failed;
@@ -332,9 +375,13 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       m.samples_us = wr->samples_us;
       m.rel_err = wr->rel_err;
       m.sm_clock_mhz = wr->sm_clock_mhz;
-      if (m.status == kt::db::Status::ok && m.median_us > 0) m.metric = p.flops() / (m.median_us * 1e-6) / 1e12;
+      if (m.status == kt::db::Status::ok && m.median_us > 0) m.metric = it.flops / (m.median_us * 1e-6) / 1e12;
     }
     db->add_measurements({m});
+  };
+  auto measure_cmd = [&](const Item& it, size_t c, double budget) {
+    return nlohmann::json{{"cmd", "measure"}, {"config", it.configs[c]}, {"variant", it.variants[c]},
+                          {"binary_hash", results[it.source[c]].cache_key}, {"budget_ms", budget}};
   };
 
   int no_winner = 0;
@@ -343,52 +390,49 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::vector<std::string> lines;
   for (auto& t : todo) {
     if (g_interrupted) break;
-    const auto& p = problems[t.problem];
+    const Item& it = items[t.item];
     int n_compiled = 0, n_failed = 0, n_verified = 0;
-    if (!t.configs.empty()) {
+    if (!t.cands.empty()) {
       try {
-        pool->set_problem({{"cmd", "problem"}, {"family", kt::attn::kFamily}, {"problem", kt::attn::problem_to_json(p)},
-                           {"seed", 1}, {"ref_rows", 512}});
+        // float64 reference rows: attention rows are cheap (S_k x D); a qkv row costs N x K.
+        pool->set_problem({{"cmd", "problem"}, {"family", it.family}, {"problem", it.problem}, {"seed", 1},
+                           {"ref_rows", it.family == kt::qkv::kFamily ? 48 : 512}});
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "autotune: %s: %s\n", p.key().c_str(), e.what());
+        std::fprintf(stderr, "autotune: %s: %s\n", it.key.c_str(), e.what());
         no_winner++;
         continue;
       }
       // Round 1 (halving: a quarter of the budget for everyone), round 2 (full budget, best quarter).
-      std::vector<std::pair<kt::attn::Config, kt::WorkerResult>> round;
-      const bool halving = a.strategy == "halving" && t.configs.size() > 4;
+      std::vector<std::pair<size_t, kt::WorkerResult>> round;
+      const bool halving = a.strategy == "halving" && t.cands.size() > 4;
       const double budget1 = halving ? std::max(5.0, a.budget_ms / 4) : a.budget_ms;
-      for (const auto& c : t.configs) {
+      for (size_t c : t.cands) {
         if (g_interrupted) break;
-        const auto& cr = results[index.at(kt::attn::variant_name(p, c, arch))];
-        progress.step(p.key() + " " + cr.kernel.variant_name.substr(cr.kernel.variant_name.find("__", 20) + 2));
-        if (!cr.ok) {
-          record(p, c, cr, nullptr);
+        progress.step(it.key + " " + it.variants[c].substr(it.variants[c].find("__", 10) + 2));
+        if (!results[it.source[c]].ok) {
+          record(it, c, nullptr);
           continue;
         }
-        auto wr = pool->measure({{"cmd", "measure"}, {"config", kt::attn::config_to_json(c)},
-                                 {"variant", cr.kernel.variant_name}, {"binary_hash", cr.cache_key}, {"budget_ms", budget1}});
+        auto wr = pool->measure(measure_cmd(it, c, budget1));
         if (halving && wr.status == kt::db::Status::ok) round.push_back({c, wr});
-        else record(p, c, cr, &wr);
+        else record(it, c, &wr);
       }
       if (halving && !g_interrupted) {
         std::sort(round.begin(), round.end(), [](const auto& x, const auto& y) { return x.second.median_us < y.second.median_us; });
-        const size_t keep = std::max<size_t>(1, (t.configs.size() + 3) / 4);
+        const size_t keep = std::max<size_t>(1, (t.cands.size() + 3) / 4);
         for (size_t k = 0; k < round.size(); ++k) {
-          const auto& cr = results[index.at(kt::attn::variant_name(p, round[k].first, arch))];
           if (k >= keep) {
-            record(p, round[k].first, cr, &round[k].second);
+            record(it, round[k].first, &round[k].second);
             continue;
           }
           if (g_interrupted) break;
-          auto wr = pool->measure({{"cmd", "measure"}, {"config", kt::attn::config_to_json(round[k].first)},
-                                   {"variant", cr.kernel.variant_name}, {"binary_hash", cr.cache_key}, {"budget_ms", a.budget_ms}});
-          record(p, round[k].first, cr, &wr);
+          auto wr = pool->measure(measure_cmd(it, round[k].first, a.budget_ms));
+          record(it, round[k].first, &wr);
         }
       }
     }
     // Report from the database (includes rows from earlier, resumed runs).
-    const auto ms = db->measurements(device.name, kt::attn::kFamily, p.key());
+    const auto ms = db->measurements(device.name, it.family, it.key);
     const auto cands = latest_candidates(ms, resources);
     for (const auto& m : ms)
       if (m.run_id == run_id && m.sm_clock_mhz > 0) {
@@ -401,40 +445,44 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       n_failed += c.status != kt::db::Status::ok;
     }
     const int w = kt::pick_winner(cands);
-    nlohmann::json pj = {{"problem", p.key()}, {"flops", p.flops()}, {"candidates", cands.size()}};
+    nlohmann::json pj = {{"family", it.family}, {"problem", it.key}, {"flops", it.flops}, {"bytes", it.bytes},
+                         {"candidates", cands.size()}};
     if (w < 0) {
       ++no_winner;
-      lines.push_back(p.key() + "  NO CANDIDATE PASSED VERIFICATION");
+      lines.push_back(it.key + "  NO CANDIDATE PASSED VERIFICATION");
       report.push_back(pj);
       continue;
     }
     const auto& win = cands[w];
     double runner_up = 0, def_us = 0;
-    const std::string def_name = kt::attn::variant_name(p, kt::attn::default_config(arch, p), arch);
     for (size_t j = 0; j < cands.size(); ++j) {
       if (cands[j].status != kt::db::Status::ok) continue;
       if (int(j) != w && (runner_up == 0 || cands[j].median_us < runner_up)) runner_up = cands[j].median_us;
-      if (cands[j].variant == def_name) def_us = cands[j].median_us;
+      if (cands[j].variant == it.default_variant) def_us = cands[j].median_us;
     }
-    const double tflops = p.flops() / (win.median_us * 1e-6) / 1e12;
+    const double tflops = it.flops / (win.median_us * 1e-6) / 1e12;
+    const double gbs = it.bytes / (win.median_us * 1e-6) / 1e9;
+    const size_t a0 = win.variant.find("__", 10) + 2, a1 = win.variant.rfind("__");
     char buf[512];
-    std::snprintf(buf, sizeof buf, "%-62s %-28s %10.1f %8.1f %8s %8s %3d/%3d/%3d/%3d", p.key().c_str(),
-                  win.variant.substr(win.variant.find("__", 20) + 2, win.variant.rfind("__") - win.variant.find("__", 20) - 2).c_str(),
-                  win.median_us, tflops, def_us > 0 ? (std::to_string(def_us / win.median_us).substr(0, 4) + "x").c_str() : "n/a",
+    std::snprintf(buf, sizeof buf, "%-62s %-30s %10.1f %8.1f %8.0f %8s %8s %3d/%3d/%3d/%3d", it.key.c_str(),
+                  win.variant.substr(a0, a1 - a0).c_str(), win.median_us, tflops, gbs,
+                  def_us > 0 ? (std::to_string(def_us / win.median_us).substr(0, 4) + "x").c_str() : "n/a",
                   runner_up > 0 ? (std::to_string((runner_up / win.median_us - 1) * 100).substr(0, 4) + "%").c_str() : "n/a",
                   n_compiled, n_verified, n_verified, n_failed);
     lines.push_back(buf);
     pj["winner"] = win.variant;
     pj["median_us"] = win.median_us;
     pj["tflops"] = tflops;
+    pj["gbps"] = gbs;
+    pj["default_us"] = def_us;
     pj["speedup_vs_default"] = def_us > 0 ? def_us / win.median_us : 0;
     pj["runner_up_us"] = runner_up;
     report.push_back(pj);
   }
   progress.end_line();
   db->end_run(run_id, now_s());
-  std::printf("\n%-62s %-28s %10s %8s %8s %8s %s\n", "problem", "winner", "median_us", "TFLOP/s", "vs_dflt", "margin",
-              "compiled/verified/timed/failed");
+  std::printf("\n%-62s %-30s %10s %8s %8s %8s %8s %s\n", "problem", "winner", "median_us", "TFLOP/s", "GB/s", "vs_dflt",
+              "margin", "compiled/verified/timed/failed");
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
   if (clock_max > 0)
     std::printf("autotune: SM clock during measurement %.0f-%.0f MHz (NVML)\n", clock_min, clock_max);

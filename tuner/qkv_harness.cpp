@@ -20,12 +20,15 @@ ref::QkvShape shape_of(const HostInputs& in) {
 
 }  // namespace
 
-HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta) {
+namespace {
+
+/// X, bias and positions for p (the weight is filled by the callers).
+HostInputs make_activations(const Problem& p, uint64_t seed, double rope_theta) {
   check_problem(p);
   HostInputs in;
   in.problem = p;
   in.rope_theta = rope_theta;
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
   std::normal_distribution<float> nd(0.f, 1.f);
   in.x.resize(size_t(p.m) * p.k);
   in.xf.resize(in.x.size());
@@ -33,11 +36,6 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta) {
     in.x[i] = float_to_dtype(p.dtype, nd(rng));
     in.xf[i] = dtype_to_float(p.dtype, in.x[i]);
   }
-  std::vector<float> w(size_t(p.n()) * p.k);
-  for (auto& v : w) v = 0.02f * nd(rng);
-  in.w = quant::quantize(p.format, w.data(), p.n(), p.k);
-  in.wd.resize(w.size());
-  quant::dequantize(in.w, in.wd.data());
   in.bias.resize(size_t(p.n()));
   in.biasf.resize(in.bias.size());
   for (size_t i = 0; i < in.bias.size(); ++i) {
@@ -47,6 +45,30 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta) {
   std::uniform_int_distribution<int> pos(0, 32767);
   in.positions.resize(size_t(p.m));
   for (auto& v : in.positions) v = pos(rng);
+  return in;
+}
+
+}  // namespace
+
+HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta) {
+  HostInputs in = make_activations(p, seed, rope_theta);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 0.02f);
+  std::vector<float> w(size_t(p.n()) * p.k);
+  for (auto& v : w) v = nd(rng);
+  in.w = quant::quantize(p.format, w.data(), p.n(), p.k);
+  in.wd.resize(w.size());
+  quant::dequantize(in.w, in.wd.data());
+  return in;
+}
+
+HostInputs make_inputs_with_weight(const Problem& p, uint64_t seed, const HostInputs& from) {
+  const Problem& f = from.problem;
+  if (f.format != p.format || f.dtype != p.dtype || f.n() != p.n() || f.k != p.k)
+    throw ProblemError("qkv_proj: make_inputs_with_weight needs the same format, dtype, n and k");
+  HostInputs in = make_activations(p, seed, from.rope_theta);
+  in.w = from.w;
+  in.wd = from.wd;
   return in;
 }
 

@@ -24,6 +24,9 @@ struct HostInputs {
   std::vector<double> wd;  ///< dequantized W [n, k]: exactly what the kernel multiplies
 };
 HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta = 1e6);
+/// As make_inputs for problem p (its own m, bias, RoPE), reusing the quantized weight of `from`, which must have
+/// the same format, dtype, n and k. Throws ProblemError otherwise.
+HostInputs make_inputs_with_weight(const Problem& p, uint64_t seed, const HostInputs& from);
 
 /// Reference rows (all when m <= max_rows, else a random sample incl. the first and last token).
 struct RefRows {

@@ -17,7 +17,7 @@
 #include "cuda/nvml.h"
 #include "generator/attention_family.h"
 #include "runtime/loaded_kernel.h"
-#include "tuner/attention_session.h"
+#include "tuner/session.h"
 
 namespace kt {
 namespace {
@@ -87,7 +87,7 @@ int worker_main(const std::string& db_path, int in_fd, int out_fd) {
   }
   reply(out_fd, {{"type", "hello"}, {"device", device_json(dev)}});
 
-  std::unique_ptr<attn::Session> session;
+  std::unique_ptr<MeasureSession> session;
   std::map<std::string, std::unique_ptr<LoadedKernel>> kernels;  // by binary hash
   std::string buf, line;
   while (read_blocking(in_fd, buf, line)) {
@@ -103,9 +103,8 @@ int worker_main(const std::string& db_path, int in_fd, int out_fd) {
     if (cmd == "problem") {
       try {
         session.reset();
-        const auto p = attn::problem_from_json(req.at("problem"));
-        session = std::make_unique<attn::Session>(p, req.value("seed", 1ULL), req.value("ref_rows", size_t(512)),
-                                                  size_t(dev.l2_bytes));
+        session = make_session(req.value("family", std::string(attn::kFamily)), req.at("problem"),
+                               req.value("seed", 1ULL), req.value("ref_rows", size_t(512)), size_t(dev.l2_bytes));
         reply(out_fd, {{"type", "ready"}});
       } catch (const std::exception& e) {
         reply(out_fd, {{"type", "error"}, {"error", std::string("problem setup failed: ") + e.what()}});
@@ -119,7 +118,6 @@ int worker_main(const std::string& db_path, int in_fd, int out_fd) {
     }
     nlohmann::json res = {{"type", "result"}};
     try {
-      const auto config = attn::config_from_json(req.at("config"));
       const std::string hash = req.at("binary_hash").get<std::string>();
       auto it = kernels.find(hash);
       if (it == kernels.end()) {
@@ -130,10 +128,10 @@ int worker_main(const std::string& db_path, int in_fd, int out_fd) {
                                                                unsigned(bin->dynamic_smem_bytes)))
                  .first;
       }
-      const auto out = session->measure(*it->second, config, stream->get(), req.value("budget_ms", 100.0));
+      const auto out = session->measure(*it->second, req.at("config"), stream->get(), req.value("budget_ms", 100.0));
       res["status"] = db::status_name(out.status);
       res["error"] = out.error;
-      res["rel_err"] = out.verdict.rel_l2;
+      res["rel_err"] = out.rel_err;
       res["median_us"] = out.timing.median_us;
       res["p20_us"] = out.timing.p20_us;
       res["p80_us"] = out.timing.p80_us;

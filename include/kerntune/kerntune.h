@@ -1,4 +1,5 @@
-/* kerntune C ABI: launch autotuned attention kernels from C, Python (ctypes/cffi), Rust, ...
+/* kerntune C ABI: launch autotuned attention and Q/K/V projection kernels from C, Python (ctypes/cffi),
+ * Rust, ...
  *
  * C99-compatible. Link with -lkerntune (libkerntune.so). No C++ exception crosses this interface:
  * every failure is a kt_status, and kt_last_error() gives the message.
@@ -13,6 +14,8 @@
  * Grouped-query attention: query head h reads key/value head h / (num_heads / num_kv_heads).
  * Causal masking is bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q; a query
  * row that sees no key gets o = 0 and lse = -inf.
+ *
+ * Q/K/V projection (kt_qkv_proj): see the comments at kt_qkv_problem and kt_qkv_args.
  *
  * Threading: a kt_runtime may be shared by threads. The CUDA context the runtime was created in
  * (or that it retained) must be current on the calling thread, or no context at all (then it is
@@ -111,6 +114,81 @@ KT_API kt_status kt_attention_prefill(kt_runtime* rt, const kt_attention_problem
  *  variant). Does not touch the GPU.
  *  Errors: INVALID_ARGUMENT (rt, p or buf NULL, buf_len 0, malformed problem), UNSUPPORTED. */
 KT_API kt_status kt_attention_explain(kt_runtime* rt, const kt_attention_problem* p, char* buf, size_t buf_len);
+
+/** Weight storage formats of the Q/K/V projection (values == kt::quant::Format). The packed layout of
+ *  each (data bytes, scales, int4 zero points, nibble order, scale encodings, group sizes) is specified
+ *  in templates/qkv_proj/quant_format.h; quant/quant.h quantizes float weights to it and imports
+ *  GPTQ int4 and bitsandbytes NF4 checkpoints. Group (block) sizes along k: int4 128, nf4 64,
+ *  mxfp4 32, nvfp4 16; int8 has one fp32 scale per output row; fp16/bf16 have no scales. */
+typedef enum {
+  KT_WEIGHT_FP16 = 0,
+  KT_WEIGHT_BF16 = 1,
+  KT_WEIGHT_INT8 = 2,
+  KT_WEIGHT_INT4 = 3,
+  KT_WEIGHT_NF4 = 4,
+  KT_WEIGHT_MXFP4 = 5,
+  KT_WEIGHT_NVFP4 = 6
+} kt_weight_format;
+
+/** What defines the result of a fused Q/K/V projection (the tuning database key):
+ *    y = x W^T (+ bias), x [m, k] (dtype), W [n, k] with n = (num_heads + 2 * num_kv_heads) * head_dim,
+ *  then RoPE (rotate-half, Llama/Qwen convention) on the query and key heads when rope != 0, and the
+ *  split of y into q [m, num_heads, head_dim], k [m, num_kv_heads, head_dim], v [m, num_kv_heads, head_dim]
+ *  (W's rows in that order: the query heads, then the key heads, then the value heads).
+ *  dtype: a kt_dtype (the activations, bias and outputs); weight_format: a kt_weight_format
+ *  (fp16/bf16 weights must match dtype). m (tokens), k (hidden size), num_heads, num_kv_heads, head_dim:
+ *  >= 1; head_dim 64 or 128; num_heads a multiple of num_kv_heads; k a multiple of 64 and of the
+ *  format's group. has_bias, rope: 0 or nonzero. */
+typedef struct {
+  int32_t dtype;
+  int32_t weight_format;
+  int32_t m;
+  int32_t k;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t has_bias;
+  int32_t rope;
+} kt_qkv_problem;
+
+/** Device pointers and row strides (in ELEMENTS, multiples of 8) of one projection; the feature
+ *  dimension is contiguous. x, w_data, q, k, v: 16-byte aligned. For contiguous tensors:
+ *  x_row_stride = k, q_row_stride = num_heads * head_dim, k_row_stride = v_row_stride =
+ *  num_kv_heads * head_dim (larger strides address rows of a KV cache or a fused buffer). */
+typedef struct {
+  const void* x;           /**< [m, k] activations */
+  const void* w_data;      /**< packed weight data (templates/qkv_proj/quant_format.h) */
+  const void* w_scales;    /**< weight scales; required for int8/int4/nf4/mxfp4/nvfp4, else NULL */
+  const void* w_zeros;     /**< int4 zero points; required for int4, else NULL */
+  const void* bias;        /**< [n] in dtype; required when has_bias, else ignored */
+  const int32_t* positions; /**< [m] token positions for RoPE; required when rope, else ignored */
+  void* q;                 /**< [m, num_heads, head_dim] (written) */
+  void* k;                 /**< [m, num_kv_heads, head_dim] (written) */
+  void* v;                 /**< [m, num_kv_heads, head_dim] (written) */
+  int64_t x_row_stride, q_row_stride, k_row_stride, v_row_stride;
+  float tensor_scale;      /**< nvfp4 per-tensor scale (> 0); ignored by the other formats */
+  double rope_theta;       /**< RoPE base, e.g. 1000000.0 for Qwen2.5 (> 0 when rope; ignored otherwise) */
+} kt_qkv_args;
+
+/** Computes the projection of p on cu_stream (a CUstream; NULL = the legacy default stream).
+ *  Asynchronous like kt_attention_prefill: the first call for a problem chooses the kernel (see
+ *  kt_qkv_explain), loads it and, for a split-K kernel, allocates its workspace (this first call may
+ *  synchronize the context); later calls for the same problem only launch.
+ *  The split-K workspace belongs to the runtime's entry for the problem: calls for the SAME problem
+ *  issued concurrently on different streams must be ordered by the caller (or use one kt_runtime per
+ *  thread); calls on one stream, and calls for different problems, need nothing.
+ *  Errors: INVALID_ARGUMENT (rt, p, a, x, w_data, q, k or v NULL; a size < 1; unknown dtype or
+ *  weight_format; misaligned pointer; stride not a multiple of 8; a pointer the problem needs is NULL;
+ *  rope_theta <= 0 with rope), UNSUPPORTED (k not a multiple of 64 or of the format's group, head_dim
+ *  not 64/128, num_heads not a multiple of num_kv_heads, fp16/bf16 weights of the other dtype), CUDA,
+ *  INTERNAL. */
+KT_API kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a, void* cu_stream);
+
+/** Writes which kernel kt_qkv_proj would use for p, and why, as one NUL-terminated line
+ *  "<step>: <variant>: <why>" (as kt_attention_explain), truncated to buf_len - 1 bytes.
+ *  Does not touch the GPU. Errors: INVALID_ARGUMENT (rt, p or buf NULL, buf_len 0, malformed
+ *  problem), UNSUPPORTED. */
+KT_API kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, size_t buf_len);
 
 /** Message of the last failing call on the calling thread ("" if none failed yet). Valid until the
  *  next failing kerntune call on this thread. Never NULL. */

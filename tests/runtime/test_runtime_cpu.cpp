@@ -325,3 +325,302 @@ TEST_CASE("resolve_attention over a TuningDb's winners view", "[runtime]") {
   std::remove((path + "-wal").c_str());
   std::remove((path + "-shm").c_str());
 }
+
+// ------------------------------------------------------------------------------------------------
+// resolve_qkv: the qkv_proj lookup chain.
+
+namespace {
+
+/// Qwen2.5-7B's projection class: bf16 activations, NF4 weights, k 3584, 28/4 heads of 128, bias, RoPE.
+qkv::Problem qkvp(int m, quant::Format f = quant::Format::nf4, DType dt = DType::bf16) {
+  qkv::Problem p;
+  p.dtype = dt;
+  p.format = f;
+  p.m = m;
+  return p;
+}
+
+db::Winner qwin(const qkv::Problem& p, const qkv::Config& c, const std::string& device = kH100,
+                const std::string& hash = "") {
+  db::Winner w;
+  w.device_name = device;
+  w.family = qkv::kFamily;
+  w.problem_key = p.key();
+  w.problem_json = qkv::problem_to_json(p).dump();
+  w.config_json = qkv::config_to_json(c).dump();
+  w.variant_name = qkv::variant_name(p, c, kSm90a);
+  w.binary_hash = hash.empty() ? "hash_" + p.key() : hash;
+  w.median_us = 10;
+  w.measurement_id = ++g_id;
+  return w;
+}
+
+// Distinct configs, none of them a default, so a test can tell which winner was chosen.
+const qkv::Config q16{16, 128, 64, 1, 8, 2, 8};
+const qkv::Config q256{64, 128, 64, 2, 4, 2, 1};
+const qkv::Config q4096{128, 128, 64, 4, 2, 3, 1};
+
+/// Tuned m = 16 (q16), 256 (q256), 4096 (q4096) for the Qwen NF4 class on the H100.
+std::vector<db::Winner> qkv_three_tuned() {
+  for (const auto& c : {q16, q256, q4096}) {
+    REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, c, kSm90a) == nullptr);
+    for (int m : {1, 16, 20, 256, 1000, 3000, 4096}) REQUIRE_FALSE(qkv::same_config(c, qkv::default_config(kSm90a, qkvp(m))));
+  }
+  return {qwin(qkvp(16), q16), qwin(qkvp(256), q256), qwin(qkvp(4096), q4096)};
+}
+
+}  // namespace
+
+TEST_CASE("resolve_qkv: exact problem key", "[runtime]") {
+  const auto ws = qkv_three_tuned();
+  for (auto [m, c] : {std::pair<int, qkv::Config>{16, q16}, {256, q256}, {4096, q4096}}) {
+    const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(m));
+    INFO(m << ": " << ch.why);
+    CHECK(ch.step == "exact");
+    CHECK(qkv::same_config(ch.config, c));
+    CHECK(ch.tuned_problem_key == qkvp(m).key());
+    CHECK(ch.binary_hash == "hash_" + qkvp(m).key());
+    CHECK(ch.variant_name == qkv::variant_name(qkvp(m), c, kSm90a));
+    CHECK(ch.tuned_median_us == 10);
+    CHECK(ch.why.find("exactly") != std::string::npos);
+  }
+}
+
+TEST_CASE("resolve_qkv: nearest by log distance of m", "[runtime]") {
+  const auto ws = qkv_three_tuned();
+  // 20 -> 16; 1000 -> 256 (|ln(1000/256)| = 1.36 < |ln(4096/1000)| = 1.41); 3000 -> 4096; 1 -> 16; 10^5 -> 4096.
+  for (auto [ask, tuned] : {std::pair<int, int>{20, 16}, {1000, 256}, {3000, 4096}, {1, 16}, {100000, 4096}}) {
+    const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(ask));
+    INFO(ask << ": " << ch.why);
+    CHECK(ch.step == "nearest");
+    CHECK(ch.tuned_problem_key == qkvp(tuned).key());
+    CHECK(ch.binary_hash == "hash_" + qkvp(tuned).key());  // the tuned binary: m is a run-time argument
+    CHECK(ch.variant_name == ws[tuned == 16 ? 0 : tuned == 256 ? 1 : 2].variant_name);
+    CHECK(qkv::same_config(ch.config, tuned == 16 ? q16 : tuned == 256 ? q256 : q4096));
+    CHECK(ch.why.find(qkvp(tuned).key()) != std::string::npos);
+  }
+  CHECK(resolve_qkv(ws, kH100, kSm90a, qkvp(1000)).why.find("log distance 1.36") != std::string::npos);
+  CHECK(resolve_qkv(ws, kH100, kSm90a, qkvp(20)).why.find("log distance 0.22") != std::string::npos);
+}
+
+TEST_CASE("resolve_qkv: nearest ties go to the smaller tuned m, whatever the key order", "[runtime]") {
+  // 16 is |ln 2| from both 8 and 32; the key of m32 sorts before m8, the smaller m wins anyway.
+  REQUIRE(qkvp(32).key() < qkvp(8).key());
+  std::vector<db::Winner> ws = {qwin(qkvp(32), q256), qwin(qkvp(8), q16)};
+  for (int t = 0; t < 2; ++t) {
+    const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(16));
+    CHECK(ch.step == "nearest");
+    CHECK(ch.tuned_problem_key == qkvp(8).key());
+    CHECK(qkv::same_config(ch.config, q16));
+    std::swap(ws[0], ws[1]);
+  }
+}
+
+TEST_CASE("resolve_qkv: nearest skips another format, dtype, k, heads, bias, RoPE, device or family", "[runtime]") {
+  auto variant = [](auto change) {
+    qkv::Problem p = qkvp(256);
+    change(p);
+    return p;
+  };
+  std::vector<db::Winner> ws = {
+      qwin(qkvp(256, quant::Format::int4), q256),                           // other weight format
+      qwin(qkvp(256, quant::Format::nf4, DType::f16), q256),                // other activation dtype
+      qwin(variant([](qkv::Problem& p) { p.k = 4096; }), q256),             // other k
+      qwin(variant([](qkv::Problem& p) { p.num_heads = 32; }), q256),       // other num_heads
+      qwin(variant([](qkv::Problem& p) { p.num_kv_heads = 7; }), q256),     // other num_kv_heads
+      qwin(variant([](qkv::Problem& p) { p.head_dim = 64; }), q256),        // other head_dim
+      qwin(variant([](qkv::Problem& p) { p.has_bias = false; }), q256),     // no bias
+      qwin(variant([](qkv::Problem& p) { p.rope = false; }), q256),         // no RoPE
+      qwin(qkvp(256), q256, "NVIDIA A100-SXM4-80GB"),                       // other device class
+      qwin(qkvp(4096), q4096),                                              // the only usable one: far, right class
+  };
+  db::Winner attn_row = qwin(qkvp(256), q256);
+  attn_row.family = attn::kFamily;
+  ws.push_back(attn_row);
+  db::Winner corrupt = qwin(qkvp(256), q256);
+  corrupt.config_json = "{\"tile_m\": 64}";
+  ws.push_back(corrupt);
+
+  const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(256));
+  INFO(ch.why);
+  CHECK(ch.step == "nearest");
+  CHECK(ch.tuned_problem_key == qkvp(4096).key());
+  CHECK(qkv::same_config(ch.config, q4096));
+
+  ws.erase(ws.begin() + 9);  // without the usable row: the default
+  const auto d = resolve_qkv(ws, kH100, kSm90a, qkvp(256));
+  CHECK(d.step == "default");
+  CHECK(qkv::same_config(d.config, qkv::default_config(kSm90a, qkvp(256))));
+  CHECK(d.binary_hash.empty());
+}
+
+TEST_CASE("resolve_qkv: a tuned config that cannot run the problem here is skipped", "[runtime]") {
+  // 160 KiB of shared memory: fine on sm_90a, too much on sm_86.
+  const qkv::Config big{128, 128, 128, 2, 4, 3, 1};
+  REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, big, kSm90a) == nullptr);
+  REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, big, kSm86) != nullptr);
+  const std::string dev = "NVIDIA GeForce RTX 3090";
+  std::vector<db::Winner> ws = {qwin(qkvp(1024), big, dev), qwin(qkvp(16), q16, dev)};
+  CHECK(resolve_qkv(ws, dev, kSm90a, qkvp(1024)).step == "exact");
+  auto ch = resolve_qkv(ws, dev, kSm86, qkvp(1024));
+  CHECK(ch.step == "nearest");
+  CHECK(ch.tuned_problem_key == qkvp(16).key());
+  ws.pop_back();
+  ch = resolve_qkv(ws, dev, kSm86, qkvp(1024));
+  CHECK(ch.step == "default");
+  CHECK(ch.why.find("unusable on sm_86") != std::string::npos);
+
+  // split_k beyond k / tile_k: k = 256 has 2 K tiles of 128, a 4-way split cannot run.
+  qkv::Problem small = qkvp(16);
+  small.k = 256;
+  const qkv::Config split4{16, 128, 128, 1, 8, 2, 4};
+  const qkv::Config split2{16, 128, 128, 1, 8, 2, 2};
+  REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, split4, kSm90a) == nullptr);
+  ch = resolve_qkv({qwin(small, split4)}, kH100, kSm90a, small);
+  CHECK(ch.step == "default");
+  CHECK(ch.why.find("unusable") != std::string::npos);
+  ch = resolve_qkv({qwin(small, split2)}, kH100, kSm90a, small);
+  CHECK(ch.step == "exact");
+  CHECK(qkv::same_config(ch.config, split2));
+}
+
+TEST_CASE("resolve_qkv: default when nothing is tuned", "[runtime]") {
+  for (ArchId arch : {kSm90a, kSm86, ArchId{80, false}})
+    for (int m : {1, 37, 5000}) {
+      const qkv::Problem p = qkvp(m, quant::Format::int4, DType::f16);
+      const auto ch = resolve_qkv(qkv_three_tuned(), kH100, arch, p);  // the tuned rows are NF4/bf16
+      INFO(arch_name(arch) << " m " << m << ": " << ch.why);
+      CHECK(ch.step == "default");
+      CHECK(qkv::same_config(ch.config, qkv::default_config(arch, p)));
+      CHECK(ch.variant_name == qkv::variant_name(p, ch.config, arch));
+      CHECK(ch.binary_hash.empty());
+      CHECK(ch.tuned_problem_key.empty());
+      CHECK(ch.tuned_median_us == 0);
+      CHECK(ch.why.find("qkv_proj/fp16/int4/k3584/h28/kv4/d128/bias/rope") != std::string::npos);
+      CHECK(ch.why.find(arch_name(arch)) != std::string::npos);
+    }
+}
+
+TEST_CASE("resolve_qkv: unsupported problems throw naming the rule", "[runtime]") {
+  const auto ws = qkv_three_tuned();
+  auto throws_with = [&](const qkv::Problem& p, const std::string& needle) {
+    try {
+      resolve_qkv(ws, kH100, kSm90a, p);
+      FAIL(p.key() << " accepted");
+    } catch (const ProblemError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+  };
+  qkv::Problem p = qkvp(16, quant::Format::int4);
+  p.k = 3648;  // a multiple of 64, not of int4's block of 128
+  throws_with(p, "not a multiple of the int4 block of 128");
+  p = qkvp(16, quant::Format::nvfp4);
+  p.k = 100;
+  throws_with(p, "k = 100 must be a multiple of 64");
+  p = qkvp(16);
+  p.num_kv_heads = 5;
+  throws_with(p, "multiple of num_kv_heads");
+  p = qkvp(16);
+  p.head_dim = 96;
+  throws_with(p, "head_dim");
+  throws_with(qkvp(16, quant::Format::bf16, DType::f16), "bf16 weights need bf16 activations");
+  throws_with(qkvp(0), "m (tokens) must be >= 1");
+}
+
+TEST_CASE("resolve_qkv: deterministic, independent of row order", "[runtime]") {
+  std::vector<db::Winner> ws;
+  const qkv::Config cs[] = {q16, q256, q4096};
+  int i = 0;
+  for (int m : {1, 8, 16, 32, 64, 100, 256, 1024, 4096}) ws.push_back(qwin(qkvp(m), cs[i++ % 3]));
+  ws.push_back(qwin(qkvp(64), q4096));  // a duplicate key (later measurement): the first one answers exact
+  std::mt19937 rng(11);
+  for (int m : {1, 2, 11, 16, 24, 64, 70, 181, 512, 2048, 100000}) {
+    const auto ref = resolve_qkv(ws, kH100, kSm90a, qkvp(m));
+    for (int t = 0; t < 5; ++t) {
+      auto shuffled = ws;
+      std::shuffle(shuffled.begin(), shuffled.end(), rng);
+      const auto c = resolve_qkv(shuffled, kH100, kSm90a, qkvp(m));
+      CHECK(c.step == ref.step);
+      CHECK(c.tuned_problem_key == ref.tuned_problem_key);
+      CHECK(c.variant_name == ref.variant_name);
+      CHECK(qkv::same_config(c.config, ref.config));
+      CHECK(c.why == ref.why);
+    }
+    if (m == 64 || m == 70) {
+      CHECK(ref.step == (m == 64 ? "exact" : "nearest"));
+      CHECK(qkv::same_config(ref.config, cs[4 % 3]));  // the first row for m = 64, not the duplicate
+    }
+    if (m == 24) CHECK(ref.tuned_problem_key == qkvp(32).key());  // ln(32/24) = 0.29 < ln(24/16) = 0.41
+  }
+}
+
+TEST_CASE("resolve_qkv over a TuningDb's winners view (split_k variants share one binary)", "[runtime]") {
+  db::TuningDb tdb(":memory:");
+  db::DeviceRecord dev;
+  dev.name = kH100;
+  dev.uuid = "00112233445566778899aabbccddeeff";
+  dev.cc_major = 9;
+  dev.sm_count = 132;
+  dev.l2_bytes = 50 << 20;
+  const long long dev_id = tdb.upsert_device(dev);
+  db::RunRecord run;
+  run.argv = "autotune --test";
+  run.started_at = 1700000000;
+  const long long run_id = tdb.begin_run(run);
+  // One binary per name expression (the tuner's rule): q16 split 8 and split 1 share it.
+  qkv::Config q16_unsplit = q16;
+  q16_unsplit.split_k = 1;
+  REQUIRE(qkv::name_expression(qkvp(16), q16) == qkv::name_expression(qkvp(16), q16_unsplit));
+  std::vector<db::Measurement> ms;
+  auto add = [&](const qkv::Problem& p, const qkv::Config& c, db::Status st, double median) {
+    db::BinaryRecord b;
+    b.hash = "h_" + qkv::name_expression(p, c);
+    b.family = qkv::kFamily;
+    b.variant_name = qkv::variant_name(p, c, kSm90a);
+    b.name_expression = qkv::name_expression(p, c);
+    b.lowered_name = "_Z4fake";
+    b.arch = "sm_90a";
+    b.cubin = std::string("\x7f" "ELF fake cubin", 15);
+    b.registers = 64;
+    b.dynamic_smem_bytes = qkv::smem_bytes(c);
+    if (!tdb.has_binary(b.hash)) tdb.put_binary(b);
+    db::Measurement m;
+    m.run_id = run_id;
+    m.device_id = dev_id;
+    m.family = qkv::kFamily;
+    m.problem_key = p.key();
+    m.problem_json = qkv::problem_to_json(p).dump();
+    m.variant_name = qkv::variant_name(p, c, kSm90a);
+    m.config_json = qkv::config_to_json(c).dump();
+    m.binary_hash = b.hash;
+    m.status = st;
+    m.median_us = m.p20_us = m.p80_us = median;
+    m.samples_us = {median};
+    m.measured_at = 1700000001;
+    ms.push_back(m);
+  };
+  add(qkvp(16), q16_unsplit, db::Status::wrong_result, 1);  // fastest but wrong: never a winner
+  add(qkvp(16), q16, db::Status::ok, 5);
+  add(qkvp(16), q256, db::Status::ok, 9);
+  add(qkvp(4096), q4096, db::Status::ok, 300);
+  tdb.add_measurements(ms);
+  tdb.end_run(run_id, 1700000002);
+
+  const auto ws = tdb.winners(kH100, qkv::kFamily);
+  REQUIRE(ws.size() == 2);
+  auto c = resolve_qkv(ws, kH100, kSm90a, qkvp(16));
+  CHECK(c.step == "exact");
+  CHECK(qkv::same_config(c.config, q16));
+  CHECK(c.variant_name == qkv::variant_name(qkvp(16), q16, kSm90a));
+  CHECK(c.binary_hash == "h_" + qkv::name_expression(qkvp(16), q16));
+  CHECK(c.tuned_median_us == 5);
+  c = resolve_qkv(ws, kH100, kSm90a, qkvp(30));
+  CHECK(c.step == "nearest");
+  CHECK(qkv::same_config(c.config, q16));
+  c = resolve_qkv(ws, kH100, kSm90a, qkvp(2000));
+  CHECK(c.step == "nearest");
+  CHECK(c.tuned_problem_key == qkvp(4096).key());
+  // The attention family's winners hold none of it.
+  CHECK(resolve_qkv(tdb.winners(kH100, attn::kFamily), kH100, kSm90a, qkvp(16)).step == "default");
+}

@@ -1,0 +1,36 @@
+// A family-neutral measuring session: one problem's inputs, reference and buffers, measuring candidates.
+#pragma once
+#include <cuda.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cache/tuning_db.h"
+#include "runtime/loaded_kernel.h"
+#include "tuner/timing.h"
+
+namespace kt {
+
+/// Result of measuring one candidate: ok (timed) or wrong_result (failed verification, not timed).
+struct Outcome {
+  db::Status status = db::Status::ok;
+  std::string error;
+  double rel_err = -1;
+  Timing timing;
+};
+
+class MeasureSession {
+ public:
+  virtual ~MeasureSession() = default;
+  /// Verifies the candidate (outputs poisoned with NaN first) and, if it passes, times it for budget_ms.
+  /// Throws cuda::CudaError if a launch faults.
+  virtual Outcome measure(const LoadedKernel& kernel, const nlohmann::json& config, CUstream stream, double budget_ms) = 0;
+};
+
+/// Creates the session for a family ("attention_prefill", "qkv_proj") from the problem JSON.
+/// Requires a current context. Throws ProblemError / std::invalid_argument for unknown families or problems.
+std::unique_ptr<MeasureSession> make_session(const std::string& family, const nlohmann::json& problem, uint64_t seed,
+                                             size_t ref_rows, size_t l2_bytes);
+
+}  // namespace kt
