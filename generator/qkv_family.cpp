@@ -78,7 +78,8 @@ std::vector<Config> config_space() {
       for (int tk : {64, 128})
         for (const auto& w : warps)
           for (int st : {2, 3})
-            for (int sk : {1, 2, 4, 8, 16}) out.push_back(Config{tm, tn, tk, w[0], w[1], st, sk});
+            for (int sk : {1, 2, 4, 8, 16})
+              for (int pf : {1, 2, 4}) out.push_back(Config{tm, tn, tk, w[0], w[1], st, sk, pf});
   return out;
 }
 
@@ -90,6 +91,7 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > m_cap) continue;
     if (c.stages == 3 && c.tile_m < 64) continue;  // X tiles of 16/32 rows are too small for a deeper ring to matter
+    if (c.prefetch > 1 && c.tile_m > 32) continue;  // deep weight prefetch pays where the MMA work per tile is small
     const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
     if (c.split_k > 1 && (blocks >= 264 || c.split_k > p.k / c.tile_k)) continue;
     out.push_back(c);
@@ -108,9 +110,9 @@ Config default_config(ArchId arch, const Problem& p) {
   // Preference by M (a weight-streaming split-K tile for decode sizes, a 128x128 tile for prefill);
   // the first one valid for the format wins, else the first valid config of the space.
   const std::vector<Config> prefs =
-      p.m <= 16   ? std::vector<Config>{{16, 128, 64, 1, 4, 2, 4}, {16, 128, 64, 1, 8, 2, 4}, {16, 256, 64, 1, 8, 2, 4}}
-      : p.m <= 64 ? std::vector<Config>{{32, 128, 64, 1, 4, 2, 2}, {32, 128, 64, 2, 4, 2, 2}, {64, 128, 64, 2, 4, 2, 1}}
-                  : std::vector<Config>{{128, 128, 64, 2, 4, 3, 1}, {128, 256, 64, 2, 4, 3, 1}, {64, 128, 64, 2, 4, 3, 1}};
+      p.m <= 16   ? std::vector<Config>{{16, 128, 64, 1, 4, 2, 4, 1}, {16, 128, 64, 1, 8, 2, 4, 1}, {16, 256, 64, 1, 8, 2, 4, 1}}
+      : p.m <= 64 ? std::vector<Config>{{32, 128, 64, 1, 4, 2, 2, 1}, {32, 128, 64, 2, 4, 2, 2, 1}, {64, 128, 64, 2, 4, 2, 1, 1}}
+                  : std::vector<Config>{{128, 128, 64, 2, 4, 3, 1, 1}, {128, 256, 64, 2, 4, 3, 1, 1}, {64, 128, 64, 2, 4, 3, 1, 1}};
   for (const auto& c : prefs)
     if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
   const auto v = valid_configs(p, arch);
@@ -120,14 +122,15 @@ Config default_config(ArchId arch, const Problem& p) {
 
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.tile_k == b.tile_k && a.warps_m == b.warps_m &&
-         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k;
+         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k && a.prefetch == b.prefetch;
 }
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dt_tag(p.dtype) << '_' << fmt_tag(p.format) << "_d" << p.head_dim << '_'
     << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__m" << c.tile_m << "_n" << c.tile_n
-    << "_k" << c.tile_k << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_sk" << c.split_k << "__"
+    << "_k" << c.tile_k << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_sk" << c.split_k << "_p"
+    << c.prefetch << "__"
     << arch_name(arch);
   return s.str();
 }
@@ -136,7 +139,8 @@ std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
     << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
-    << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ">";
+    << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ", "
+    << c.prefetch << ">";
   return s.str();
 }
 
@@ -201,13 +205,13 @@ Problem problem_from_json(const nlohmann::json& j) {
 
 nlohmann::json config_to_json(const Config& c) {
   return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
-          {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}};
+          {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch}};
 }
 
 Config config_from_json(const nlohmann::json& j) {
   try {
     return Config{j.at("tile_m"), j.at("tile_n"), j.at("tile_k"), j.at("warps_m"),
-                  j.at("warps_n"), j.at("stages"), j.at("split_k")};
+                  j.at("warps_n"), j.at("stages"), j.at("split_k"), j.value("prefetch", 1)};
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("config JSON: ") + e.what());
   }

@@ -48,9 +48,9 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);
 
-/// "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8__sm_90a"
+/// "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a"
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
-/// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2>": split_k is not in it (it is
+/// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>": split_k is not in it (it is
 /// gridDim.z), so configs that differ only in split_k share one binary.
 std::string name_expression(const Problem& p, const Config& c);
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);

@@ -95,10 +95,10 @@ __device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s,
 }
 
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int WarpsM, int WarpsN,
-          int Stages>
+          int Stages, int Prefetch>
 __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams p) {
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, TileK, WarpsM, WarpsN, Stages, 1};  // split_k is gridDim.z (run time)
+  constexpr Config C{TileM, TileN, TileK, WarpsM, WarpsN, Stages, 1, Prefetch};  // split_k is gridDim.z (run time)
   const int SplitK = gridDim.z;
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_proj variant: see invalid_reason() in qkv_proj_config.h");
@@ -154,11 +154,11 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
     }
   };
   // ---- W prefetch (registers) ----
-  uint4 wreg[kUnitsPerThread];
-  UnitScales sreg[kUnitsPerThread];
+  uint4 wreg[Prefetch][kUnitsPerThread];  // ring of K tiles in flight (slot = tile % Prefetch)
+  UnitScales sreg[Prefetch][kUnitsPerThread];
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
-  auto load_w = [&](int kt) {
+  auto load_w = [&](int slot, int kt) {
 #pragma unroll
     for (int i = 0; i < kUnitsPerThread; ++i) {
       const int u = tid + i * kThreads;
@@ -166,21 +166,21 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
       const int row = n0 + r;
       const int k0 = kt * TileK + seg * kUnitElems;
       if (row < N) {
-        wreg[i] = __ldg(reinterpret_cast<const uint4*>(wdata + row * w_row_bytes + (long long)k0 * kBits / 8));
-        sreg[i] = load_scales<F>(p, row, k0);
+        wreg[slot][i] = __ldg(reinterpret_cast<const uint4*>(wdata + row * w_row_bytes + (long long)k0 * kBits / 8));
+        sreg[slot][i] = load_scales<F>(p, row, k0);
       } else {
-        wreg[i] = make_uint4(0, 0, 0, 0);
-        sreg[i] = UnitScales{0.f, 0.f, 0.f};
+        wreg[slot][i] = make_uint4(0, 0, 0, 0);
+        sreg[slot][i] = UnitScales{0.f, 0.f, 0.f};
       }
     }
   };
-  auto store_w = [&](int buf) {
+  auto store_w = [&](int slot, int buf) {
 #pragma unroll
     for (int i = 0; i < kUnitsPerThread; ++i) {
       const int u = tid + i * kThreads;
       const int r = u / kUnitsPerRow, seg = u % kUnitsPerRow;
       unsigned words[16];
-      decode_unit<DT, F>(wreg[i], sreg[i], s_lut, words);
+      decode_unit<DT, F>(wreg[slot][i], sreg[slot][i], s_lut, words);
 #pragma unroll
       for (int c = 0; c < kWordsPerUnit / 4; ++c) {
         const int chunk = seg * (kUnitElems / 8) + c;
@@ -208,35 +208,44 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
       if (s < nk) load_x(s, kt_begin + s);
       ptx::cp_async_commit();
     }
-    load_w(kt_begin);
+#pragma unroll
+    for (int pp = 0; pp < Prefetch; ++pp)
+      if (pp < nk) load_w(pp, kt_begin + pp);
     __syncthreads();  // s_lut
-    for (int j = 0; j < nk; ++j) {
-      const int kt = kt_begin + j;
-      store_w(j & 1);                     // dequantize tile j (prefetched) into its buffer
-      if (j + 1 < nk) load_w(kt + 1);     // prefetch the next tile's packed weights
-      ptx::cp_async_wait<Stages - 2>();   // X tile j landed
-      __syncthreads();
-      {
-        const int jn = j + Stages - 1;    // refill the X slot consumed in iteration j - 1
-        if (jn < nk) load_x(jn % Stages, kt_begin + jn);
-        ptx::cp_async_commit();
-      }
-      const unsigned xs = sX + (j % Stages) * kXTileBytes;
-      const unsigned ws = sW + (j & 1) * kWTileBytes;
+    // The loop is unrolled by Prefetch so that every register-ring slot index is a compile-time constant.
+    for (int j0 = 0; j0 < nk; j0 += Prefetch) {
 #pragma unroll
-      for (int ks = 0; ks < TileK / 16; ++ks) {
-        unsigned af[MF][4];
+      for (int pp = 0; pp < Prefetch; ++pp) {
+        const int j = j0 + pp;
+        if (j < nk) {
+          const int kt = kt_begin + j;
+          store_w(pp, j & 1);                                 // dequantize tile j into its smem buffer
+          if (j + Prefetch < nk) load_w(pp, kt + Prefetch);   // refill the slot: Prefetch tiles in flight
+          ptx::cp_async_wait<Stages - 2>();                   // X tile j landed
+          __syncthreads();
+          {
+            const int jn = j + Stages - 1;  // refill the X slot consumed in iteration j - 1
+            if (jn < nk) load_x(jn % Stages, kt_begin + jn);
+            ptx::cp_async_commit();
+          }
+          const unsigned xs = sX + (j % Stages) * kXTileBytes;
+          const unsigned ws = sW + (j & 1) * kWTileBytes;
 #pragma unroll
-        for (int a = 0; a < MF; ++a)
-          ptx::ldmatrix_x4(((xs + a_lane) ^ (ks * 32)) + a * 16 * TileK * 2, af[a][0], af[a][1], af[a][2], af[a][3]);
+          for (int ks = 0; ks < TileK / 16; ++ks) {
+            unsigned af[MF][4];
 #pragma unroll
-        for (int np = 0; np < NF / 2; ++np) {
-          unsigned b0, b1, b2, b3;
-          ptx::ldmatrix_x4(((ws + b_lane) ^ (ks * 32)) + np * 16 * TileK * 2, b0, b1, b2, b3);
+            for (int a = 0; a < MF; ++a)
+              ptx::ldmatrix_x4(((xs + a_lane) ^ (ks * 32)) + a * 16 * TileK * 2, af[a][0], af[a][1], af[a][2], af[a][3]);
 #pragma unroll
-          for (int a = 0; a < MF; ++a) {
-            ptx::mma_16816<DT>(acc[a][2 * np], af[a], b0, b1);
-            ptx::mma_16816<DT>(acc[a][2 * np + 1], af[a], b2, b3);
+            for (int np = 0; np < NF / 2; ++np) {
+              unsigned b0, b1, b2, b3;
+              ptx::ldmatrix_x4(((ws + b_lane) ^ (ks * 32)) + np * 16 * TileK * 2, b0, b1, b2, b3);
+#pragma unroll
+              for (int a = 0; a < MF; ++a) {
+                ptx::mma_16816<DT>(acc[a][2 * np], af[a], b0, b1);
+                ptx::mma_16816<DT>(acc[a][2 * np + 1], af[a], b2, b3);
+              }
+            }
           }
         }
       }

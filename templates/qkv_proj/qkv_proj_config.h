@@ -22,6 +22,7 @@ struct Config {
   int warps_n;  ///< warps along N
   int stages;   ///< X tiles in flight (cp.async ring)
   int split_k;  ///< blocks sharing one output tile along K (serial reduction through a workspace)
+  int prefetch; ///< K tiles of packed weight in flight per thread (register ring): hides HBM latency at small M
 };
 
 /// Kernel arguments. Strides in elements.
@@ -84,8 +85,12 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   // weight units divide evenly over the threads; at most 4 per thread (prefetch registers).
   if (w_units(c, f) % threads(c) != 0 || w_units(c, f) / threads(c) > 4)
     return "packed weight units must divide evenly over the threads (at most 4 each)";
+  // prefetch depth: 1, 2 or 4 K tiles.
+  if (c.prefetch != 1 && c.prefetch != 2 && c.prefetch != 4) return "prefetch must be 1, 2 or 4";
+  // at most 4 weight units (64 bytes) in flight per thread: more spills on sm_90.
+  if (c.prefetch * (w_units(c, f) / threads(c)) > 4) return "prefetch x weight units per thread must be <= 4";
   // registers: accumulators + 7 per prefetched unit (16 data bytes + scales) within 136, or the variant spills.
-  if ((c.tile_m / c.warps_m / 16) * (c.tile_n / c.warps_n / 8) * 4 + 7 * (w_units(c, f) / threads(c)) > 136)
+  if ((c.tile_m / c.warps_m / 16) * (c.tile_n / c.warps_n / 8) * 4 + 7 * c.prefetch * (w_units(c, f) / threads(c)) > 136)
     return "accumulators + weight prefetch registers exceed the budget";
   // X ring: 2 or 3 stages.
   if (c.stages != 2 && c.stages != 3) return "stages must be 2 or 3";

@@ -62,27 +62,27 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     for (const auto& c : cs) has_split |= c.split_k > 1;
     CHECK(has_split == (m <= 256));
   }
-  const Config c{16, 128, 64, 1, 4, 2, 8};
+  const Config c{16, 128, 64, 1, 4, 2, 8, 1};
   const Problem p = qwen();
-  CHECK(variant_name(p, c, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8__sm_90a");
-  CHECK(name_expression(p, c) == "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2>");
+  CHECK(variant_name(p, c, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a");
+  CHECK(name_expression(p, c) == "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
   CHECK(p.key() == "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope");
   CHECK(p.n() == 4608);
   CHECK(workspace_bytes(p, c) == size_t(36) * 1 * 8 * 16 * 128 * 4);
   CHECK(counter_bytes(p, c) == 36 * 4);
-  CHECK(workspace_bytes(p, Config{16, 128, 64, 1, 4, 2, 1}) == 0);
+  CHECK(workspace_bytes(p, Config{16, 128, 64, 1, 4, 2, 1, 1}) == 0);
   CHECK(problem_from_json(problem_to_json(p)).key() == p.key());
   CHECK(same_config(config_from_json(config_to_json(c)), c));
   // The weight bytes the roofline counts: 4-bit data + fp32 absmax per 64.
   CHECK(p.min_bytes() == Approx(4608.0 * 3584 / 2 + 4608.0 * 3584 / 64 * 4 + 2.0 * 16 * 3584 + 2.0 * 16 * 4608 + 2 * 4608));
   // RoPE with a tile narrower than a head is invalid, and says so.
-  CHECK(std::string(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, Config{16, 64, 64, 1, 4, 2, 1}, arch))
+  CHECK(std::string(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, Config{16, 64, 64, 1, 4, 2, 1, 1}, arch))
             .find("RoPE") != std::string::npos);
 }
 
 TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   const Problem p = qwen(quant::Format::int4, DType::f16, 16);
-  const Config c{16, 128, 64, 1, 4, 2, 4};
+  const Config c{16, 128, 64, 1, 4, 2, 4, 1};
   QkvParams a{};
   auto fake = [](std::uintptr_t v) { return reinterpret_cast<void*>(v); };
   a.x = fake(0x1000);
@@ -138,7 +138,7 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
     CHECK(r.ok);
     CHECK(r.report.spill_store_bytes == 0);
   }
-  const auto bad = compiler.compile(kernel_source(qwen(), Config{16, 64, 64, 1, 4, 2, 1}, arch));  // RoPE, tile_n 64
+  const auto bad = compiler.compile(kernel_source(qwen(), Config{16, 64, 64, 1, 4, 2, 1, 1}, arch));  // RoPE, tile_n 64
   CHECK_FALSE(bad.ok);
   CHECK_THAT(bad.error, Catch::Contains("invalid qkv_proj variant"));
 }

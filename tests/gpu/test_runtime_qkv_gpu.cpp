@@ -135,9 +135,9 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
 
   // M = 16: a 4-way split-K variant; M = 256: an unsplit one; M = 64: the M = 16 binary without split-K (one
   // binary, two variants: the binary row carries the split-K variant's name). None is a default.
-  const Config c16{16, 128, 64, 1, 8, 2, 4};
-  const Config c64{16, 128, 64, 1, 8, 2, 1};
-  const Config c256{64, 128, 64, 2, 4, 2, 1};
+  const Config c16{16, 128, 64, 1, 8, 2, 4, 1};
+  const Config c64{16, 128, 64, 1, 8, 2, 1, 1};
+  const Config c256{64, 128, 64, 2, 4, 2, 1, 1};
   for (const auto& [m, c] : {std::pair<int, Config>{16, c16}, {64, c64}, {256, c256}}) {
     REQUIRE(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, c, arch) == nullptr);
     for (int ask : {16, 20, 64, 256}) REQUIRE_FALSE(same_config(c, default_config(arch, small(ask))));
