@@ -9,9 +9,7 @@
 
 namespace kt {
 namespace qkv {
-namespace {
-
-const char* fmt_tag(quant::Format f) {
+const char* format_tag(quant::Format f) {
   switch (f) {
     case quant::Format::fp16: return "fp16";
     case quant::Format::bf16: return "bf16";
@@ -23,6 +21,10 @@ const char* fmt_tag(quant::Format f) {
   }
   return "?";
 }
+
+namespace {
+
+const char* fmt_tag(quant::Format f) { return format_tag(f); }
 const char* dt_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
 [[noreturn]] void fail(const std::string& m) { throw ProblemError(std::string(kFamily) + ": " + m); }
 

@@ -14,6 +14,9 @@ namespace qkv {
 
 constexpr const char* kFamily = "qkv_proj";
 
+/// Canonical weight-format name used in keys and variant names: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4".
+const char* format_tag(quant::Format f);
+
 /// Result-defining key of one projection: X [m, k] dtype, W [(Hq + 2 Hkv) * head_dim, k] in `format`.
 struct Problem {
   DType dtype = DType::bf16;

@@ -142,18 +142,7 @@ AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const 
 namespace {
 
 const char* qkv_dtype_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
-const char* qkv_format_tag(quant::Format f) {  // as in qkv::Problem::key() (kt_runtime does not link kt_quant)
-  switch (f) {
-    case quant::Format::fp16: return "fp16";
-    case quant::Format::bf16: return "bf16";
-    case quant::Format::int8: return "int8";
-    case quant::Format::int4: return "int4";
-    case quant::Format::nf4: return "nf4";
-    case quant::Format::mxfp4: return "mxfp4";
-    case quant::Format::nvfp4: return "nvfp4";
-  }
-  return "?";
-}
+const char* qkv_format_tag(quant::Format f) { return qkv::format_tag(f); }
 
 /// "qkv_proj/bf16/nf4/k3584/h28/kv4/d128/bias/rope": the class a tuned qkv winner must share (its key less m).
 std::string qkv_class_tag(const qkv::Problem& p) {
