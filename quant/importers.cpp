@@ -54,6 +54,50 @@ PackedWeight import_gptq_int4(const int32_t* qweight, const int32_t* qzeros, con
   return pw;
 }
 
+PackedWeight import_awq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n, int k,
+                             int group) {
+  const std::string pre = "import_awq_int4(n=" + std::to_string(n) + ", k=" + std::to_string(k) +
+                          ", group=" + std::to_string(group) + "): ";
+  if (group != 128)
+    throw std::invalid_argument(pre + "group must be 128, the int4 kernels' group (got " + std::to_string(group) + ")");
+  if (n < 1 || n % 8 != 0) throw std::invalid_argument(pre + "n must be a positive multiple of 8 (8 columns per int32)");
+  if (k < 1 || k % 128 != 0) throw std::invalid_argument(pre + "k must be a positive multiple of 128");
+  if (!qweight) throw std::invalid_argument(pre + "qweight is null");
+  if (!qzeros) throw std::invalid_argument(pre + "qzeros is null");
+  if (!scales_fp16) throw std::invalid_argument(pre + "scales is null");
+  // Nibble position of column j (0..7) inside a word: the inverse of AWQ's packing order {0,2,4,6,1,3,5,7}.
+  static const int kPos[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  PackedWeight pw;
+  pw.format = Format::int4;
+  pw.n = n;
+  pw.k = k;
+  const int gpr = k / 128;
+  const size_t rb = static_cast<size_t>(k) / 2;
+  pw.data.assign(static_cast<size_t>(n) * rb, 0);
+  pw.scales.assign(static_cast<size_t>(n) * gpr * 2, 0);
+  pw.zeros.assign(static_cast<size_t>(n) * gpr, 0);
+  auto nibble = [](int32_t v, int pos) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return static_cast<uint8_t>((u >> (4 * pos)) & 0xF);
+  };
+  for (int kk = 0; kk < k; ++kk)
+    for (int nn = 0; nn < n; ++nn) {
+      const uint8_t q = nibble(qweight[static_cast<size_t>(kk) * (n / 8) + nn / 8], kPos[nn % 8]);
+      uint8_t& b = pw.data[static_cast<size_t>(nn) * rb + kk / 2];
+      b = (kk & 1) ? static_cast<uint8_t>(b | (q << 4)) : static_cast<uint8_t>(b | q);
+    }
+  for (int gi = 0; gi < gpr; ++gi)
+    for (int nn = 0; nn < n; ++nn) {
+      pw.zeros[static_cast<size_t>(nn) * gpr + gi] = nibble(qzeros[static_cast<size_t>(gi) * (n / 8) + nn / 8], kPos[nn % 8]);
+      const uint16_t s = scales_fp16[static_cast<size_t>(gi) * n + nn];
+      pw.scales[(static_cast<size_t>(nn) * gpr + gi) * 2] = static_cast<uint8_t>(s & 0xFF);
+      pw.scales[(static_cast<size_t>(nn) * gpr + gi) * 2 + 1] = static_cast<uint8_t>(s >> 8);
+    }
+  validate(pw);
+  return pw;
+}
+
 PackedWeight import_bnb_nf4(const uint8_t* packed, const float* absmax, int n, int k) {
   const std::string pre = "import_bnb_nf4(n=" + std::to_string(n) + ", k=" + std::to_string(k) + "): ";
   if (n < 1) throw std::invalid_argument(pre + "n must be >= 1");

@@ -138,6 +138,16 @@ enum class GptqZeros { v1_minus_one, v2_exact };
 PackedWeight import_gptq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n,
                               int k, int group, GptqZeros zeros = GptqZeros::v1_minus_one);
 
+/// AWQ int4 (AutoAWQ / llm-awq "GEMM" WQLinear layout) -> PackedWeight int4:
+///   qweight int32 [k, n/8]   : element (kk, nn) in word [kk, nn/8] at nibble i where kAwqOrder[i] == nn % 8,
+///                              kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7} (AWQ packs columns in this interleaved order).
+///   qzeros  int32 [k/g, n/8] : zero of (group, nn), packed along N in the same interleaved order; exact z.
+///   scales  fp16 bits [k/g, n].
+/// w = (q - z) * s. Requires group == 128, n % 8 == 0, k % 128 == 0, non-null pointers; throws
+/// std::invalid_argument otherwise.
+PackedWeight import_awq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n, int k,
+                             int group);
+
 /// bitsandbytes NF4 (Linear4bit, quant_type="nf4", blocksize 64) -> PackedWeight nf4:
 ///   packed uint8 [n*k/2] : the row-major [n, k] weight flattened, element 2j in the HIGH nibble of byte j,
 ///                          element 2j+1 in the low nibble (the opposite of kerntune's order).

@@ -567,6 +567,45 @@ TEST_CASE("GPTQ int4 import reproduces the packed weight", "[quant]") {
              Catch::Contains("qweight is null"));
 }
 
+TEST_CASE("AWQ int4 import (interleaved column order) reproduces the packed weight", "[quant]") {
+  const int n = 16, k = 256, g = 128;
+  const std::vector<float> w = normal_weights(n, k, 78);
+  const PackedWeight pw = kt::quant::quantize(Format::int4, w.data(), n, k);
+  // AutoAWQ packing (WQLinear_GEMM.from_linear): for word column c, nibble i holds column 8c + order[i],
+  // order = {0, 2, 4, 6, 1, 3, 5, 7}; qweight [k, n/8], qzeros [k/g, n/8] (exact z), scales [k/g, n].
+  const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  std::vector<uint32_t> qweight(static_cast<size_t>(k) * (n / 8), 0), qzeros(static_cast<size_t>(k / g) * (n / 8), 0);
+  std::vector<uint16_t> scales(static_cast<size_t>(k / g) * n);
+  for (int kk = 0; kk < k; ++kk)
+    for (int c = 0; c < n / 8; ++c)
+      for (int i = 0; i < 8; ++i)
+        qweight[static_cast<size_t>(kk) * (n / 8) + c] |= uint32_t(nib(pw, 8 * c + order[i], kk)) << (4 * i);
+  for (int grp = 0; grp < k / g; ++grp)
+    for (int c = 0; c < n / 8; ++c)
+      for (int i = 0; i < 8; ++i) {
+        const int nn = 8 * c + order[i];
+        qzeros[static_cast<size_t>(grp) * (n / 8) + c] |= uint32_t(pw.zeros[static_cast<size_t>(nn) * (k / g) + grp]) << (4 * i);
+      }
+  for (int grp = 0; grp < k / g; ++grp)
+    for (int nn = 0; nn < n; ++nn)
+      scales[static_cast<size_t>(grp) * n + nn] = u16_le(&pw.scales[(static_cast<size_t>(nn) * (k / g) + grp) * 2]);
+  std::vector<int32_t> qw(qweight.size()), qz(qzeros.size());
+  std::memcpy(qw.data(), qweight.data(), qw.size() * 4);
+  std::memcpy(qz.data(), qzeros.data(), qz.size() * 4);
+  const PackedWeight im = kt::quant::import_awq_int4(qw.data(), qz.data(), scales.data(), n, k, g);
+  CHECK(im.data == pw.data);
+  CHECK(im.scales == pw.scales);
+  CHECK(im.zeros == pw.zeros);
+  // The interleaving matters: reading the words in plain order (as GPTQ packs along N) gives other data.
+  const PackedWeight plain = kt::quant::import_gptq_int4(qw.data(), qz.data(), scales.data(), n, k, g,
+                                                         kt::quant::GptqZeros::v2_exact);
+  CHECK(plain.data != pw.data);
+  CHECK_THAT(error_of([&] { kt::quant::import_awq_int4(qw.data(), qz.data(), scales.data(), n, k, 64); }),
+             Catch::Contains("group must be 128"));
+  CHECK_THAT(error_of([&] { kt::quant::import_awq_int4(qw.data(), nullptr, scales.data(), n, k, g); }),
+             Catch::Contains("qzeros is null"));
+}
+
 TEST_CASE("bitsandbytes NF4 import (high nibble first) reproduces the packed weight", "[quant]") {
   const int n = 8, k = 192;
   const std::vector<float> w = normal_weights(n, k, 99);
