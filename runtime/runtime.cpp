@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cmath>
+#include <tuple>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -39,6 +40,41 @@ struct Candidate {
   attn::Problem p;
   attn::Config c;
 };
+
+}  // namespace
+
+namespace {
+
+/// Steps 1 and 2 of the lookup chain, shared by the families. cands: usable tuned winners (each has `w`,
+/// the db::Winner). Exact: the candidate whose problem key is `key` (smallest measurement id among
+/// duplicates). Nearest: the smallest rank(c), a tuple compared lexicographically; its first element is
+/// the log distance, quantized to 1e-9 so that equal distances tie exactly. Fills `ch` and returns true,
+/// or returns false when no candidate is usable (the caller then takes the family default).
+template <class Choice, class Cand, class Rank, class Fill>
+bool exact_or_nearest(const std::vector<Cand>& cands, const std::string& key, const std::string& device_name, Rank rank,
+                      Fill fill, Choice& ch) {
+  const Cand* exact = nullptr;
+  for (const auto& c : cands)
+    if (c.w->problem_key == key && (!exact || c.w->measurement_id < exact->w->measurement_id)) exact = &c;
+  if (exact) {
+    ch.step = "exact";
+    fill(ch, *exact);
+    ch.why = "tuned for exactly this problem on " + device_name + " (median " + fmt2(exact->w->median_us) + " us)";
+    return true;
+  }
+  const Cand* best = nullptr;
+  for (const auto& c : cands)
+    if (!best || rank(c) < rank(*best)) best = &c;
+  if (!best) return false;
+  ch.step = "nearest";
+  fill(ch, *best);
+  ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " +
+           fmt2(double(std::get<0>(rank(*best))) * 1e-9) + ") on " + device_name;
+  return true;
+}
+
+/// A log distance on the 1e-9 grid used by rank tuples.
+long long quantized(double d) { return std::llround(d * 1e9); }
 
 }  // namespace
 
@@ -83,49 +119,15 @@ AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const 
     ch.tuned_median_us = c.w->median_us;
   };
 
-  // 1. exact problem key (the smallest key-equal candidate by measurement id, for determinism if a
-  //    view ever returned duplicates).
-  const Candidate* exact = nullptr;
-  for (const auto& c : cands)
-    if (c.w->problem_key == key && (!exact || c.w->measurement_id < exact->w->measurement_id)) exact = &c;
-  if (exact) {
-    AttentionChoice ch;
-    ch.step = "exact";
-    fill(ch, *exact);
-    ch.why = "tuned for exactly this problem on " + device_name + " (median " + fmt2(exact->w->median_us) + " us)";
-    return ch;
-  }
-
-  // 2. nearest tuned problem in log space of the sequence lengths.
+  // 1. exact problem key; 2. nearest in log space of the sequence lengths, ties by |ln| of batch * heads, then key.
   const double bh = double(p.batch) * p.num_heads;
-  const Candidate* best = nullptr;
-  double best_d = 0, best_t = 0;
-  for (const auto& c : cands) {
-    const double d = std::fabs(std::log(double(p.seqlen_q) / c.p.seqlen_q)) +
-                     std::fabs(std::log(double(p.seqlen_k) / c.p.seqlen_k));
-    const double t = std::fabs(std::log(bh / (double(c.p.batch) * c.p.num_heads)));
-    bool better = !best;
-    if (best) {
-      if (d < best_d - 1e-9) better = true;
-      else if (d <= best_d + 1e-9) {
-        if (t < best_t - 1e-9) better = true;
-        else if (t <= best_t + 1e-9) better = c.w->problem_key < best->w->problem_key;
-      }
-    }
-    if (better) {
-      best = &c;
-      best_d = d;
-      best_t = t;
-    }
-  }
-  if (best) {
-    AttentionChoice ch;
-    ch.step = "nearest";
-    fill(ch, *best);
-    ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " + fmt2(best_d) + ") on " +
-             device_name;
-    return ch;
-  }
+  auto rank = [&](const Candidate& c) {
+    return std::make_tuple(quantized(std::fabs(std::log(double(p.seqlen_q) / c.p.seqlen_q)) +
+                                     std::fabs(std::log(double(p.seqlen_k) / c.p.seqlen_k))),
+                           quantized(std::fabs(std::log(bh / (double(c.p.batch) * c.p.num_heads)))), c.w->problem_key);
+  };
+  AttentionChoice found;
+  if (exact_or_nearest(cands, key, device_name, rank, fill, found)) return found;
 
   // 3. the family's built-in default.
   AttentionChoice ch;
@@ -204,45 +206,13 @@ QkvChoice resolve_qkv(const std::vector<db::Winner>& winners, const std::string&
     ch.tuned_median_us = c.w->median_us;
   };
 
-  // 1. exact problem key (smallest measurement id among duplicates, for determinism).
-  const QkvCandidate* exact = nullptr;
-  for (const auto& c : cands)
-    if (c.w->problem_key == key && (!exact || c.w->measurement_id < exact->w->measurement_id)) exact = &c;
-  if (exact) {
-    QkvChoice ch;
-    ch.step = "exact";
-    fill(ch, *exact);
-    ch.why = "tuned for exactly this problem on " + device_name + " (median " + fmt2(exact->w->median_us) + " us)";
-    return ch;
-  }
-
-  // 2. nearest tuned token count in log space; ties to the smaller m', then the key.
-  const QkvCandidate* best = nullptr;
-  double best_d = 0;
-  for (const auto& c : cands) {
-    const double d = std::fabs(std::log(double(p.m) / c.p.m));
-    bool better = !best;
-    if (best) {
-      if (d < best_d - 1e-9) better = true;
-      else if (d <= best_d + 1e-9) {
-        if (c.p.m != best->p.m) better = c.p.m < best->p.m;
-        else if (c.w->problem_key != best->w->problem_key) better = c.w->problem_key < best->w->problem_key;
-        else better = c.w->measurement_id < best->w->measurement_id;
-      }
-    }
-    if (better) {
-      best = &c;
-      best_d = d;
-    }
-  }
-  if (best) {
-    QkvChoice ch;
-    ch.step = "nearest";
-    fill(ch, *best);
-    ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " + fmt2(best_d) + ") on " +
-             device_name;
-    return ch;
-  }
+  // 1. exact problem key; 2. nearest token count in log space, ties to the smaller m', then key, then id.
+  auto rank = [&](const QkvCandidate& c) {
+    return std::make_tuple(quantized(std::fabs(std::log(double(p.m) / c.p.m))), c.p.m, c.w->problem_key,
+                           c.w->measurement_id);
+  };
+  QkvChoice found;
+  if (exact_or_nearest(cands, key, device_name, rank, fill, found)) return found;
 
   // 3. the family's built-in default.
   QkvChoice ch;
