@@ -444,7 +444,14 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       n_verified += c.status == kt::db::Status::ok;
       n_failed += c.status != kt::db::Status::ok;
     }
-    const int w = kt::pick_winner(cands);
+    // The winner is the database's (winners view): the same answer `autotune show` and the runtime give.
+    int w = -1;
+    if (const auto dbw = db->winner(device.name, it.family, it.key))
+      for (size_t j = 0; j < cands.size(); ++j)
+        if (cands[j].variant == dbw->variant_name) w = int(j);
+    // After --retune the view may answer from an older ok row of a variant whose latest row failed:
+    // report from the latest rows then (same rule, tuner/selection.h).
+    if (w >= 0 && cands[w].status != kt::db::Status::ok) w = kt::pick_winner(cands);
     nlohmann::json pj = {{"family", it.family}, {"problem", it.key}, {"flops", it.flops}, {"bytes", it.bytes},
                          {"candidates", cands.size()}};
     if (w < 0) {
