@@ -7,18 +7,27 @@
 
 namespace kt::quant {
 
+namespace {
+
+/// Argument checks shared by the packed-int32 int4 importers (GPTQ, AWQ); `pre` names the call.
+void check_int4_import(const std::string& pre, const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales,
+                       int n, int k, int group) {
+  if (group != 128)
+    throw std::invalid_argument(pre + "group must be 128, the int4 kernels' group (got " + std::to_string(group) + ")");
+  if (n < 1 || n % 8 != 0) throw std::invalid_argument(pre + "n must be a positive multiple of 8 (8 columns per int32)");
+  if (k < 1 || k % 128 != 0) throw std::invalid_argument(pre + "k must be a positive multiple of 128");
+  if (!qweight) throw std::invalid_argument(pre + "qweight is null");
+  if (!qzeros) throw std::invalid_argument(pre + "qzeros is null");
+  if (!scales) throw std::invalid_argument(pre + "scales is null");
+}
+
+}  // namespace
+
 PackedWeight import_gptq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n,
                               int k, int group, GptqZeros zeros) {
   const std::string pre = "import_gptq_int4(n=" + std::to_string(n) + ", k=" + std::to_string(k) +
                           ", group=" + std::to_string(group) + "): ";
-  if (group != 128)
-    throw std::invalid_argument(pre + "group must be 128, the int4 kernels' group (got " + std::to_string(group) + ")");
-  if (n < 1 || n % 8 != 0)
-    throw std::invalid_argument(pre + "n must be a positive multiple of 8 (qzeros packs 8 columns per int32)");
-  if (k < 1 || k % 128 != 0) throw std::invalid_argument(pre + "k must be a positive multiple of 128");
-  if (!qweight) throw std::invalid_argument(pre + "qweight is null");
-  if (!qzeros) throw std::invalid_argument(pre + "qzeros is null");
-  if (!scales_fp16) throw std::invalid_argument(pre + "scales is null");
+  check_int4_import(pre, qweight, qzeros, scales_fp16, n, k, group);
   PackedWeight pw;
   pw.format = Format::int4;
   pw.n = n;
@@ -58,13 +67,7 @@ PackedWeight import_awq_int4(const int32_t* qweight, const int32_t* qzeros, cons
                              int group) {
   const std::string pre = "import_awq_int4(n=" + std::to_string(n) + ", k=" + std::to_string(k) +
                           ", group=" + std::to_string(group) + "): ";
-  if (group != 128)
-    throw std::invalid_argument(pre + "group must be 128, the int4 kernels' group (got " + std::to_string(group) + ")");
-  if (n < 1 || n % 8 != 0) throw std::invalid_argument(pre + "n must be a positive multiple of 8 (8 columns per int32)");
-  if (k < 1 || k % 128 != 0) throw std::invalid_argument(pre + "k must be a positive multiple of 128");
-  if (!qweight) throw std::invalid_argument(pre + "qweight is null");
-  if (!qzeros) throw std::invalid_argument(pre + "qzeros is null");
-  if (!scales_fp16) throw std::invalid_argument(pre + "scales is null");
+  check_int4_import(pre, qweight, qzeros, scales_fp16, n, k, group);
   // Nibble position of column j (0..7) inside a word: the inverse of AWQ's packing order {0,2,4,6,1,3,5,7}.
   static const int kPos[8] = {0, 4, 1, 5, 2, 6, 3, 7};
   PackedWeight pw;

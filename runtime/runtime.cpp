@@ -35,11 +35,7 @@ std::string class_tag(const attn::Problem& p) {
          (p.causal ? "/causal" : "/full");
 }
 
-struct Candidate {
-  const db::Winner* w;
-  attn::Problem p;
-  attn::Config c;
-};
+
 
 }  // namespace
 
@@ -78,6 +74,59 @@ long long quantized(double d) { return std::llround(d * 1e9); }
 
 }  // namespace
 
+namespace {
+
+/// A tuned winner parsed back into its family's problem and config.
+template <class P, class C>
+struct TunedRow {
+  const db::Winner* w;
+  P p;
+  C c;
+};
+
+using Candidate = TunedRow<attn::Problem, attn::Config>;
+using QkvCandidate = TunedRow<qkv::Problem, qkv::Config>;
+
+/// The winners a family may answer from: its family and device class, rows this build can parse, the same
+/// kernel class as the asked problem (same_class), and a config usable for it here (unusable() == nullptr;
+/// those counted in *rejected).
+template <class P, class C, class ParseP, class ParseC, class SameClass, class Unusable>
+std::vector<TunedRow<P, C>> usable_rows(const std::vector<db::Winner>& winners, const char* family,
+                                        const std::string& device_name, ParseP parse_p, ParseC parse_c,
+                                        SameClass same_class, Unusable unusable, int* rejected) {
+  std::vector<TunedRow<P, C>> out;
+  for (const auto& w : winners) {
+    if (w.family != family || w.device_name != device_name) continue;
+    TunedRow<P, C> r{&w, {}, {}};
+    try {
+      r.p = parse_p(nlohmann::json::parse(w.problem_json));
+      r.c = parse_c(nlohmann::json::parse(w.config_json));
+    } catch (const std::exception&) {
+      continue;  // a row this build cannot read is not a candidate
+    }
+    if (!same_class(r.p)) continue;
+    if (unusable(r.c) != nullptr) {
+      ++*rejected;
+      continue;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+/// What every family's choice takes from the tuned row: its config and its own binary (e.g. an sm_90 cubin
+/// on an sm_90a runtime).
+template <class Choice, class Row>
+void fill_from_row(Choice& ch, const Row& r) {
+  ch.config = r.c;
+  ch.variant_name = r.w->variant_name;
+  ch.binary_hash = r.w->binary_hash;
+  ch.tuned_problem_key = r.w->problem_key;
+  ch.tuned_median_us = r.w->median_us;
+}
+
+}  // namespace
+
 ArchId arch_for_compute_capability(int cc_major, int cc_minor) {
   if (cc_major < 8)
     throw UnsupportedDevice("compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor) +
@@ -92,32 +141,13 @@ AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const 
   const std::string key = p.key();
 
   // Usable winners: this family and device class, parsable, same kernel class, config valid here.
-  std::vector<Candidate> cands;
   int rejected_invalid = 0;
-  for (const auto& w : winners) {
-    if (w.family != attn::kFamily || w.device_name != device_name) continue;
-    Candidate c{&w, {}, {}};
-    try {
-      c.p = attn::problem_from_json(nlohmann::json::parse(w.problem_json));
-      c.c = attn::config_from_json(nlohmann::json::parse(w.config_json));
-    } catch (const std::exception&) {
-      continue;  // a row this build cannot read is not a candidate
-    }
-    if (c.p.dtype != p.dtype || c.p.head_dim != p.head_dim || c.p.causal != p.causal) continue;
-    if (attn::invalid_reason(p.dtype, p.head_dim, p.causal, c.c, arch) != nullptr) {
-      ++rejected_invalid;
-      continue;
-    }
-    cands.push_back(c);
-  }
-
-  auto fill = [&](AttentionChoice& ch, const Candidate& c) {
-    ch.config = c.c;
-    ch.variant_name = c.w->variant_name;  // the tuned binary itself (e.g. an sm_90 cubin on an sm_90a runtime)
-    ch.binary_hash = c.w->binary_hash;
-    ch.tuned_problem_key = c.w->problem_key;
-    ch.tuned_median_us = c.w->median_us;
-  };
+  const auto cands = usable_rows<attn::Problem, attn::Config>(
+      winners, attn::kFamily, device_name, attn::problem_from_json, attn::config_from_json,
+      [&](const attn::Problem& t) { return t.dtype == p.dtype && t.head_dim == p.head_dim && t.causal == p.causal; },
+      [&](const attn::Config& c) { return attn::invalid_reason(p.dtype, p.head_dim, p.causal, c, arch); },
+      &rejected_invalid);
+  auto fill = [](AttentionChoice& ch, const Candidate& c) { fill_from_row(ch, c); };
 
   // 1. exact problem key; 2. nearest in log space of the sequence lengths, ties by |ln| of batch * heads, then key.
   const double bh = double(p.batch) * p.num_heads;
@@ -165,11 +195,7 @@ const char* qkv_unusable(const qkv::Problem& p, const qkv::Config& c, ArchId arc
   return nullptr;
 }
 
-struct QkvCandidate {
-  const db::Winner* w;
-  qkv::Problem p;
-  qkv::Config c;
-};
+
 
 }  // namespace
 
@@ -179,32 +205,12 @@ QkvChoice resolve_qkv(const std::vector<db::Winner>& winners, const std::string&
   const std::string key = p.key();
 
   // Usable winners: this family and device class, parsable, same kernel class and k, config runs p here.
-  std::vector<QkvCandidate> cands;
   int rejected_invalid = 0;
-  for (const auto& w : winners) {
-    if (w.family != qkv::kFamily || w.device_name != device_name) continue;
-    QkvCandidate c{&w, {}, {}};
-    try {
-      c.p = qkv::problem_from_json(nlohmann::json::parse(w.problem_json));
-      c.c = qkv::config_from_json(nlohmann::json::parse(w.config_json));
-    } catch (const std::exception&) {
-      continue;  // a row this build cannot read is not a candidate
-    }
-    if (!same_qkv_class(c.p, p) || c.p.m < 1) continue;
-    if (qkv_unusable(p, c.c, arch) != nullptr) {
-      ++rejected_invalid;
-      continue;
-    }
-    cands.push_back(c);
-  }
-
-  auto fill = [&](QkvChoice& ch, const QkvCandidate& c) {
-    ch.config = c.c;
-    ch.variant_name = c.w->variant_name;  // the tuned binary itself
-    ch.binary_hash = c.w->binary_hash;
-    ch.tuned_problem_key = c.w->problem_key;
-    ch.tuned_median_us = c.w->median_us;
-  };
+  const auto cands = usable_rows<qkv::Problem, qkv::Config>(
+      winners, qkv::kFamily, device_name, qkv::problem_from_json, qkv::config_from_json,
+      [&](const qkv::Problem& t) { return same_qkv_class(t, p) && t.m >= 1; },
+      [&](const qkv::Config& c) { return qkv_unusable(p, c, arch); }, &rejected_invalid);
+  auto fill = [](QkvChoice& ch, const QkvCandidate& c) { fill_from_row(ch, c); };
 
   // 1. exact problem key; 2. nearest token count in log space, ties to the smaller m', then key, then id.
   auto rank = [&](const QkvCandidate& c) {
