@@ -81,14 +81,36 @@ std::vector<Config> config_space() {
         for (const auto& w : warps)
           for (int st : {2, 3})
             for (int sk : {1, 2, 4, 8, 16})
-              for (int pf : {1, 2, 4}) out.push_back(Config{tm, tn, tk, w[0], w[1], st, sk, pf});
+              for (int pf : {1, 2, 4}) out.push_back(Config{tm, tn, tk, w[0], w[1], st, sk, pf, kMainloopMma});
   return out;
 }
 
-std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
+std::vector<Config> gemv_config_space(quant::Format f) {
   std::vector<Config> out;
-  int m_cap = 16;
-  while (m_cap < p.m && m_cap < 128) m_cap *= 2;
+  // warps along K x warps along N
+  const int warps[][2] = {{2, 1}, {4, 1}, {7, 1}, {8, 1}, {14, 1}, {16, 1}, {4, 2}, {7, 2}, {8, 2}, {2, 4}, {4, 4}};
+  for (int tm : {8, 16, 32, 64})
+    for (int rt : {1, 2})  // m16 tiles per warp
+      for (const auto& w : warps)
+        for (int st : {0, 1})
+          for (int pf : {1, 2, 4})
+            out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 1, pf, kMainloopGemv});
+  return out;
+}
+
+namespace {
+
+int next_pow2_at_least(int m, int lo, int hi) {
+  int c = lo;
+  while (c < m && c < hi) c *= 2;
+  return c;
+}
+
+/// mma candidates for the problem, heuristic order: grids closest to two blocks per SM of a 132-SM GPU, then
+/// larger tiles (more reuse of each loaded weight and X element).
+std::vector<Config> mma_candidates(const Problem& p, ArchId arch) {
+  std::vector<Config> out;
+  const int m_cap = next_pow2_at_least(p.m, 16, 128);
   for (const auto& c : config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > m_cap) continue;
@@ -98,8 +120,6 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
     if (c.split_k > 1 && (blocks >= 264 || c.split_k > p.k / c.tile_k)) continue;
     out.push_back(c);
   }
-  // Heuristic order (what --max-candidates keeps first): grids closest to two blocks per SM of a 132-SM GPU,
-  // then larger tiles (more reuse of each loaded weight and X element).
   auto score = [&](const Config& c) {
     const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
     return std::make_pair(std::round(std::fabs(std::log2(blocks / 264.0)) * 2) / 2, -double(c.tile_m) * c.tile_n);
@@ -108,8 +128,70 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   return out;
 }
 
+/// gemv candidates (M <= 64): tile_m = the power of two >= M (8..64); every warp gets at least one K step.
+/// Heuristic order: most of the weight requested at once (warps x steps in flight, capped by the K steps each warp
+/// has) while every block still fits on the GPU at once (a register estimate), then fewer registers.
+std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
+  std::vector<Config> out;
+  if (p.m > 64) return out;
+  const int tm = next_pow2_at_least(p.m, 8, 64);
+  const int steps = (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format);
+  for (const auto& c : gemv_config_space(p.format)) {
+    if (c.tile_m != tm || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
+    if (c.warps_m > steps) continue;
+    if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // stages 1 holds K in smem
+    out.push_back(c);
+  }
+  const int tiles = p.n() / 16;
+  auto score = [&](const Config& c) {
+    const int steps_per_warp = (steps + c.warps_m - 1) / c.warps_m;
+    const double in_flight =  // share of the weight requested at once
+        c.stages == 1 ? 1.0 : double(std::min(c.prefetch, steps_per_warp)) / steps_per_warp;
+    const double regs = 40 + gemv_row_tiles(c) * (c.tile_m / 8) * 4 +
+                        c.prefetch * ((c.stages == 1 ? 0 : 14 * gemv_row_tiles(c)) +
+                                      (64.0 / quant::format_bits(p.format)) * (c.tile_m / 8)) +
+                        (c.stages == 1 ? 20 : 8) * gemv_row_tiles(c);
+    const double blocks = std::ceil(double(tiles) / (c.warps_n * gemv_row_tiles(c))) * ((p.m + c.tile_m - 1) / c.tile_m);
+    const double fit = std::min({1.0, 132.0 * 65536 / (blocks * c.warps_m * c.warps_n * 32 * regs),
+                                 132.0 * 228 * 1024 / (blocks * (gemv_smem_bytes(c, p.format, p.k) + 1024.0))});
+    return std::make_pair(-std::round(in_flight * fit * 8) / 8, regs);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
+  return out;
+}
+
+}  // namespace
+
+std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
+  // Decode sizes (M <= 16) try the weight-streaming kernel first; up to M = 64 the two mainloops alternate in the
+  // order (what --max-candidates keeps); beyond, only the tiled GEMM.
+  const auto g = gemv_candidates(p, arch), m = mma_candidates(p, arch);
+  if (p.m <= 16) {
+    std::vector<Config> out = g;
+    out.insert(out.end(), m.begin(), m.end());
+    return out;
+  }
+  std::vector<Config> out;
+  for (size_t i = 0; i < std::max(g.size(), m.size()); ++i) {
+    if (i < g.size()) out.push_back(g[i]);
+    if (i < m.size()) out.push_back(m[i]);
+  }
+  return out;
+}
+
 Config default_config(ArchId arch, const Problem& p) {
-  // Preference by M (a weight-streaming split-K tile for decode sizes, a 128x128 tile for prefill);
+  // Decode sizes: the weight-streaming kernel, with the shapes that won on the H100 for Qwen2.5-7B (4 K warps
+  // per m16 tile for 4-bit, 8 for wider weights; the bulk copy where the rows fit in shared memory).
+  if (p.m <= 16) {
+    const int tm = p.m <= 8 ? 8 : 16, kw = quant::format_bits(p.format) == 4 ? 4 : 8;
+    for (int st : {1, 0}) {
+      const Config g{tm, 16, gemv_step_k(p.format), kw, 1, st, 1, 1, kMainloopGemv};
+      if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, g, arch) &&
+          gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
+        return g;
+    }
+  }
+  // Otherwise preference by M (a split-K tile for small M, a 128x128 tile for prefill);
   // the first one valid for the format wins, else the first valid config of the space.
   const std::vector<Config> prefs =
       p.m <= 16   ? std::vector<Config>{{16, 128, 64, 1, 4, 2, 4, 1}, {16, 128, 64, 1, 8, 2, 4, 1}, {16, 256, 64, 1, 8, 2, 4, 1}}
@@ -124,21 +206,33 @@ Config default_config(ArchId arch, const Problem& p) {
 
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.tile_k == b.tile_k && a.warps_m == b.warps_m &&
-         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k && a.prefetch == b.prefetch;
+         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k && a.prefetch == b.prefetch &&
+         a.mainloop == b.mainloop;
 }
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dt_tag(p.dtype) << '_' << fmt_tag(p.format) << "_d" << p.head_dim << '_'
-    << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__m" << c.tile_m << "_n" << c.tile_n
-    << "_k" << c.tile_k << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_sk" << c.split_k << "_p"
-    << c.prefetch << "__"
-    << arch_name(arch);
+    << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__";
+  if (c.mainloop == kMainloopGemv)
+    s << "gemv_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_p"
+      << c.prefetch;
+  else
+    s << 'm' << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_w" << c.warps_m << 'x' << c.warps_n << "_s"
+      << c.stages << "_sk" << c.split_k << "_p" << c.prefetch;
+  s << "__" << arch_name(arch);
   return s.str();
 }
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
+  if (c.mainloop == kMainloopGemv) {
+    s << "kt::qkv::qkv_gemv<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
+      << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
+      << c.tile_m << ", " << c.tile_n << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch << ", " << c.stages
+      << ">";
+    return s.str();
+  }
   s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
     << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
     << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ", "
@@ -151,14 +245,24 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.family = kFamily;
   k.variant_name = variant_name(p, c, arch);
   k.name_expression = name_expression(p, c);
-  k.source = "#include \"qkv_proj/qkv_proj.cuh\"\n";
+  k.source = c.mainloop == kMainloopGemv ? "#include \"qkv_proj/qkv_gemv.cuh\"\n" : "#include \"qkv_proj/qkv_proj.cuh\"\n";
   k.arch = arch;
-  k.dynamic_smem_bytes = unsigned(smem_bytes(c));
+  // gemv stages 1: shared memory grows with K (set at launch); allow the whole per-block maximum.
+  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages == 1 ? gemv_smem_cap(arch.sm) : smem_bytes(c));
   return k;
 }
 
 attn::LaunchDims launch_dims(const Problem& p, const Config& c) {
   attn::LaunchDims d;
+  if (c.mainloop == kMainloopGemv) {  // one block per warps_n x row-tiles m16 tiles, per tile_m tokens
+    const int per_block = c.warps_n * gemv_row_tiles(c);
+    d.grid_x = unsigned((p.n() / 16 + per_block - 1) / per_block);
+    d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
+    d.grid_z = 1;
+    d.block_x = unsigned(threads(c));
+    d.smem_bytes = unsigned(gemv_smem_bytes(c, p.format, p.k));
+    return d;
+  }
   d.grid_x = unsigned((p.n() + c.tile_n - 1) / c.tile_n);
   d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
   d.grid_z = unsigned(c.split_k);
@@ -206,14 +310,18 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
+  return {{"mainloop", c.mainloop == kMainloopGemv ? "gemv" : "mma"},
+          {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
           {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch}};
 }
 
 Config config_from_json(const nlohmann::json& j) {
   try {
+    const std::string ml = j.value("mainloop", std::string("mma"));
+    if (ml != "mma" && ml != "gemv") fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma or gemv)");
     return Config{j.at("tile_m"), j.at("tile_n"), j.at("tile_k"), j.at("warps_m"),
-                  j.at("warps_n"), j.at("stages"), j.at("split_k"), j.value("prefetch", 1)};
+                  j.at("warps_n"), j.at("stages"), j.at("split_k"), j.value("prefetch", 1),
+                  ml == "gemv" ? kMainloopGemv : kMainloopMma};
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("config JSON: ") + e.what());
   }
@@ -235,6 +343,9 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (p.has_bias && !a.bias) fail("the problem has a bias but bias is null");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
   if (c.split_k > 1 && (!a.workspace || !a.counters)) fail("split_k > 1 needs a workspace and counters");
+  if (c.mainloop == kMainloopGemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
+    fail("gemv stages 1 holds the block's rows in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
+         " bytes for k = " + std::to_string(p.k) + " exceed the " + std::to_string(gemv_smem_cap(90)) + " bytes per block");
   if (p.format == quant::Format::nvfp4 && !(a.tensor_scale > 0.f)) fail("nvfp4 needs a positive tensor_scale");
 }
 

@@ -1,14 +1,16 @@
-// The C ABI (include/kerntune/kerntune.h) over kt::Runtime. No exception leaves these functions.
+// The C ABI (include/kerntune/kerntune.h) over kt::Runtime and kt::quant. No exception leaves these functions.
 #include "kerntune/kerntune.h"
 
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include "cache/tuning_db.h"
 #include "cuda/driver.h"
+#include "quant/quant.h"
 #include "runtime/runtime.h"
 #include "runtime/version.h"
 
@@ -144,6 +146,37 @@ void write_line(const std::string& line, char* buf, size_t buf_len) {
   const size_t n = line.size() < buf_len - 1 ? line.size() : buf_len - 1;
   std::memcpy(buf, line.data(), n);
   buf[n] = '\0';
+}
+
+/// Byte sizes of a packed weight's buffers, after checking (format, n, k) as kt::quant does (unknown format,
+/// n or k < 1, k not a multiple of 64 or of the group -> INVALID_ARGUMENT naming the rule).
+struct QuantSizes {
+  kt::quant::Format format;
+  size_t data, scales, zeros;
+};
+kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* out, const char* fn) {
+  const std::string where = std::string(fn) + ": ";
+  if (weight_format < KT_WEIGHT_FP16 || weight_format > KT_WEIGHT_NVFP4)
+    return fail(KT_ERROR_INVALID_ARGUMENT, where + "unknown weight_format " + std::to_string(weight_format) +
+                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_NVFP4 = 6)");
+  const auto f = static_cast<kt::quant::Format>(weight_format);
+  const std::string pre = where + kt::quant::format_name(f) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + ": ";
+  if (n < 1) return fail(KT_ERROR_INVALID_ARGUMENT, pre + "n must be >= 1 (got " + std::to_string(n) + ")");
+  if (k < 1) return fail(KT_ERROR_INVALID_ARGUMENT, pre + "k must be >= 1 (got " + std::to_string(k) + ")");
+  if (k % 64 != 0)
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                pre + "k must be a multiple of 64, the kernels' k step (got " + std::to_string(k) + ")");
+  const int g = kt::quant::format_group(f);
+  if (g > 0 && k % g != 0)
+    return fail(KT_ERROR_INVALID_ARGUMENT, pre + "k must be a multiple of the " + kt::quant::format_name(f) +
+                                               " group size " + std::to_string(g) + " (got " + std::to_string(k) + ")");
+  const size_t rows = static_cast<size_t>(n);
+  const size_t groups_per_row = g > 0 ? static_cast<size_t>(k / g) : g < 0 ? 1 : 0;
+  out->format = f;
+  out->data = rows * static_cast<size_t>(k) * kt::quant::format_bits(f) / 8;
+  out->scales = rows * groups_per_row * kt::quant::scale_bytes(f);
+  out->zeros = f == kt::quant::Format::int4 ? rows * static_cast<size_t>(k / 128) : 0;
+  return KT_OK;
 }
 
 }  // namespace
@@ -286,6 +319,86 @@ kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, siz
   try {
     const kt::QkvChoice c = rt->rt.explain_qkv(prob);
     write_line(c.step + ": " + c.variant_name + ": " + c.why, buf, buf_len);
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+kt_status kt_quantize_sizes(int32_t weight_format, int32_t n, int32_t k, size_t* data_bytes, size_t* scales_bytes,
+                            size_t* zeros_bytes) {
+  const char* fn = "kt_quantize_sizes";
+  QuantSizes sz{};
+  if (kt_status s = quant_sizes(weight_format, n, k, &sz, fn)) return s;
+  if (!data_bytes) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize_sizes: data_bytes is NULL");
+  if (!scales_bytes) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize_sizes: scales_bytes is NULL");
+  if (!zeros_bytes) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize_sizes: zeros_bytes is NULL");
+  *data_bytes = sz.data;
+  *scales_bytes = sz.scales;
+  *zeros_bytes = sz.zeros;
+  return KT_OK;
+}
+
+kt_status kt_quantize(int32_t weight_format, const float* w, int32_t n, int32_t k, void* data, void* scales,
+                      void* zeros, float* tensor_scale) {
+  const char* fn = "kt_quantize";
+  QuantSizes sz{};
+  if (kt_status s = quant_sizes(weight_format, n, k, &sz, fn)) return s;
+  if (!w) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize: w is NULL");
+  if (!data) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize: data is NULL");
+  if (!scales && sz.scales > 0)
+    return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_quantize: scales is NULL but ") +
+                                               kt::quant::format_name(sz.format) + " has " +
+                                               std::to_string(sz.scales) + " bytes of scales");
+  if (!zeros && sz.zeros > 0)
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                "kt_quantize: zeros is NULL but int4 has " + std::to_string(sz.zeros) + " bytes of zero points");
+  if (!tensor_scale) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize: tensor_scale is NULL");
+  try {
+    const kt::quant::PackedWeight pw = kt::quant::quantize(sz.format, w, n, k);
+    if (pw.data.size() != sz.data || pw.scales.size() != sz.scales || pw.zeros.size() != sz.zeros)
+      return fail(KT_ERROR_INTERNAL, "kt_quantize: quantize produced buffers of unexpected sizes");
+    std::memcpy(data, pw.data.data(), sz.data);
+    if (sz.scales > 0) std::memcpy(scales, pw.scales.data(), sz.scales);
+    if (sz.zeros > 0) std::memcpy(zeros, pw.zeros.data(), sz.zeros);
+    *tensor_scale = pw.tensor_scale;
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+kt_status kt_dequantize(int32_t weight_format, int32_t n, int32_t k, const void* data, const void* scales,
+                        const void* zeros, float tensor_scale, double* out) {
+  const char* fn = "kt_dequantize";
+  QuantSizes sz{};
+  if (kt_status s = quant_sizes(weight_format, n, k, &sz, fn)) return s;
+  if (!data) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_dequantize: data is NULL");
+  if (!scales && sz.scales > 0)
+    return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_dequantize: scales is NULL but ") +
+                                               kt::quant::format_name(sz.format) + " has " +
+                                               std::to_string(sz.scales) + " bytes of scales");
+  if (!zeros && sz.zeros > 0)
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                "kt_dequantize: zeros is NULL but int4 has " + std::to_string(sz.zeros) + " bytes of zero points");
+  if (!out) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_dequantize: out is NULL");
+  try {
+    kt::quant::PackedWeight pw;
+    pw.format = sz.format;
+    pw.n = n;
+    pw.k = k;
+    const auto* d = static_cast<const uint8_t*>(data);
+    pw.data.assign(d, d + sz.data);
+    if (sz.scales > 0) {
+      const auto* s = static_cast<const uint8_t*>(scales);
+      pw.scales.assign(s, s + sz.scales);
+    }
+    if (sz.zeros > 0) {
+      const auto* z = static_cast<const uint8_t*>(zeros);
+      pw.zeros.assign(z, z + sz.zeros);
+    }
+    pw.tensor_scale = tensor_scale;
+    kt::quant::dequantize(pw, out);  // validates first
     return KT_OK;
   } catch (...) {
     return from_exception(fn);

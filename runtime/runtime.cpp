@@ -192,6 +192,8 @@ bool same_qkv_class(const qkv::Problem& a, const qkv::Problem& b) {
 const char* qkv_unusable(const qkv::Problem& p, const qkv::Config& c, ArchId arch) {
   if (const char* r = qkv::invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return r;
   if (c.split_k > 1 && c.split_k > p.k / c.tile_k) return "split_k exceeds k / tile_k";
+  if (c.mainloop == qkv::kMainloopGemv && qkv::gemv_smem_bytes(c, p.format, p.k) > qkv::gemv_smem_cap(arch.sm))
+    return "gemv shared memory for this k exceeds the per-block limit";
   return nullptr;
 }
 

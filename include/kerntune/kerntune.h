@@ -16,6 +16,8 @@
  * row that sees no key gets o = 0 and lse = -inf.
  *
  * Q/K/V projection (kt_qkv_proj): see the comments at kt_qkv_problem and kt_qkv_args.
+ * Host-side weight quantization (kt_quantize_sizes, kt_quantize, kt_dequantize): see their comments; they
+ * need neither a runtime nor a GPU.
  *
  * Threading: a kt_runtime may be shared by threads. The CUDA context the runtime was created in
  * (or that it retained) must be current on the calling thread, or no context at all (then it is
@@ -189,6 +191,50 @@ KT_API kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_q
  *  Does not touch the GPU. Errors: INVALID_ARGUMENT (rt, p or buf NULL, buf_len 0, malformed
  *  problem), UNSUPPORTED. */
 KT_API kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, size_t buf_len);
+
+/* Host-side weight quantization (no runtime, no GPU): the quantizers of quant/quant.h behind the C ABI, so
+ * that callers without C++ (Python/ctypes, Rust, ...) can produce the packed weights kt_qkv_proj reads.
+ * A packed weight of (weight_format, n, k) is three host byte buffers plus one float, laid out as specified
+ * in templates/qkv_proj/quant_format.h (all row-major, little-endian):
+ *   data   [n, k * bits / 8] bytes: fp16/bf16 16-bit values; int8 two's complement bytes; 4-bit formats
+ *          two elements per byte, element k in byte k / 2, LOW nibble for even k.
+ *   scales [n, k / group] entries: int4 fp16, nf4 fp32 absmax, mxfp4 E8M0 bytes, nvfp4 E4M3 bytes;
+ *          int8 [n] fp32 (one per row); fp16/bf16 none (0 bytes).
+ *   zeros  [n, k / 128] bytes, int4 only (zero points 0..15); 0 bytes for every other format.
+ *   tensor_scale: nvfp4 per-tensor fp32 scale (> 0); exactly 1 for every other format.
+ * Shape rules (all formats): n >= 1, k >= 1, k a multiple of 64 (the kernels' k step) and of the format's
+ * group (int4 128, nf4 64, mxfp4 32, nvfp4 16).
+ * The byte buffers passed to kt_qkv_proj (copied to device memory) are exactly these buffers. */
+
+/** Byte sizes of the three buffers of a packed weight (weight_format, n, k): *data_bytes = n * k * bits / 8,
+ *  *scales_bytes (0 for fp16/bf16), *zeros_bytes (0 except int4). weight_format: a kt_weight_format.
+ *  data_bytes, scales_bytes and zeros_bytes must not be NULL; nothing is written on failure.
+ *  Errors: INVALID_ARGUMENT (unknown weight_format, n or k < 1, k not a multiple of 64 or of the format's
+ *  group, a NULL output pointer). */
+KT_API kt_status kt_quantize_sizes(int32_t weight_format, int32_t n, int32_t k, size_t* data_bytes,
+                                   size_t* scales_bytes, size_t* zeros_bytes);
+
+/** Quantizes w (host memory, [n, k] row-major fp32, n = output features, k = input features) to weight_format
+ *  with round-to-nearest, exactly as kt::quant::quantize (quant/quant.h documents each format's rule; fp16 and
+ *  bf16 are a round-to-nearest-even conversion). Writes the packed buffers into data, scales and zeros (host
+ *  memory of kt_quantize_sizes' sizes; a buffer whose size is 0 may be NULL and is not touched) and the
+ *  per-tensor scale into *tensor_scale (1 except for nvfp4). Nothing is written on failure.
+ *  Errors: INVALID_ARGUMENT (unknown weight_format, n or k < 1, k not a multiple of 64 or of the group, w,
+ *  data or tensor_scale NULL, scales or zeros NULL where the format has them, a non-finite element of w,
+ *  an fp16 overflow (fp16 format or an int4 group scale), an nvfp4 tensor scale that underflows fp32),
+ *  INTERNAL (out of memory). */
+KT_API kt_status kt_quantize(int32_t weight_format, const float* w, int32_t n, int32_t k, void* data, void* scales,
+                             void* zeros, float* tensor_scale);
+
+/** Exact values of a packed weight, as kt::quant::dequantize: out [n, k] row-major float64 (host memory,
+ *  n * k doubles) = decode(q) * scale [* tensor_scale], the value the kernel decodes before rounding to its
+ *  fp16/bf16 MMA operand. data, scales, zeros: host buffers of kt_quantize_sizes' sizes (a buffer of size 0
+ *  may be NULL). The weight is validated first (kt::quant::validate).
+ *  Errors: INVALID_ARGUMENT (unknown weight_format, n or k < 1, k not a multiple of 64 or of the group, data
+ *  or out NULL, scales or zeros NULL where the format has them, a zero point above 15, a NaN/infinite scale,
+ *  tensor_scale not finite and > 0 for nvfp4 or not exactly 1 for another format), INTERNAL (out of memory). */
+KT_API kt_status kt_dequantize(int32_t weight_format, int32_t n, int32_t k, const void* data, const void* scales,
+                               const void* zeros, float tensor_scale, double* out);
 
 /** Message of the last failing call on the calling thread ("" if none failed yet). Valid until the
  *  next failing kerntune call on this thread. Never NULL. */

@@ -57,40 +57,167 @@ __device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, i
   return s;
 }
 
-/// Dequantizes one 16-byte unit into dtype pairs: 4-bit -> 16 words (32 elements), int8 -> 8 words,
-/// 16-bit -> 4 words (copied). lut: 16-entry value table in shared memory (NF4 code or signed E2M1).
+/// Entry i (0..15) of the decode table in shared memory: the NF4 code value (nf4) or the signed E2M1 value (the
+/// other 4-bit formats).
+template <quant::Format F>
+__device__ __forceinline__ float lut_value(int i) {
+  return F == quant::Format::nf4 ? quant::nf4_code(i) : (i & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(i & 7);
+}
+
+/// Dequantizes chunk c (compile-time after unrolling; 0 .. words per unit / 4 - 1) of one 16-byte unit into four
+/// dtype pairs: out[i] = (element 2 (4c + i), element 2 (4c + i) + 1) of the unit, low half first. A unit holds
+/// 32 elements (4-bit: 4 chunks), 16 (int8: 2 chunks) or 8 (16-bit: 1 chunk, copied). Values follow quant_format.h,
+/// computed in fp32 and rounded to the mma operand dtype. lut: 16-entry value table (NF4 code or signed E2M1).
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s, const float* lut, unsigned (&out)[16]) {
+__device__ __forceinline__ void decode_chunk(const uint4& u, const UnitScales& s, const float* lut, int c, unsigned (&out)[4]) {
   const unsigned w[4] = {u.x, u.y, u.z, u.w};
   if (quant::format_bits(F) == 16) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) out[i] = w[i];
   } else if (F == quant::Format::int8) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float a = float(int((signed char)((w[i] >> (16 * j)) & 0xff))) * s.s0;
-        const float b = float(int((signed char)((w[i] >> (16 * j + 8)) & 0xff))) * s.s0;
-        out[2 * i + j] = ptx::pack2<DT>(a, b);
-      }
+    for (int i = 0; i < 4; ++i) {
+      const unsigned word = w[2 * c + i / 2], j = i % 2;  // elements 4 (2c + i/2) + 2j, + 1
+      const float a = float(int((signed char)((word >> (16 * j)) & 0xff))) * s.s0;
+      const float b = float(int((signed char)((word >> (16 * j + 8)) & 0xff))) * s.s0;
+      out[i] = ptx::pack2<DT>(a, b);
+    }
   } else {
+    const float sc = (F == quant::Format::nvfp4 && c >= 2) ? s.s1 : s.s0;  // nvfp4: elements 16..31 are a second group
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned q0 = (w[i] >> (8 * j)) & 15u, q1 = (w[i] >> (8 * j + 4)) & 15u;
-        const float sc = (F == quant::Format::nvfp4 && i >= 2) ? s.s1 : s.s0;  // elements 16..31: second group
-        float a, b;
-        if (F == quant::Format::int4) {
-          a = (float(q0) - s.z) * sc;
-          b = (float(q1) - s.z) * sc;
-        } else {
-          a = lut[q0] * sc;
-          b = lut[q1] * sc;
-        }
-        out[4 * i + j] = ptx::pack2<DT>(a, b);
+    for (int j = 0; j < 4; ++j) {
+      const unsigned q0 = (w[c] >> (8 * j)) & 15u, q1 = (w[c] >> (8 * j + 4)) & 15u;
+      float a, b;
+      if (F == quant::Format::int4) {
+        a = (float(q0) - s.z) * sc;
+        b = (float(q1) - s.z) * sc;
+      } else {
+        a = lut[q0] * sc;
+        b = lut[q1] * sc;
       }
+      out[j] = ptx::pack2<DT>(a, b);
+    }
+  }
+}
+
+/// Dequantizes one 16-byte unit into dtype pairs: 4-bit -> 16 words (32 elements), int8 -> 8 words, 16-bit -> 4
+/// words (copied); out[i] = elements (2i, 2i + 1). See decode_chunk.
+template <DType DT, quant::Format F>
+__device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s, const float* lut, unsigned (&out)[16]) {
+  constexpr int kChunks = 128 / quant::format_bits(F) / 8;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    unsigned part[4];
+    decode_chunk<DT, F>(u, s, lut, c, part);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[4 * c + i] = part[i];
+  }
+}
+
+/// The end of every qkv kernel, run by all kThreads threads of the block once sC [TileM, TileN + 4] (fp32, tokens x
+/// output features, shared memory) holds the block's partial product for tokens m0.. and features n0..:
+///  - split-K (gridDim.z > 1): the block writes its partial tile (valid token rows only) to the workspace; the last
+///    block of the tile to arrive (atomic counter, threadfence reduction) sums the partials in split order and goes
+///    on, the others return. The last block resets the counter for the next launch.
+///  - epilogue: + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021; Llama/Qwen pairing
+///    (i, i + D/2), angle = pos * theta^(-2i/D), angles reduced mod 2 pi in double), split into Q/K/V.
+/// Must be called by every thread of the block (it has barriers).
+template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads>
+__device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0) {
+  __shared__ double s_inv_freq[D / 2];
+  __shared__ int s_last;
+  constexpr int kLd = TileN + 4;
+  const int tid = threadIdx.x;
+  const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
+  const int SplitK = gridDim.z;
+  const int rows = p.m - m0 < TileM ? p.m - m0 : TileM;  // valid token rows of this tile
+  // ---- split-K: partial tiles through the workspace; the last block reduces ----
+  if (SplitK > 1) {
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    float* ws = p.workspace + ((long long)tile * SplitK + blockIdx.z) * TileM * TileN;
+    for (int e = tid * 4; e < rows * TileN; e += kThreads * 4) {
+      const int r = e / TileN, c = e % TileN;
+      __stcg(reinterpret_cast<float4*>(ws + e), *reinterpret_cast<const float4*>(sC + r * kLd + c));
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(p.counters + tile, 1u) == unsigned(SplitK - 1);
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const float* base = p.workspace + (long long)tile * SplitK * TileM * TileN;
+    for (int e = tid * 4; e < rows * TileN; e += kThreads * 4) {
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s = 0; s < SplitK; ++s) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(base + (long long)s * TileM * TileN + e));
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      const int r = e / TileN, c = e % TileN;
+      *reinterpret_cast<float4*>(sC + r * kLd + c) = sum;
+    }
+    if (tid == 0) p.counters[tile] = 0u;  // ready for the next launch
+  }
+  if (Rope) {
+    for (int i = tid; i < D / 2; i += kThreads)
+      s_inv_freq[i] = exp2(-double(2 * i) / double(D) * p.rope_log2_theta);
+  }
+  __syncthreads();
+
+  // ---- epilogue: bias, RoPE (Q, K heads), split into Q/K/V ----
+  const unsigned short* bias = static_cast<const unsigned short*>(p.bias);
+  constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
+  constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
+  constexpr int kItems = TileM * kHeadsPerTile * (kCols / 2);
+  for (int it = tid; it < kItems; it += kThreads) {
+    const int r = it / (kHeadsPerTile * (kCols / 2));
+    const int rest = it % (kHeadsPerTile * (kCols / 2));
+    const int hh = rest / (kCols / 2), i = rest % (kCols / 2);
+    const int m = m0 + r;
+    const int col0 = n0 + hh * kCols;  // first column of this head (part) in Y
+    if (m >= p.m || col0 >= N) continue;
+    const int head = col0 / D;           // global head index in [Q | K | V]
+    const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
+    const bool rotate = Rope && (is_q || is_k);
+    // rotate: pair (i, i + D/2) of the head; else two neighbours (2i, 2i + 1).
+    const int c1 = rotate ? i : 2 * i, c2 = rotate ? i + D / 2 : 2 * i + 1;  // within the head (part)
+    const int lc = hh * kCols;
+    float y1 = sC[r * kLd + lc + c1], y2 = sC[r * kLd + lc + c2];
+    if (HasBias) {
+      y1 += ptx::to_float<DT>(bias[col0 + c1]);
+      y2 += ptx::to_float<DT>(bias[col0 + c2]);
+    }
+    if (rotate) {
+      double ang = double(p.positions[m]) * s_inv_freq[i];
+      ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);  // exact reduction to [-pi, pi] in double
+      float sn, cs;
+      __sincosf(float(ang), &sn, &cs);  // |error| < 2^-21 on [-pi, pi] (CUDA C Programming Guide, intrinsic functions)
+      const float o1 = y1 * cs - y2 * sn, o2 = y2 * cs + y1 * sn;
+      y1 = o1;
+      y2 = o2;
+    }
+    unsigned short* out;
+    long long off;
+    const int d0 = (col0 % D);
+    if (is_q) {
+      out = static_cast<unsigned short*>(p.q);
+      off = (long long)m * p.q_row_stride + (long long)head * D + d0;
+    } else if (is_k) {
+      out = static_cast<unsigned short*>(p.k);
+      off = (long long)m * p.k_row_stride + (long long)(head - p.num_heads) * D + d0;
+    } else {
+      out = static_cast<unsigned short*>(p.v);
+      off = (long long)m * p.v_row_stride + (long long)(head - p.num_heads - p.num_kv_heads) * D + d0;
+    }
+    const unsigned pr = ptx::pack2<DT>(y1, y2);
+    if (rotate) {
+      out[off + c1] = (unsigned short)(pr & 0xffffu);
+      out[off + c2] = (unsigned short)(pr >> 16);
+    } else {
+      *reinterpret_cast<unsigned*>(out + off + c1) = pr;
+    }
   }
 }
 
@@ -114,8 +241,6 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
 
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ float s_lut[16];
-  __shared__ double s_inv_freq[D / 2];
-  __shared__ int s_last;
   const unsigned sX = ptx::smem_u32(smem);                  // Stages x [TileM, TileK]
   const unsigned sW = sX + Stages * kXTileBytes;            // 2 x [TileN, TileK] decoded
   unsigned char* sW_ptr = smem + Stages * kXTileBytes;
@@ -129,14 +254,7 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
   const int kt_end = (int)((long long)nk_total * (blockIdx.z + 1) / SplitK);
   const int nk = kt_end - kt_begin;
 
-  if (tid < 16) {
-    if (F == quant::Format::nf4) {
-      const float code[16] = KT_NF4_CODE;
-      s_lut[tid] = code[tid];
-    } else {
-      s_lut[tid] = (tid & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(tid & 7);
-    }
-  }
+  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
 
   // ---- X loader (cp.async, zero-filled past M) ----
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
@@ -271,94 +389,7 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
   }
   __syncthreads();
 
-  // ---- split-K: partial tiles through the workspace; the last block reduces ----
-  if (SplitK > 1) {
-    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-    float* ws = p.workspace + ((long long)tile * SplitK + blockIdx.z) * TileM * TileN;
-    for (int e = tid * 4; e < TileM * TileN; e += kThreads * 4) {
-      const int r = e / TileN, c = e % TileN;
-      __stcg(reinterpret_cast<float4*>(ws + e), *reinterpret_cast<const float4*>(sC + r * kLd + c));
-    }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) s_last = atomicAdd(p.counters + tile, 1u) == unsigned(SplitK - 1);
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    const float* base = p.workspace + (long long)tile * SplitK * TileM * TileN;
-    for (int e = tid * 4; e < TileM * TileN; e += kThreads * 4) {
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s = 0; s < SplitK; ++s) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(base + (long long)s * TileM * TileN + e));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      const int r = e / TileN, c = e % TileN;
-      *reinterpret_cast<float4*>(sC + r * kLd + c) = sum;
-    }
-    if (tid == 0) p.counters[tile] = 0u;  // ready for the next launch
-  }
-  if (Rope) {
-    for (int i = tid; i < D / 2; i += kThreads)
-      s_inv_freq[i] = exp2(-double(2 * i) / double(D) * p.rope_log2_theta);
-  }
-  __syncthreads();
-
-  // ---- epilogue: bias, RoPE (Q, K heads), split into Q/K/V ----
-  const unsigned short* bias = static_cast<const unsigned short*>(p.bias);
-  constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
-  constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
-  constexpr int kItems = TileM * kHeadsPerTile * (kCols / 2);
-  for (int it = tid; it < kItems; it += kThreads) {
-    const int r = it / (kHeadsPerTile * (kCols / 2));
-    const int rest = it % (kHeadsPerTile * (kCols / 2));
-    const int hh = rest / (kCols / 2), i = rest % (kCols / 2);
-    const int m = m0 + r;
-    const int col0 = n0 + hh * kCols;  // first column of this head (part) in Y
-    if (m >= p.m || col0 >= N) continue;
-    const int head = col0 / D;           // global head index in [Q | K | V]
-    const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
-    const bool rotate = Rope && (is_q || is_k);
-    // rotate: pair (i, i + D/2) of the head; else two neighbours (2i, 2i + 1).
-    const int c1 = rotate ? i : 2 * i, c2 = rotate ? i + D / 2 : 2 * i + 1;  // within the head (part)
-    const int lc = hh * kCols;
-    float y1 = sC[r * kLd + lc + c1], y2 = sC[r * kLd + lc + c2];
-    if (HasBias) {
-      y1 += ptx::to_float<DT>(bias[col0 + c1]);
-      y2 += ptx::to_float<DT>(bias[col0 + c2]);
-    }
-    if (rotate) {
-      double ang = double(p.positions[m]) * s_inv_freq[i];
-      ang -= 6.283185307179586 * floor(ang * 0.15915494309189535);
-      float sn, cs;
-      sincosf(float(ang), &sn, &cs);
-      const float o1 = y1 * cs - y2 * sn, o2 = y2 * cs + y1 * sn;
-      y1 = o1;
-      y2 = o2;
-    }
-    unsigned short* out;
-    long long off;
-    const int d0 = (col0 % D);
-    if (is_q) {
-      out = static_cast<unsigned short*>(p.q);
-      off = (long long)m * p.q_row_stride + (long long)head * D + d0;
-    } else if (is_k) {
-      out = static_cast<unsigned short*>(p.k);
-      off = (long long)m * p.k_row_stride + (long long)(head - p.num_heads) * D + d0;
-    } else {
-      out = static_cast<unsigned short*>(p.v);
-      off = (long long)m * p.v_row_stride + (long long)(head - p.num_heads - p.num_kv_heads) * D + d0;
-    }
-    const unsigned pr = ptx::pack2<DT>(y1, y2);
-    if (rotate) {
-      out[off + c1] = (unsigned short)(pr & 0xffffu);
-      out[off + c2] = (unsigned short)(pr >> 16);
-    } else {
-      *reinterpret_cast<unsigned*>(out + off + c1) = pr;
-    }
-  }
+  finish_tile<DT, D, HasBias, Rope, TileM, TileN, kThreads>(p, sC, m0, n0);
 }
 
 }  // namespace qkv

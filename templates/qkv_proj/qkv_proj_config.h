@@ -6,13 +6,38 @@
 //   Q [M, Hq, D], K [M, Hkv, D], V [M, Hkv, D] (row strides are parameters: KV-cache slots work).
 //
 // Kernel class (compiled in): activation dtype, weight format, head_dim, has_bias, rope.
-// Config (speed only): tile_m, tile_n, tile_k, warps_m, warps_n, stages (X cp.async ring), split_k.
+// Config (speed only): mainloop, tile_m, tile_n, tile_k, warps_m, warps_n, stages, split_k, prefetch.
+//
+// Two mainloops (kernels):
+//   mma  (qkv_proj.cuh): tiled GEMM for large M. X tiles through a cp.async ring (stages), the packed weight
+//        through a register prefetch ring, dequantized into a shared-memory tile, ldmatrix + mma.sync; split-K
+//        through a workspace; epilogue through shared memory.
+//   gemv (qkv_gemv.cuh): weight-streaming "swap-AB" kernel for decode-sized M (<= 64). Each warp streams its
+//        weight rows straight from global memory into registers (no shared memory and no barrier in the mainloop);
+//        the dequantized weight is the A operand (m16 = 16 output features, RoPE partners paired in one tile) and
+//        the tokens are the n8 columns of mma.sync m16n8k16; K is split between the warps of a block only (no
+//        split-K workspace), and the epilogue runs in registers. Field meanings for gemv:
+//          tile_m  tokens per block (8, 16, 32, 64: tile_m / 8 mma n-tiles),
+//          tile_n  output features per block = warps_n * 16 * (1 or 2 m16 tiles per warp),
+//          tile_k  K elements one warp consumes per step: 4 lanes x one 16-byte unit (128 for 4-bit, 64 for
+//                  int8, 32 for 16-bit weights) -- fixed by the format, recorded for the name,
+//          warps_m warps splitting K inside the block (1, 2, 4, 7, 8, 14, 16; summed through shared memory),
+//          warps_n warps along N (1, 2, 4),
+//          stages  0: the weight streams through a register ring (prefetch steps deep);
+//                  1 (sm_90): the block's whole weight slice (its rows x K, with scales) is requested at once
+//                  into shared memory with bulk copies (cp.async.bulk + mbarrier) -- nothing in flight costs
+//                  registers, so the entire matrix can be in flight GPU-wide; shared memory grows with K,
+//          split_k 1 (no workspace),
+//          prefetch K steps in flight per warp in the register ring (weight and X for stages 0, X for stages 1).
 #pragma once
 #include "common/kt_types.h"
 #include "qkv_proj/quant_format.h"
 
 namespace kt {
 namespace qkv {
+
+/// Config::mainloop values.
+enum : int { kMainloopMma = 0, kMainloopGemv = 1 };
 
 struct Config {
   int tile_m;   ///< tokens per block
@@ -23,7 +48,28 @@ struct Config {
   int stages;   ///< X tiles in flight (cp.async ring)
   int split_k;  ///< blocks sharing one output tile along K (serial reduction through a workspace)
   int prefetch; ///< K tiles of packed weight in flight per thread (register ring): hides HBM latency at small M
+  int mainloop = kMainloopMma;  ///< kMainloopMma or kMainloopGemv (see the top of this file)
 };
+
+/// gemv: K elements per warp step (4 lanes of the mma quad x one 16-byte unit each).
+KT_HD constexpr int gemv_step_k(quant::Format f) { return 4 * (128 / quant::format_bits(f)); }
+/// gemv: m16 tiles (16 output features each) per warp.
+KT_HD constexpr int gemv_row_tiles(const Config& c) { return c.warps_n > 0 ? c.tile_n / (c.warps_n * 16) : 0; }
+/// Bytes of one weight row's data, scales and int4 zero points (quant_format.h layouts) for K = k.
+KT_HD constexpr int row_data_bytes(quant::Format f, int k) { return k * quant::format_bits(f) / 8; }
+KT_HD constexpr int row_scale_bytes(quant::Format f, int k) {
+  return quant::format_group(f) < 0 ? 4 : quant::format_group(f) == 0 ? 0 : k / quant::format_group(f) * quant::scale_bytes(f);
+}
+KT_HD constexpr int row_zero_bytes(quant::Format f, int k) { return f == quant::Format::int4 ? k / 128 : 0; }
+/// gemv stages 1: dynamic shared memory cap per block (the per-block opt-in limit less 1 KB for the kernel's static
+/// shared memory, which counts against the same limit).
+KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024; }
+/// gemv shared memory for K = k: partial sums of K slices 1.. (a float4 per lane per m16 tile per n8 tile), then
+/// for stages 1 the block's rows (data, then scales, then zeros, each [tiles][16 rows][row bytes]).
+KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
+  return (c.warps_m - 1) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16 +
+         (c.stages == 1 ? c.tile_n * (row_data_bytes(f, k) + row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0);
+}
 
 /// Kernel arguments. Strides in elements.
 struct QkvParams {
@@ -46,9 +92,10 @@ struct QkvParams {
 
 KT_HD constexpr int threads(const Config& c) { return c.warps_m * c.warps_n * 32; }
 
-/// Shared memory: max(mainloop = stages X tiles + 2 decoded W tiles, epilogue = fp32 output tile + pad).
+/// Shared memory: max(mainloop = stages X tiles + 2 decoded W tiles, epilogue = fp32 output tile + pad);
+/// gemv: the K-independent part (partial sums of K slices 1..); see gemv_smem_bytes for the whole.
 KT_HD constexpr int smem_bytes(const Config& c) {
-  return (c.stages * c.tile_m * c.tile_k * 2 + 2 * c.tile_n * c.tile_k * 2) > (c.tile_m * (c.tile_n + 4) * 4)
+  return c.mainloop == kMainloopGemv ? (c.warps_m - 1) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16 : (c.stages * c.tile_m * c.tile_k * 2 + 2 * c.tile_n * c.tile_k * 2) > (c.tile_m * (c.tile_n + 4) * 4)
              ? (c.stages * c.tile_m * c.tile_k * 2 + 2 * c.tile_n * c.tile_k * 2)
              : (c.tile_m * (c.tile_n + 4) * 4);
 }
@@ -68,6 +115,39 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   if (head_dim != 64 && head_dim != 128) return "head_dim must be 64 or 128";
   // mma.sync m16n8k16 needs sm_80+.
   if (arch.sm < 80) return "needs sm_80 or newer";
+  if (c.mainloop == kMainloopGemv) {
+    // tokens: 8 to 64 per block (1..8 mma n-tiles).
+    if (c.tile_m != 8 && c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64) return "gemv: tile_m must be 8, 16, 32 or 64";
+    if (c.tile_k != gemv_step_k(f)) return "gemv: tile_k must be the format's warp step (128 for 4-bit, 64 for int8, 32 for 16-bit)";
+    if (c.warps_m != 1 && c.warps_m != 2 && c.warps_m != 4 && c.warps_m != 7 && c.warps_m != 8 && c.warps_m != 14 &&
+        c.warps_m != 16)
+      return "gemv: warps_m (warps along K) must be 1, 2, 4, 7, 8, 14 or 16";
+    if (c.warps_n != 1 && c.warps_n != 2 && c.warps_n != 4) return "gemv: warps_n must be 1, 2 or 4";
+    if (c.warps_m * c.warps_n > 16) return "gemv: at most 16 warps per block";
+    if (c.tile_n != c.warps_n * 16 && c.tile_n != c.warps_n * 32) return "gemv: tile_n must be warps_n x 16 or warps_n x 32";
+    if (c.stages != 0 && c.stages != 1) return "gemv: stages must be 0 (register ring) or 1 (bulk copy to shared memory)";
+    if (c.stages == 1 && arch.sm < 90) return "gemv: stages 1 (cp.async.bulk) needs sm_90";
+    if (c.split_k != 1) return "gemv: split_k must be 1 (K is split between the warps of a block)";
+    if (c.prefetch != 1 && c.prefetch != 2 && c.prefetch != 4) return "prefetch must be 1, 2 or 4";
+    // registers (a model fitted to ptxas on sm_90, CUDA 13): 40 + accumulators (4 per row tile x n-tile) + the
+    // ring (per step: 7 per weight unit, 2 rows per row tile, and one unit of X words, 64 / bits, per n-tile) + 8
+    // decoded per row tile, within 112 above 256 threads (128 available) or 200 for fewer; beyond that it spills.
+    // (stages 1: the ring holds X only, plus 12 per row tile for the units read from shared memory.)
+    if (40 + gemv_row_tiles(c) * (c.tile_m / 8) * 4 +
+            c.prefetch * ((c.stages == 1 ? 0 : 14 * gemv_row_tiles(c)) + (64 / quant::format_bits(f)) * (c.tile_m / 8)) +
+            (c.stages == 1 ? 20 : 8) * gemv_row_tiles(c) >
+        (c.warps_m * c.warps_n > 8 ? 112 : 200))
+      return "gemv: accumulators + weight prefetch registers exceed the budget";
+    if (smem_bytes(c) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
+    return nullptr;
+  }
+  if (c.mainloop != kMainloopMma) return "mainloop must be mma (0) or gemv (1)";
+  // every head of a tile lies in one of Q, K, V: tile_n a multiple of head_dim, or smaller and dividing it.
+  if (c.tile_n <= 0 || (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0)) return "tile_n and head_dim must divide one another";
+  // RoPE pairs (i, i + D/2) of a head must be in one block: tile_n a multiple of head_dim.
+  if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
+  // split-K: 1 to 16.
+  if (c.split_k < 1 || c.split_k > 16) return "split_k must be 1..16";
   // tile_k: 64 or 128 (the swizzle works on rows of 8 or 16 chunks of 16 bytes).
   if (c.tile_k != 64 && c.tile_k != 128) return "tile_k must be 64 or 128";
   // warps: 4 or 8 per block.
@@ -78,10 +158,6 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   if (c.tile_n % c.warps_n != 0 || (c.tile_n / c.warps_n) % 16 != 0) return "tile_n / warps_n must be a multiple of 16";
   // accumulators: (tile_m / warps_m / 16) * (tile_n / warps_n / 8) * 4 fp32 registers <= 128.
   if ((c.tile_m / c.warps_m / 16) * (c.tile_n / c.warps_n / 8) * 4 > 128) return "accumulators exceed 128 registers";
-  // RoPE pairs (i, i + D/2) of a head must be in one block: tile_n a multiple of head_dim.
-  if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
-  // every head of a tile lies in one of Q, K, V: tile_n a multiple of head_dim, or smaller and dividing it.
-  if (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0) return "tile_n and head_dim must divide one another";
   // weight units divide evenly over the threads; at most 4 per thread (prefetch registers).
   if (w_units(c, f) % threads(c) != 0 || w_units(c, f) / threads(c) > 4)
     return "packed weight units must divide evenly over the threads (at most 4 each)";
@@ -94,8 +170,6 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     return "accumulators + weight prefetch registers exceed the budget";
   // X ring: 2 or 3 stages.
   if (c.stages != 2 && c.stages != 3) return "stages must be 2 or 3";
-  // split-K: 1 to 16.
-  if (c.split_k < 1 || c.split_k > 16) return "split_k must be 1..16";
   // shared memory within the per-block limit.
   if (smem_bytes(c) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
   return nullptr;

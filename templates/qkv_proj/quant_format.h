@@ -57,6 +57,29 @@ KT_HD constexpr int scale_bytes(Format f) {
    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,                   \
    0.7229568362236023f, 1.0f}
 
+/// KT_NF4_CODE[i] as a switch: device code indexes it with a run-time i without a local-memory copy of the table.
+/// tests/quant checks it against KT_NF4_CODE entry by entry.
+KT_HD constexpr float nf4_code(int i) {
+  switch (i) {
+    case 0: return -1.0f;
+    case 1: return -0.6961928009986877f;
+    case 2: return -0.5250730514526367f;
+    case 3: return -0.39491748809814453f;
+    case 4: return -0.28444138169288635f;
+    case 5: return -0.18477343022823334f;
+    case 6: return -0.09105003625154495f;
+    case 7: return 0.0f;
+    case 8: return 0.07958029955625534f;
+    case 9: return 0.16093020141124725f;
+    case 10: return 0.24611230194568634f;
+    case 11: return 0.33791524171829224f;
+    case 12: return 0.44070982933044434f;
+    case 13: return 0.5626170039176941f;
+    case 14: return 0.7229568362236023f;
+    default: return 1.0f;
+  }
+}
+
 /// E2M1 magnitude of the low 3 bits (exponent 2 bits, mantissa 1 bit); bit 3 is the sign.
 KT_HD constexpr float e2m1_magnitude(int bits3) {
   return bits3 == 0 ? 0.f : bits3 == 1 ? 0.5f : bits3 == 2 ? 1.f : bits3 == 3 ? 1.5f

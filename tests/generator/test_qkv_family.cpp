@@ -52,15 +52,35 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     std::set<std::string> names;
     for (const auto& c : cs) {
       CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch) == nullptr);
-      CHECK(c.tile_n % p.head_dim == 0);  // RoPE needs whole heads
-      if (m <= 16) CHECK(c.tile_m == 16);
       const auto d = launch_dims(p, c);
-      if (c.split_k > 1) CHECK(d.grid_x * d.grid_y < 264);
+      if (c.mainloop == kMainloopGemv) {
+        CHECK(m <= 64);
+        CHECK(c.tile_m == (m <= 8 ? 8 : m <= 16 ? 16 : 64));  // the power of two >= M, at least 8
+        CHECK(c.tile_k == 128);                                 // 4-bit warp step
+        CHECK(c.split_k == 1);
+        CHECK(c.warps_m <= 3584 / 128);                         // every warp gets a K step
+        CHECK(d.grid_x * c.tile_n == 4608);                     // blocks cover the 288 m16 tiles exactly here
+      } else {
+        CHECK(c.tile_n % p.head_dim == 0);  // RoPE needs whole heads in a tile
+        if (m <= 16) CHECK(c.tile_m == 16);
+        if (c.split_k > 1) CHECK(d.grid_x * d.grid_y < 264);
+      }
       CHECK(names.insert(variant_name(p, c, arch)).second);
     }
-    bool has_split = false;
-    for (const auto& c : cs) has_split |= c.split_k > 1;
+    bool has_split = false, has_gemv = false;
+    for (const auto& c : cs) {
+      has_split |= c.split_k > 1 && c.mainloop == kMainloopMma;
+      has_gemv |= c.mainloop == kMainloopGemv;
+    }
     CHECK(has_split == (m <= 256));
+    CHECK(has_gemv == (m <= 16));  // 4-bit gemv at tile_m 64 exceeds the register budget
+    // Decode sizes try the weight-streaming kernel first.
+    if (m <= 16) CHECK(cs.front().mainloop == kMainloopGemv);
+  }
+  {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
+    const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
+    REQUIRE(cs.size() >= 2);
+    CHECK((cs[0].mainloop == kMainloopGemv && cs[1].mainloop == kMainloopMma));
   }
   const Config c{16, 128, 64, 1, 4, 2, 8, 1};
   const Problem p = qwen();
@@ -75,6 +95,52 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(same_config(config_from_json(config_to_json(c)), c));
   // The weight bytes the roofline counts: 4-bit data + fp32 absmax per 64.
   CHECK(p.min_bytes() == Approx(4608.0 * 3584 / 2 + 4608.0 * 3584 / 64 * 4 + 2.0 * 16 * 3584 + 2.0 * 16 * 4608 + 2 * 4608));
+  // gemv configs: their own name and template, a JSON round trip that keeps the mainloop.
+  const Config gv{8, 32, 128, 7, 1, 0, 1, 2, kMainloopGemv};  // 7 K warps x 1, two m16 tiles per warp
+  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv, arch) == nullptr);
+  CHECK(variant_name(p, gv, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s0_p2__sm_90a");
+  CHECK(name_expression(p, gv) == "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 0>");
+  CHECK(config_to_json(gv).at("mainloop") == "gemv");
+  CHECK(same_config(config_from_json(config_to_json(gv)), gv));
+  CHECK_FALSE(same_config(gv, Config{8, 32, 128, 7, 1, 0, 1, 2, kMainloopMma}));
+  CHECK(kernel_source(p, gv, arch).source.find("qkv_gemv.cuh") != std::string::npos);
+  CHECK(workspace_bytes(p, gv) == 0);  // no split-K workspace
+  CHECK(launch_dims(p, gv).grid_x == 144);  // 288 m16 tiles, 2 per block
+  CHECK(launch_dims(p, gv).grid_y == 2);    // M = 16: two 8-token tiles
+  CHECK(launch_dims(p, gv).block_x == 7 * 32);
+  CHECK(launch_dims(p, gv).smem_bytes == 6 * 2 * 32 * 16);  // K slices 1..6: a float4 per lane per m16 tile
+  // stages 1: the block's 32 rows of nf4 (1792 data + 224 scale bytes each for K = 3584) join the partials.
+  auto gv1 = gv;
+  gv1.stages = 1;
+  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, arch) == nullptr);
+  CHECK(launch_dims(p, gv1).smem_bytes == 6 * 2 * 32 * 16 + 32 * (1792 + 224));
+  CHECK(kernel_source(p, gv1, arch).dynamic_smem_bytes == 226u * 1024u);
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, parse_arch("sm_80"))).find("sm_90") !=
+        std::string::npos);
+  {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so stages 1 is not offered.
+    Problem big = qwen(quant::Format::fp16, DType::f16, 1);
+    big.k = 16384;
+    for (const auto& c : valid_configs(big, arch))
+      if (c.mainloop == kMainloopGemv && c.stages == 1) CHECK(gemv_smem_bytes(c, big.format, big.k) <= 226 * 1024);
+  }
+  auto bad_json = config_to_json(gv);
+  bad_json["mainloop"] = "wgmma";
+  CHECK_THROWS_WITH(config_from_json(bad_json), Catch::Contains("unknown mainloop 'wgmma'"));
+  auto gv_bad = gv;
+  gv_bad.tile_k = 64;  // not the 4-bit warp step
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("warp step") != std::string::npos);
+  gv_bad = gv;
+  gv_bad.tile_n = 48;  // not warps_n x 16 or x 32
+  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch) != nullptr);
+  gv_bad = gv;
+  gv_bad.split_k = 2;
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("split_k") != std::string::npos);
+  gv_bad = gv;
+  gv_bad.warps_m = 16;
+  gv_bad.tile_n = 16;
+  gv_bad.prefetch = 2;
+  gv_bad.tile_m = 16;  // 512 threads: 40 + 8 + 2 x (14 + 32) + 8 = 148 registers > 112
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("registers") != std::string::npos);
   // RoPE with a tile narrower than a head is invalid, and says so.
   CHECK(std::string(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, Config{16, 64, 64, 1, 4, 2, 1, 1}, arch))
             .find("RoPE") != std::string::npos);
@@ -141,4 +207,8 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   const auto bad = compiler.compile(kernel_source(qwen(), Config{16, 64, 64, 1, 4, 2, 1, 1}, arch));  // RoPE, tile_n 64
   CHECK_FALSE(bad.ok);
   CHECK_THAT(bad.error, Catch::Contains("invalid qkv_proj variant"));
+  // The gemv template static_asserts the same rules (here: a 4-bit class with the int8 warp step).
+  const auto bad_gemv = compiler.compile(kernel_source(qwen(), Config{8, 32, 64, 7, 1, 0, 1, 2, kMainloopGemv}, arch));
+  CHECK_FALSE(bad_gemv.ok);
+  CHECK_THAT(bad_gemv.error, Catch::Contains("invalid qkv_gemv variant"));
 }

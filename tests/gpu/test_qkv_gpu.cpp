@@ -154,3 +154,36 @@ TEST_CASE("qkv_proj: 32/8 head layout, with and without bias and RoPE", "[gpu][q
         }
       }
 }
+
+TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a partial last warp step", "[gpu][qkv]") {
+  auto& env = Env::get();
+  auto gemv_only = [&](const Problem& p) {
+    std::vector<Config> out;
+    for (const auto& c : valid_configs(p, env.arch))
+      if (c.mainloop == kMainloopGemv) out.push_back(c);
+    return out;
+  };
+  for (const auto& [f, d] : format_dtypes()) {
+    const HostInputs big = make_inputs(qwen(f, d, 16), 41);
+    for (int m : {3, 16}) {  // tile_m 8 (5 tokens masked) and 16
+      const Problem p = qwen(f, d, m);
+      const auto cs = gemv_only(p);
+      REQUIRE(cs.size() >= 20);
+      const auto kernels = load(p, cs);
+      run_and_check(truncate(big, m), cs, kernels, m);
+    }
+  }
+  // K = 1088 = 8.5 x 128: the 4-bit formats' last warp step has only lanes q = 0, 1 in range (group sizes <= 64).
+  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::mxfp4, DType::f16},
+                      {quant::Format::nvfp4, DType::bf16}, {quant::Format::int8, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
+    Problem p = qwen(f, d, 9);
+    p.k = 1088;
+    p.num_heads = 8;
+    p.num_kv_heads = 2;
+    const HostInputs in = make_inputs(p, 43);
+    const auto cs = gemv_only(p);
+    REQUIRE(!cs.empty());
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 9);
+  }
+}

@@ -194,6 +194,7 @@ TEST_CASE("E8M0: power-of-two scales", "[quant]") {
 TEST_CASE("NF4 table equals bitsandbytes' values and its normal-quantile construction", "[quant]") {
   const float table[16] = KT_NF4_CODE;
   for (int i = 0; i < 16; ++i) CHECK(table[i] == static_cast<float>(kBnbNf4[i]));
+  for (int i = 0; i < 16; ++i) CHECK(kt::quant::nf4_code(i) == table[i]);  // the kernels' switch form
   // bitsandbytes create_normal_map(offset=0.9677083, use_extra_value=True): 8 positive quantiles of
   // linspace(offset, 0.5, 9)[:-1], 7 negative of linspace(offset, 0.5, 8)[:-1], a zero, normalized by the max.
   const double offset = 0.9677083;

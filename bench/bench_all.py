@@ -1,0 +1,1043 @@
+#!/usr/bin/env python3
+"""kerntune against its anchors, side by side in ONE process on ONE GPU, for every workload of a shapes file.
+
+    python3 bench/bench_all.py --db qwen7b-h100.db [--shapes shapes/qwen7b.json] [--sections prefill,decode,qkv]
+                               [--out FILE.json] [--plots-dir DIR] [--quick] [--append]
+
+Needs a CUDA GPU, torch (2.11 tested: torch.nn.attention.sdpa_kernel, torch.cuda.CUDAGraph), the kerntune Python
+package (python/kerntune, ctypes over libkerntune.so; found through sys.path, $KERNTUNE_LIB as that package says)
+and, for the plots only, matplotlib. Exit status: 0 ok, 1 some kerntune row failed (error or wrong result; every
+row is still written), 2 bad arguments / no GPU / no database.
+
+Sections (each row of each section is one JSON row; nothing is skipped silently: a failure is a row with "error"):
+
+  prefill  workloads.attention_prefill x "dtypes": kerntune rt.attention(q, k, v, causal) vs torch SDPA with the
+           FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION backends (torch.nn.attention.sdpa_kernel), fed
+           transposed [B, H, S, D] views of the same [B, S, H, D] tensors (what FlashAttention-layout users do),
+           enable_gqa=True. Unit: TFLOP/s, FLOPs = 4 * B * Hq * Sq * Sk * D, halved when causal (for Sq = Sk this is
+           the usual 4*B*Hq*S^2*D/2 of FlashAttention's benchmarks; the diagonal is not counted separately).
+           Ratio = kerntune TFLOP/s / anchor TFLOP/s (> 1: kerntune faster).
+  decode   workloads.attention_decode (batch, kv_len) x "dtypes": one query token, non-causal (it sees the whole
+           cache). kerntune has no decode family yet: its row says "not implemented (no decode family yet)".
+           Anchors: SDPA FLASH and CUDNN (a backend that refuses the shape is a row with its error text).
+           Units: us and GB/s, bytes = K + V cache read + q read + o written = (2*B*kv_len*Hkv*D + 2*B*Hq*D) * elt.
+  qkv      workloads.qkv_proj tokens M x formats: kerntune rt.qkv_proj (one kernel: GEMM with the packed weight,
+           + bias, + RoPE on the Q and K heads at positions arange(M), split into Q/K/V) vs the anchors, GEMM only:
+           three F.linear calls (q, k, v, with bias), one fused F.linear on the concatenated weight (cuBLAS, with
+           bias), tinygemm int4 (torch.ops.aten._convert_weight_to_int4pack + _weight_int4pack_mm, bf16, group 128,
+           no bias; the calls of bench/qkv_anchors.py). Activations: fp16 for the fp16 format, bf16 for every other
+           format (--quant-act-dtype); cuBLAS / 3x F.linear are measured in fp16 AND bf16, and each kerntune row is
+           compared with the anchors of its own activation dtype. Units: us per call; TFLOP/s = 2*M*N*K / t; weight
+           GB/s = packed weight bytes / t. Ratio = anchor time / kerntune time (> 1: kerntune faster).
+
+Timing (../shared/DESIGN.md "Measuring"): the same for kerntune and for every anchor.
+  - Cold L2: C copies of the inputs, C = ceil(3 * L2 / bytes of one copy) (L2 from
+    torch.cuda.get_device_properties(0).L2_cache_size): q/k/v copies for attention, weight copies for the projection
+    (kerntune: packed weight + scales; cuBLAS: fp16/bf16 weight + bias; tinygemm: packed int4 + scales/zeros).
+    One output buffer is shared by all copies (the anchors' outputs come from the graph's memory pool too).
+  - One eager call per copy first (kerntune's first call per problem picks and loads the kernel and may allocate or
+    synchronize: that must not happen during capture), then a side-stream warm-up, then torch.cuda.CUDAGraph
+    capture of L launches walking through the copies in order (L a multiple of C, sized so a replay lasts about
+    --replay-us, at most --max-launches unless C is larger). Python/ctypes launch overhead (~10 us) is therefore
+    not in any number. If capture fails (reported as "capture_error"), that one row is timed eagerly (batches of
+    L launches between events) and marked timing="eager".
+  - Replays are timed with torch.cuda.Event pairs; per-launch time = replay time / L; the row gives the median over
+    the replays (p20/p80 too), after --warmup-replays untimed replays. Replays: --samples, fewer when a replay
+    would overrun --budget-ms (never fewer than 5).
+  - Before timing, every kerntune output is checked once against a float64 torch reference (attention: a sample
+    of query rows incl. the first and last, all heads; projection: all rows, with the DEQUANTIZED weight
+    pw.dequantize(), so the check measures the kernel, not the quantization). rel err = ||out - ref||_2 / ||ref||_2.
+    Tolerances: attention fp16 5e-3 / bf16 1e-2; projection fp16 3e-3 / bf16 1e-2. A kerntune row above its
+    tolerance (or non-finite) is recorded as error "wrong result: ..." and is not timed. Anchor outputs are checked
+    the same way (their rel_err is recorded, not gated; tinygemm uses random codes and is not checked).
+
+Writes: bench/results/<gpu>.json (gpu = torch.cuda.get_device_name() slugified, e.g. nvidia_h100_80gb_hbm3.json;
+--out overrides), rewritten after every section, with device, driver (nvidia-smi), torch/CUDA versions, date (UTC
+ISO 8601), kerntune version, db path, the command, the timing settings and all rows (schema "kerntune-bench/1",
+read by bench/make_report.py), and PNGs (matplotlib Agg) in --plots-dir (default bench/results/):
+<gpu>_prefill.png (TFLOP/s per workload sorted by S, one line per backend, one panel per dtype) and <gpu>_qkv.png
+(us vs M, log-log, one panel per format, lines for kerntune and each anchor). Prints one table per section (after
+progress lines) and the full text of every error below it.
+"""
+import argparse
+import copy
+import datetime
+import gc
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import traceback
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMA = "kerntune-bench/1"
+ATTN_TOL = {"fp16": 5e-3, "bf16": 1e-2}
+QKV_TOL = {"fp16": 3e-3, "bf16": 1e-2}
+DECODE_NOT_IMPLEMENTED = "not implemented (no decode family yet)"
+
+torch = None  # imported in main(), so that --help works anywhere
+F = None
+
+
+def _load_torch():
+    global torch, F
+    import torch as _torch
+    import torch.nn.functional as _F
+    torch, F = _torch, _F
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def slugify(name):
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "gpu"
+
+
+def err_text(e):
+    return f"{type(e).__name__}: {str(e).strip()}"
+
+
+def short(s, n=60):
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def quantile(sorted_vals, p):
+    """Linear interpolation between closest ranks (numpy's default), p in [0, 1]."""
+    if len(sorted_vals) == 1:
+        return sorted_vals[0]
+    x = p * (len(sorted_vals) - 1)
+    lo = int(math.floor(x))
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (x - lo)
+
+
+def tensor_bytes(*ts):
+    return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
+
+def rel_err(out, ref):
+    out = out.double()
+    ref = ref.double()
+    den = ref.norm().item()
+    num = (out - ref).norm().item()
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+
+
+def n_copies(bytes_per_copy, l2_bytes, cap=256):
+    return max(1, min(cap, int(math.ceil(3.0 * l2_bytes / max(1, bytes_per_copy)))))
+
+
+def dtype_of(name):
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------------------------
+class Timer:
+    """Times a list of zero-argument launch functions (one per rotated input copy) as described in the module
+    docstring. measure() returns {"us", "p20_us", "p80_us", "replays", "launches_per_replay", "copies", "timing"}
+    (+ "capture_error" when it had to fall back to eager timing)."""
+
+    def __init__(self, samples, budget_ms, replay_us, max_launches, warmup_replays, min_samples=5):
+        self.samples = samples
+        self.budget_ms = budget_ms
+        self.replay_us = replay_us
+        self.max_launches = max_launches
+        self.warmup_replays = warmup_replays
+        self.min_samples = min(min_samples, samples)
+
+    @staticmethod
+    def _capture(seq, mode):
+        # Warm-up on a side stream before capture (torch.cuda.graphs docs: lazy init of cuBLAS workspaces etc.).
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for f in seq[: min(3, len(seq))]:
+                f()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, capture_error_mode=mode):
+            for f in seq:
+                f()
+        torch.cuda.synchronize()
+        return g
+
+    def measure(self, fns):
+        n = len(fns)
+        torch.cuda.synchronize()
+        for f in fns:  # eager: the first call of a problem resolves/loads the kernel; touches every copy once
+            f()
+        torch.cuda.synchronize()
+        # Rough per-launch estimate (eager, so it includes launch overhead: an upper bound for small kernels).
+        cnt = max(5, min(n, 64))
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for i in range(cnt):
+            fns[i % n]()
+        e1.record()
+        torch.cuda.synchronize()
+        est_us = max(0.5, e0.elapsed_time(e1) * 1e3 / cnt)
+        launches = max(1, min(self.max_launches, int(math.ceil(self.replay_us / est_us))))
+        launches = int(math.ceil(launches / n)) * n  # whole walks through the copies
+        seq = [fns[i % n] for i in range(launches)]
+
+        graph, capture_errors = None, []
+        for mode in ("global", "relaxed"):
+            try:
+                graph = self._capture(seq, mode)
+                break
+            except Exception as e:  # kept as data; falls back to eager timing
+                capture_errors.append(f"capture_error_mode={mode}: {err_text(e)}")
+                graph = None
+                try:
+                    torch.cuda.synchronize()
+                except Exception:
+                    pass
+        if graph is not None:
+            run, mode = graph.replay, "graph"
+        else:
+            mode = "eager"
+
+            def run():
+                for f in seq:
+                    f()
+
+        for _ in range(self.warmup_replays):
+            run()
+        torch.cuda.synchronize()
+        e0.record()
+        run()
+        e1.record()
+        torch.cuda.synchronize()
+        replay_ms = max(1e-4, e0.elapsed_time(e1))
+        samples = max(self.min_samples, min(self.samples, int(self.budget_ms / replay_ms)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+        for i in range(samples):
+            starts[i].record()
+            run()
+            ends[i].record()
+        torch.cuda.synchronize()
+        per = sorted(s.elapsed_time(e) * 1e3 / launches for s, e in zip(starts, ends))
+        res = dict(us=statistics.median(per), p20_us=quantile(per, 0.2), p80_us=quantile(per, 0.8), replays=samples,
+                   launches_per_replay=launches, copies=n, timing=mode)
+        if mode == "eager":
+            res["capture_error"] = "; ".join(capture_errors)
+        graph = run = seq = None
+        gc.collect()
+        return res
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# References (float64, on the GPU)
+# ---------------------------------------------------------------------------------------------------------------
+def attention_ref_rows(q, k, v, rows, causal, scale=None):
+    """float64 attention for the query rows `rows` (a CUDA long tensor) of q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D];
+    GQA: query head h reads kv head h // (Hq / Hkv); causal bottom-right aligned (key j visible to query i iff
+    j <= i + Sk - Sq). Returns [B, len(rows), Hq, D] float64."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    r = rows.numel()
+    scale = scale if scale is not None else 1.0 / math.sqrt(d)
+    outs = []
+    for bi in range(b):
+        qq = q[bi, rows].double().reshape(r, hkv, g, d)
+        kk = k[bi].double()
+        vv = v[bi].double()
+        s = torch.einsum("rhgd,shd->hgrs", qq, kk) * scale  # [Hkv, G, r, Sk]
+        if causal:
+            hidden = torch.arange(sk, device=q.device)[None, :] > (rows + (sk - sq))[:, None]  # [r, Sk]
+            s = s.masked_fill(hidden, float("-inf"))
+        p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)  # a row seeing no key gives 0 (kerntune's rule)
+        outs.append(torch.einsum("hgrs,shd->rhgd", p, vv).reshape(r, hq, d))
+        del s, p
+    return torch.stack(outs)
+
+
+def sample_rows(s, device, seed):
+    """Query rows checked: the first 16, the last 32 and up to 48 random others (all rows when S <= 96)."""
+    if s <= 96:
+        return torch.arange(s, device=device)
+    gen = torch.Generator().manual_seed(seed)
+    pick = set(range(16)) | set(range(s - 32, s))
+    pick |= set(torch.randint(16, s - 32, (48,), generator=gen).tolist())
+    return torch.tensor(sorted(pick), device=device, dtype=torch.long)
+
+
+def rope_ref(t, positions, theta):
+    """Rotate-half RoPE (Llama / Qwen2, HF transformers apply_rotary_pos_emb): pairs (i, i + D/2) rotated by
+    angle pos * theta^(-2i/D); inverse frequencies and angles in float64. t [M, H, D]."""
+    d = t.shape[-1]
+    half = d // 2
+    inv_freq = 1.0 / (theta ** (torch.arange(half, dtype=torch.float64, device=t.device) * 2.0 / d))
+    ang = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # [M, D/2]
+    cos = torch.cos(ang).to(t.dtype)[:, None, :]
+    sin = torch.sin(ang).to(t.dtype)[:, None, :]
+    x1, x2 = t[..., :half], t[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kerntune helpers
+# ---------------------------------------------------------------------------------------------------------------
+class Ctx:
+    def __init__(self):
+        self.kt = None
+        self.rt = None
+        self.kt_error = None  # why there is no runtime (every kerntune row then carries it)
+        self.version = "unknown"
+
+
+def kerntune_version(kt):
+    """libkerntune's version (kt.version()), plus the Python package's (kt.__version__) when it differs."""
+    lib = None
+    try:
+        lib = str(kt.version())
+    except Exception as e:
+        lib = f"unknown ({err_text(e)})"
+    pkg = getattr(kt, "__version__", None)
+    return lib if not pkg or pkg == lib else f"{lib} (python package {pkg})"
+
+
+def quantize(kt, w, fmt):
+    """kt.quantize on the CPU float32 weight (falls back to a CUDA copy if the package wants one)."""
+    try:
+        return kt.quantize(w, fmt)
+    except Exception as e_cpu:
+        try:
+            return kt.quantize(w.cuda(), fmt)
+        except Exception:
+            raise e_cpu
+
+
+def packed_bytes(pw):
+    return tensor_bytes(*(getattr(pw, a, None) for a in ("data", "scales", "zeros")))
+
+
+def packed_cuda_copies(pw, count):
+    """`count` independent device copies of a PackedWeight. pw.to("cuda") is assumed to behave like torch's
+    .to (a new object with new device tensors); if it hands back shared storage, the copies are made by cloning
+    .data/.scales/.zeros of a shallow copy. Returns (copies, note)."""
+    copies = []
+    for _ in range(count):
+        c = pw.to("cuda")
+        copies.append(c if c is not None else pw)
+    ptrs = {c.data.data_ptr() for c in copies}
+    if len(ptrs) == count:
+        return copies, None
+    try:
+        base = copies[0]
+        out = [base]
+        for _ in range(count - 1):
+            c = copy.copy(base)
+            for a in ("data", "scales", "zeros"):
+                t = getattr(base, a, None)
+                if t is not None:
+                    setattr(c, a, t.clone())
+            out.append(c)
+        if len({c.data.data_ptr() for c in out}) == count:
+            return out, None
+    except Exception as e:
+        return [copies[0]], f"weight not rotated (could not copy the PackedWeight: {err_text(e)}): warm L2"
+    return [copies[0]], "weight not rotated (PackedWeight copies share storage): warm L2"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------------------------
+def sdpa_backends():
+    from torch.nn.attention import SDPBackend
+    return (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION))
+
+
+def run_prefill(ctx, cfg, timer, l2, rows):
+    from torch.nn.attention import sdpa_kernel
+    hq, hkv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    dev = "cuda"
+    out_rows = []
+    for dname in cfg.get("dtypes", ["bf16", "fp16"]):
+        dt = dtype_of(dname)
+        for wi, w in enumerate(cfg["workloads"].get("attention_prefill", [])):
+            b, s = int(w["batch"]), int(w["seqlen"])
+            sk = int(w.get("seqlen_k", s))
+            causal = bool(w.get("causal", True))
+            flops = 4.0 * b * hq * s * sk * d / (2.0 if causal else 1.0)
+            base = dict(section="prefill", dtype=dname, batch=b, seqlen=s, seqlen_k=sk, causal=causal, flops=flops,
+                        num_heads=hq, num_kv_heads=hkv, head_dim=d)
+            elt = torch.finfo(dt).bits // 8
+            set_bytes = (b * s * hq * d + 2 * b * sk * hkv * d) * elt
+            cnt = n_copies(set_bytes, l2)
+            tag = f"prefill {dname} B={b} S={s}{' causal' if causal else ''}"
+            try:
+                torch.manual_seed(1000 + wi)
+                qs = [torch.randn(b, s, hq, d, device=dev, dtype=dt) for _ in range(cnt)]
+                ks = [torch.randn(b, sk, hkv, d, device=dev, dtype=dt) for _ in range(cnt)]
+                vs = [torch.randn(b, sk, hkv, d, device=dev, dtype=dt) for _ in range(cnt)]
+                o = torch.empty_like(qs[0])
+                ridx = sample_rows(s, dev, seed=wi)
+                ref = attention_ref_rows(qs[0], ks[0], vs[0], ridx, causal)
+            except Exception as e:  # e.g. out of memory: every impl of this workload gets the error
+                msg = f"setup failed: {err_text(e)}"
+                for impl in ("kerntune", "sdpa_flash", "sdpa_cudnn"):
+                    out_rows.append(dict(base, impl=impl, error=msg))
+                log(f"  .. {tag}: {msg}")
+                qs = ks = vs = o = ref = None
+                gc.collect()
+                torch.cuda.empty_cache()
+                continue
+            # kerntune
+            r = dict(base, impl="kerntune", tol=ATTN_TOL[dname])
+            if ctx.rt is None:
+                r["error"] = ctx.kt_error
+            else:
+                try:
+                    r["explain"] = ctx.rt.explain_attention(qs[0], ks[0], causal=causal)
+                    o.fill_(float("nan"))
+                    ctx.rt.attention(qs[0], ks[0], vs[0], causal=causal, out=o)
+                    torch.cuda.synchronize()
+                    e = rel_err(o[:, ridx], ref)
+                    r["rel_err"] = e
+                    if not math.isfinite(e) or e > ATTN_TOL[dname]:
+                        r["error"] = f"wrong result: rel err {e:.3g} > tol {ATTN_TOL[dname]:g} (not timed)"
+                    else:
+                        fns = [(lambda i=i: ctx.rt.attention(qs[i], ks[i], vs[i], causal=causal, out=o))
+                               for i in range(cnt)]
+                        r.update(timer.measure(fns))
+                        r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
+                except Exception as e:
+                    r["error"] = err_text(e)
+                    r["traceback"] = traceback.format_exc(limit=3)
+            out_rows.append(r)
+            log(f"  .. {tag} kerntune: " + (f"{r['us']:.1f} us, {r['tflops']:.1f} TFLOP/s, rel err {r['rel_err']:.2e}"
+                                            if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            # anchors
+            for impl, backend in sdpa_backends():
+                r = dict(base, impl=impl)
+                try:
+                    fns = [(lambda i=i: F.scaled_dot_product_attention(
+                        qs[i].transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2),
+                        is_causal=causal, enable_gqa=True)) for i in range(cnt)]
+                    with sdpa_kernel([backend]):
+                        out = fns[0]()
+                        torch.cuda.synchronize()
+                        r["rel_err"] = rel_err(out.transpose(1, 2)[:, ridx], ref)
+                        del out
+                        r.update(timer.measure(fns))
+                    r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
+                except Exception as e:  # a backend refusing the shape is data, not a crash
+                    r["error"] = err_text(e)
+                out_rows.append(r)
+                log(f"  .. {tag} {impl}: " + (f"{r['us']:.1f} us, {r['tflops']:.1f} TFLOP/s"
+                                              if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            qs = ks = vs = o = ref = None
+            gc.collect()
+            torch.cuda.empty_cache()
+    rows.extend(out_rows)
+    print_prefill_table(out_rows)
+
+
+def run_decode(ctx, cfg, timer, l2, rows):
+    from torch.nn.attention import sdpa_kernel
+    hq, hkv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    dev = "cuda"
+    out_rows = []
+    for dname in cfg.get("dtypes", ["bf16", "fp16"]):
+        dt = dtype_of(dname)
+        elt = torch.finfo(dt).bits // 8
+        for wi, w in enumerate(cfg["workloads"].get("attention_decode", [])):
+            b, kv = int(w["batch"]), int(w["kv_len"])
+            nbytes = (2 * b * kv * hkv * d + 2 * b * hq * d) * elt
+            base = dict(section="decode", dtype=dname, batch=b, kv_len=kv, bytes=nbytes, num_heads=hq,
+                        num_kv_heads=hkv, head_dim=d)
+            out_rows.append(dict(base, impl="kerntune", not_implemented=DECODE_NOT_IMPLEMENTED))
+            tag = f"decode {dname} B={b} kv={kv}"
+            cnt = n_copies(nbytes, l2)
+            try:
+                torch.manual_seed(2000 + wi)
+                qs = [torch.randn(b, 1, hq, d, device=dev, dtype=dt) for _ in range(cnt)]
+                ks = [torch.randn(b, kv, hkv, d, device=dev, dtype=dt) for _ in range(cnt)]
+                vs = [torch.randn(b, kv, hkv, d, device=dev, dtype=dt) for _ in range(cnt)]
+                ref = attention_ref_rows(qs[0], ks[0], vs[0], torch.zeros(1, dtype=torch.long, device=dev), False)
+            except Exception as e:
+                msg = f"setup failed: {err_text(e)}"
+                for impl, _ in sdpa_backends():
+                    out_rows.append(dict(base, impl=impl, error=msg))
+                log(f"  .. {tag}: {msg}")
+                qs = ks = vs = ref = None
+                gc.collect()
+                torch.cuda.empty_cache()
+                continue
+            for impl, backend in sdpa_backends():
+                r = dict(base, impl=impl)
+                try:
+                    fns = [(lambda i=i: F.scaled_dot_product_attention(
+                        qs[i].transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2),
+                        is_causal=False, enable_gqa=True)) for i in range(cnt)]
+                    with sdpa_kernel([backend]):
+                        out = fns[0]()
+                        torch.cuda.synchronize()
+                        r["rel_err"] = rel_err(out.transpose(1, 2), ref)
+                        del out
+                        r.update(timer.measure(fns))
+                    r["gbps"] = nbytes / (r["us"] * 1e-6) / 1e9
+                except Exception as e:
+                    r["error"] = err_text(e)
+                out_rows.append(r)
+                log(f"  .. {tag} {impl}: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s"
+                                              if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            qs = ks = vs = ref = None
+            gc.collect()
+            torch.cuda.empty_cache()
+    rows.extend(out_rows)
+    print_decode_table(out_rows)
+
+
+def run_qkv(ctx, cfg, timer, l2, rows, quant_act):
+    hidden, hq, hkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    has_bias = bool(cfg.get("qkv_bias", False))
+    theta = cfg.get("rope_theta")
+    theta = float(theta) if theta is not None else None
+    nq, nkv = hq * d, hkv * d
+    n = nq + 2 * nkv
+    kdim = hidden
+    spec = cfg["workloads"].get("qkv_proj", {})
+    tokens = [int(m) for m in spec.get("tokens", [])]
+    formats = list(spec.get("formats", []))
+    dev = "cuda"
+    out_rows = []
+    base0 = dict(section="qkv", n=n, k=kdim, num_heads=hq, num_kv_heads=hkv, head_dim=d, bias=has_bias)
+
+    gen = torch.Generator().manual_seed(0)
+    w32 = torch.randn(n, kdim, generator=gen) * 0.02  # CPU float32, rows: q heads, k heads, v heads
+    b32 = torch.randn(n, generator=gen) * 0.1
+
+    def make_x(m, dt):
+        g = torch.Generator(device=dev).manual_seed(10_000 + m)
+        return torch.randn(m, kdim, device=dev, generator=g).to(dt)
+
+    # ---- anchors ------------------------------------------------------------------------------------------
+    for dname in ("fp16", "bf16"):
+        dt = dtype_of(dname)
+        try:
+            wd = w32.to(dev, dt)
+            cnt = n_copies(tensor_bytes(wd), l2)
+            ws = [wd.clone() for _ in range(cnt)]
+            bs = [b32.to(dev, dt) if has_bias else None for _ in range(cnt)]
+            w3 = [(w_[:nq], w_[nq:nq + nkv], w_[nq + nkv:]) for w_ in ws]
+            b3 = [((b_[:nq], b_[nq:nq + nkv], b_[nq + nkv:]) if b_ is not None else (None, None, None)) for b_ in bs]
+            del wd
+            setup_error = None
+        except Exception as e:
+            setup_error = f"setup failed: {err_text(e)}"
+        for m in tokens:
+            for impl in ("cublas_fused", "linear_x3"):
+                r = dict(base0, impl=impl, format=dname, dtype=dname, m=m, weight_bytes=n * kdim * 2)
+                if setup_error:
+                    r["error"] = setup_error
+                else:
+                    try:
+                        x = make_x(m, dt)
+                        if impl == "cublas_fused":
+                            fns = [(lambda i=i: F.linear(x, ws[i], bs[i])) for i in range(cnt)]
+                        else:
+                            fns = [(lambda i=i: (F.linear(x, w3[i][0], b3[i][0]), F.linear(x, w3[i][1], b3[i][1]),
+                                                 F.linear(x, w3[i][2], b3[i][2]))) for i in range(cnt)]
+                        r.update(timer.measure(fns))
+                        r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
+                        r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
+                        x = fns = None
+                    except Exception as e:
+                        r["error"] = err_text(e)
+                out_rows.append(r)
+                log(f"  .. qkv anchor {impl} {dname} M={m}: " + (f"{r['us']:.1f} us" if "us" in r
+                                                                  else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+        ws = bs = w3 = b3 = None
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    # tinygemm int4 (bf16, group 128, no bias): the calls of bench/qkv_anchors.py
+    try:
+        w_u8 = torch.randint(0, 256, (n, kdim // 2), dtype=torch.uint8, device=dev)
+        tp0 = torch.ops.aten._convert_weight_to_int4pack(w_u8, 8)
+        sz0 = torch.randn(kdim // 128, n, 2, device=dev, dtype=torch.bfloat16) * 0.01
+        cnt = n_copies(tensor_bytes(tp0, sz0), l2)
+        tps = [tp0.clone() for _ in range(cnt)]
+        szs = [sz0.clone() for _ in range(cnt)]
+        del w_u8, tp0, sz0
+        tiny_error = None
+    except Exception as e:
+        tiny_error = f"tinygemm int4 unavailable: {err_text(e)}"
+    for m in tokens:
+        r = dict(base0, impl="tinygemm_int4", format="int4", dtype="bf16", m=m, bias=False,
+                 weight_bytes=n * kdim // 2 + n * (kdim // 128) * 4)
+        if tiny_error:
+            r["error"] = tiny_error
+        else:
+            try:
+                x = make_x(m, torch.bfloat16)
+                fns = [(lambda i=i: torch.ops.aten._weight_int4pack_mm(x, tps[i], 128, szs[i])) for i in range(cnt)]
+                r.update(timer.measure(fns))
+                r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
+                r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
+                x = fns = None
+            except Exception as e:
+                r["error"] = err_text(e)
+        out_rows.append(r)
+        log(f"  .. qkv anchor tinygemm_int4 bf16 M={m}: " + (f"{r['us']:.1f} us" if "us" in r
+                                                              else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+    tps = szs = None
+    gc.collect()
+    torch.cuda.empty_cache()
+
+    # ---- kerntune, per format -------------------------------------------------------------------------------
+    for fmt in formats:
+        aname = fmt if fmt in ("fp16", "bf16") else quant_act
+        dt = dtype_of(aname)
+        tol = QKV_TOL[aname]
+        prep_error, note, copies = None, None, None
+        quant_err = None
+        if ctx.rt is None:
+            prep_error = ctx.kt_error
+        else:
+            try:
+                pw = quantize(ctx.kt, w32, fmt)
+                wdq = torch.as_tensor(pw.dequantize()).to(torch.float64)
+                if tuple(wdq.shape) != (n, kdim):
+                    raise RuntimeError(f"dequantize() gave shape {tuple(wdq.shape)}, expected {(n, kdim)}")
+                quant_err = rel_err(wdq, w32)
+                wdq = wdq.to(dev)
+                cnt = n_copies(packed_bytes(pw), l2)
+                copies, note = packed_cuda_copies(pw, cnt)
+                wbytes = packed_bytes(copies[0])
+                bias_d = b32.to(dev, dt) if has_bias else None
+                b64 = b32.to(dev, torch.float64) if has_bias else None
+                del pw
+            except Exception as e:
+                prep_error = f"quantize/setup failed: {err_text(e)}"
+        for m in tokens:
+            r = dict(base0, impl="kerntune", format=fmt, dtype=aname, m=m, rope=theta is not None, tol=tol)
+            if quant_err is not None:
+                r["weight_quant_rel_err"] = quant_err
+            if prep_error:
+                r["error"] = prep_error
+                out_rows.append(r)
+                log(f"  .. qkv kerntune {fmt} M={m}: FAILED {short(prep_error, 200)}")
+                continue
+            r["weight_bytes"] = wbytes
+            if note:
+                r["note"] = note
+            try:
+                x = make_x(m, dt)
+                pos = torch.arange(m, dtype=torch.int32, device=dev)
+                qo = torch.empty(m, hq, d, device=dev, dtype=dt)
+                ko = torch.empty(m, hkv, d, device=dev, dtype=dt)
+                vo = torch.empty(m, hkv, d, device=dev, dtype=dt)
+                kw = dict(bias=bias_d, positions=pos, num_heads=hq, num_kv_heads=hkv, head_dim=d, rope_theta=theta)
+                r["explain"] = ctx.rt.explain_qkv(x, copies[0], num_heads=hq, num_kv_heads=hkv, head_dim=d,
+                                                  has_bias=has_bias, rope=theta is not None)
+                for t in (qo, ko, vo):
+                    t.fill_(float("nan"))
+                ctx.rt.qkv_proj(x, copies[0], out=(qo, ko, vo), **kw)
+                torch.cuda.synchronize()
+                # float64 reference with the dequantized weight
+                y = x.double() @ wdq.t()
+                if b64 is not None:
+                    y += b64
+                rq = y[:, :nq].reshape(m, hq, d)
+                rk = y[:, nq:nq + nkv].reshape(m, hkv, d)
+                rv = y[:, nq + nkv:].reshape(m, hkv, d)
+                if theta is not None:
+                    rq, rk = rope_ref(rq, pos, theta), rope_ref(rk, pos, theta)
+                errs = dict(q=rel_err(qo, rq), k=rel_err(ko, rk), v=rel_err(vo, rv))
+                del y, rq, rk, rv
+                e = max(errs.values())
+                r["rel_err"], r["rel_err_qkv"] = e, errs
+                if not math.isfinite(e) or e > tol:
+                    r["error"] = f"wrong result: rel err q {errs['q']:.3g} k {errs['k']:.3g} v {errs['v']:.3g} > tol {tol:g} (not timed)"
+                else:
+                    fns = [(lambda i=i: ctx.rt.qkv_proj(x, copies[i], out=(qo, ko, vo), **kw))
+                           for i in range(len(copies))]
+                    r.update(timer.measure(fns))
+                    r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
+                    r["weight_gbps"] = wbytes / (r["us"] * 1e-6) / 1e9
+                x = pos = qo = ko = vo = None
+            except Exception as e:
+                r["error"] = err_text(e)
+                r["traceback"] = traceback.format_exc(limit=3)
+            out_rows.append(r)
+            log(f"  .. qkv kerntune {fmt} ({aname}) M={m}: " +
+                (f"{r['us']:.1f} us, rel err {r['rel_err']:.2e}" if "us" in r else f"FAILED {short(r.get('error'), 200)}")
+                + eager_tag(r))
+            gc.collect()
+        copies = wdq = None
+        gc.collect()
+        torch.cuda.empty_cache()
+    rows.extend(out_rows)
+    print_qkv_table(out_rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------------------------
+def eager_tag(r):
+    return f"  [timed eagerly, launch overhead included: {short(r.get('capture_error'), 160)}]" \
+        if r.get("timing") == "eager" else ""
+
+
+def _fmt(v, spec, width):
+    return f"{v:{width}{spec}}" if isinstance(v, (int, float)) else f"{'-':>{width}}"
+
+
+def _ratio(num, den):
+    return num / den if num and den else None
+
+
+def _rfmt(r, width):
+    return f"{r:{width - 1}.2f}x" if r is not None else f"{'-':>{width}}"
+
+
+def print_errors(rows, limit=600):
+    """Every error of the section, each distinct text once with the rows it hit (the first `limit` characters;
+    the JSON keeps the full text and, for kerntune, a short traceback)."""
+    by_text = {}
+    for r in rows:
+        if r.get("error"):
+            by_text.setdefault(r["error"], []).append(r)
+    if not by_text:
+        return
+    log("errors:")
+    for text, rs in by_text.items():
+        where = ", ".join(" ".join(f"{k}={r[k]}" for k in ("impl", "dtype", "format", "batch", "seqlen", "kv_len", "m")
+                                   if k in r) for r in rs)
+        body = text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars, full text in the JSON)"
+        log(f"  [{where}]\n    {body}")
+        if rs[0].get("traceback"):
+            log("    " + rs[0]["traceback"].rstrip().replace("\n", "\n    "))
+
+
+def print_prefill_table(rows):
+    idx = {}
+    for r in rows:
+        idx.setdefault((r["dtype"], r["batch"], r["seqlen"], r["causal"]), {})[r["impl"]] = r
+    log("\nattention prefill (TFLOP/s; ratio = kerntune / anchor, > 1 = kerntune faster)")
+    log(f"{'dtype':5} {'B':>3} {'S':>6} {'causal':6} {'kerntune':>9} {'rel_err':>8} {'flash':>7} {'cudnn':>7}"
+        f" {'vs_flash':>8} {'vs_cudnn':>8}  kerntune kernel")
+    for (dt, b, s, c), by in idx.items():
+        kt_, fl, cu = (by.get(k, {}).get("tflops") for k in ("kerntune", "sdpa_flash", "sdpa_cudnn"))
+        ktr = by.get("kerntune", {})
+        ex = ktr.get("explain") or ""
+        log(f"{dt:5} {b:3} {s:6} {str(c):6} {_fmt(kt_, '.1f', 9)} {_fmt(ktr.get('rel_err'), '.1e', 8)}"
+            f" {_fmt(fl, '.1f', 7)} {_fmt(cu, '.1f', 7)} {_rfmt(_ratio(kt_, fl), 8)} {_rfmt(_ratio(kt_, cu), 8)}"
+            f"  {short(ex, 90) if ktr.get('us') else 'FAILED: ' + short(ktr.get('error'), 80)}")
+    print_errors(rows)
+
+
+def print_decode_table(rows):
+    idx = {}
+    for r in rows:
+        idx.setdefault((r["dtype"], r["batch"], r["kv_len"]), {})[r["impl"]] = r
+    log("\nattention decode (one query token; us and GB/s = (K+V cache + q + o bytes) / time)")
+    log(f"{'dtype':5} {'B':>3} {'kv_len':>7} {'MB':>7} {'flash_us':>9} {'GB/s':>6} {'cudnn_us':>9} {'GB/s':>6}  kerntune")
+    for (dt, b, kv), by in idx.items():
+        fl, cu = by.get("sdpa_flash", {}), by.get("sdpa_cudnn", {})
+        mb = next(iter(by.values()))["bytes"] / 1e6
+        log(f"{dt:5} {b:3} {kv:7} {mb:7.1f} {_fmt(fl.get('us'), '.1f', 9)} {_fmt(fl.get('gbps'), '.0f', 6)}"
+            f" {_fmt(cu.get('us'), '.1f', 9)} {_fmt(cu.get('gbps'), '.0f', 6)}  {DECODE_NOT_IMPLEMENTED}")
+    print_errors(rows)
+
+
+def print_qkv_table(rows):
+    anc = {(r["impl"], r["dtype"], r["m"]): r for r in rows if r["impl"] != "kerntune"}
+    log("\nQ/K/V projection (us per call; ratio = anchor time / kerntune time, > 1 = kerntune faster;"
+        " anchors in the kerntune row's activation dtype; kerntune includes bias + RoPE + split, anchors GEMM(+bias))")
+    log(f"{'format':6} {'act':4} {'M':>6} {'kerntune':>9} {'rel_err':>8} {'cuBLAS':>8} {'3xlin':>8} {'tinygemm':>9}"
+        f" {'vs_cuBLAS':>9} {'vs_3xlin':>8} {'vs_tiny':>8}")
+    for r in rows:
+        if r["impl"] != "kerntune":
+            continue
+        us = r.get("us")
+        cb = anc.get(("cublas_fused", r["dtype"], r["m"]), {}).get("us")
+        l3 = anc.get(("linear_x3", r["dtype"], r["m"]), {}).get("us")
+        tg = anc.get(("tinygemm_int4", "bf16", r["m"]), {}).get("us")
+        log(f"{r['format']:6} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('rel_err'), '.1e', 8)}"
+            f" {_fmt(cb, '.1f', 8)} {_fmt(l3, '.1f', 8)} {_fmt(tg, '.1f', 9)} {_rfmt(_ratio(cb, us), 9)}"
+            f" {_rfmt(_ratio(l3, us), 8)} {_rfmt(_ratio(tg, us), 8)}"
+            + ("" if us else "  FAILED: " + short(r.get("error"), 80)))
+    log("anchors alone (us):")
+    ms = sorted({r["m"] for r in rows})
+    log(f"{'M':>6} {'cuBLAS fp16':>12} {'cuBLAS bf16':>12} {'3xlin fp16':>11} {'3xlin bf16':>11} {'tinygemm':>9}")
+    for m in ms:
+        g = lambda impl, dt: anc.get((impl, dt, m), {}).get("us")
+        log(f"{m:6} {_fmt(g('cublas_fused', 'fp16'), '.1f', 12)} {_fmt(g('cublas_fused', 'bf16'), '.1f', 12)}"
+            f" {_fmt(g('linear_x3', 'fp16'), '.1f', 11)} {_fmt(g('linear_x3', 'bf16'), '.1f', 11)}"
+            f" {_fmt(g('tinygemm_int4', 'bf16'), '.1f', 9)}")
+    print_errors(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------------------------------------------
+LABEL = {"kerntune": "kerntune", "sdpa_flash": "SDPA flash (FA2)", "sdpa_cudnn": "SDPA cuDNN",
+         "cublas_fused": "cuBLAS F.linear", "linear_x3": "3x F.linear", "tinygemm_int4": "tinygemm int4"}
+COLOR = {"kerntune": "C0", "sdpa_flash": "C1", "sdpa_cudnn": "C2", "cublas_fused": "C1", "linear_x3": "C2",
+         "tinygemm_int4": "C3"}
+
+
+def make_plots(rows, plots_dir, slug, json_dir, device):
+    """Returns (list of plot paths relative to the JSON file's folder, error or None)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        return [], f"no plots: matplotlib unavailable ({err_text(e)})"
+    os.makedirs(plots_dir, exist_ok=True)
+    made = []
+    pre = [r for r in rows if r["section"] == "prefill"]
+    if pre:
+        dtypes = list(dict.fromkeys(r["dtype"] for r in pre))
+        fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.5), squeeze=False)
+        for ax, dt in zip(axes[0], dtypes):
+            keys = sorted({(r["seqlen"], r["batch"], r["causal"]) for r in pre if r["dtype"] == dt})
+            xs = list(range(len(keys)))
+            for impl in ("kerntune", "sdpa_flash", "sdpa_cudnn"):
+                by = {(r["seqlen"], r["batch"], r["causal"]): r.get("tflops") for r in pre
+                      if r["dtype"] == dt and r["impl"] == impl}
+                ys = [by.get(k) if by.get(k) is not None else float("nan") for k in keys]
+                ax.plot(xs, ys, marker="o", label=LABEL[impl], color=COLOR[impl],
+                        linewidth=2.2 if impl == "kerntune" else 1.2)
+            ax.set_xticks(xs)
+            ax.set_xticklabels([f"S={s}\nB={b}" + ("" if c else "\nfull") for s, b, c in keys], fontsize=8)
+            ax.set_ylabel("TFLOP/s")
+            ax.set_title(f"attention prefill, {dt}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle(device, fontsize=9)
+        fig.tight_layout()
+        p = os.path.join(plots_dir, f"{slug}_prefill.png")
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        made.append(p)
+    qkv = [r for r in rows if r["section"] == "qkv"]
+    kts = [r for r in qkv if r["impl"] == "kerntune"]
+    if kts:
+        fmts = list(dict.fromkeys(r["format"] for r in kts))
+        cols = min(3, len(fmts))
+        nrow = int(math.ceil(len(fmts) / cols))
+        fig, axes = plt.subplots(nrow, cols, figsize=(5.2 * cols, 4.0 * nrow), squeeze=False)
+        for i, fmt in enumerate(fmts):
+            ax = axes[i // cols][i % cols]
+            mine = [r for r in kts if r["format"] == fmt]
+            act = mine[0]["dtype"]
+            series = [("kerntune", f"kerntune {fmt} weights ({act})", [(r["m"], r.get("us")) for r in mine])]
+            for impl, dt in (("cublas_fused", act), ("linear_x3", act), ("tinygemm_int4", "bf16")):
+                series.append((impl, f"{LABEL[impl]} ({dt})",
+                               [(r["m"], r.get("us")) for r in qkv if r["impl"] == impl and r["dtype"] == dt]))
+            for impl, label, pts in series:
+                pts = sorted((m, us) for m, us in pts if us)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, color=COLOR[impl],
+                            linewidth=2.2 if impl == "kerntune" else 1.2)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("tokens M")
+            ax.set_ylabel("us")
+            n_bad = sum(1 for r in mine if not r.get("us"))
+            ax.set_title(f"Q/K/V projection, {fmt} weights" + (f" (kerntune failed at {n_bad} M)" if n_bad else ""))
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7)
+        for j in range(len(fmts), nrow * cols):
+            axes[j // cols][j % cols].axis("off")
+        fig.suptitle(device, fontsize=9)
+        fig.tight_layout()
+        p = os.path.join(plots_dir, f"{slug}_qkv.png")
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        made.append(p)
+    return [os.path.relpath(p, json_dir).replace(os.sep, "/") for p in made], None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def driver_version():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        v = out.stdout.strip().splitlines()
+        if out.returncode == 0 and v:
+            return v[0].strip()
+    except Exception:
+        pass
+    try:
+        v = torch._C._cuda_getDriverVersion()  # CUDA driver API version, e.g. 13000
+        return f"unknown (nvidia-smi failed; CUDA driver API {v // 1000}.{(v % 1000) // 10})"
+    except Exception:
+        return "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=os.path.join(REPO, "shapes", "qwen7b.json"), help="shapes file (default shapes/qwen7b.json)")
+    ap.add_argument("--db", required=True, help="tuning database written by `autotune` for this GPU")
+    ap.add_argument("--out", help="results JSON (default bench/results/<gpu>.json)")
+    ap.add_argument("--plots-dir", default=os.path.join(REPO, "bench", "results"), help="PNG folder (default bench/results)")
+    ap.add_argument("--sections", default="prefill,decode,qkv", help="comma list of prefill,decode,qkv")
+    ap.add_argument("--quick", action="store_true", help="fewer replays and shorter budgets (smoke run)")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the rows of the OTHER sections already in --out (same GPU), e.g. to run the sections "
+                         "in separate processes: --sections prefill,decode, then --sections qkv --append")
+    ap.add_argument("--samples", type=int, help="timed replays per row (default 40, --quick 10)")
+    ap.add_argument("--budget-ms", type=float, help="GPU time per row for the timed replays (default 1000, --quick 300)")
+    ap.add_argument("--replay-us", type=float, default=2000.0, help="target duration of one graph replay (default 2000)")
+    ap.add_argument("--max-launches", type=int, default=200, help="most launches per graph (default 200)")
+    ap.add_argument("--quant-act-dtype", choices=("bf16", "fp16"), default="bf16",
+                    help="activation dtype of the quantized formats (default bf16; fp16/bf16 weights use their own)")
+    args = ap.parse_args()
+
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    bad = [s for s in sections if s not in ("prefill", "decode", "qkv")]
+    if bad or not sections:
+        print(f"error: --sections: unknown {bad or '(empty)'}; choose from prefill,decode,qkv", file=sys.stderr)
+        return 2
+    try:
+        cfg = json.load(open(args.shapes))
+    except Exception as e:
+        print(f"error: --shapes {args.shapes}: {err_text(e)}", file=sys.stderr)
+        return 2
+    if not os.path.isfile(args.db):
+        print(f"error: --db {args.db}: no such file (write one with `autotune --db ...` on this GPU)", file=sys.stderr)
+        return 2
+
+    _load_torch()
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU visible to torch", file=sys.stderr)
+        return 2
+    torch.empty(1, device="cuda")  # create torch's (primary) context before kerntune looks for one
+    props = torch.cuda.get_device_properties(0)
+    device = torch.cuda.get_device_name(0)
+    slug = slugify(device)
+    out_path = os.path.abspath(args.out or os.path.join(REPO, "bench", "results", f"{slug}.json"))
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    l2 = int(getattr(props, "L2_cache_size", 50 * 1024 * 1024))
+
+    ctx = Ctx()
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    try:
+        import kerntune as kt
+        ctx.kt = kt
+        ctx.version = kerntune_version(kt)
+        ctx.rt = kt.Runtime(args.db)
+    except Exception as e:  # the anchors are still measured; every kerntune row carries this
+        ctx.kt_error = f"kerntune unavailable: {err_text(e)}"
+        log(f"WARNING: {ctx.kt_error}")
+
+    samples = args.samples or (10 if args.quick else 40)
+    budget = args.budget_ms or (300.0 if args.quick else 1000.0)
+    timer = Timer(samples=samples, budget_ms=budget, replay_us=args.replay_us, max_launches=args.max_launches,
+                  warmup_replays=2 if args.quick else 5)
+
+    def rel_to_repo(p):
+        p = os.path.abspath(p)
+        return os.path.relpath(p, REPO) if p.startswith(REPO + os.sep) else p
+
+    cmd = ["python3", "bench/bench_all.py"]
+    for a in sys.argv[1:]:
+        cmd.append(a)
+    results = dict(
+        schema=SCHEMA,
+        device=device,
+        gpu_slug=slug,
+        compute_capability=f"{props.major}.{props.minor}",
+        sm_count=props.multi_processor_count,
+        l2_bytes=l2,
+        driver=driver_version(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        date_utc=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        kerntune_version=ctx.version,
+        kerntune_error=ctx.kt_error,
+        db=args.db,
+        shapes=rel_to_repo(args.shapes),
+        command=shlex.join(cmd),
+        model=cfg.get("model"),
+        geometry={k: cfg.get(k) for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                          "qkv_bias", "rope_theta")},
+        timing=dict(method="CUDA graph of L launches over C rotated input copies (> 3x L2), replayed; "
+                           "per-launch median over replays", samples=samples, budget_ms=budget,
+                    replay_us=args.replay_us, max_launches=args.max_launches, warmup_replays=timer.warmup_replays,
+                    quick=args.quick),
+        tolerances=dict(attention=ATTN_TOL, qkv=QKV_TOL),
+        qkv_quant_act_dtype=args.quant_act_dtype,
+        sections=sections,
+        rows=[],
+        plots=[],
+    )
+
+    if args.append and os.path.exists(out_path):
+        try:
+            with open(out_path) as f:
+                old = json.load(f)
+            if old.get("schema") != SCHEMA or old.get("device") != device:
+                raise ValueError(f"schema {old.get('schema')!r} / device {old.get('device')!r} differ")
+            kept = [r for r in old.get("rows", []) if r.get("section") not in sections]
+            results["rows"] = kept
+            results["sections"] = [x for x in old.get("sections", []) if x not in sections] + sections
+            results["command"] = f"{old.get('command')} && {results['command']}"
+            results["appended_to"] = dict(date_utc=old.get("date_utc"), rows_kept=len(kept))
+            for k in ("section_errors",):
+                errs = {a: b for a, b in (old.get(k) or {}).items() if a not in sections}
+                if errs:
+                    results[k] = errs
+            log(f"--append: kept {len(kept)} rows of sections {sorted({r['section'] for r in kept})} from {out_path}")
+        except Exception as e:
+            log(f"WARNING: --append: not appending to {out_path} ({err_text(e)}); writing a new file")
+
+    def save():
+        tmp = out_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(tmp, out_path)
+
+    log(f"device: {device} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs, L2 {l2 / 2**20:.0f} MiB),"
+        f" driver {results['driver']}, torch {torch.__version__}, kerntune {ctx.version}, db {args.db}")
+    log(f"timing: {samples} replays (budget {budget:.0f} ms/row), graph replay ~{args.replay_us:.0f} us,"
+        f" cold L2 via rotated copies > 3x L2")
+    for sec in sections:
+        log(f"\n== {sec} ==")
+        fn = {"prefill": run_prefill, "decode": run_decode, "qkv": run_qkv}[sec]
+        try:
+            if sec == "qkv":
+                fn(ctx, cfg, timer, l2, results["rows"], args.quant_act_dtype)
+            else:
+                fn(ctx, cfg, timer, l2, results["rows"])
+        except Exception as e:  # a section that dies is recorded; the others still run
+            msg = f"section {sec} aborted: {err_text(e)}"
+            log("ERROR: " + msg + "\n" + traceback.format_exc())
+            results.setdefault("section_errors", {})[sec] = msg
+        save()
+
+    plots, perr = make_plots(results["rows"], args.plots_dir, slug, os.path.dirname(out_path), device)
+    results["plots"] = plots
+    if perr:
+        results["plots_error"] = perr
+        log(perr)
+    save()
+    log(f"\nwrote {out_path}" + "".join(f"\nwrote {os.path.join(os.path.dirname(out_path), p)}" for p in plots))
+    failed = [r for r in results["rows"] if r["impl"] == "kerntune" and r.get("error")]
+    if failed or results.get("section_errors"):
+        log(f"{len(failed)} kerntune row(s) failed" + (f"; aborted sections: {list(results['section_errors'])}"
+                                                     if results.get("section_errors") else ""))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,393 @@
+#!/usr/bin/env python3
+"""Writes README.md's Performance section from a bench/bench_all.py results file.
+
+    python3 bench/make_report.py [--results bench/results/<gpu>.json] [--readme README.md] [--stdout]
+
+Plain python3 (3.7+), standard library only: runs on the CI machine (Debian 12, no numpy / matplotlib / torch).
+
+Input: the JSON written by bench/bench_all.py (schema "kerntune-bench/1": device, driver, torch, date_utc,
+kerntune_version, db, command, rows, plots). Without --results, the newest *.json of that schema in bench/results/.
+
+Output: a Markdown section (heading "## Performance (<GPU>, driver <driver>, <date>)", the commands that made it,
+then three tables) that replaces everything between the lines `<!-- perf:begin -->` and `<!-- perf:end -->` of the
+README (the markers themselves stay; text outside them is untouched; running twice gives the same file). With
+--stdout the section is printed and no file is written. Image links point at the PNGs of the results file,
+relative to the README's folder.
+
+Tables and ratios (all from the JSON's raw times; "x" ratios > 1 mean kerntune is faster):
+  - attention prefill: TFLOP/s of kerntune, SDPA flash, SDPA cuDNN; ratio = kerntune TFLOP/s / anchor TFLOP/s.
+  - attention decode: SDPA flash / cuDNN us and GB/s; kerntune has no decode kernel yet (said in every row).
+  - Q/K/V projection: us of kerntune (bias + RoPE + split fused) and of cuBLAS (one F.linear + bias),
+    3x F.linear, tinygemm int4 (bf16, g128, no bias) in the kerntune row's activation dtype;
+    ratio = anchor us / kerntune us. tinygemm is compared with the 4-bit formats only.
+  Every row where kerntune is slower than an anchor (ratio < 1) says so in its note column, e.g.
+  "slower than cuBLAS (0.45x)"; failures (kerntune or anchor) are named there too.
+
+Exit status: 0 ok; 2 bad input: results missing or unreadable, or README without both markers (the message names
+them), in which case nothing is written.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+BEGIN = "<!-- perf:begin -->"
+END = "<!-- perf:end -->"
+SCHEMA = "kerntune-bench/1"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOUR_BIT = ("int4", "nf4", "mxfp4", "nvfp4")
+LABEL = {"sdpa_flash": "SDPA flash", "sdpa_cudnn": "SDPA cuDNN", "cublas_fused": "cuBLAS",
+         "linear_x3": "3x F.linear", "tinygemm_int4": "tinygemm int4"}
+NO_DECODE = "no kerntune decode kernel yet"
+
+
+class ReportError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# formatting
+# ---------------------------------------------------------------------------------------------------------------
+def cell(text):
+    """A Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def short(text, n=70):
+    t = " ".join(str(text).split())
+    return t if len(t) <= n else t[: n - 3] + "..."
+
+
+def num(v, digits=1):
+    if v is None:
+        return "-"
+    if abs(v) < 10 and digits == 1:
+        return "%.2f" % v
+    return "%.*f" % (digits, v)
+
+
+def ratio_text(r):
+    """'0.45x'; a ratio below 1 never reads as 1.00x (three decimals there, at most 0.999x)."""
+    t = "%.2fx" % r
+    if r < 1 and t == "1.00x":
+        t = "%.3fx" % r if "%.3f" % r != "1.000" else "0.999x"
+    return t
+
+
+def ratio(anchor_us, kt_us):
+    """anchor time / kerntune time (> 1: kerntune faster); None if either is missing."""
+    if anchor_us is None or kt_us is None or kt_us <= 0 or anchor_us <= 0:
+        return None
+    return anchor_us / kt_us
+
+
+def good(row):
+    return bool(row) and not row.get("error") and row.get("us") is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sections
+# ---------------------------------------------------------------------------------------------------------------
+def notes_for(kt_row, anchors, kt_label="kerntune"):
+    """anchors: list of (label, row or None, ratio or None). Returns (note text, number of slower-than notes)."""
+    notes = []
+    slower = 0
+    if kt_row is not None and kt_row.get("error"):
+        notes.append("%s failed: %s" % (kt_label, short(kt_row["error"])))
+    if kt_row is not None and kt_row.get("timing") == "eager":
+        notes.append("%s timed eagerly (CUDA graph capture failed; launch overhead included)" % kt_label)
+    for label, row, r in anchors:
+        if row is not None and row.get("error"):
+            notes.append("%s failed: %s" % (label, short(row["error"], 50)))
+        if row is not None and row.get("timing") == "eager" and not row.get("error"):
+            notes.append("%s timed eagerly (graph capture failed)" % label)
+        if r is not None and r < 1:
+            notes.append("slower than %s (%s)" % (label, ratio_text(r)))
+            slower += 1
+    return "; ".join(notes), slower
+
+
+def prefill_section(rows):
+    pre = [r for r in rows if r.get("section") == "prefill"]
+    if not pre:
+        return []
+    groups = {}
+    for r in pre:
+        key = (r["dtype"], r["batch"], r["seqlen"], r.get("seqlen_k", r["seqlen"]), r.get("causal", True))
+        groups.setdefault(key, {})[r["impl"]] = r
+    first = pre[0]
+    out = ["### Attention prefill", "",
+           "Heads %s query / %s KV, head_dim %s. TFLOP/s = 4·B·Hq·S²·D / time, halved when causal. Anchors: torch "
+           "SDPA with the FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION backends on transposed views of the "
+           "same [B, S, H, D] tensors, `enable_gqa=True`. vs = kerntune TFLOP/s / anchor TFLOP/s (> 1: kerntune "
+           "faster)." % (first.get("num_heads", "?"), first.get("num_kv_heads", "?"), first.get("head_dim", "?")),
+           "",
+           "| dtype | B | S | causal | kerntune TFLOP/s | SDPA flash | SDPA cuDNN | vs flash | vs cuDNN | note |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    counts = {"sdpa_flash": [0, 0], "sdpa_cudnn": [0, 0]}  # [kerntune faster, compared]
+    for (dt, b, s, sk, causal), by in groups.items():
+        kt = by.get("kerntune")
+        kt_us = kt.get("us") if good(kt) else None
+        anchors, cells = [], []
+        for impl in ("sdpa_flash", "sdpa_cudnn"):
+            a = by.get(impl)
+            a_us = a.get("us") if good(a) else None
+            r = ratio(a_us, kt_us)
+            anchors.append((LABEL[impl], a, r))
+            cells.append(r)
+            if r is not None:
+                counts[impl][1] += 1
+                counts[impl][0] += r >= 1
+        note, _ = notes_for(kt, anchors)
+        tf = lambda row: num(row.get("tflops")) if good(row) else ("failed" if row and row.get("error") else "-")
+        s_txt = str(s) if sk == s else "%s/%s" % (s, sk)
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            dt, b, s_txt, "yes" if causal else "no", tf(kt), tf(by.get("sdpa_flash")), tf(by.get("sdpa_cudnn")),
+            ratio_text(cells[0]) if cells[0] is not None else "-", ratio_text(cells[1]) if cells[1] is not None else "-",
+            cell(note)))
+    out.append("")
+    summary = []
+    for impl in ("sdpa_flash", "sdpa_cudnn"):
+        faster, total = counts[impl]
+        if total:
+            summary.append("at least as fast as %s in %d of %d rows" % (LABEL[impl], faster, total))
+    if summary:
+        out += ["kerntune is " + ", ".join(summary) + ".", ""]
+    return out
+
+
+def decode_section(rows):
+    dec = [r for r in rows if r.get("section") == "decode"]
+    if not dec:
+        return []
+    groups = {}
+    for r in dec:
+        groups.setdefault((r["dtype"], r["batch"], r["kv_len"]), {})[r["impl"]] = r
+    out = ["### Attention decode", "",
+           "One query token against a KV cache of kv_len tokens (non-causal). GB/s = (K + V cache + q + o bytes) / "
+           "time. kerntune has no decode kernel yet: the anchors are what a decode family must beat.", "",
+           "| dtype | B | KV len | bytes (MB) | kerntune | SDPA flash us | flash GB/s | SDPA cuDNN us | cuDNN GB/s | note |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for (dt, b, kv), by in groups.items():
+        any_row = next(iter(by.values()))
+        mb = any_row.get("bytes", 0) / 1e6
+        kt = by.get("kerntune")
+        kt_us = kt.get("us") if good(kt) else None
+        cells, anchors = [], []
+        for impl in ("sdpa_flash", "sdpa_cudnn"):
+            a = by.get(impl)
+            a_us = a.get("us") if good(a) else None
+            anchors.append((LABEL[impl], a, ratio(a_us, kt_us)))
+            if a_us is not None:
+                cells += [num(a_us), num(a.get("gbps"), 0)]
+            else:
+                cells += ["failed" if a and a.get("error") else "-", "-"]
+        note, _ = notes_for(kt if kt_us is not None else None, anchors)
+        if kt_us is None:  # no decode family yet (or it failed: its error is named too)
+            kt_cell = "not implemented"
+            note = NO_DECODE + ("; kerntune failed: %s" % short(kt["error"]) if kt and kt.get("error") else "") + \
+                ("; " + note if note else "")
+        else:
+            kt_cell = "%s us (%s GB/s)" % (num(kt_us), num(kt.get("gbps"), 0))
+        out.append("| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s |" % (
+            dt, b, kv, mb, kt_cell, cells[0], cells[1], cells[2], cells[3], cell(note)))
+    out.append("")
+    return out
+
+
+def qkv_section(rows):
+    qkv = [r for r in rows if r.get("section") == "qkv"]
+    if not qkv:
+        return []
+    anc = {}
+    for r in qkv:
+        if r["impl"] != "kerntune":
+            anc[(r["impl"], r["dtype"], r["m"])] = r
+    kts = [r for r in qkv if r["impl"] == "kerntune"]
+    first = qkv[0]
+    out = ["### Fused Q/K/V projection", "",
+           "K %s -> N %s (%s query + 2 x %s KV heads of %s). kerntune: one kernel = GEMM with the packed weight + bias + "
+           "RoPE + split into Q/K/V. Anchors do the GEMM (+ bias) only: cuBLAS = one `F.linear` on the concatenated "
+           "weight, 3x F.linear = separate q/k/v calls, tinygemm int4 = `torch.ops.aten._weight_int4pack_mm` (bf16, "
+           "group 128, no bias; compared with the 4-bit formats only). Activations: fp16 for the fp16 format, bf16 "
+           "otherwise; each row's anchors use the same activation dtype. us per call; vs = anchor time / kerntune "
+           "time (> 1: kerntune faster)." % (first.get("k", "?"), first.get("n", "?"), first.get("num_heads", "?"),
+                                            first.get("num_kv_heads", "?"), first.get("head_dim", "?")),
+           "",
+           "| format | M | act | kerntune us | cuBLAS us | 3x F.linear us | tinygemm int4 us | vs cuBLAS | vs 3x F.linear "
+           "| vs tinygemm | note |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    counts = {"cublas_fused": [0, 0], "linear_x3": [0, 0], "tinygemm_int4": [0, 0]}
+    for r in kts:
+        kt_us = r.get("us") if good(r) else None
+        m, act, fmt = r["m"], r["dtype"], r["format"]
+        impls = [("cublas_fused", act), ("linear_x3", act)]
+        if fmt in FOUR_BIT:
+            impls.append(("tinygemm_int4", "bf16"))
+        anchors, us_cells, ratio_cells = [], {}, {}
+        for impl, dt in impls:
+            a = anc.get((impl, dt, m))
+            a_us = a.get("us") if good(a) else None
+            rr = ratio(a_us, kt_us)
+            anchors.append((LABEL[impl], a, rr))
+            us_cells[impl] = num(a_us) if a_us is not None else ("failed" if a and a.get("error") else "-")
+            ratio_cells[impl] = ratio_text(rr) if rr is not None else "-"
+            if rr is not None:
+                counts[impl][1] += 1
+                counts[impl][0] += rr >= 1
+        note, _ = notes_for(r, anchors)
+        if r.get("note"):
+            note = (note + "; " if note else "") + short(r["note"], 60)
+        kt_cell = num(kt_us) if kt_us is not None else ("failed" if r.get("error") else "-")
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            fmt, m, act, kt_cell, us_cells.get("cublas_fused", "-"), us_cells.get("linear_x3", "-"),
+            us_cells.get("tinygemm_int4", "-"), ratio_cells.get("cublas_fused", "-"), ratio_cells.get("linear_x3", "-"),
+            ratio_cells.get("tinygemm_int4", "-"), cell(note)))
+    out.append("")
+    summary = []
+    for impl in ("cublas_fused", "linear_x3", "tinygemm_int4"):
+        faster, total = counts[impl]
+        if total:
+            summary.append("at least as fast as %s in %d of %d rows" % (LABEL[impl], faster, total))
+    if summary:
+        out += ["kerntune is " + ", ".join(summary) + ".", ""]
+    # the anchors alone, both activation dtypes
+    ms = sorted({k[2] for k in anc})
+    if ms:
+        out += ["Anchors alone (us):", "",
+                "| M | cuBLAS fp16 | cuBLAS bf16 | 3x F.linear fp16 | 3x F.linear bf16 | tinygemm int4 (bf16) |",
+                "|---|---|---|---|---|---|"]
+        for m in ms:
+            cells = []
+            for impl, dt in (("cublas_fused", "fp16"), ("cublas_fused", "bf16"), ("linear_x3", "fp16"),
+                             ("linear_x3", "bf16"), ("tinygemm_int4", "bf16")):
+                a = anc.get((impl, dt, m))
+                cells.append(num(a["us"]) if good(a) else ("failed" if a and a.get("error") else "-"))
+            out.append("| %s | %s |" % (m, " | ".join(cells)))
+        out.append("")
+    return out
+
+
+def build_section(res, results_path, readme_path):
+    for key in ("device", "rows"):
+        if key not in res:
+            raise ReportError("%s: not a bench_all.py results file (no %r)" % (results_path, key))
+    date = str(res.get("date_utc", "unknown date"))
+    out = ["## Performance (%s, driver %s, %s)" % (res["device"], res.get("driver", "unknown"), date[:10]), ""]
+    readme_dir = os.path.dirname(os.path.abspath(readme_path))
+    res_abs = os.path.abspath(results_path)
+
+    def link(path):
+        return os.path.relpath(path, readme_dir).replace(os.sep, "/")
+
+    t = res.get("timing", {})
+    shown = os.path.relpath(res_abs, REPO) if res_abs.startswith(REPO + os.sep) else results_path
+    out.append(
+        "Measured by `%s` on %s at %s (torch %s, CUDA %s, kerntune %s, tuning database `%s`, shapes `%s`); this "
+        "section was written by `python3 bench/make_report.py --results %s`. Raw data: [%s](%s)." % (
+            res.get("command", "python3 bench/bench_all.py"), res["device"], date, res.get("torch", "?"),
+            res.get("cuda", "?"), res.get("kerntune_version", "?"), res.get("db", "?"), res.get("shapes", "?"),
+            shown, os.path.basename(res_abs), link(res_abs)))
+    out.append("")
+    out.append(
+        "Timing, the same for kerntune and every anchor, in one process: a CUDA graph of launches walking through "
+        "copies of the inputs that together exceed 3x the L2 (cold L2), replayed %s times, median time per launch "
+        "(p20/p80 in the JSON); Python launch overhead is not included. Every kerntune output was checked against "
+        "a float64 reference before it was timed." % t.get("samples", "N"))
+    out.append("")
+    if res.get("kerntune_error"):
+        out += ["**kerntune did not run:** %s" % cell(res["kerntune_error"]), ""]
+    for sec, errtxt in sorted((res.get("section_errors") or {}).items()):
+        out += ["**Section %s aborted:** %s" % (sec, cell(errtxt)), ""]
+    rows = res["rows"]
+    plots = res.get("plots") or []
+    res_dir = os.path.dirname(res_abs)
+
+    def images(tag, title):
+        lines = []
+        for p in plots:
+            if tag in os.path.basename(p):
+                lines.append("![%s](%s)" % (title, link(os.path.join(res_dir, p))))
+        return lines + ([""] if lines else [])
+
+    out += prefill_section(rows)
+    out += images("_prefill", "attention prefill TFLOP/s")
+    out += decode_section(rows)
+    out += qkv_section(rows)
+    out += images("_qkv", "Q/K/V projection us vs M")
+    while out and out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def replace_between_markers(text, section):
+    b = text.find(BEGIN)
+    e = text.find(END)
+    if b < 0 or e < 0:
+        missing = [m for m, i in ((BEGIN, b), (END, e)) if i < 0]
+        raise ReportError("missing marker(s) %s: put `%s` and `%s` on their own lines around README's Performance "
+                          "section" % (" and ".join("`%s`" % m for m in missing), BEGIN, END))
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or e < b:
+        raise ReportError("markers `%s` ... `%s` must each appear once, begin before end" % (BEGIN, END))
+    head = text[: b + len(BEGIN)]
+    tail = text[e:]
+    return head + "\n" + section.rstrip("\n") + "\n" + tail
+
+
+def default_results():
+    cands = []
+    for p in glob.glob(os.path.join(REPO, "bench", "results", "*.json")):
+        try:
+            with open(p) as f:
+                if json.load(f).get("schema") == SCHEMA:
+                    cands.append(p)
+        except Exception:
+            continue
+    if not cands:
+        raise ReportError("no bench_all.py results (schema %s) in bench/results/: run bench/bench_all.py on the GPU "
+                          "or pass --results FILE" % SCHEMA)
+    return max(cands, key=lambda p: (os.path.getmtime(p), p))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Write README.md's Performance section from bench/bench_all.py results.")
+    ap.add_argument("--results", help="results JSON of bench/bench_all.py (default: newest in bench/results/)")
+    ap.add_argument("--readme", default=os.path.join(REPO, "README.md"), help="README to rewrite (default README.md)")
+    ap.add_argument("--stdout", action="store_true", help="print the section only; write nothing")
+    a = ap.parse_args(argv)
+    try:
+        path = a.results or default_results()
+        try:
+            with open(path) as f:
+                res = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ReportError("cannot read results %s: %s" % (path, e))
+        if not isinstance(res, dict):
+            raise ReportError("%s: not a bench_all.py results file" % path)
+        section = build_section(res, path, a.readme)
+        if a.stdout:
+            sys.stdout.write(section)
+            return 0
+        try:
+            with open(a.readme, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ReportError("cannot read %s: %s" % (a.readme, e))
+        new = replace_between_markers(text, section)
+    except ReportError as e:
+        print("make_report: error: %s" % e, file=sys.stderr)
+        return 2
+    if new != text:
+        tmp = a.readme + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(new)
+        os.replace(tmp, a.readme)
+        print("make_report: wrote the Performance section of %s from %s" % (a.readme, path))
+    else:
+        print("make_report: %s already up to date (%s)" % (a.readme, path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Tests of bench/make_report.py, plain python3 (no pytest, no third-party packages):
+
+    python3 bench/tests/test_make_report.py        # exit status 0 = all passed, 1 = a failure
+
+Builds a small fake bench_all.py results file and a README with the perf markers in a temp folder, runs
+make_report.py as a subprocess (as CI would) and checks: the section between the markers is replaced and the text
+outside them is untouched; a second run leaves the file byte-identical; a "slower than <anchor> (<ratio>x)" note
+appears in exactly the table cells whose ratio (anchor time / kerntune time) is below 1, including a ratio of
+0.996 that would round to 1.00; decode rows say there is no kerntune decode kernel; failures are named; image
+links are relative to the README; --stdout writes nothing; a README without the markers (or with them reversed)
+gives exit status 2, a message naming both markers, and an unchanged file.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(os.path.dirname(HERE), "make_report.py")
+BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
+
+# (dtype, B, S) -> us of kerntune, flash, cudnn. flops chosen so that TFLOP/s = flops / us / 1e6.
+PREFILL = {
+    ("bf16", 1, 512): (20.0, 25.0, 18.0),     # faster than flash (1.25x), slower than cuDNN (0.90x)
+    ("bf16", 1, 2048): (100.0, 150.0, 99.6),  # cuDNN ratio 0.996 -> must still be "slower"
+    ("fp16", 1, 512): (20.0, 20.0, None),     # ratio exactly 1.00 vs flash -> no note; cuDNN failed
+}
+# (format, act, M) -> kerntune us; anchors per (impl, dtype, M)
+QKV_KT = {("fp16", "fp16", 1): 20.0, ("fp16", "fp16", 256): 60.0, ("int4", "bf16", 1): 10.0,
+          ("int4", "bf16", 256): None}  # None: kerntune failed (wrong result)
+QKV_ANC = {("cublas_fused", "fp16", 1): 22.0, ("cublas_fused", "fp16", 256): 26.0,
+           ("linear_x3", "fp16", 1): 36.0, ("linear_x3", "fp16", 256): 44.0,
+           ("cublas_fused", "bf16", 1): 21.0, ("cublas_fused", "bf16", 256): 27.0,
+           ("linear_x3", "bf16", 1): 37.0, ("linear_x3", "bf16", 256): 45.0,
+           ("tinygemm_int4", "bf16", 1): 8.0, ("tinygemm_int4", "bf16", 256): 296.0}
+
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what)
+
+
+def fake_results():
+    rows = []
+    geo = dict(num_heads=28, num_kv_heads=4, head_dim=128)
+    for (dt, b, s), times in PREFILL.items():
+        flops = 4.0 * b * 28 * s * s * 128 / 2
+        for impl, us in zip(("kerntune", "sdpa_flash", "sdpa_cudnn"), times):
+            r = dict(section="prefill", impl=impl, dtype=dt, batch=b, seqlen=s, seqlen_k=s, causal=True, flops=flops,
+                     **geo)
+            if us is None:
+                r["error"] = "RuntimeError: No available kernel | aborting"
+            else:
+                r.update(us=us, tflops=flops / (us * 1e-6) / 1e12)
+            rows.append(r)
+    for dt in ("bf16",):
+        for b, kv in ((1, 4096), (64, 2048)):
+            nbytes = (2 * b * kv * 4 * 128 + 2 * b * 28 * 128) * 2
+            base = dict(section="decode", dtype=dt, batch=b, kv_len=kv, bytes=nbytes, **geo)
+            rows.append(dict(base, impl="kerntune", not_implemented="not implemented (no decode family yet)"))
+            rows.append(dict(base, impl="sdpa_flash", us=22.0, gbps=nbytes / 22e-6 / 1e9))
+            if b == 64:
+                rows.append(dict(base, impl="sdpa_cudnn", error="RuntimeError: cuDNN refuses this shape"))
+            else:
+                rows.append(dict(base, impl="sdpa_cudnn", us=15.0, gbps=nbytes / 15e-6 / 1e9))
+    qgeo = dict(section="qkv", n=4608, k=3584, bias=True, **geo)
+    for (impl, dt, m), us in QKV_ANC.items():
+        rows.append(dict(qgeo, impl=impl, dtype=dt, format="int4" if impl == "tinygemm_int4" else dt, m=m, us=us))
+    for (fmt, act, m), us in QKV_KT.items():
+        r = dict(qgeo, impl="kerntune", format=fmt, dtype=act, m=m, rope=True)
+        if us is None:
+            r["error"] = "wrong result: rel err q 0.5 > tol 0.01 (not timed)"
+        else:
+            r.update(us=us, rel_err=1e-3)
+        rows.append(r)
+    return dict(schema="kerntune-bench/1", device="NVIDIA H100 80GB HBM3", gpu_slug="nvidia_h100_80gb_hbm3",
+                driver="580.159.04", torch="2.11.0+cu130", cuda="13.0", date_utc="2026-11-21T10:00:00+00:00",
+                kerntune_version="0.1.0", db="qwen7b-h100.db", shapes="shapes/qwen7b.json",
+                command="python3 bench/bench_all.py --db qwen7b-h100.db", timing=dict(samples=40),
+                rows=rows, plots=["nvidia_h100_80gb_hbm3_prefill.png", "nvidia_h100_80gb_hbm3_qkv.png"])
+
+
+README = """# kerntune
+
+Intro text | with a pipe.
+
+{begin}
+## Performance (old)
+
+old numbers that must go away
+{end}
+
+## Layout
+
+See ARCHITECTURE.md.
+"""
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def table_rows(section, header_start):
+    """Rows (lists of cells) of the Markdown table whose header line starts with header_start."""
+    lines = section.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(header_start):
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
+            out = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+                out.append(dict(zip(header, cells)))
+            return out
+    return None
+
+
+def slower_notes(note):
+    return dict(re.findall(r"slower than ([A-Za-z0-9. ]+?) \(([0-9.]+)x\)", note))
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        res_dir = os.path.join(tmp, "bench", "results")
+        os.makedirs(res_dir)
+        res_path = os.path.join(res_dir, "nvidia_h100_80gb_hbm3.json")
+        with open(res_path, "w") as f:
+            json.dump(fake_results(), f)
+        readme = os.path.join(tmp, "README.md")
+        original = README.format(begin=BEGIN, end=END)
+        with open(readme, "w") as f:
+            f.write(original)
+
+        # 1. replacement
+        rc, out, err = run("--results", res_path, "--readme", readme)
+        check(rc == 0, "first run exits 0 (rc=%d, stderr=%s)" % (rc, err))
+        text = open(readme).read()
+        check("old numbers that must go away" not in text, "old section content removed")
+        check(text.count(BEGIN) == 1 and text.count(END) == 1, "markers kept exactly once")
+        head, rest = text.split(BEGIN)
+        section, tail = rest.split(END)
+        check(head == original.split(BEGIN)[0], "text before the begin marker untouched")
+        check(tail == original.split(END)[1], "text after the end marker untouched")
+        check("## Performance (NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-21)" in section, "heading")
+        check("python3 bench/bench_all.py --db qwen7b-h100.db" in section, "bench command named")
+        check("torch 2.11.0+cu130" in section, "torch version named")
+        check("](bench/results/nvidia_h100_80gb_hbm3_prefill.png)" in section, "prefill image link relative to README")
+        check("](bench/results/nvidia_h100_80gb_hbm3_qkv.png)" in section, "qkv image link relative to README")
+
+        # 2. idempotent
+        rc, out, err = run("--results", res_path, "--readme", readme)
+        check(rc == 0, "second run exits 0")
+        check(open(readme).read() == text, "second run leaves README byte-identical")
+
+        # 3. prefill notes exactly where ratio < 1
+        pre = table_rows(section, "| dtype | B | S |")
+        check(pre is not None and len(pre) == len(PREFILL), "prefill table has one row per workload")
+        for row in pre or []:
+            kt_us, fl_us, cu_us = PREFILL[(row["dtype"], int(row["B"]), int(row["S"]))]
+            notes = slower_notes(row["note"])
+            for label, a_us in (("SDPA flash", fl_us), ("SDPA cuDNN", cu_us)):
+                r = a_us / kt_us if a_us else None
+                want = r is not None and r < 1
+                check((label in notes) == want, "prefill %s %s: slower-than note iff ratio < 1 (ratio %s, note %r)"
+                      % (row["dtype"], row["S"], r, row["note"]))
+                if want:
+                    check(float(notes[label]) < 1, "prefill note ratio reads below 1: %r" % row["note"])
+        c = [r for r in pre or [] if r["dtype"] == "fp16"][0]
+        check("SDPA cuDNN failed" in c["note"] and "No available kernel" in c["note"], "anchor failure named")
+        check("\\|" in c["note"], "pipe in error text escaped")
+        check(c["vs flash"] == "1.00x" and c["vs cuDNN"] == "-", "ratio cells: 1.00x and '-' for a failed anchor")
+        b2048 = [r for r in pre or [] if r["S"] == "2048"][0]
+        check(b2048["vs cuDNN"] == "0.996x", "0.996 is not shown as 1.00x (got %r)" % b2048["vs cuDNN"])
+
+        # 4. decode rows
+        dec = table_rows(section, "| dtype | B | KV len |")
+        check(dec is not None and len(dec) == 2, "decode table has 2 rows")
+        for row in dec or []:
+            check("no kerntune decode kernel yet" in row["note"], "decode row says no kerntune decode kernel")
+            check(row["kerntune"] == "not implemented", "decode kerntune cell")
+            check("slower than" not in row["note"], "no slower-than note without a kerntune time")
+        check("cuDNN failed" in [r for r in dec or [] if r["B"] == "64"][0]["note"], "decode anchor failure named")
+
+        # 5. qkv notes exactly where ratio < 1
+        q = table_rows(section, "| format | M | act |")
+        check(q is not None and len(q) == len(QKV_KT), "qkv table has one row per (format, M)")
+        labels = {"cublas_fused": "cuBLAS", "linear_x3": "3x F.linear", "tinygemm_int4": "tinygemm int4"}
+        for row in q or []:
+            kt_us = QKV_KT[(row["format"], row["act"], int(row["M"]))]
+            notes = slower_notes(row["note"])
+            impls = ["cublas_fused", "linear_x3"] + (["tinygemm_int4"] if row["format"] == "int4" else [])
+            for impl in ("cublas_fused", "linear_x3", "tinygemm_int4"):
+                a_us = QKV_ANC.get((impl, "bf16" if impl == "tinygemm_int4" else row["act"], int(row["M"])))
+                r = a_us / kt_us if (kt_us and a_us and impl in impls) else None
+                want = r is not None and r < 1
+                check((labels[impl] in notes) == want, "qkv %s M=%s vs %s: note iff ratio < 1 (ratio %s, note %r)"
+                      % (row["format"], row["M"], impl, r, row["note"]))
+            if kt_us is None:
+                check("kerntune failed: wrong result" in row["note"] and row["kerntune us"] == "failed",
+                      "kerntune failure named")
+        fp16_m1 = [r for r in q or [] if r["format"] == "fp16" and r["M"] == "1"][0]
+        check(fp16_m1["vs cuBLAS"] == "1.10x" and fp16_m1["tinygemm int4 us"] == "-",
+              "fp16 row: ratio 22/20 and no tinygemm comparison")
+        int4_m1 = [r for r in q or [] if r["format"] == "int4" and r["M"] == "1"][0]
+        check(int4_m1["vs tinygemm"] == "0.80x" and int4_m1["cuBLAS us"] == "21.0",
+              "int4 row compared with bf16 anchors and tinygemm (%r)" % int4_m1)
+
+        # 6. --stdout writes nothing
+        rc, out, err = run("--results", res_path, "--readme", readme, "--stdout")
+        check(rc == 0 and out.strip() == section.strip(), "--stdout prints the same section")
+        check(open(readme).read() == text, "--stdout leaves README alone")
+
+        # 7. missing / reversed markers -> exit 2, message names both, file unchanged
+        for name, body in (("none", "# x\n\n## Performance\n\nold\n"),
+                           ("begin only", "# x\n%s\nold\n" % BEGIN),
+                           ("reversed", "# x\n%s\nold\n%s\n" % (END, BEGIN))):
+            bad = os.path.join(tmp, "BAD.md")
+            with open(bad, "w") as f:
+                f.write(body)
+            rc, out, err = run("--results", res_path, "--readme", bad)
+            check(rc == 2, "markers %s: exit 2 (got %d)" % (name, rc))
+            check(BEGIN in err and END in err, "markers %s: message names both markers (%r)" % (name, err))
+            check(open(bad).read() == body, "markers %s: file unchanged" % name)
+
+        # 8. unreadable results -> exit 2
+        rc, out, err = run("--results", os.path.join(tmp, "nope.json"), "--readme", readme)
+        check(rc == 2 and "cannot read results" in err, "missing results file: exit 2 with a message")
+
+    n_fail = len(FAILURES)
+    print("test_make_report: %s" % ("all checks passed" if not n_fail else "%d check(s) failed" % n_fail))
+    print("%d passed, %d failed" % (0 if n_fail else 1, 1 if n_fail else 0))
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""Loading libkerntune.so and the ctypes mirror of include/kerntune/kerntune.h (no torch here).
+
+Every struct below matches the C header field for field (x86-64 / LP64 layout); python/tests/
+test_kerntune_cpu.py parses the header and checks names, offsets and sizes.
+"""
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+# ---- kt_status / kt_dtype / kt_weight_format (values as in the header) ----------------------------------------
+KT_OK = 0
+KT_ERROR_INVALID_ARGUMENT = 1
+KT_ERROR_UNSUPPORTED = 2
+KT_ERROR_CUDA = 3
+KT_ERROR_DATABASE = 4
+KT_ERROR_INTERNAL = 5
+#: Not a kt_status: the status of a KerntuneError raised because libkerntune.so could not be loaded (or lacks
+#: a function this package needs).
+KT_ERROR_LIBRARY = -1
+
+_STATUS_NAMES = {
+    KT_OK: "KT_OK",
+    KT_ERROR_INVALID_ARGUMENT: "KT_ERROR_INVALID_ARGUMENT",
+    KT_ERROR_UNSUPPORTED: "KT_ERROR_UNSUPPORTED",
+    KT_ERROR_CUDA: "KT_ERROR_CUDA",
+    KT_ERROR_DATABASE: "KT_ERROR_DATABASE",
+    KT_ERROR_INTERNAL: "KT_ERROR_INTERNAL",
+    KT_ERROR_LIBRARY: "KT_ERROR_LIBRARY",
+}
+
+KT_DTYPE_FP16 = 0
+KT_DTYPE_BF16 = 1
+
+KT_WEIGHT_FP16 = 0
+KT_WEIGHT_BF16 = 1
+KT_WEIGHT_INT8 = 2
+KT_WEIGHT_INT4 = 3
+KT_WEIGHT_NF4 = 4
+KT_WEIGHT_MXFP4 = 5
+KT_WEIGHT_NVFP4 = 6
+
+#: Weight format names (kt::quant::format_name) -> kt_weight_format.
+WEIGHT_FORMATS = {
+    "fp16": KT_WEIGHT_FP16,
+    "bf16": KT_WEIGHT_BF16,
+    "int8": KT_WEIGHT_INT8,
+    "int4": KT_WEIGHT_INT4,
+    "nf4": KT_WEIGHT_NF4,
+    "mxfp4": KT_WEIGHT_MXFP4,
+    "nvfp4": KT_WEIGHT_NVFP4,
+}
+
+
+class KerntuneError(Exception):
+    """A failure reported by libkerntune (or the library could not be loaded).
+
+    Attributes:
+        status (int): the kt_status (1 INVALID_ARGUMENT, 2 UNSUPPORTED, 3 CUDA, 4 DATABASE, 5 INTERNAL), or
+            -1 (KT_ERROR_LIBRARY) when libkerntune.so could not be loaded or lacks a needed function.
+        status_name (str): kt_status_string(status), e.g. "KT_ERROR_UNSUPPORTED".
+        message (str): kt_last_error() of the failing call (the library's message).
+    """
+
+    def __init__(self, status, message, status_name=None):
+        self.status = int(status)
+        self.status_name = status_name or _STATUS_NAMES.get(self.status, "KT_ERROR_UNKNOWN_STATUS")
+        self.message = message
+        super().__init__(f"{self.status_name}: {message}")
+
+
+# ---- structs ------------------------------------------------------------------------------------------------
+
+class kt_attention_problem(ctypes.Structure):
+    """include/kerntune/kerntune.h: kt_attention_problem (8 x int32, 32 bytes)."""
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("causal", ctypes.c_int32),
+    ]
+
+
+class kt_attention_args(ctypes.Structure):
+    """include/kerntune/kerntune.h: kt_attention_args (device pointers + strides in elements, 144 bytes)."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),  # float*
+        ("q_stride_batch", ctypes.c_int64),
+        ("q_stride_row", ctypes.c_int64),
+        ("q_stride_head", ctypes.c_int64),
+        ("k_stride_batch", ctypes.c_int64),
+        ("k_stride_row", ctypes.c_int64),
+        ("k_stride_head", ctypes.c_int64),
+        ("v_stride_batch", ctypes.c_int64),
+        ("v_stride_row", ctypes.c_int64),
+        ("v_stride_head", ctypes.c_int64),
+        ("o_stride_batch", ctypes.c_int64),
+        ("o_stride_row", ctypes.c_int64),
+        ("o_stride_head", ctypes.c_int64),
+        ("softmax_scale", ctypes.c_float),
+    ]
+
+
+class kt_qkv_problem(ctypes.Structure):
+    """include/kerntune/kerntune.h: kt_qkv_problem (9 x int32, 36 bytes)."""
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("weight_format", ctypes.c_int32),
+        ("m", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("has_bias", ctypes.c_int32),
+        ("rope", ctypes.c_int32),
+    ]
+
+
+class kt_qkv_args(ctypes.Structure):
+    """include/kerntune/kerntune.h: kt_qkv_args (device pointers, row strides in elements, 120 bytes)."""
+    _fields_ = [
+        ("x", ctypes.c_void_p),
+        ("w_data", ctypes.c_void_p),
+        ("w_scales", ctypes.c_void_p),
+        ("w_zeros", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("positions", ctypes.c_void_p),  # const int32_t*
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("x_row_stride", ctypes.c_int64),
+        ("q_row_stride", ctypes.c_int64),
+        ("k_row_stride", ctypes.c_int64),
+        ("v_row_stride", ctypes.c_int64),
+        ("tensor_scale", ctypes.c_float),
+        ("rope_theta", ctypes.c_double),
+    ]
+
+
+# ---- prototypes ---------------------------------------------------------------------------------------------
+
+_c_int = ctypes.c_int  # kt_status (a C enum)
+_PROTOTYPES = {
+    "kt_runtime_create": (_c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]),
+    "kt_runtime_destroy": (None, [ctypes.c_void_p]),
+    "kt_attention_prefill": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_attention_problem),
+                                      ctypes.POINTER(kt_attention_args), ctypes.c_void_p]),
+    "kt_attention_explain": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_attention_problem),
+                                      ctypes.POINTER(ctypes.c_char), ctypes.c_size_t]),
+    "kt_qkv_proj": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_qkv_problem), ctypes.POINTER(kt_qkv_args),
+                             ctypes.c_void_p]),
+    "kt_qkv_explain": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_qkv_problem), ctypes.POINTER(ctypes.c_char),
+                                ctypes.c_size_t]),
+    "kt_quantize_sizes": (_c_int, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_size_t),
+                                   ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
+    "kt_quantize": (_c_int, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]),
+    "kt_dequantize": (_c_int, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p]),
+    "kt_last_error": (ctypes.c_char_p, []),
+    "kt_status_string": (ctypes.c_char_p, [_c_int]),
+    "kt_version": (ctypes.c_char_p, []),
+}
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The repository root: two levels up from the package directory (<repo>/python/kerntune).
+REPO_ROOT = PACKAGE_DIR.parent.parent
+#: Searched in this order when neither load_library(path) nor $KERNTUNE_LIB names the library.
+DEFAULT_LIBRARY_PATHS = (
+    REPO_ROOT / "build-gpu" / "libkerntune.so",
+    REPO_ROOT / "build-rel" / "runtime" / "libkerntune.so",
+    REPO_ROOT / "build" / "runtime" / "libkerntune.so",
+)
+
+_lock = threading.RLock()
+_lib = None
+_lib_path = None
+
+
+def _declare(cdll):
+    """Sets restype/argtypes of every function the library has; returns the names it lacks."""
+    missing = []
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        try:
+            fn = getattr(cdll, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return missing
+
+
+def load_library(path=None):
+    """Loads libkerntune.so and makes it the library every kerntune call uses; returns the ctypes.CDLL.
+
+    Search: `path` if given; else $KERNTUNE_LIB if set; else <repo>/build-gpu/libkerntune.so,
+    <repo>/build-rel/runtime/libkerntune.so, <repo>/build/runtime/libkerntune.so (repo = two levels up from
+    this package's directory), the first that loads. A path named by the argument or $KERNTUNE_LIB is the only
+    one tried. With no argument, a library already loaded is returned as it is.
+
+    Raises KerntuneError (status KT_ERROR_LIBRARY = -1) naming every path tried and why it failed (missing
+    file, dlopen error, or a library that lacks the functions of include/kerntune/kerntune.h: an old build).
+    """
+    global _lib, _lib_path
+    with _lock:
+        if path is None and _lib is not None:
+            return _lib
+        if path is not None:
+            candidates, origin = [Path(os.fspath(path))], "load_library(path)"
+        elif os.environ.get("KERNTUNE_LIB"):
+            candidates, origin = [Path(os.environ["KERNTUNE_LIB"])], "$KERNTUNE_LIB"
+        else:
+            candidates, origin = list(DEFAULT_LIBRARY_PATHS), "the default locations"
+        tried = []
+        for cand in candidates:
+            if not cand.exists():
+                tried.append(f"{cand} (not found)")
+                continue
+            try:
+                cdll = ctypes.CDLL(str(cand))
+            except OSError as e:
+                tried.append(f"{cand} ({e})")
+                continue
+            missing = _declare(cdll)
+            if missing:
+                tried.append(f"{cand} (lacks {', '.join(missing)}: an older build, rebuild it)")
+                continue
+            _lib, _lib_path = cdll, cand
+            return cdll
+        raise KerntuneError(
+            KT_ERROR_LIBRARY,
+            f"cannot load libkerntune.so from {origin}; tried: " + "; ".join(tried) +
+            ". Build it (cmake --build build) or set KERNTUNE_LIB to its path.")
+
+
+def library():
+    """The loaded library (load_library() with no argument on first use)."""
+    lib = _lib
+    return lib if lib is not None else load_library()
+
+
+def library_path():
+    """Path of the loaded library, or None when none is loaded yet."""
+    return _lib_path
+
+
+def status_name(status):
+    """kt_status_string(status) (the fallback names when no library is loaded)."""
+    lib = _lib
+    if lib is not None and status != KT_ERROR_LIBRARY:
+        return lib.kt_status_string(int(status)).decode("utf-8", "replace")
+    return _STATUS_NAMES.get(int(status), "KT_ERROR_UNKNOWN_STATUS")
+
+
+def check(lib, status):
+    """Raises KerntuneError(status, kt_last_error()) unless status is KT_OK. Call right after the failing call,
+    on the same thread (kt_last_error is thread-local)."""
+    if status != KT_OK:
+        msg = lib.kt_last_error().decode("utf-8", "replace")
+        name = lib.kt_status_string(int(status)).decode("utf-8", "replace")
+        raise KerntuneError(status, msg, name)
+
+
+def version():
+    """libkerntune's version, "MAJOR.MINOR.PATCH" (kt_version)."""
+    return library().kt_version().decode("ascii")
+
+
+def format_id(fmt):
+    """Weight format name ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4") -> kt_weight_format.
+    Raises TypeError (not a str) or ValueError (unknown name)."""
+    if not isinstance(fmt, str):
+        raise TypeError(f"format must be a str, one of {', '.join(WEIGHT_FORMATS)}; got {type(fmt).__name__}")
+    try:
+        return WEIGHT_FORMATS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown weight format {fmt!r} (expected one of {', '.join(WEIGHT_FORMATS)})") from None
+
+
+def quantize_sizes(fmt, n, k):
+    """Byte sizes (data, scales, zeros) of a packed weight of format `fmt` (name or kt_weight_format) and shape
+    [n, k] (kt_quantize_sizes). Raises KerntuneError (KT_ERROR_INVALID_ARGUMENT) for an unknown format, n or
+    k < 1, k not a multiple of 64 or of the format's group."""
+    lib = library()
+    fid = format_id(fmt) if isinstance(fmt, str) else int(fmt)
+    d, s, z = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+    check(lib, lib.kt_quantize_sizes(fid, _i32(n, "n"), _i32(k, "k"), ctypes.byref(d), ctypes.byref(s),
+                                     ctypes.byref(z)))
+    return d.value, s.value, z.value
+
+
+def _i32(v, name):
+    """int(v), checked to fit an int32_t (ValueError otherwise)."""
+    iv = int(v)
+    if not -(2 ** 31) <= iv < 2 ** 31:
+        raise ValueError(f"{name} = {iv} does not fit in int32")
+    return iv

@@ -1,0 +1,192 @@
+"""Packed weights for the Q/K/V projection: kt.quantize and kt.PackedWeight (torch imported lazily)."""
+
+import ctypes
+import math
+
+from ._lib import check, format_id, library, quantize_sizes
+
+__all__ = ["PackedWeight", "quantize"]
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _ptr(t):
+    """Address of a tensor's data, or None for an empty tensor."""
+    return t.data_ptr() if t.numel() > 0 else None
+
+
+def _row_shape(n, nbytes):
+    """[n, nbytes / n] for a non-empty buffer, [0] for an empty one."""
+    return (n, nbytes // n) if nbytes > 0 else (0,)
+
+
+class PackedWeight:
+    """A weight W [n, k] (n = output features, k = input features) in kerntune's packed layout
+    (templates/qkv_proj/quant_format.h), as kt_qkv_proj reads it.
+
+    Attributes:
+        format (str): "fp16", "bf16", "int8", "int4", "nf4", "mxfp4" or "nvfp4".
+        n, k (int): the logical shape of W.
+        data (torch.uint8 tensor): [n, k * bits / 8] bytes, row-major. fp16/bf16: little-endian 16-bit values
+            (data.view(torch.float16) is W); int8: two's complement; 4-bit formats: element k in byte k // 2,
+            LOW nibble for even k.
+        scales (torch.uint8 tensor): [n, (k / group) * scale_bytes] bytes, row-major little-endian entries: int4
+            fp16 per 128, nf4 fp32 absmax per 64, mxfp4 E8M0 per 32, nvfp4 E4M3 per 16; int8 [n, 4] (one fp32 per
+            row). Empty (shape [0]) for fp16/bf16.
+        zeros (torch.uint8 tensor): int4 only, [n, k / 128] zero points 0..15; empty (shape [0]) otherwise.
+        tensor_scale (float): nvfp4 per-tensor fp32 scale; 1.0 for every other format.
+    data, scales and zeros live on one device (`device`); kt_qkv_proj needs them on the runtime's GPU
+    (pw.to("cuda")) with data 16-byte aligned, which freshly allocated tensors are.
+
+    The constructor wraps existing buffers (e.g. from an importer) and checks their sizes with
+    kt_quantize_sizes; kt.quantize() is the usual way to make one.
+    Raises TypeError (a buffer not a torch.uint8 tensor, format not a str), ValueError (unknown format, buffers
+    of the wrong size or on different devices, tensor_scale not 1 for a format other than nvfp4),
+    KerntuneError (n/k invalid for the format).
+    """
+
+    __slots__ = ("format", "n", "k", "data", "scales", "zeros", "tensor_scale")
+
+    def __init__(self, format, n, k, data, scales, zeros, tensor_scale=1.0):
+        torch = _torch()
+        fid = format_id(format)
+        n, k = int(n), int(k)
+        want = quantize_sizes(fid, n, k)
+        for name, t, nbytes in (("data", data, want[0]), ("scales", scales, want[1]), ("zeros", zeros, want[2])):
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+                raise TypeError(f"PackedWeight.{name} must be a torch.uint8 tensor, got "
+                                f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+            if t.numel() != nbytes:
+                raise ValueError(f"PackedWeight({format}, n={n}, k={k}).{name} has {t.numel()} bytes, expected {nbytes}")
+        if not (data.device == scales.device == zeros.device):
+            raise ValueError(f"PackedWeight data, scales and zeros must be on one device, got {data.device}, "
+                             f"{scales.device}, {zeros.device}")
+        tensor_scale = float(tensor_scale)
+        if format == "nvfp4":
+            if not (math.isfinite(tensor_scale) and tensor_scale > 0):
+                raise ValueError(f"PackedWeight(nvfp4).tensor_scale must be finite and > 0, got {tensor_scale}")
+        elif tensor_scale != 1.0:
+            raise ValueError(f"PackedWeight({format}).tensor_scale must be 1.0, got {tensor_scale}")
+        self.format, self.n, self.k = format, n, k
+        self.data, self.scales, self.zeros = data, scales, zeros
+        self.tensor_scale = tensor_scale
+
+    @property
+    def device(self):
+        """The torch.device of data, scales and zeros."""
+        return self.data.device
+
+    @property
+    def nbytes(self):
+        """Bytes of data + scales + zeros."""
+        return self.data.numel() + self.scales.numel() + self.zeros.numel()
+
+    def to(self, device, non_blocking=False, copy=False):
+        """A PackedWeight with data, scales and zeros moved to `device` (torch's Tensor.to semantics: tensors
+        already there are shared unless copy=True). The original is left as it is."""
+        return PackedWeight(self.format, self.n, self.k,
+                            self.data.to(device, non_blocking=non_blocking, copy=copy),
+                            self.scales.to(device, non_blocking=non_blocking, copy=copy),
+                            self.zeros.to(device, non_blocking=non_blocking, copy=copy),
+                            self.tensor_scale)
+
+    def cuda(self, device=None):
+        """self.to(device or the current CUDA device)."""
+        torch = _torch()
+        return self.to(torch.device("cuda", torch.cuda.current_device()) if device is None else device)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def dequantize(self):
+        """Exact values of the packed weight (kt_dequantize): a torch.float64 CPU tensor [n, k] = decode(q) *
+        scale [* tensor_scale], the value the kernel decodes before rounding to its fp16/bf16 MMA operand.
+        Raises KerntuneError (KT_ERROR_INVALID_ARGUMENT) for a corrupt weight (zero point > 15, NaN scale, ...)."""
+        torch = _torch()
+        lib = library()
+        d, s, z = (t.detach().to("cpu").contiguous() for t in (self.data, self.scales, self.zeros))
+        out = torch.empty((self.n, self.k), dtype=torch.float64)
+        check(lib, lib.kt_dequantize(format_id(self.format), self.n, self.k, _ptr(d), _ptr(s), _ptr(z),
+                                     self.tensor_scale, out.data_ptr()))
+        return out
+
+    def __repr__(self):
+        return (f"PackedWeight(format={self.format!r}, n={self.n}, k={self.k}, device={self.device}, "
+                f"nbytes={self.nbytes}, tensor_scale={self.tensor_scale!r})")
+
+
+def quantize(w, format):
+    """Quantizes a float weight to kerntune's packed layout (kt_quantize = kt::quant::quantize).
+
+    Args:
+        w: torch tensor [N, K] of any floating dtype on any device (N = output features, K = input features;
+            for the fused Q/K/V projection N = (num_heads + 2 * num_kv_heads) * head_dim, rows ordered query
+            heads, key heads, value heads). It is converted to float32 on the CPU for the library.
+        format: "fp16", "bf16" (round-to-nearest-even conversion), "int8" (per-row absmax), "int4" (asymmetric,
+            group 128, fp16 scales), "nf4" (absmax per 64), "mxfp4" (E8M0 per 32), "nvfp4" (E4M3 per 16 + fp32
+            tensor scale). quant/quant.h documents each rule.
+
+    Returns:
+        PackedWeight on w's device (pw.to(device) moves it).
+
+    Raises:
+        TypeError: w not a torch tensor or not floating point; format not a str.
+        ValueError: w not 2-D or empty; unknown format.
+        KerntuneError: rejected by the library (KT_ERROR_INVALID_ARGUMENT): K not a multiple of 64 or of the
+            format's group, a non-finite element, a value that overflows fp16.
+    """
+    torch = _torch()
+    fid = format_id(format)
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
+    if not w.is_floating_point():
+        raise TypeError(f"w must be a floating-point tensor, got {w.dtype}")
+    if w.dim() != 2:
+        raise ValueError(f"w must be 2-D [N, K] (output features, input features), got shape {tuple(w.shape)}")
+    n, k = (int(v) for v in w.shape)
+    if n < 1 or k < 1:
+        raise ValueError(f"w must not be empty, got shape {tuple(w.shape)}")
+    db, sb, zb = quantize_sizes(fid, n, k)
+    w32 = w.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    data = torch.empty(_row_shape(n, db), dtype=torch.uint8)
+    scales = torch.empty(_row_shape(n, sb), dtype=torch.uint8)
+    zeros = torch.empty(_row_shape(n, zb), dtype=torch.uint8)
+    ts = ctypes.c_float(0.0)
+    lib = library()
+    check(lib, lib.kt_quantize(fid, w32.data_ptr(), n, k, _ptr(data), _ptr(scales), _ptr(zeros), ctypes.byref(ts)))
+    pw = PackedWeight(format, n, k, data, scales, zeros, ts.value)
+    return pw if w.device.type == "cpu" else pw.to(w.device)
+
+
+# ---- torch-free helpers (used by python/tests/test_kerntune_cpu.py) ------------------------------------------
+
+def quantize_buffer(fmt, w, n, k):
+    """kt_quantize on host memory without torch: w is anything ctypes can read n * k float32 values from (an
+    array.array('f'), a ctypes float array, a writable buffer). Returns (data, scales, zeros, tensor_scale) as
+    bytes, bytes, bytes, float. Raises KerntuneError on the library's errors."""
+    lib = library()
+    fid = format_id(fmt) if isinstance(fmt, str) else int(fmt)
+    db, sb, zb = quantize_sizes(fid, n, k)
+    wbuf = (ctypes.c_float * (n * k)).from_buffer(w) if not isinstance(w, ctypes.Array) else w
+    d, s, z = (ctypes.create_string_buffer(max(1, nb)) for nb in (db, sb, zb))
+    ts = ctypes.c_float(0.0)
+    check(lib, lib.kt_quantize(fid, ctypes.cast(wbuf, ctypes.c_void_p), n, k, ctypes.cast(d, ctypes.c_void_p),
+                               ctypes.cast(s, ctypes.c_void_p) if sb else None,
+                               ctypes.cast(z, ctypes.c_void_p) if zb else None, ctypes.byref(ts)))
+    return d.raw[:db], s.raw[:sb], z.raw[:zb], ts.value
+
+
+def dequantize_buffer(fmt, n, k, data, scales, zeros, tensor_scale):
+    """kt_dequantize on bytes without torch: returns a list of n * k floats (row-major). Raises KerntuneError."""
+    lib = library()
+    fid = format_id(fmt) if isinstance(fmt, str) else int(fmt)
+    out = (ctypes.c_double * (n * k))()
+    bufs = [ctypes.create_string_buffer(bytes(b), len(b)) if len(b) else None for b in (data, scales, zeros)]
+    ptrs = [ctypes.cast(b, ctypes.c_void_p) if b is not None else None for b in bufs]
+    check(lib, lib.kt_dequantize(fid, n, k, ptrs[0], ptrs[1], ptrs[2], float(tensor_scale),
+                                 ctypes.cast(out, ctypes.c_void_p)))
+    del bufs
+    return list(out)

@@ -1,0 +1,562 @@
+"""kt.Runtime: attention prefill and the fused Q/K/V projection on torch CUDA tensors (torch imported lazily)."""
+
+import atexit
+import ctypes
+import math
+import os
+import threading
+import weakref
+
+from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KerntuneError, check, format_id, kt_attention_args,
+                   kt_attention_problem, kt_qkv_args, kt_qkv_problem, library)
+from ._quant import PackedWeight
+
+__all__ = ["Runtime", "default_runtime", "attention", "qkv_proj", "explain_attention", "explain_qkv"]
+
+_EXPLAIN_BUF = 4096
+
+
+def _torch():
+    import torch
+    return torch
+
+
+# ---- argument checks (all raise before anything reaches the library) -----------------------------------------
+
+def _check_tensor(torch, name, t, device):
+    """t is a torch tensor on `device` (the runtime's CUDA device)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} is on {t.device}; it must be a CUDA tensor on the runtime's device {device}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, but the runtime is on {device}")
+
+
+def _kt_dtype(torch, name, dt):
+    """torch.float16 / torch.bfloat16 (or "fp16"/"float16"/"bf16"/"bfloat16") -> kt_dtype; TypeError otherwise."""
+    if dt in (torch.float16, "fp16", "float16"):
+        return KT_DTYPE_FP16
+    if dt in (torch.bfloat16, "bf16", "bfloat16"):
+        return KT_DTYPE_BF16
+    raise TypeError(f"{name} must be torch.float16 or torch.bfloat16, got {dt}")
+
+
+def _i32(v, name, minimum=1):
+    """A Python int in [minimum, 2^31) (ValueError otherwise; TypeError for a non-integer)."""
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    iv = int(v)
+    if iv < minimum or iv >= 2 ** 31:
+        raise ValueError(f"{name} must be in [{minimum}, 2^31), got {iv}")
+    return iv
+
+
+def _effective_strides(t):
+    """Strides in elements, with the stride of every size-1 dimension (never stepped along) replaced by the
+    contiguous value, so that e.g. a batch of 1 never fails the multiple-of-8 rule."""
+    sizes, strides = list(t.shape), list(t.stride())
+    out = [0] * len(sizes)
+    nxt = 1
+    for i in reversed(range(len(sizes))):
+        out[i] = strides[i] if sizes[i] != 1 else nxt
+        nxt = out[i] * sizes[i]
+    return out
+
+
+def _check_layout(name, t, written=False):
+    """Last dimension contiguous, every other stride a multiple of 8 elements, data pointer 16-byte aligned;
+    an output (written=True) must not be a broadcast view. Returns the effective strides."""
+    if t.shape[-1] != 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride(-1) == 1), got strides "
+                         f"{tuple(t.stride())} for shape {tuple(t.shape)}")
+    eff = _effective_strides(t)
+    for i, s in enumerate(eff[:-1]):
+        if s % 8 != 0:
+            raise ValueError(f"{name}: stride({i}) = {s} is not a multiple of 8 elements (the kernels use 16-byte "
+                             f"loads); shape {tuple(t.shape)}, strides {tuple(t.stride())}")
+        if written and s == 0 and t.shape[i] > 1:
+            raise ValueError(f"{name}: stride({i}) is 0 (a broadcast view); an output needs distinct elements")
+    if t.data_ptr() % 16 != 0:
+        raise ValueError(f"{name}: data pointer {t.data_ptr():#x} is not 16-byte aligned (a view at element "
+                         f"offset {t.storage_offset()})")
+    return eff
+
+
+def _shape_of(torch, name, t, ndim, dtype, what):
+    """(shape tuple, kt_dtype) of a tensor or of a shape sequence with dtype= (explain_* functions)."""
+    if isinstance(t, torch.Tensor):
+        shape, dt = tuple(int(s) for s in t.shape), (t.dtype if dtype is None else dtype)
+    else:
+        try:
+            shape = tuple(int(s) for s in t)
+        except TypeError:
+            raise TypeError(f"{name} must be a torch.Tensor or a shape, got {type(t).__name__}") from None
+        if dtype is None:
+            raise TypeError(f"{name} is a shape: pass dtype=torch.float16 or torch.bfloat16")
+        dt = dtype
+    if isinstance(ndim, int):
+        ndim = (ndim,)
+    if len(shape) not in ndim:
+        raise ValueError(f"{name} must be {what}, got shape {shape}")
+    return shape, _kt_dtype(torch, f"{name}.dtype", dt)
+
+
+def _bind_primary_context(ordinal):
+    """Makes device `ordinal`'s primary context (torch's) current on this thread, through the driver API, in
+    case torch left no context (or another one) current here. Best effort: does nothing without libcuda."""
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+        release = getattr(cu, "cuDevicePrimaryCtxRelease_v2", None) or cu.cuDevicePrimaryCtxRelease
+    except (OSError, AttributeError):
+        return
+    cur, prim, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int()
+    cu.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    cu.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    cu.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    cu.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    release.argtypes = [ctypes.c_int]
+    if cu.cuCtxGetCurrent(ctypes.byref(cur)) != 0 or cu.cuDeviceGet(ctypes.byref(dev), ordinal) != 0:
+        return
+    if cu.cuDevicePrimaryCtxRetain(ctypes.byref(prim), dev) != 0:
+        return
+    try:
+        if cur.value != prim.value:
+            cu.cuCtxSetCurrent(prim)
+    finally:
+        release(dev)  # torch's runtime holds its own reference to the primary context
+
+
+_live_runtimes = weakref.WeakSet()
+
+
+class Runtime:
+    """A kerntune runtime (kt_runtime_create): the tuning database, the device and the loaded kernels.
+
+    Args:
+        db_path: a tuning database written by `autotune` (str or path-like, opened read-only); None -> $KERNTUNE_DB
+            if set, else no database (built-in default kernels, compiled with NVRTC on first use).
+        device: (keyword) the CUDA device; None -> torch.cuda.current_device().
+
+    The runtime lives in torch's primary CUDA context of that device (torch initialises CUDA first), so torch
+    tensors are valid kernel arguments, and every launch goes on torch.cuda.current_stream(device). It may be
+    shared by threads; close() must not race with calls. Use as a context manager or call close(); it is
+    also closed when garbage collected and at interpreter exit (after synchronizing its device).
+
+    Raises KerntuneError: KT_ERROR_DATABASE (missing or bad database), KT_ERROR_CUDA (no GPU: also raised
+    when torch sees no CUDA device), KT_ERROR_UNSUPPORTED (GPU older than sm_80), KT_ERROR_LIBRARY.
+    """
+
+    def __init__(self, db_path=None, *, device=None):
+        self._handle = None
+        self._lib = library()
+        torch = _torch()
+        if not torch.cuda.is_available():
+            raise KerntuneError(KT_ERROR_CUDA, "kt.Runtime: torch sees no CUDA device (torch.cuda.is_available() "
+                                               "is False)")
+        torch.cuda.init()
+        if device is None:
+            index = torch.cuda.current_device()
+        else:
+            d = torch.device(device)
+            if d.type != "cuda":
+                raise ValueError(f"device must be a CUDA device, got {d}")
+            index = d.index if d.index is not None else torch.cuda.current_device()
+        self.device = torch.device("cuda", index)
+        self.db_path = None if db_path is None else os.fspath(db_path)
+        with torch.cuda.device(index):
+            torch.cuda.synchronize(index)  # torch's primary context exists and is current on this thread
+            _bind_primary_context(index)
+            handle = ctypes.c_void_p()
+            path = None if db_path is None else os.fsencode(db_path)
+            check(self._lib, self._lib.kt_runtime_create(path, ctypes.byref(handle)))
+            self._handle = handle.value
+        _live_runtimes.add(self)
+
+    # ---- lifetime ----
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def close(self):
+        """Synchronizes the device (kernels already queued must finish) and destroys the runtime. Idempotent."""
+        h = getattr(self, "_handle", None)
+        if h is None:
+            return
+        self._handle = None
+        ctx = None
+        try:
+            torch = _torch()
+            torch.cuda.synchronize(self.device)
+            ctx = torch.cuda.device(self.device)
+            ctx.__enter__()
+        except Exception:
+            ctx = None
+        try:
+            self._lib.kt_runtime_destroy(h)
+        finally:
+            if ctx is not None:
+                try:
+                    ctx.__exit__(None, None, None)
+                except Exception:
+                    pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"device={self.device}"
+        return f"kt.Runtime(db_path={self.db_path!r}, {state})"
+
+    def _live(self):
+        h = self._handle
+        if h is None:
+            raise ValueError("this kt.Runtime is closed")
+        return h
+
+    def _stream(self, torch):
+        return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
+
+    # ---- attention ----
+
+    def attention(self, q, k, v, causal=False, scale=None, out=None, return_lse=False):
+        """o = softmax(scale * q k^T [causal mask]) v (FlashAttention-2 forward), launched on
+        torch.cuda.current_stream(); asynchronous like any CUDA op.
+
+        Args:
+            q: [B, S_q, H_q, D] torch.float16 or torch.bfloat16 on the runtime's device.
+            k, v: [B, S_k, H_kv, D], q's dtype and device. H_q must be a multiple of H_kv (grouped-query
+                attention: query head h reads key/value head h // (H_q // H_kv)); D 64 or 128 (the library
+                says KT_ERROR_UNSUPPORTED otherwise).
+                Layout of q, k, v (and out): the last dimension contiguous (stride(-1) == 1), every other stride
+                a multiple of 8 elements, data pointers 16-byte aligned; views into a fused QKV buffer work.
+            causal: bottom-right aligned mask: query i sees keys j <= i + S_k - S_q (for S_q == S_k the usual
+                lower triangle); a query row that sees no key gets o = 0 and lse = -inf.
+            scale: softmax scale (finite, > 0); None -> 1 / sqrt(D).
+            out: optional preallocated output [B, S_q, H_q, D], q's dtype and device (same layout rules).
+            return_lse: also return lse, float32 [B, H_q, S_q] (natural-log log-sum-exp of the scaled scores).
+
+        Returns:
+            o, or (o, lse) when return_lse. o is `out` when given, else a new contiguous tensor.
+
+        Raises:
+            TypeError: an argument not a tensor; dtype not fp16/bf16; q, k, v, out of different dtypes.
+            ValueError: a tensor not on the runtime's CUDA device; wrong rank or shape; empty dimension;
+                H_q not a multiple of H_kv; last dimension not contiguous; stride not a multiple of 8; pointer
+                not 16-byte aligned; scale not finite and > 0; closed runtime.
+            KerntuneError: refused or failed in the library (KT_ERROR_UNSUPPORTED head_dim, KT_ERROR_CUDA, ...).
+        """
+        torch = _torch()
+        h = self._live()
+        dev = self.device
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_tensor(torch, name, t, dev)
+        dtype = _kt_dtype(torch, "q.dtype", q.dtype)
+        for name, t in (("k", k), ("v", v)):
+            if t.dtype != q.dtype:
+                raise TypeError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}: q, k and v must share one dtype")
+        for name, t, desc in (("q", q, "[B, S_q, H_q, D]"), ("k", k, "[B, S_k, H_kv, D]"), ("v", v, "[B, S_k, H_kv, D]")):
+            if t.dim() != 4:
+                raise ValueError(f"{name} must be 4-D {desc}, got shape {tuple(t.shape)}")
+        B, Sq, Hq, D = (int(s) for s in q.shape)
+        Bk, Sk, Hkv, Dk = (int(s) for s in k.shape)
+        if tuple(v.shape) != tuple(k.shape):
+            raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+        if Bk != B:
+            raise ValueError(f"k has batch {Bk} but q has batch {B}")
+        if Dk != D:
+            raise ValueError(f"k has head_dim {Dk} but q has head_dim {D}")
+        for name, val in (("batch", B), ("seqlen_q", Sq), ("num_heads", Hq), ("head_dim", D), ("seqlen_k", Sk),
+                          ("num_kv_heads", Hkv)):
+            _i32(val, name)
+        if Hq % Hkv != 0:
+            raise ValueError(f"q's {Hq} heads must be a multiple of k/v's {Hkv} heads (grouped-query attention)")
+        if scale is None:
+            softmax_scale = 0.0  # the library's 1 / sqrt(head_dim)
+        else:
+            softmax_scale = float(scale)
+            if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+                raise ValueError(f"scale must be finite and > 0 (or None for 1/sqrt(D)), got {scale}")
+        if out is None:
+            out = torch.empty((B, Sq, Hq, D), dtype=q.dtype, device=dev)
+        else:
+            _check_tensor(torch, "out", out, dev)
+            if out.dtype != q.dtype:
+                raise TypeError(f"out.dtype is {out.dtype} but q.dtype is {q.dtype}")
+            if tuple(out.shape) != (B, Sq, Hq, D):
+                raise ValueError(f"out must have q's shape {(B, Sq, Hq, D)}, got {tuple(out.shape)}")
+        sq = _check_layout("q", q)
+        sk = _check_layout("k", k)
+        sv = _check_layout("v", v)
+        so = _check_layout("out", out, written=True)
+        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=dev) if return_lse else None
+
+        p = kt_attention_problem(dtype, B, Sq, Sk, Hq, Hkv, D, 1 if causal else 0)
+        a = kt_attention_args(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                              lse.data_ptr() if lse is not None else None,
+                              sq[0], sq[1], sq[2], sk[0], sk[1], sk[2], sv[0], sv[1], sv[2], so[0], so[1], so[2],
+                              softmax_scale)
+        with torch.cuda.device(dev):
+            st = self._lib.kt_attention_prefill(h, ctypes.byref(p), ctypes.byref(a), self._stream(torch))
+            check(self._lib, st)
+        return (out, lse) if return_lse else out
+
+    def explain_attention(self, q, k, causal=False, *, dtype=None):
+        """Which kernel attention(q, k, v, causal) would use, and why: one line "<step>: <variant>: <why>"
+        (step = exact | nearest | default). q, k: tensors (only shape and dtype are read; no GPU work) or shapes
+        [B, S_q, H_q, D] / [B, S_k, H_kv, D] with dtype= (torch.float16 / torch.bfloat16).
+        Raises TypeError / ValueError (bad shapes or dtype), KerntuneError (KT_ERROR_UNSUPPORTED, ...)."""
+        torch = _torch()
+        h = self._live()
+        qs, dt = _shape_of(torch, "q", q, 4, dtype, "[B, S_q, H_q, D]")
+        ks, kdt = _shape_of(torch, "k", k, 4, dtype, "[B, S_k, H_kv, D]")
+        if kdt != dt:
+            raise TypeError("q and k must have one dtype")
+        if ks[0] != qs[0] or ks[3] != qs[3]:
+            raise ValueError(f"k {ks} does not match q {qs} (batch and head_dim must agree)")
+        B, Sq, Hq, D = (_i32(v, n) for v, n in zip(qs, ("batch", "seqlen_q", "num_heads", "head_dim")))
+        Sk, Hkv = _i32(ks[1], "seqlen_k"), _i32(ks[2], "num_kv_heads")
+        p = kt_attention_problem(dt, B, Sq, Sk, Hq, Hkv, D, 1 if causal else 0)
+        buf = ctypes.create_string_buffer(_EXPLAIN_BUF)
+        check(self._lib, self._lib.kt_attention_explain(h, ctypes.byref(p), buf, _EXPLAIN_BUF))
+        return buf.value.decode("utf-8", "replace")
+
+    # ---- fused Q/K/V projection ----
+
+    def qkv_proj(self, x, weight, bias=None, positions=None, *, num_heads, num_kv_heads, head_dim, rope_theta=None,
+                 out=None):
+        """Fused Q/K/V projection: y = x W^T (+ bias), RoPE on the query and key heads when rope_theta is given,
+        split into q, k, v. One kernel (dequantization of the packed weight inside the GEMM), launched on
+        torch.cuda.current_stream(); asynchronous.
+
+        Args:
+            x: [M, K] or [B, S, K] torch.float16 / torch.bfloat16 on the runtime's device; last dimension
+                contiguous, row stride a multiple of 8 elements ([B, S, K] must be viewable as [B*S, K]), data
+                16-byte aligned. K a multiple of 64 and of the weight format's group.
+            weight: a PackedWeight [N, K] on the runtime's device, N = (num_heads + 2 * num_kv_heads) * head_dim,
+                rows = query heads, then key heads, then value heads. fp16/bf16 weights must match x's dtype.
+            bias: None or [N] in x's dtype on the device, contiguous.
+            positions: token positions for RoPE, int32 or int64, [M] (or [B, S]) on the device; required when
+                rope_theta is given, ignored otherwise. int64 is converted to int32 (a copy).
+            num_heads, num_kv_heads, head_dim: head geometry (head_dim 64 or 128; num_heads a multiple of
+                num_kv_heads).
+            rope_theta: RoPE base (e.g. 1e6 for Qwen2.5), finite and > 0; None = no RoPE. Rotate-half (Llama/
+                Qwen): pairs (i, i + D/2), angle = pos * theta^(-2i/D).
+            out: optional (q, k, v) preallocated in x's dtype on the device: [M, H, D] or [B, S, H, D] (H =
+                num_heads for q, num_kv_heads for k and v); the last two dimensions packed ([H, D] contiguous),
+                the row stride a multiple of 8 (larger strides address a KV cache or a fused buffer).
+
+        Returns:
+            (q, k, v): q [M, num_heads, head_dim], k and v [M, num_kv_heads, head_dim] (or [B, S, H, D] when x
+            is 3-D); the `out` tensors when given.
+
+        Raises:
+            TypeError: x / bias / positions / out not tensors or of the wrong dtype; weight not a PackedWeight;
+                a head count not an int.
+            ValueError: a tensor not on the runtime's CUDA device (weight included: use weight.to(device));
+                wrong rank or shape (weight's n/k, bias, positions, out); layout (contiguity, multiple-of-8
+                strides, 16-byte alignment); rope_theta not finite and > 0; positions missing with rope_theta;
+                closed runtime.
+            KerntuneError: refused or failed in the library (KT_ERROR_UNSUPPORTED head_dim / K, KT_ERROR_CUDA, ...).
+        """
+        torch = _torch()
+        h = self._live()
+        dev = self.device
+        _check_tensor(torch, "x", x, dev)
+        dtype = _kt_dtype(torch, "x.dtype", x.dtype)
+        if x.dim() not in (2, 3):
+            raise ValueError(f"x must be [M, K] or [B, S, K], got shape {tuple(x.shape)}")
+        lead = tuple(int(s) for s in x.shape[:-1])
+        K = int(x.shape[-1])
+        M = 1
+        for s in lead:
+            M *= s
+        if M < 1 or K < 1:
+            raise ValueError(f"x must not be empty, got shape {tuple(x.shape)}")
+        M, K = _i32(M, "m (tokens)"), _i32(K, "k (x.shape[-1])")
+        Hq, Hkv, D = _i32(num_heads, "num_heads"), _i32(num_kv_heads, "num_kv_heads"), _i32(head_dim, "head_dim")
+        if Hq % Hkv != 0:
+            raise ValueError(f"num_heads ({Hq}) must be a multiple of num_kv_heads ({Hkv})")
+        N = (Hq + 2 * Hkv) * D
+
+        if x.stride(-1) != 1:
+            raise ValueError(f"x: the last dimension must be contiguous (stride(-1) == 1), got strides {tuple(x.stride())}")
+        try:
+            x2 = x.view(M, K)
+        except RuntimeError:
+            raise ValueError(f"x of shape {tuple(x.shape)} and strides {tuple(x.stride())} cannot be viewed as "
+                             f"[{M}, {K}] rows of one stride") from None
+        x_rs = int(x2.stride(0)) if M > 1 else K
+        if x_rs % 8 != 0:
+            raise ValueError(f"x: row stride {x_rs} is not a multiple of 8 elements")
+        if x_rs < K:
+            raise ValueError(f"x: row stride {x_rs} is smaller than K = {K} (overlapping rows)")
+        if x.data_ptr() % 16 != 0:
+            raise ValueError(f"x: data pointer {x.data_ptr():#x} is not 16-byte aligned")
+
+        if not isinstance(weight, PackedWeight):
+            raise TypeError(f"weight must be a kt.PackedWeight (kt.quantize(w, format)), got {type(weight).__name__}")
+        if weight.device != dev:
+            raise ValueError(f"weight is on {weight.device}, but the runtime is on {dev}: use weight.to({str(dev)!r})")
+        if (weight.n, weight.k) != (N, K):
+            raise ValueError(f"weight is [{weight.n}, {weight.k}], expected [N, K] = [{N}, {K}] with N = "
+                             f"(num_heads + 2 * num_kv_heads) * head_dim and K = x.shape[-1]")
+        if weight.format in ("fp16", "bf16") and weight.format != ("fp16" if dtype == KT_DTYPE_FP16 else "bf16"):
+            raise ValueError(f"{weight.format} weights need {weight.format} activations, but x is {x.dtype}")
+        for name in ("data", "scales", "zeros"):
+            if not getattr(weight, name).is_contiguous():
+                raise ValueError(f"weight.{name} must be contiguous")
+        if weight.data.data_ptr() % 16 != 0:
+            raise ValueError(f"weight.data: data pointer {weight.data.data_ptr():#x} is not 16-byte aligned")
+
+        if bias is not None:
+            _check_tensor(torch, "bias", bias, dev)
+            if bias.dtype != x.dtype:
+                raise TypeError(f"bias.dtype is {bias.dtype} but x.dtype is {x.dtype}")
+            if tuple(bias.shape) != (N,):
+                raise ValueError(f"bias must be [N] = [{N}], got shape {tuple(bias.shape)}")
+            if N > 1 and bias.stride(0) != 1:
+                raise ValueError(f"bias must be contiguous, got stride {bias.stride(0)}")
+
+        rope = rope_theta is not None
+        theta = 0.0
+        pos32 = None
+        if rope:
+            theta = float(rope_theta)
+            if not (math.isfinite(theta) and theta > 0):
+                raise ValueError(f"rope_theta must be finite and > 0 (or None for no RoPE), got {rope_theta}")
+            if positions is None:
+                raise ValueError("positions is required when rope_theta is given (int32/int64 [M] token positions)")
+            _check_tensor(torch, "positions", positions, dev)
+            if positions.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"positions must be torch.int32 or torch.int64, got {positions.dtype}")
+            if tuple(positions.shape) not in ((M,), lead):
+                raise ValueError(f"positions must be [{M}]" + (f" or {list(lead)}" if len(lead) > 1 else "") +
+                                 f", got shape {tuple(positions.shape)}")
+            pos32 = positions.to(torch.int32).contiguous().view(M)
+
+        heads = (("q", Hq), ("k", Hkv), ("v", Hkv))
+        if out is None:
+            outs = [torch.empty((M, H, D), dtype=x.dtype, device=dev) for _, H in heads]
+            rows = [H * D for _, H in heads]
+            result = tuple(t.view(*lead, H, D) for t, (_, H) in zip(outs, heads))
+        else:
+            if not isinstance(out, (tuple, list)) or len(out) != 3:
+                raise TypeError("out must be a tuple (q, k, v) of preallocated tensors")
+            outs, rows = [], []
+            for (name, H), t in zip(heads, out):
+                oname = f"out[{'qkv'.index(name)}] ({name})"
+                _check_tensor(torch, oname, t, dev)
+                if t.dtype != x.dtype:
+                    raise TypeError(f"{oname}.dtype is {t.dtype} but x.dtype is {x.dtype}")
+                if tuple(t.shape) not in ((M, H, D), lead + (H, D)):
+                    raise ValueError(f"{oname} must be [{M}, {H}, {D}]" +
+                                     (f" or {list(lead + (H, D))}" if len(lead) > 1 else "") +
+                                     f", got shape {tuple(t.shape)}")
+                if t.stride(-1) != 1 or (H > 1 and t.stride(-2) != D):
+                    raise ValueError(f"{oname}: the last two dimensions [H, D] must be contiguous, got strides "
+                                     f"{tuple(t.stride())}")
+                try:
+                    t3 = t.view(M, H, D)
+                except RuntimeError:
+                    raise ValueError(f"{oname} of strides {tuple(t.stride())} cannot be viewed as [{M}, {H}, {D}] "
+                                     f"rows of one stride") from None
+                rs = int(t3.stride(0)) if M > 1 else H * D
+                if rs % 8 != 0:
+                    raise ValueError(f"{oname}: row stride {rs} is not a multiple of 8 elements")
+                if rs < H * D:
+                    raise ValueError(f"{oname}: row stride {rs} is smaller than H * D = {H * D} (overlapping rows)")
+                if t.data_ptr() % 16 != 0:
+                    raise ValueError(f"{oname}: data pointer {t.data_ptr():#x} is not 16-byte aligned")
+                outs.append(t)
+                rows.append(rs)
+            result = tuple(out)
+
+        p = kt_qkv_problem(dtype, format_id(weight.format), M, K, Hq, Hkv, D, 1 if bias is not None else 0,
+                           1 if rope else 0)
+        a = kt_qkv_args(x.data_ptr(), weight.data.data_ptr(),
+                        weight.scales.data_ptr() if weight.scales.numel() else None,
+                        weight.zeros.data_ptr() if weight.zeros.numel() else None,
+                        bias.data_ptr() if bias is not None else None,
+                        pos32.data_ptr() if pos32 is not None else None,
+                        outs[0].data_ptr(), outs[1].data_ptr(), outs[2].data_ptr(),
+                        x_rs, rows[0], rows[1], rows[2], float(weight.tensor_scale), theta)
+        with torch.cuda.device(dev):
+            st = self._lib.kt_qkv_proj(h, ctypes.byref(p), ctypes.byref(a), self._stream(torch))
+            check(self._lib, st)
+        return result
+
+    def explain_qkv(self, x, weight, *, num_heads, num_kv_heads, head_dim, has_bias, rope, dtype=None):
+        """Which kernel qkv_proj would use, and why: one line "<step>: <variant>: <why>". x: a tensor [M, K] /
+        [B, S, K] (only shape and dtype are read; no GPU work) or a shape with dtype=; weight: a PackedWeight or
+        a format name. has_bias, rope: bools. Raises TypeError / ValueError, KerntuneError."""
+        torch = _torch()
+        h = self._live()
+        xs, dt = _shape_of(torch, "x", x, (2, 3), dtype, "[M, K] or [B, S, K]")
+        M = 1
+        for s in xs[:-1]:
+            M *= s
+        fmt = weight.format if isinstance(weight, PackedWeight) else weight
+        p = kt_qkv_problem(dt, format_id(fmt), _i32(M, "m (tokens)"), _i32(xs[-1], "k (x.shape[-1])"),
+                           _i32(num_heads, "num_heads"), _i32(num_kv_heads, "num_kv_heads"),
+                           _i32(head_dim, "head_dim"), 1 if has_bias else 0, 1 if rope else 0)
+        buf = ctypes.create_string_buffer(_EXPLAIN_BUF)
+        check(self._lib, self._lib.kt_qkv_explain(h, ctypes.byref(p), buf, _EXPLAIN_BUF))
+        return buf.value.decode("utf-8", "replace")
+
+
+# ---- the default runtime and module-level functions ----------------------------------------------------------
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_runtime():
+    """The runtime the module-level functions use: created on first use with Runtime() (database from
+    $KERNTUNE_DB, the current CUDA device at that moment)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = Runtime()
+        return _default
+
+
+def attention(q, k, v, causal=False, scale=None, out=None, return_lse=False):
+    """default_runtime().attention(...): see Runtime.attention."""
+    return default_runtime().attention(q, k, v, causal=causal, scale=scale, out=out, return_lse=return_lse)
+
+
+def qkv_proj(x, weight, bias=None, positions=None, **kwargs):
+    """default_runtime().qkv_proj(...): see Runtime.qkv_proj."""
+    return default_runtime().qkv_proj(x, weight, bias, positions, **kwargs)
+
+
+def explain_attention(q, k, causal=False, **kwargs):
+    """default_runtime().explain_attention(...): see Runtime.explain_attention."""
+    return default_runtime().explain_attention(q, k, causal, **kwargs)
+
+
+def explain_qkv(x, weight, **kwargs):
+    """default_runtime().explain_qkv(...): see Runtime.explain_qkv."""
+    return default_runtime().explain_qkv(x, weight, **kwargs)
+
+
+@atexit.register
+def _close_all():
+    """Destroys every live runtime while CUDA is still up (Python's atexit runs before the CUDA runtime's)."""
+    for rt in list(_live_runtimes):
+        try:
+            rt.close()
+        except Exception:
+            pass

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""CPU tests of the kerntune Python package: no GPU and no torch needed (ctypes + libkerntune.so only).
+
+Runs under pytest, or as a plain script (`python3 python/tests/test_kerntune_cpu.py`, exit status 1 on a failure).
+The library: $KERNTUNE_LIB if set, else <repo>/build/runtime/libkerntune.so (cmake --build build).
+
+Checks: the package imports without torch; version(); kt_quantize_sizes for every format; kt_quantize /
+kt_dequantize through the torch-free helpers (exact values, errors with the library's message); the ctypes
+structs against include/kerntune/kerntune.h (field names, offsets and sizes computed from the header's field
+list with the x86-64 System V layout rules); the enum values; every KT_API function declared.
+"""
+
+import array
+import ctypes
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+_torch_was_loaded = "torch" in sys.modules
+import kerntune as kt  # noqa: E402
+from kerntune import _lib, _quant  # noqa: E402
+
+HEADER = (REPO / "include" / "kerntune" / "kerntune.h").read_text()
+LIB_PATH = os.environ.get("KERNTUNE_LIB") or str(REPO / "build" / "runtime" / "libkerntune.so")
+LIB = kt.load_library(LIB_PATH)
+
+FORMATS = ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4")
+GROUP = {"fp16": 0, "bf16": 0, "int8": -1, "int4": 128, "nf4": 64, "mxfp4": 32, "nvfp4": 16}
+SCALE_BYTES = {"fp16": 0, "bf16": 0, "int8": 4, "int4": 2, "nf4": 4, "mxfp4": 1, "nvfp4": 1}
+BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "nf4": 4, "mxfp4": 4, "nvfp4": 4}
+
+
+def raises(exc_type, fn, *args, **kwargs):
+    """Calls fn and returns the exception it raised; fails if it raised nothing or another type."""
+    try:
+        fn(*args, **kwargs)
+    except exc_type as e:
+        return e
+    raise AssertionError(f"{getattr(fn, '__name__', fn)} did not raise {exc_type.__name__}")
+
+
+# ---- import, library, version ------------------------------------------------------------------------------
+
+def test_imports_without_torch():
+    if not _torch_was_loaded:
+        assert "torch" not in sys.modules, "importing kerntune imported torch"
+    for name in ("load_library", "version", "Runtime", "attention", "qkv_proj", "explain_attention", "explain_qkv",
+                 "quantize", "PackedWeight", "KerntuneError"):
+        assert hasattr(kt, name), name
+
+
+def test_version():
+    v = kt.version()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", v), v
+    project = re.search(r"project\(kerntune VERSION (\d+\.\d+\.\d+)", (REPO / "CMakeLists.txt").read_text())
+    assert project and v == project.group(1), (v, project and project.group(1))
+    assert kt.library_path() is not None and Path(kt.library_path()).resolve() == Path(LIB_PATH).resolve()
+
+
+def test_load_library_errors_name_the_paths():
+    e = raises(kt.KerntuneError, kt.load_library, "/nonexistent/libkerntune.so")
+    assert e.status == kt.KT_ERROR_LIBRARY and e.status_name == "KT_ERROR_LIBRARY"
+    assert "/nonexistent/libkerntune.so (not found)" in str(e), str(e)
+    # The library loaded before is still the one in use.
+    assert kt.version()
+    old = os.environ.get("KERNTUNE_LIB")
+    os.environ["KERNTUNE_LIB"] = "/nonexistent/env/libkerntune.so"
+    try:
+        saved = _lib._lib
+        _lib._lib = None
+        try:
+            e = raises(kt.KerntuneError, kt.load_library)
+            assert "$KERNTUNE_LIB" in str(e) and "/nonexistent/env/libkerntune.so" in str(e), str(e)
+        finally:
+            _lib._lib = saved
+    finally:
+        if old is None:
+            del os.environ["KERNTUNE_LIB"]
+        else:
+            os.environ["KERNTUNE_LIB"] = old
+
+
+# ---- quantization sizes and round trips (no torch) ----------------------------------------------------------
+
+def test_quantize_sizes_every_format():
+    for fmt in FORMATS:
+        for n, k in ((1, 128), (5, 256), (4608, 3584)):
+            d, s, z = kt.quantize_sizes(fmt, n, k)
+            assert d == n * k * BITS[fmt] // 8, (fmt, n, k, d)
+            g = GROUP[fmt]
+            groups = 0 if g == 0 else 1 if g < 0 else k // g
+            assert s == n * groups * SCALE_BYTES[fmt], (fmt, n, k, s)
+            assert z == (n * (k // 128) if fmt == "int4" else 0), (fmt, n, k, z)
+        # by kt_weight_format value too
+        assert kt.quantize_sizes(kt.WEIGHT_FORMATS[fmt], 2, 128) == kt.quantize_sizes(fmt, 2, 128)
+
+
+def test_quantize_sizes_errors():
+    cases = [(("int4", 4, 64), "group size 128"), (("fp16", 4, 96), "multiple of 64"),
+             (("int8", 0, 128), "n must be >= 1"), ((9, 4, 128), "unknown weight_format 9")]
+    for args, words in cases:
+        e = raises(kt.KerntuneError, kt.quantize_sizes, *args)
+        assert e.status == kt.KT_ERROR_INVALID_ARGUMENT and e.status_name == "KT_ERROR_INVALID_ARGUMENT", e
+        assert words in e.message and "kt_quantize_sizes" in e.message, e.message
+    assert "unknown weight format 'int3'" in str(raises(ValueError, kt.quantize_sizes, "int3", 4, 128))
+
+
+def _weights(n, k, seed=1):
+    """Deterministic pseudo-random float32 weights (an LCG), some exact zeros."""
+    x, out = seed, array.array("f")
+    for i in range(n * k):
+        x = (1103515245 * x + 12345) % (2 ** 31)
+        out.append(0.0 if i % 17 == 0 else (x / 2 ** 31 - 0.5) * 0.2)
+    return out
+
+
+def test_quantize_round_trip_every_format():
+    n, k = 6, 256
+    w = _weights(n, k)
+    norm = math.sqrt(sum(v * v for v in w))
+    limits = {"fp16": 1e-3, "bf16": 5e-3, "int8": 2e-2, "int4": 0.15, "nf4": 0.15, "mxfp4": 0.25, "nvfp4": 0.2}
+    for fmt in FORMATS:
+        data, scales, zeros, ts = _quant.quantize_buffer(fmt, w, n, k)
+        assert (len(data), len(scales), len(zeros)) == kt.quantize_sizes(fmt, n, k), fmt
+        assert ts == 1.0 or fmt == "nvfp4", (fmt, ts)
+        back = _quant.dequantize_buffer(fmt, n, k, data, scales, zeros, ts)
+        err = math.sqrt(sum((a - b) ** 2 for a, b in zip(back, w))) / norm
+        assert err < limits[fmt], (fmt, err)
+        # Quantizing the exact dequantized values again is a fixed point for the scale-free formats.
+        if fmt in ("fp16", "bf16"):
+            again = _quant.quantize_buffer(fmt, array.array("f", back), n, k)
+            assert again[0] == data, fmt
+
+
+def test_quantize_exact_values():
+    # fp16: every value here is representable -> bit-exact little-endian fp16 and exact round trip.
+    vals = array.array("f", [(i - 64) / 8.0 for i in range(128)])
+    data, scales, zeros, ts = _quant.quantize_buffer("fp16", vals, 1, 128)
+    assert scales == b"" and zeros == b"" and ts == 1.0
+    assert data[:2] == b"\x00\xc8"  # -8.0 = fp16 0xC800, little-endian
+    assert data[128:130] == b"\x00\x00"  # element 64: 0.0
+    assert _quant.dequantize_buffer("fp16", 1, 128, data, scales, zeros, ts) == list(vals)
+
+
+def test_quantize_errors_carry_the_library_message():
+    w = _weights(4, 128)
+    bad = array.array("f", w)
+    bad[2 * 128 + 5] = float("nan")
+    e = raises(kt.KerntuneError, _quant.quantize_buffer, "int8", bad, 4, 128)
+    assert e.status == kt.KT_ERROR_INVALID_ARGUMENT and "w[2, 5] is not finite" in e.message, e.message
+    e = raises(kt.KerntuneError, _quant.quantize_buffer, "nvfp4", w, 4, 120)
+    assert "multiple of 64" in e.message, e.message
+    data, scales, zeros, ts = _quant.quantize_buffer("int4", w, 4, 128)
+    e = raises(kt.KerntuneError, _quant.dequantize_buffer, "int4", 4, 128, data, scales, bytes([16]) + zeros[1:], ts)
+    assert "zeros[0] = 16" in e.message, e.message
+    e = raises(kt.KerntuneError, _quant.dequantize_buffer, "int4", 4, 128, data, b"", zeros, ts)
+    assert "scales is NULL" in e.message, e.message
+
+
+def test_runtime_create_without_gpu_reports_cuda():
+    """kt_runtime_create through ctypes (no torch): OK on a GPU machine, KT_ERROR_CUDA with a message otherwise."""
+    h = ctypes.c_void_p()
+    st = LIB.kt_runtime_create(None, ctypes.byref(h))
+    if st == kt.KT_OK:
+        LIB.kt_runtime_destroy(h)
+    else:
+        assert st in (kt.KT_ERROR_CUDA, kt.KT_ERROR_DATABASE), st
+        assert LIB.kt_last_error().decode(), "empty kt_last_error"
+        assert LIB.kt_status_string(st).decode().startswith("KT_ERROR_")
+    st = LIB.kt_runtime_create(b"/nonexistent/kerntune.db", ctypes.byref(h))
+    assert st == kt.KT_ERROR_DATABASE, (st, LIB.kt_last_error())
+    assert b"/nonexistent/kerntune.db" in LIB.kt_last_error()
+
+
+# ---- ABI: structs, enums, functions against the header ----------------------------------------------------
+
+# x86-64 System V (LP64): (size, alignment)
+_CTYPES = {"int32_t": (4, 4), "int64_t": (8, 8), "float": (4, 4), "double": (8, 8), "size_t": (8, 8),
+           "char": (1, 1), "int": (4, 4)}
+_POINTER = (8, 8)
+
+
+def _strip_comments(text):
+    return re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
+
+
+def header_structs():
+    """{name: [(field, size, align)]} for every `typedef struct { ... } name;` of the header."""
+    out = {}
+    for body, name in re.findall(r"typedef\s+struct\s*\{(.*?)\}\s*(\w+)\s*;", _strip_comments(HEADER), flags=re.S):
+        fields = []
+        for decl in body.split(";"):
+            decl = " ".join(decl.replace("const ", " ").split())
+            if not decl:
+                continue
+            m = re.fullmatch(r"(\w+)\s*(\*?)\s*(\w+)((?:\s*,\s*\*?\s*\w+)*)", decl)
+            assert m, f"cannot parse field declaration {decl!r} of {name}"
+            base = m.group(1)
+            decls = [(m.group(2), m.group(3))] + [(d.count("*") and "*", d.replace("*", "").strip())
+                                                  for d in m.group(4).split(",")[1:]]
+            for star, field in decls:
+                size_align = _POINTER if star else _CTYPES[base]
+                fields.append((field, *size_align))
+        out[name] = fields
+    return out
+
+
+def layout(fields):
+    """Offsets and total size with the standard rules: each field at the next multiple of its alignment, the
+    struct padded to a multiple of its largest alignment."""
+    off, offsets, max_align = 0, {}, 1
+    for name, size, align in fields:
+        off = (off + align - 1) // align * align
+        offsets[name] = (off, size)
+        off += size
+        max_align = max(max_align, align)
+    return offsets, (off + max_align - 1) // max_align * max_align, max_align
+
+
+def test_structs_match_header():
+    structs = header_structs()
+    assert set(structs) == {"kt_attention_problem", "kt_attention_args", "kt_qkv_problem", "kt_qkv_args"}, set(structs)
+    expected_sizes = {"kt_attention_problem": 32, "kt_attention_args": 144, "kt_qkv_problem": 36, "kt_qkv_args": 120}
+    for name, fields in structs.items():
+        cls = getattr(kt, name)
+        offsets, size, align = layout(fields)
+        assert [f for f, *_ in fields] == [f for f, _ in cls._fields_], (name, fields, cls._fields_)
+        for field, (off, fsize) in offsets.items():
+            desc = getattr(cls, field)
+            assert (desc.offset, desc.size) == (off, fsize), (name, field, desc.offset, desc.size, off, fsize)
+        assert ctypes.sizeof(cls) == size == expected_sizes[name], (name, ctypes.sizeof(cls), size)
+        assert ctypes.alignment(cls) == align, (name, ctypes.alignment(cls), align)
+
+
+def test_enums_match_header():
+    values = {k: int(v) for k, v in re.findall(r"\b(KT_\w+)\s*=\s*(\d+)", _strip_comments(HEADER))}
+    assert values, "no enum values parsed"
+    for name, v in values.items():
+        if name.startswith("KT_WEIGHT_"):
+            assert kt.WEIGHT_FORMATS[name[len("KT_WEIGHT_"):].lower()] == v, name
+        else:
+            assert getattr(_lib, name) == v, name
+        if name.startswith(("KT_OK", "KT_ERROR_")):
+            assert LIB.kt_status_string(v).decode() == name
+    assert len([n for n in values if n.startswith("KT_WEIGHT_")]) == len(kt.FORMATS)
+
+
+def test_every_api_function_is_declared():
+    names = re.findall(r"KT_API\s+[\w\s\*]+?\b(kt_\w+)\s*\(", _strip_comments(HEADER))
+    assert "kt_quantize" in names and "kt_dequantize" in names and "kt_quantize_sizes" in names, names
+    assert set(names) == set(_lib._PROTOTYPES), set(names) ^ set(_lib._PROTOTYPES)
+    for n in names:
+        assert getattr(LIB, n).argtypes is not None, n
+
+
+# ---- runner -------------------------------------------------------------------------------------------------
+
+def main():
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
+    failed = 0
+    for name, fn in tests:
+        try:
+            fn()
+            print(f"PASS {name}")
+        except Exception as e:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+    print(f"{len(tests) - failed} passed, {failed} failed (library {LIB_PATH})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

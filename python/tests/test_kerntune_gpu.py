@@ -1,0 +1,397 @@
+"""GPU tests of the kerntune Python package (pytest; needs a CUDA GPU, torch and a built libkerntune.so).
+
+    KERNTUNE_LIB=build-gpu/libkerntune.so python -m pytest -q python/tests/test_kerntune_gpu.py
+
+The library is found as kt.load_library() says ($KERNTUNE_LIB, else the repository's build folders); the
+runtime uses $KERNTUNE_DB when set, else the built-in default kernels (compiled with NVRTC on first use and
+kept in the disk cache, so a second run is much faster).
+
+- attention vs torch SDPA in float64 (GQA through repeat_interleave, bottom-right causal mask), fp16 and bf16,
+  Qwen2.5-7B heads (28 / 4, head_dim 128) among the shapes, output poisoned with NaN first, LSE checked;
+- qkv_proj for every weight format vs a float64 reference built from pw.dequantize() (x W^T + b, RoPE
+  rotate-half with theta 1e6 on the q and k heads), M in {1, 16, 37}, rel err <= 2e-3 (fp16) / 1e-2 (bf16);
+- each refusal raises before any launch (the NaN-poisoned output is left untouched).
+"""
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+import kerntune as kt  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
+
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+THETA = 1e6
+DEV = "cuda"
+
+
+@pytest.fixture(scope="module")
+def rt():
+    r = kt.Runtime(os.environ.get("KERNTUNE_DB") or None)
+    yield r
+    r.close()
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def poisoned(shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEV)
+
+
+# ---- attention ------------------------------------------------------------------------------------------------
+
+def attention_reference(q, k, v, causal, scale):
+    """float64 SDPA: o [B, Sq, Hq, D] and lse [B, Hq, Sq]. Bottom-right causal: query i sees keys
+    j <= i + Sk - Sq; rows that see no key: o = 0, lse = -inf."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv = k.shape[1], k.shape[2]
+    q64 = q.double().permute(0, 2, 1, 3)
+    k64 = k.double().permute(0, 2, 1, 3).repeat_interleave(Hq // Hkv, dim=1)
+    v64 = v.double().permute(0, 2, 1, 3).repeat_interleave(Hq // Hkv, dim=1)
+    mask = None
+    if causal:
+        i = torch.arange(Sq, device=q.device)[:, None]
+        j = torch.arange(Sk, device=q.device)[None, :]
+        mask = j <= i + (Sk - Sq)
+    o = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, attn_mask=mask, scale=scale)
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+        empty = ~mask.any(dim=-1)  # [Sq]
+        o = o.masked_fill(empty[None, None, :, None], 0.0)  # SDPA gives NaN there
+    lse = torch.logsumexp(s, dim=-1)
+    return o.permute(0, 2, 1, 3), lse
+
+
+ATTN_CASES = [
+    # B, Sq, Sk, Hq, Hkv, D, causal, dtype
+    (1, 128, 128, 28, 4, 128, True, torch.float16),    # Qwen2.5-7B heads
+    (1, 128, 128, 28, 4, 128, False, torch.bfloat16),
+    (2, 200, 200, 28, 4, 128, True, torch.bfloat16),
+    (2, 77, 77, 8, 8, 64, True, torch.float16),        # MHA, head_dim 64, ragged length
+    (2, 33, 200, 28, 4, 128, True, torch.float16),     # Sq < Sk: bottom-right causal
+    (1, 150, 40, 4, 1, 128, True, torch.bfloat16),     # Sq > Sk: MQA, the first rows see no key
+]
+
+
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,D,causal,dtype", ATTN_CASES)
+def test_attention_matches_sdpa(rt, B, Sq, Sk, Hq, Hkv, D, causal, dtype):
+    torch.manual_seed(1000 + Sq + Sk + Hq)
+    q = torch.randn(B, Sq, Hq, D, device=DEV, dtype=dtype)
+    k = torch.randn(B, Sk, Hkv, D, device=DEV, dtype=dtype)
+    v = torch.randn(B, Sk, Hkv, D, device=DEV, dtype=dtype)
+    out = poisoned((B, Sq, Hq, D), dtype)
+    o, lse = rt.attention(q, k, v, causal=causal, out=out, return_lse=True)
+    assert o is out
+    assert lse.shape == (B, Hq, Sq) and lse.dtype == torch.float32
+    torch.cuda.synchronize()
+    assert torch.isfinite(o).all(), "NaN/inf left in the output (poison not overwritten)"
+    scale = 1.0 / math.sqrt(D)
+    ref_o, ref_lse = attention_reference(q, k, v, causal, scale)
+    assert rel_err(o, ref_o) <= TOL[dtype], rel_err(o, ref_o)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite), "lse = -inf exactly where a row sees no key"
+    assert (lse[~finite] == float("-inf")).all()
+    if finite.any():
+        assert (lse.double()[finite] - ref_lse[finite]).abs().max().item() <= 1e-3
+
+
+def test_attention_scale_default_and_allocation(rt):
+    torch.manual_seed(1)
+    q = torch.randn(1, 64, 8, 128, device=DEV, dtype=torch.float16)
+    k = torch.randn(1, 64, 2, 128, device=DEV, dtype=torch.float16)
+    v = torch.randn(1, 64, 2, 128, device=DEV, dtype=torch.float16)
+    o = rt.attention(q, k, v, causal=True)  # allocates
+    o2 = rt.attention(q, k, v, causal=True, scale=0.3)
+    torch.cuda.synchronize()
+    assert o.shape == q.shape and o.dtype == q.dtype and o.is_contiguous()
+    assert rel_err(o, attention_reference(q, k, v, True, 1 / math.sqrt(128))[0]) <= TOL[torch.float16]
+    assert rel_err(o2, attention_reference(q, k, v, True, 0.3)[0]) <= TOL[torch.float16]
+
+
+def test_attention_fused_qkv_views_and_side_stream(rt):
+    """q, k, v as views into one [B, S, Hq + 2 Hkv, D] buffer (strided), launched on a non-default stream:
+    bitwise the same as contiguous copies on the default stream."""
+    torch.manual_seed(2)
+    B, S, Hq, Hkv, D = 2, 96, 28, 4, 128
+    qkv = torch.randn(B, S, Hq + 2 * Hkv, D, device=DEV, dtype=torch.bfloat16)
+    q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:]
+    assert not q.is_contiguous()
+    ref = rt.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        o = rt.attention(q, k, v, causal=True, out=poisoned((B, S, Hq, D), torch.bfloat16))
+    s.synchronize()
+    torch.cuda.synchronize()
+    assert torch.equal(o, ref)
+
+
+def test_explain_attention(rt):
+    q = torch.empty(1, 512, 28, 128, device=DEV, dtype=torch.bfloat16)
+    k = torch.empty(1, 512, 4, 128, device=DEV, dtype=torch.bfloat16)
+    line = rt.explain_attention(q, k, causal=True)
+    assert line.split(":")[0] in ("exact", "nearest", "default"), line
+    assert "attention_prefill__bf16_d128_causal" in line, line
+    assert rt.explain_attention((1, 512, 28, 128), (1, 512, 4, 128), True, dtype=torch.bfloat16) == line
+
+
+def test_module_level_functions():
+    torch.manual_seed(3)
+    q = torch.randn(1, 32, 4, 64, device=DEV, dtype=torch.float16)
+    k = torch.randn(1, 32, 4, 64, device=DEV, dtype=torch.float16)
+    o = kt.attention(q, k, k, causal=False)
+    torch.cuda.synchronize()
+    assert rel_err(o, attention_reference(q, k, k, False, 1 / 8)[0]) <= TOL[torch.float16]
+    assert kt.explain_attention(q, k).split(":")[0] in ("exact", "nearest", "default")
+    assert kt.default_runtime() is kt.default_runtime()
+
+
+def test_library_error_becomes_kerntune_error(rt):
+    q = torch.randn(1, 16, 2, 96, device=DEV, dtype=torch.float16)  # head_dim 96: no kernel
+    with pytest.raises(kt.KerntuneError) as ei:
+        rt.attention(q, q, q)
+    assert ei.value.status == kt.KT_ERROR_UNSUPPORTED and ei.value.status_name == "KT_ERROR_UNSUPPORTED"
+    assert "head_dim" in ei.value.message, ei.value.message
+
+
+# ---- attention refusals: raised before any launch (the poisoned out stays NaN) ---------------------------------
+
+def _attn_inputs(dtype=torch.float16):
+    torch.manual_seed(4)
+    q = torch.randn(1, 64, 8, 128, device=DEV, dtype=dtype)
+    k = torch.randn(1, 64, 2, 128, device=DEV, dtype=dtype)
+    v = torch.randn(1, 64, 2, 128, device=DEV, dtype=dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("case", ["cpu", "wrong_dtype", "mismatched_dtype", "noncontig_last", "bad_stride",
+                                  "misaligned", "wrong_rank", "shape_mismatch", "out_shape"])
+def test_attention_refusals(rt, case):
+    q, k, v = _attn_inputs()
+    out = poisoned(q.shape, q.dtype)
+    expect = ValueError
+    if case == "cpu":
+        q = q.cpu()
+    elif case == "wrong_dtype":
+        q, k, v, expect = q.float(), k.float(), v.float(), TypeError
+    elif case == "mismatched_dtype":
+        k, expect = k.bfloat16(), TypeError
+    elif case == "noncontig_last":
+        q = torch.randn(1, 64, 8, 256, device=DEV, dtype=q.dtype)[..., ::2]
+        assert q.shape == (1, 64, 8, 128) and q.stride(-1) == 2
+    elif case == "bad_stride":
+        q = torch.randn(1, 64, 8, 132, device=DEV, dtype=q.dtype)[..., :128]  # head stride 132: not a multiple of 8
+    elif case == "misaligned":
+        flat = torch.randn(q.numel() + 8, device=DEV, dtype=q.dtype)
+        q = flat[4:4 + q.numel()].view(q.shape)  # 8-byte offset
+    elif case == "wrong_rank":
+        q = q[0]
+    elif case == "shape_mismatch":
+        v = v[:, :32]
+    elif case == "out_shape":
+        out = poisoned((1, 64, 8, 64), q.dtype)
+    with pytest.raises(expect):
+        rt.attention(q, k, v, causal=True, out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all(), "something was launched before the refusal"
+
+
+def test_attention_refuses_tensor_on_other_device(rt):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU")
+    q, k, v = _attn_inputs()
+    other = torch.device("cuda", (rt.device.index + 1) % torch.cuda.device_count())
+    with pytest.raises(ValueError, match="runtime is on"):
+        rt.attention(q.to(other), k, v)
+
+
+# ---- qkv_proj ---------------------------------------------------------------------------------------------------
+
+def rope_reference(t, pos, theta):
+    """Rotate-half RoPE in float64: pairs (i, i + D/2), angle = pos * theta^(-2i/D). t [M, H, D], pos [M]."""
+    d = t.shape[-1]
+    half = d // 2
+    i = torch.arange(half, dtype=torch.float64, device=t.device)
+    inv = theta ** (-2.0 * i / d)
+    ang = pos.reshape(-1).double()[:, None] * inv[None, :]
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    a, b = t[..., :half], t[..., half:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+
+def qkv_reference(x, pw, bias, pos, hq, hkv, d, theta):
+    """float64 reference from the exact dequantized weight: (q [M,Hq,D], k [M,Hkv,D], v [M,Hkv,D])."""
+    w = pw.dequantize().to(x.device)  # float64 [N, K]
+    y = x.reshape(-1, x.shape[-1]).double() @ w.t()
+    if bias is not None:
+        y = y + bias.double()
+    m = y.shape[0]
+    q = y[:, :hq * d].reshape(m, hq, d)
+    k = y[:, hq * d:(hq + hkv) * d].reshape(m, hkv, d)
+    v = y[:, (hq + hkv) * d:].reshape(m, hkv, d)
+    if theta is not None:
+        q, k = rope_reference(q, pos, theta), rope_reference(k, pos, theta)
+    return q, k, v
+
+
+# Activation dtype per format: fp16/bf16 weights need their own dtype; the quantized formats alternate so both
+# activation dtypes are covered without doubling the kernels to compile.
+QKV_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.bfloat16, "int4": torch.float16,
+             "nf4": torch.bfloat16, "mxfp4": torch.float16, "nvfp4": torch.bfloat16}
+HQ, HKV, D, K = 8, 2, 128, 512
+_weights = {}
+
+
+def packed(fmt, hq=HQ, hkv=HKV, d=D, k=K):
+    """(pw on the GPU, bias) for a format and geometry, quantized once per module."""
+    key = (fmt, hq, hkv, d, k)
+    if key not in _weights:
+        torch.manual_seed(5)
+        n = (hq + 2 * hkv) * d
+        w = torch.randn(n, k) * 0.05
+        pw = kt.quantize(w, fmt)
+        assert pw.device.type == "cpu" and pw.format == fmt and (pw.n, pw.k) == (n, k)
+        _weights[key] = (pw, pw.to(DEV), torch.randn(n) * 0.1)
+    return _weights[key]
+
+
+@pytest.mark.parametrize("m", [1, 16, 37])
+@pytest.mark.parametrize("fmt", list(QKV_DTYPE))
+def test_qkv_proj_matches_reference(rt, fmt, m):
+    dtype = QKV_DTYPE[fmt]
+    pw_cpu, pw, bias32 = packed(fmt)
+    assert pw.device == rt.device
+    torch.manual_seed(6 + m)
+    x = torch.randn(m, K, device=DEV, dtype=dtype)
+    bias = bias32.to(DEV, dtype)
+    pos = torch.randint(0, 32768, (m,), device=DEV, dtype=torch.int32)
+    out = (poisoned((m, HQ, D), dtype), poisoned((m, HKV, D), dtype), poisoned((m, HKV, D), dtype))
+    q, k, v = rt.qkv_proj(x, pw, bias, pos, num_heads=HQ, num_kv_heads=HKV, head_dim=D, rope_theta=THETA, out=out)
+    assert q is out[0] and k is out[1] and v is out[2]
+    torch.cuda.synchronize()
+    for t in (q, k, v):
+        assert torch.isfinite(t).all(), "NaN/inf left in an output"
+    refs = qkv_reference(x, pw_cpu, bias, pos, HQ, HKV, D, THETA)
+    for name, t, r in zip("qkv", (q, k, v), refs):
+        assert rel_err(t, r) <= TOL[dtype], (fmt, m, name, rel_err(t, r))
+
+
+def test_qkv_proj_no_bias_no_rope_3d_int64_positions(rt):
+    """3-D x [B, S, K] -> [B, S, H, D] outputs (allocated); no bias / no RoPE; then RoPE with int64 [B, S]
+    positions (converted to int32) into [B, S, H, D] views of one fused output buffer."""
+    pw_cpu, pw, bias32 = packed("int4")
+    torch.manual_seed(7)
+    x = torch.randn(2, 8, K, device=DEV, dtype=torch.float16)
+    q, k, v = rt.qkv_proj(x, pw, num_heads=HQ, num_kv_heads=HKV, head_dim=D)
+    assert q.shape == (2, 8, HQ, D) and k.shape == (2, 8, HKV, D) and v.shape == (2, 8, HKV, D)
+    torch.cuda.synchronize()
+    refs = qkv_reference(x, pw_cpu, None, None, HQ, HKV, D, None)
+    for t, r in zip((q, k, v), refs):
+        assert rel_err(t.reshape(r.shape), r) <= TOL[torch.float16]
+
+    pos = torch.arange(16, device=DEV, dtype=torch.int64).view(2, 8) * 37
+    n = (HQ + 2 * HKV) * D
+    fused = torch.full((2, 8, n), float("nan"), device=DEV, dtype=torch.float16)
+    outs = (fused[..., :HQ * D].view(2, 8, HQ, D), fused[..., HQ * D:(HQ + HKV) * D].view(2, 8, HKV, D),
+            fused[..., (HQ + HKV) * D:].view(2, 8, HKV, D))
+    bias = bias32.to(DEV, torch.float16)
+    rt.qkv_proj(x, pw, bias, pos, num_heads=HQ, num_kv_heads=HKV, head_dim=D, rope_theta=THETA, out=outs)
+    torch.cuda.synchronize()
+    assert torch.isfinite(fused).all()
+    refs = qkv_reference(x, pw_cpu, bias, pos, HQ, HKV, D, THETA)
+    for t, r in zip(outs, refs):
+        assert rel_err(t.reshape(r.shape), r) <= TOL[torch.float16]
+
+
+@pytest.mark.parametrize("fmt", ["int4", "nvfp4"])
+def test_qkv_proj_qwen_geometry(rt, fmt):
+    """Qwen2.5-7B: hidden 3584, 28 query heads, 4 KV heads, head_dim 128 (N = 4608)."""
+    dtype = QKV_DTYPE[fmt]
+    pw_cpu, pw, bias32 = packed(fmt, 28, 4, 128, 3584)
+    torch.manual_seed(8)
+    x = torch.randn(37, 3584, device=DEV, dtype=dtype)
+    pos = torch.arange(37, device=DEV, dtype=torch.int32) + 1000
+    bias = bias32.to(DEV, dtype)
+    q, k, v = rt.qkv_proj(x, pw, bias, pos, num_heads=28, num_kv_heads=4, head_dim=128, rope_theta=THETA)
+    torch.cuda.synchronize()
+    refs = qkv_reference(x, pw_cpu, bias, pos, 28, 4, 128, THETA)
+    for t, r in zip((q, k, v), refs):
+        assert rel_err(t, r) <= TOL[dtype]
+    line = rt.explain_qkv(x, pw, num_heads=28, num_kv_heads=4, head_dim=128, has_bias=True, rope=True)
+    assert line.split(":")[0] in ("exact", "nearest", "default") and fmt in line, line
+
+
+def test_packed_weight_round_trip():
+    torch.manual_seed(9)
+    w = torch.randn(64, 256, device=DEV) * 0.05
+    for fmt in kt.FORMATS:
+        pw = kt.quantize(w, fmt)  # on w's device
+        assert pw.device == w.device
+        dq = pw.dequantize()
+        assert dq.dtype == torch.float64 and dq.device.type == "cpu" and dq.shape == (64, 256)
+        assert torch.equal(dq, pw.to("cpu").dequantize())
+        assert rel_err(dq, w.cpu()) < 0.2
+    fp16 = kt.quantize(w, "fp16")
+    assert torch.equal(fp16.data.view(torch.float16).cpu(), w.half().cpu())
+
+
+# ---- qkv refusals: raised before any launch -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["cpu_x", "wrong_dtype", "noncontig_last", "weight_on_cpu", "weight_not_packed",
+                                  "weight_shape", "bias_dtype", "missing_positions", "fp16_weight_bf16_x"])
+def test_qkv_proj_refusals(rt, case):
+    pw_cpu, pw, bias32 = packed("int4")
+    x = torch.randn(16, K, device=DEV, dtype=torch.float16)
+    bias = bias32.to(DEV, torch.float16)
+    pos = torch.arange(16, device=DEV, dtype=torch.int32)
+    kw = dict(num_heads=HQ, num_kv_heads=HKV, head_dim=D, rope_theta=THETA)
+    expect = ValueError
+    if case == "cpu_x":
+        x = x.cpu()
+    elif case == "wrong_dtype":
+        x, expect = x.float(), TypeError
+    elif case == "noncontig_last":
+        x = torch.randn(16, 2 * K, device=DEV, dtype=torch.float16)[:, ::2]
+    elif case == "weight_on_cpu":
+        pw = pw_cpu
+    elif case == "weight_not_packed":
+        pw, expect = torch.randn((HQ + 2 * HKV) * D, K, device=DEV, dtype=torch.float16), TypeError
+    elif case == "weight_shape":
+        kw["num_heads"] = 4
+    elif case == "bias_dtype":
+        bias, expect = bias.float(), TypeError
+    elif case == "missing_positions":
+        pos = None
+    elif case == "fp16_weight_bf16_x":
+        pw, x = packed("fp16")[1], x.bfloat16()
+        bias = bias.bfloat16()
+    m = x.shape[0]
+    dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.float16
+    out = (poisoned((m, kw["num_heads"], D), dtype), poisoned((m, HKV, D), dtype), poisoned((m, HKV, D), dtype))
+    with pytest.raises(expect):
+        rt.qkv_proj(x, pw, bias, pos, out=out, **kw)
+    torch.cuda.synchronize()
+    for t in out:
+        assert torch.isnan(t).all(), "something was launched before the refusal"
+
+
+def test_closed_runtime_refuses():
+    r = kt.Runtime()
+    with r:
+        pass
+    assert r.closed
+    q, k, v = _attn_inputs()
+    with pytest.raises(ValueError, match="closed"):
+        r.attention(q, k, v)
+    r.close()  # idempotent
