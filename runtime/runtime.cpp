@@ -412,7 +412,9 @@ struct Runtime::Impl {
     const std::string expr = qkv::name_expression(p, ch.config);
     auto it = qkv_kernels.find(expr);
     if (it != qkv_kernels.end()) return it->second.get();
-    const unsigned smem = static_cast<unsigned>(qkv::smem_bytes(ch.config));
+    // The kernel's dynamic shared-memory ceiling: gemv stages 1 grows with K (the launch passes the problem's bytes),
+    // and one binary serves every K, so take the generator's ceiling for the variant.
+    const unsigned smem = qkv::kernel_source(p, ch.config, arch).dynamic_smem_bytes;
     std::unique_ptr<LoadedKernel> k;
     std::string db_note;
     if (db && !ch.binary_hash.empty()) {

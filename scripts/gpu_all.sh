@@ -2,7 +2,10 @@
 # Runs every [gpu] test and benchmark in one call on a GPU machine and writes logs + JSON under $OUT.
 # Binaries come prebuilt in $KT_BIN (default build-gpu/, made by scripts/stage_gpu.sh on the build
 # machine): the GPU machine has no SQLite/Catch2 headers and nothing is built there.
-#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|anchors|all]...
+#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|all]...
+# (python: the ctypes package's torch tests; quicktune: a short tune of shapes/qwen7b.json into $OUT/quick.db;
+#  bench: bench/bench_all.py side by side with the anchors, on $KT_BENCH_DB or the quick/full database;
+#  example: examples/qwen7b_layer.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KT_BIN:-build-gpu}
@@ -54,5 +57,32 @@ if want anchors; then
 fi
 if [ -f "$OUT/tune.json" ] && [ -f "$OUT/anchors.json" ]; then
   python3 bench/attention_report.py --tune "$OUT/tune.json" --anchors "$OUT/anchors.json" --out "$OUT/report.json" | tee "$OUT/report.txt"
+fi
+export KERNTUNE_LIB="$PWD/$BIN/libkerntune.so"
+if want python; then
+  echo "== python package tests (torch reference)"
+  PYTHONUNBUFFERED=1 python3 -m pytest -q -x python/tests/test_kerntune_gpu.py 2>&1 | tail -n 30 | tee "$OUT/python_tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if want quicktune; then
+  echo "== quick tune of shapes/qwen7b.json (every family, few candidates)"
+  "$BIN/autotune" --arch sm_90 --shapes shapes/qwen7b.json --db "$OUT/quick.db" --budget-ms "${KT_QUICK_BUDGET_MS:-5}" \
+     --max-candidates "${KT_QUICK_CANDIDATES:-6}" --json "$OUT/quick_tune.json" 2>&1 | grep -v "^compiled\|^measured" | tail -n 100 \
+     | tee "$OUT/quick_tune.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+db=${KT_BENCH_DB:-}
+[ -z "$db" ] && [ -f "$OUT/qwen7b-h100.db" ] && db="$OUT/qwen7b-h100.db"
+[ -z "$db" ] && [ -f "$OUT/quick.db" ] && db="$OUT/quick.db"
+if want bench; then
+  echo "== bench/bench_all.py (db: ${db:-none})"
+  PYTHONUNBUFFERED=1 python3 bench/bench_all.py --db "$db" --out "$OUT/bench.json" --plots-dir "$OUT" ${KT_BENCH_ARGS:-} 2>&1 \
+     | tee "$OUT/bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if want example; then
+  echo "== examples/qwen7b_layer (db: ${db:-none})"
+  PYTHONUNBUFFERED=1 python3 examples/qwen7b_layer/qwen7b_layer.py --db "$db" ${KT_EXAMPLE_ARGS:-} 2>&1 | tee "$OUT/example_layer.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 exit $rc

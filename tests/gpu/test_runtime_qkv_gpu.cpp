@@ -245,6 +245,19 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     run_and_verify(other, [&](const QkvParams& a, double) { rt.qkv_proj(other, a, stream.get()); }, 6);
     CHECK(files_in(cache_dir) == 1);
     CHECK(rt.resolved_qkv_problems() == 5);
+
+    // Decode sizes default to the gemv kernel; with stages 1 its shared memory grows with K (above 48 KB here for
+    // fp16 weights), which the runtime must allow when it loads the binary.
+    for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::fp16, DType::f16}}) {
+      Problem dp = small(1, f, d);
+      dp.k = 4096;  // fp16: 16 rows x 8 KB in shared memory
+      const auto dch = rt.explain_qkv(dp);
+      INFO(dch.variant_name);
+      CHECK(dch.step == "default");
+      CHECK(dch.config.mainloop == kMainloopGemv);
+      run_and_verify(dp, [&](const QkvParams& a, double) { rt.qkv_proj(dp, a, stream.get()); }, 7);
+    }
+    CHECK(rt.resolved_qkv_problems() == 7);
   }
 
   SECTION("bad arguments are rejected before anything is resolved") {
