@@ -207,8 +207,8 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   const auto bad = compiler.compile(kernel_source(qwen(), Config{16, 64, 64, 1, 4, 2, 1, 1}, arch));  // RoPE, tile_n 64
   CHECK_FALSE(bad.ok);
   CHECK_THAT(bad.error, Catch::Contains("invalid qkv_proj variant"));
-  // The gemv template static_asserts the same rules (here: a 4-bit class with the int8 warp step).
-  const auto bad_gemv = compiler.compile(kernel_source(qwen(), Config{8, 32, 64, 7, 1, 0, 1, 2, kMainloopGemv}, arch));
+  // The gemv template static_asserts the same rules (here: 3 warps along K).
+  const auto bad_gemv = compiler.compile(kernel_source(qwen(), Config{8, 32, 128, 3, 1, 0, 1, 2, kMainloopGemv}, arch));
   CHECK_FALSE(bad_gemv.ok);
   CHECK_THAT(bad_gemv.error, Catch::Contains("invalid qkv_gemv variant"));
 }
