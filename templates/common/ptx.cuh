@@ -118,6 +118,31 @@ __device__ __forceinline__ unsigned pack2<DType::bf16>(float lo, float hi) {
   return r;
 }
 
+/// d = a * b + c on 16-bit pairs, one rounding (round to nearest even): fma.rn.f16x2 / fma.rn.bf16x2 (PTX ISA,
+/// "Half Precision Floating Point Instructions: fma"; bf16x2 needs sm_80). a * b alone is fma(a, b, -0.0).
+template <DType DT>
+__device__ __forceinline__ unsigned fma2(unsigned a, unsigned b, unsigned c);
+template <>
+__device__ __forceinline__ unsigned fma2<DType::f16>(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+template <>
+__device__ __forceinline__ unsigned fma2<DType::bf16>(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+/// Byte permute (PTX prmt.b32, default mode): result byte i = byte (sel >> 4i) & 7 of the 8-byte value {b, a}
+/// (a holds bytes 0-3); selector bit 4i + 3 replicates that byte's sign bit instead.
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
 /// One fp16 / bf16 element (raw bits) to float.
 template <DType DT>
 __device__ __forceinline__ float to_float(unsigned short bits);

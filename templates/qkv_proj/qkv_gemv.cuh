@@ -24,8 +24,9 @@
 //   after the single barrier, and the warps of K slice 0 finish the tile. warps_n warps side by side each own
 //   tile_n / warps_n / 16 m16 tiles. Bias, positions and RoPE frequencies are loaded before the mainloop.
 //
-// Dequantization: decode_chunk (qkv_proj.cuh), i.e. quant_format.h's value rules in fp32, rounded to the mma
-// operand dtype: the same operand values as the tiled mainloop. RoPE: Su et al., RoFormer (2021), rotate-half
+// Dequantization: decode_chunk2 below (quant_format.h's value rules in 16-bit-pair arithmetic; int4 and int8 give the
+// same operand values as the tiled mainloop's fp32 decode_chunk, the table formats round the code value and the scale
+// to the operand dtype first). RoPE: Su et al., RoFormer (2021), rotate-half
 // pairing (i, i + D/2) of Llama/Qwen, angle = pos * theta^(-2i/D) reduced mod 2 pi in double.
 #pragma once
 #include "qkv_proj/qkv_proj.cuh"
@@ -55,6 +56,129 @@ __device__ __forceinline__ UnitScales smem_scales(const unsigned char* sc, const
   return s;
 }
 
+// ---- Packed 16-bit-pair decode (the gemv mainloop's hot path) ----
+//
+// decode_chunk computes every element in fp32 (about 8 instructions per element with the table load and the pack),
+// which made this kernel instruction-bound. The routines below produce the mma operand pairs directly in fp16x2 /
+// bf16x2 arithmetic, and where the format allows, leave the scale out of the operand and apply it to the fp32
+// accumulator instead (gemv_scale_mode):
+//  - int4 (group 128 = one warp step along K): the operand is n - z, an exact small integer; the step's mma partial sum
+//    is multiplied by the group scale in fp32. fp16: (w & 0x000F000F) | 0x6400 6400 is the pair (1024 + n_j,
+//    1024 + n_j+4), exact; the odd nibbles are taken in place as 1024 + 16 n and scaled by 1/16 in the same fma that
+//    subtracts 64 + z. bf16 (8 significant bits) uses 0x4300 = 128.0 with a shift per nibble. The natural pairs are
+//    (n_j, n_j+4), so the X operand is permuted to match (prmt), see gemv_permuted_x.
+//  - int8 (one scale per row): the operand is the exact integer b; the row scale multiplies the finished sum in the
+//    epilogue. fp16: (b ^ 0x80) placed under 0x64 by prmt is 1024 + 128 + b, minus 1152. bf16: 0x43 | (b & 0x7f) is
+//    128 + (b & 0x7f) and 0x43 | (b & 0x80) is 128 or 256 (the sign's weight); their difference is b.
+//  - nf4, mxfp4, nvfp4 (groups of 64 / 32 / 16 along K, narrower than a warp step): one shared-memory table of 256
+//    pairs indexed by a packed byte (two elements), holding the code values (NF4 code rounded to the dtype; E2M1 values
+//    are exact in both) in kGemvTableCopies interleaved copies (copy = lane % copies) so that lanes rarely meet in a
+//    bank; then times the scale rounded to the dtype. fp16 cannot hold every scale (mxfp4 E8M0 spans 2^-127..2^127,
+//    nf4 / nvfp4 scales are fp32): a unit whose scale is outside fp16's normal range [2^-14, 65504] is decoded by
+//    decode_chunk (fp32), so results never depend on an overflowed or flushed scale.
+
+/// Where the gemv mainloop applies a format's scale: none (16-bit), in the decoded operand (table formats), to each
+/// warp step's partial sum (int4), or to the finished row in the epilogue (int8).
+enum GemvScaleMode { kScaleNone, kScaleOperand, kScaleStep, kScaleRow };
+KT_HD constexpr GemvScaleMode gemv_scale_mode(quant::Format f) {
+  return quant::format_bits(f) == 16 ? kScaleNone
+       : f == quant::Format::int4   ? kScaleStep
+       : f == quant::Format::int8   ? kScaleRow
+                                    : kScaleOperand;
+}
+/// Whether format f decodes through the 256-pair table.
+KT_HD constexpr bool gemv_uses_table(quant::Format f) { return gemv_scale_mode(f) == kScaleOperand; }
+/// Whether format f's decoded pairs are (element j, element j + 4) of each 8-element group, with X permuted to match.
+KT_HD constexpr bool gemv_permuted_x(quant::Format f) { return f == quant::Format::int4; }
+
+/// (a & b) | c in one LOP3 (the compiler splits two immediates into two instructions).
+__device__ __forceinline__ unsigned and_or(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+/// Per-unit operand constants: table formats: the scale(s) in the dtype (both halves equal; s1: nvfp4's second group)
+/// and ok = false when the unit must take the fp32 path; int4: the subtrahends for the even / odd nibbles (za, zb).
+struct UnitScales2 {
+  unsigned s0, s1, za, zb;
+  bool ok;
+};
+
+template <DType DT>
+__device__ __forceinline__ bool dtype_holds_scale(float s) {
+  if (DT == DType::bf16) return true;  // bf16 has fp32's exponent range
+  const float a = fabsf(s);
+  return a == 0.f || (a >= 6.103515625e-05f && a <= 65504.f);  // NaN: false
+}
+
+template <DType DT, quant::Format F>
+__device__ __forceinline__ UnitScales2 unit_scales2(const UnitScales& s) {
+  UnitScales2 o{0u, 0u, 0u, 0u, true};
+  if (gemv_scale_mode(F) == kScaleOperand) {
+    o.s0 = ptx::pack2<DT>(s.s0, s.s0);
+    o.s1 = F == quant::Format::nvfp4 ? ptx::pack2<DT>(s.s1, s.s1) : o.s0;
+    o.ok = dtype_holds_scale<DT>(s.s0) && (F != quant::Format::nvfp4 || dtype_holds_scale<DT>(s.s1));
+  } else if (F == quant::Format::int4) {  // z is an integer 0..15: every subtrahend is exact
+    o.za = DT == DType::f16 ? ptx::pack2<DT>(-(1024.f + s.z), -(1024.f + s.z)) : ptx::pack2<DT>(-(128.f + s.z), -(128.f + s.z));
+    o.zb = DT == DType::f16 ? ptx::pack2<DT>(-(64.f + s.z), -(64.f + s.z)) : o.za;
+  }
+  return o;
+}
+
+/// Decodes chunk c of one 16-byte unit (same chunks as decode_chunk) into four operand pairs with the routines
+/// described above: int4 gives n - z, int8 gives b (their scales are applied to the accumulator, gemv_scale_mode), the
+/// table formats give value x scale. Natural formats: out[i] = elements (2i, 2i + 1) of the chunk, as decode_chunk;
+/// gemv_permuted_x formats: out[i] = elements (i, i + 4) of the chunk. tab: this lane's copy of the 256-pair table
+/// (entry b at tab[b * kGemvTableCopies]); unused by int4 / int8. 16-bit formats: copied.
+template <DType DT, quant::Format F>
+__device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2& s, const unsigned* tab, int c, unsigned (&out)[4]) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+  constexpr unsigned kNegZero = 0x80008000u;
+  constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
+  if (quant::format_bits(F) == 16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = w[i];
+  } else if (F == quant::Format::int4) {
+    const unsigned x = w[c];
+    if (DT == DType::f16) {
+      const unsigned magic = 0x64006400u, sixteenth = 0x2C002C00u;  // 1024.0, 0.0625
+      const unsigned x8 = x >> 8;
+      out[0] = ptx::fma2<DT>(and_or(x, 0x000F000Fu, magic), kOne, s.za);
+      out[1] = ptx::fma2<DT>(and_or(x, 0x00F000F0u, magic), sixteenth, s.zb);
+      out[2] = ptx::fma2<DT>(and_or(x8, 0x000F000Fu, magic), kOne, s.za);
+      out[3] = ptx::fma2<DT>(and_or(x8, 0x00F000F0u, magic), sixteenth, s.zb);
+    } else {
+      const unsigned magic = 0x43004300u;  // 128.0
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out[j] = ptx::fma2<DT>(and_or(x >> (4 * j), 0x000F000Fu, magic), kOne, s.za);
+    }
+  } else if (F == quant::Format::int8) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const unsigned x = w[2 * c + i];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned sel = h == 0 ? 0x4140u : 0x4342u;  // bytes (0, 1) or (2, 3), each under a constant high byte
+        if (DT == DType::f16) {
+          const unsigned t = ptx::prmt(x ^ 0x80808080u, 0x64646464u, sel);  // 1024 + 128 + b
+          out[2 * i + h] = ptx::fma2<DT>(t, kOne, 0xE480E480u);           // - 1152
+        } else {
+          const unsigned t = ptx::prmt(x, 0x43434343u, sel);
+          out[2 * i + h] = ptx::fma2<DT>(t & 0xFF7FFF7Fu, kOne, and_or(t, 0x00800080u, 0xC300C300u));  // (128 + low 7) - (128 | 256)
+        }
+      }
+    }
+  } else {
+    const unsigned sc = (F == quant::Format::nvfp4 && c >= 2) ? s.s1 : s.s0;  // nvfp4: elements 16..31, second group
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned b = ptx::prmt(w[c], 0u, 0x4440u | unsigned(j));  // byte j, zero-extended
+      out[j] = ptx::fma2<DT>(tab[b * kGemvTableCopies], sc, kNegZero);
+    }
+  }
+}
+
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages>
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvParams p) {
@@ -70,12 +194,14 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
   constexpr int kStepK = 4 * kUnitElems;             // K per warp step
   constexpr int kWords = kUnitElems / 2;             // dtype pairs per unit
   constexpr int kTilesPerHead = D / 16;
+  constexpr GemvScaleMode kScale = gemv_scale_mode(F);
 
   // Dynamic shared memory: [WarpsK - 1][WarpsN][R][NT][32 lanes] float4 partials, then (stages 1) the block's rows:
   // data [WarpsN * R tiles][16 rows][row bytes], scales [..][16][scale bytes], zero points [..][16][zero bytes]; row
   // 8 h + g of a tile is its RoPE-paired row (g, h).
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float s_lut[16];
+  __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kGemvTableCopies : 4];
   __shared__ __align__(8) unsigned long long s_bar;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -90,7 +216,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
   const int s_begin = steps_total * wk / WarpsK, s_end = steps_total * (wk + 1) / WarpsK;
   const int nsteps = s_end - s_begin;
 
-  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
+  const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
 
   // ---- rows: m16 tile T = (blockIdx.x * WarpsN + wn) * R + r, RoPE-paired (see the top of the file) ----
   int head[R], pair[R];  // head index in [Q | K | V], pair index i in [0, D/2) of row g (row g + 8: i + D/2)
@@ -175,7 +301,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
           if (k0 < p.k_dim && tile_in[r]) {
             wreg[kBulk ? 0 : slot][r][h] =
                 __ldg(reinterpret_cast<const uint4*>(wdata + row * w_row_bytes + (long long)k0 * kBits / 8));
-            sreg[kBulk ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
+            if (kScale != kScaleRow) sreg[kBulk ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
           } else {
             wreg[kBulk ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
             sreg[kBulk ? 0 : slot][r][h] = UnitScales{0.f, 0.f, 0.f};
@@ -187,8 +313,20 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
   for (int pp = 0; pp < Prefetch; ++pp)
     if (pp < nsteps) load_w(pp, s_begin + pp);
 
+  // ---- decode tables (after the loads are in flight) ----
+  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
+  if (gemv_uses_table(F)) {  // entry b: the pair (value of nibble b & 15, value of nibble b >> 4), kGemvTableCopies times
+    static_assert(kGemvTableCopies % 4 == 0, "table copies are written as uint4");
+    __syncthreads();  // s_lut
+    for (int b = tid; b < 256; b += WarpsK * WarpsN * 32) {
+      const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
+#pragma unroll
+      for (int cp = 0; cp < kGemvTableCopies; cp += 4) *reinterpret_cast<uint4*>(s_tab + b * kGemvTableCopies + cp) = make_uint4(v, v, v, v);
+    }
+  }
   // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
   float bias_v[R][2] = {};
+  float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums
   double inv_freq[R] = {};
   int pos[NT][2] = {};
   if (wk == 0) {
@@ -198,6 +336,10 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
       if (HasBias && tile_in[r]) {
         bias_v[r][0] = ptx::to_float<DT>(bias[row_of(r, 0)]);
         bias_v[r][1] = ptx::to_float<DT>(bias[row_of(r, 1)]);
+      }
+      if (kScale == kScaleRow && tile_in[r]) {
+        row_scale[r][0] = __ldg(static_cast<const float*>(p.w_scales) + row_of(r, 0));
+        row_scale[r][1] = __ldg(static_cast<const float*>(p.w_scales) + row_of(r, 1));
       }
       if (Rope) inv_freq[r] = exp2(-double(2 * pair[r]) / double(D) * p.rope_log2_theta);
     }
@@ -211,23 +353,43 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
         }
     }
   }
+  // RoPE rotation (cos, sin) of pair r, token (t, i): angle pos * inv_freq reduced exactly to [-pi, pi] in double.
+  auto rope_cs = [&](int r, int t, int i, float& cs, float& sn) {
+    double ang = double(pos[t][i]) * inv_freq[r];
+    ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);
+    __sincosf(float(ang), &sn, &cs);  // |error| < 2^-21 on [-pi, pi]
+  };
+  // Small tiles compute the rotations here, while the weight is in flight, rather than after the mainloop.
+  constexpr bool kRopeEarly = Rope && R * NT <= 4;
+  float rope_c[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2], rope_s[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2];
+  if (kRopeEarly && wk == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) rope_cs(r, t, i, rope_c[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i], rope_s[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i]);
+  }
 
-  float acc[R][NT][4];
+  // Two accumulator sets, by chunk parity, halve the dependent mma chain; summed after the mainloop.
+  float acc2[2][R][NT][4];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int a = 0; a < 2; ++a)
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[r][t][e] = 0.f;
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc2[a][r][t][e] = 0.f;
 
   if (kBulk) {
 #if __CUDA_ARCH__ >= 900
     ptx::cp_async_wait_all();
-    __syncthreads();            // s_lut, scales and zero points visible to the block
+    __syncthreads();            // s_lut, s_tab, scales and zero points visible to the block
     ptx::mbarrier_wait(bar, 0);  // the rows' bulk copies have landed
 #endif
   } else {
-    __syncthreads();  // s_lut
+    __syncthreads();  // s_lut, s_tab
   }
 
   // The loop is unrolled by Prefetch so that every register-ring slot index is a compile-time constant.
@@ -246,35 +408,91 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
               const int lr = (wn * R + r) * 16 + 8 * h + g;
               const bool in = k0 < p.k_dim && tile_in[r];
               wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(s_data + lr * row_bytes + k0 * kBits / 8) : make_uint4(0, 0, 0, 0);
-              sreg[0][r][h] = in ? smem_scales<F>(s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0, p.tensor_scale)
-                                 : UnitScales{0.f, 0.f, 0.f};
+              if (kScale != kScaleRow)
+                sreg[0][r][h] = in ? smem_scales<F>(s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0, p.tensor_scale)
+                                   : UnitScales{0.f, 0.f, 0.f};
             }
         }
-        // Per chunk of the unit (4 dtype pairs = 2 mma k16 steps): dequantize both rows of every m16 tile and multiply
-        // with the matching X words.
+        // Operand constants; for the table formats a unit whose scale the dtype cannot hold sends the warp's whole step
+        // through the fp32 decode (warp-uniform branch).
+        UnitScales2 s2[R][2];
+        bool all_ok = true;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            s2[r][h] = unit_scales2<DT, F>(sreg[kBulk ? 0 : pp][r][h]);
+            all_ok = all_ok && s2[r][h].ok;
+          }
+        const bool fast = kScale != kScaleOperand || __all_sync(0xffffffffu, all_ok);
+        // kScaleStep: this step's partial sums (one group per row), scaled into acc2 after the step.
+        float ps[kScale == kScaleStep ? 2 : 1][R][NT][4];
+        if (kScale == kScaleStep) {
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+              for (int t = 0; t < NT; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) ps[a][r][t][e] = 0.f;
+        }
+        // Per chunk of the unit (4 dtype pairs = 2 mma k16 steps): decode both rows of every m16 tile and multiply with
+        // the matching X words (permuted formats: X pairs (j, j + 4), as the weight pairs).
 #pragma unroll
         for (int c = 0; c < kWords / 4; ++c) {
           unsigned wa[R][2][4];
 #pragma unroll
           for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) decode_chunk<DT, F>(wreg[kBulk ? 0 : pp][r][h], sreg[kBulk ? 0 : pp][r][h], s_lut, c, wa[r][h]);
+            for (int h = 0; h < 2; ++h) {
+              if (fast)
+                decode_chunk2<DT, F>(wreg[kBulk ? 0 : pp][r][h], s2[r][h], tab, c, wa[r][h]);
+              else
+                decode_chunk<DT, F>(wreg[kBulk ? 0 : pp][r][h], sreg[kBulk ? 0 : pp][r][h], s_lut, c, wa[r][h]);
+            }
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
             const uint4 xv = xreg[pp][t][c];
+            unsigned b[4] = {xv.x, xv.y, xv.z, xv.w};
+            if (gemv_permuted_x(F)) {  // (x0 x1, x2 x3, x4 x5, x6 x7) -> (x0 x4, x1 x5, x2 x6, x3 x7)
+              b[0] = ptx::prmt(xv.x, xv.z, 0x5410u);
+              b[1] = ptx::prmt(xv.x, xv.z, 0x7632u);
+              b[2] = ptx::prmt(xv.y, xv.w, 0x5410u);
+              b[3] = ptx::prmt(xv.y, xv.w, 0x7632u);
+            }
 #pragma unroll
             for (int r = 0; r < R; ++r) {
               const unsigned a0[4] = {wa[r][0][0], wa[r][1][0], wa[r][0][1], wa[r][1][1]};
               const unsigned a1[4] = {wa[r][0][2], wa[r][1][2], wa[r][0][3], wa[r][1][3]};
-              ptx::mma_16816<DT>(acc[r][t], a0, xv.x, xv.y);
-              ptx::mma_16816<DT>(acc[r][t], a1, xv.z, xv.w);
+              float(&d)[4] = kScale == kScaleStep ? ps[kScale == kScaleStep ? c % 2 : 0][r][t] : acc2[c % 2][r][t];
+              ptx::mma_16816<DT>(d, a0, b[0], b[1]);
+              ptx::mma_16816<DT>(d, a1, b[2], b[3]);
             }
           }
+        }
+        if (kScale == kScaleStep) {  // C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e],
+                                        sreg[kBulk ? 0 : pp][r][e / 2].s0, acc2[0][r][t][e]);
         }
         if (j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slot just consumed
       }
     }
   }
+
+  float(&acc)[R][NT][4] = acc2[0];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[r][t][e] += acc2[1][r][t][e];
 
   // ---- K slices meet in shared memory (same fragment layout, one float4 per lane: conflict-free) ----
   float4* part = reinterpret_cast<float4*>(smem);
@@ -330,12 +548,21 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
       for (int i = 0; i < 2; ++i) {
         const int m = m0 + 8 * t + 2 * q + i;
         if (m >= p.m) continue;
-        float y1 = acc[r][t][i] + bias_v[r][0], y2 = acc[r][t][2 + i] + bias_v[r][1];
+        float y1 = acc[r][t][i], y2 = acc[r][t][2 + i];
+        if (kScale == kScaleRow) {
+          y1 *= row_scale[r][0];
+          y2 *= row_scale[r][1];
+        }
+        y1 += bias_v[r][0];
+        y2 += bias_v[r][1];
         if (rotate) {
-          double ang = double(pos[t][i]) * inv_freq[r];
-          ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);  // exact reduction to [-pi, pi] in double
           float sn, cs;
-          __sincosf(float(ang), &sn, &cs);  // |error| < 2^-21 on [-pi, pi]
+          if (kRopeEarly) {
+            cs = rope_c[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i];
+            sn = rope_s[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i];
+          } else {
+            rope_cs(r, t, i, cs, sn);
+          }
           const float o1 = y1 * cs - y2 * sn, o2 = y2 * cs + y1 * sn;
           y1 = o1;
           y2 = o2;

@@ -61,9 +61,12 @@ KT_HD constexpr int row_scale_bytes(quant::Format f, int k) {
   return quant::format_group(f) < 0 ? 4 : quant::format_group(f) == 0 ? 0 : k / quant::format_group(f) * quant::scale_bytes(f);
 }
 KT_HD constexpr int row_zero_bytes(quant::Format f, int k) { return f == quant::Format::int4 ? k / 128 : 0; }
-/// gemv stages 1: dynamic shared memory cap per block (the per-block opt-in limit less 1 KB for the kernel's static
-/// shared memory, which counts against the same limit).
-KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024; }
+/// gemv: interleaved copies of the 256-pair decode table of the table formats (nf4, mxfp4, nvfp4; qkv_gemv.cuh), held
+/// in static shared memory (256 x copies x 4 bytes).
+constexpr int kGemvTableCopies = 8;
+/// gemv stages 1: dynamic shared memory cap per block: the per-block opt-in limit less the kernel's static shared
+/// memory (the decode table and 1 KB for the rest), which counts against the same limit.
+KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024 - 256 * kGemvTableCopies * 4; }
 /// gemv shared memory for K = k: partial sums of K slices 1.. (a float4 per lane per m16 tile per n8 tile), then
 /// for stages 1 the block's rows (data, then scales, then zeros, each [tiles][16 rows][row bytes]).
 KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {

@@ -2,6 +2,7 @@
 // RoPE), outputs poisoned with NaN before every launch.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -185,5 +186,35 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 9);
+  }
+}
+
+TEST_CASE("qkv_proj gemv: units whose scale fp16 cannot hold take the fp32 decode (no inf * 0)", "[gpu][qkv]") {
+  // The gemv mainloop decodes in 16-bit pairs with the scale rounded to the operand dtype. A block of zeros under a
+  // scale above fp16's range (E8M0 2^20, an nf4 absmax of 1e6) would give 0 * inf = NaN there; such units must go
+  // through the fp32 decode, which gives 0. Every 7th row's 3rd block is patched so; the reference sees the same bytes.
+  auto& env = Env::get();
+  for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
+    Problem p = qwen(f, DType::f16, 3);
+    HostInputs in = make_inputs(p, 47);
+    const int group = f == quant::Format::mxfp4 ? 32 : 64, groups = p.k / group;
+    for (int row = 0; row < p.n(); row += 7) {
+      const int blk = 2;
+      for (int e = 0; e < group / 2; ++e) in.w.data[size_t(row) * p.k / 2 + size_t(blk) * group / 2 + e] =
+          f == quant::Format::nf4 ? 0x77 : 0x00;  // nf4 code 7 and E2M1 0b0000 are both 0.0
+      if (f == quant::Format::mxfp4) {
+        in.w.scales[size_t(row) * groups + blk] = 127 + 20;
+      } else {
+        const float big = 1e6f;
+        std::memcpy(in.w.scales.data() + (size_t(row) * groups + blk) * 4, &big, 4);
+      }
+    }
+    quant::dequantize(in.w, in.wd.data());
+    std::vector<Config> cs;
+    for (const auto& c : valid_configs(p, env.arch))
+      if (c.mainloop == kMainloopGemv) cs.push_back(c);
+    REQUIRE(cs.size() >= 20);
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 3);
   }
 }
