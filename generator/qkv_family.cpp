@@ -146,11 +146,8 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   auto score = [&](const Config& c) {
     const int steps_per_warp = (steps + c.warps_m - 1) / c.warps_m;
     const double in_flight =  // share of the weight requested at once
-        c.stages == 1 ? 1.0 : double(std::min(c.prefetch, steps_per_warp)) / steps_per_warp;
-    const double regs = 40 + gemv_row_tiles(c) * (c.tile_m / 8) * 4 +
-                        c.prefetch * ((c.stages == 1 ? 0 : 14 * gemv_row_tiles(c)) +
-                                      (64.0 / quant::format_bits(p.format)) * (c.tile_m / 8)) +
-                        (c.stages == 1 ? 20 : 8) * gemv_row_tiles(c);
+        c.stages >= 1 ? 1.0 : double(std::min(c.prefetch, steps_per_warp)) / steps_per_warp;
+    const double regs = gemv_reg_estimate(c, p.format);
     const double blocks = std::ceil(double(tiles) / (c.warps_n * gemv_row_tiles(c))) * ((p.m + c.tile_m - 1) / c.tile_m);
     const double fit = std::min({1.0, 132.0 * 65536 / (blocks * c.warps_m * c.warps_n * 32 * regs),
                                  132.0 * 228 * 1024 / (blocks * (gemv_smem_bytes(c, p.format, p.k) + 1024.0))});
@@ -183,13 +180,14 @@ Config default_config(ArchId arch, const Problem& p) {
   // Decode sizes: the weight-streaming kernel, with the shapes that won on the H100 for Qwen2.5-7B (4 K warps
   // per m16 tile for 4-bit, 8 for wider weights; the bulk copy where the rows fit in shared memory).
   if (p.m <= 16) {
-    const int tm = p.m <= 8 ? 8 : 16, kw = quant::format_bits(p.format) == 4 ? 4 : 8;
-    for (int st : {1, 0}) {
-      const Config g{tm, 16, gemv_step_k(p.format), kw, 1, st, 1, 1, kMainloopGemv};
-      if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, g, arch) &&
-          gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
-        return g;
-    }
+    const int tm = p.m <= 8 ? 8 : 16, kw0 = quant::format_bits(p.format) == 4 ? 4 : 8;
+    for (int kw : {kw0, kw0 / 2})  // fewer K warps (more registers each) where the register budget needs it
+      for (int st : {1, 0}) {
+        const Config g{tm, 16, gemv_step_k(p.format), kw, 1, st, 1, 1, kMainloopGemv};
+        if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, g, arch) &&
+            gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
+          return g;
+      }
   }
   // Otherwise preference by M (a split-K tile for small M, a 128x128 tile for prefill);
   // the first one valid for the format wins, else the first valid config of the space.
@@ -248,7 +246,7 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.source = c.mainloop == kMainloopGemv ? "#include \"qkv_proj/qkv_gemv.cuh\"\n" : "#include \"qkv_proj/qkv_proj.cuh\"\n";
   k.arch = arch;
   // gemv stages 1: shared memory grows with K (set at launch); allow the whole per-block maximum.
-  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages == 1 ? gemv_smem_cap(arch.sm) : smem_bytes(c));
+  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages >= 1 ? gemv_smem_cap(arch.sm) : smem_bytes(c));
   return k;
 }
 

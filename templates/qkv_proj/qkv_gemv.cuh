@@ -179,14 +179,32 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
   }
 }
 
+// Timeline experiments only (never defined by the generator): KT_GEMV_TRACE(i) records %globaltimer at point i of
+// each warp into kt_gemv_trace[(block * warps + warp) * 4 + i] (a global __device__ array the experiment defines before
+// including this header).
+#ifdef KT_GEMV_TRACE_ON
+#define KT_GEMV_TRACE(i)                                                                                             \
+  do {                                                                                                               \
+    unsigned long long t_;                                                                                           \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                                           \
+    if (lane == 0) kt_gemv_trace[((blockIdx.y * gridDim.x + blockIdx.x) * (WarpsK * WarpsN) + warp) * 4 + (i)] = t_; \
+  } while (0)
+#else
+#define KT_GEMV_TRACE(i) \
+  do {                   \
+  } while (0)
+#endif
+
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages>
-__global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvParams p) {
+__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32)) qkv_gemv(const QkvParams p) {
   constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, 1, Prefetch, kMainloopGemv};
-  constexpr bool kBulk = Stages == 1;
+  constexpr bool kBulk = Stages == 1;  // the block's rows by cp.async.bulk, one mbarrier
+#ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_gemv variant: see invalid_reason() in qkv_proj_config.h");
+#endif
   constexpr int R = gemv_row_tiles(C);               // m16 tiles per warp
   constexpr int NT = TileM / 8;                      // n8 token tiles
   constexpr int kBits = quant::format_bits(F);
@@ -206,6 +224,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, q = lane % 4;
+  KT_GEMV_TRACE(0);
   const int wn = warp % WarpsN, wk = warp / WarpsN;
   const int m0 = blockIdx.y * TileM;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
@@ -276,13 +295,15 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
 #endif
   }
 
-  // ---- register ring: Prefetch steps of X (token m0 + 8 t + g, the lane's kUnitElems elements of the step; zero
-  //      past M or K) and, for stages 0, of weight (R tiles x rows (g, g + 8)) ----
+  // ---- register rings: for stages 0, Prefetch steps of weight (R tiles x rows (g, g + 8)); kXSlots steps of X (token
+  //      m0 + 8 t + g, the lane's kUnitElems elements of the step; zero past M or K). X is read by every block (L2 /
+  //      L1 hits), so its ring is shallower than the weight's, which comes from HBM. ----
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
+  constexpr int kXSlots = Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
   uint4 wreg[kBulk ? 1 : Prefetch][R][2];
   UnitScales sreg[kBulk ? 1 : Prefetch][R][2];
-  uint4 xreg[Prefetch][NT][kWords / 4];
-  auto load_w = [&](int slot, int step) {
+  uint4 xreg[kXSlots][NT][kWords / 4];
+  auto load_x = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -292,6 +313,9 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
       for (int c = 0; c < kWords / 4; ++c)
         xreg[slot][t][c] = (m < p.m && k0 < p.k_dim) ? __ldg(src + c) : make_uint4(0, 0, 0, 0);
     }
+  };
+  auto load_w = [&](int slot, int step) {
+    const int k0 = step * kStepK + q * kUnitElems;
     if (!kBulk) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -312,6 +336,9 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
 #pragma unroll
   for (int pp = 0; pp < Prefetch; ++pp)
     if (pp < nsteps) load_w(pp, s_begin + pp);
+#pragma unroll
+  for (int pp = 0; pp < kXSlots; ++pp)
+    if (pp < nsteps) load_x(pp, s_begin + pp);
 
   // ---- decode tables (after the loads are in flight) ----
   if (tid < 16) s_lut[tid] = lut_value<F>(tid);
@@ -392,6 +419,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
     __syncthreads();  // s_lut, s_tab
   }
 
+  KT_GEMV_TRACE(1);
   // The loop is unrolled by Prefetch so that every register-ring slot index is a compile-time constant.
   for (int j0 = 0; j0 < nsteps; j0 += Prefetch) {
 #pragma unroll
@@ -453,7 +481,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
             }
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            const uint4 xv = xreg[pp][t][c];
+            const uint4 xv = xreg[pp % kXSlots][t][c];
             unsigned b[4] = {xv.x, xv.y, xv.z, xv.w};
             if (gemv_permuted_x(F)) {  // (x0 x1, x2 x3, x4 x5, x6 x7) -> (x0 x4, x1 x5, x2 x6, x3 x7)
               b[0] = ptx::prmt(xv.x, xv.z, 0x5410u);
@@ -481,11 +509,13 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
                 acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e],
                                         sreg[kBulk ? 0 : pp][r][e / 2].s0, acc2[0][r][t][e]);
         }
-        if (j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slot just consumed
+        if (!kBulk && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
+        if (j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
       }
     }
   }
 
+  KT_GEMV_TRACE(2);
   float(&acc)[R][NT][4] = acc2[0];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -573,6 +603,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, 1) qkv_gemv(const QkvPar
         dst[D / 2] = (unsigned short)(pr >> 16);
       }
   }
+  KT_GEMV_TRACE(3);
 }
 
 }  // namespace qkv

@@ -61,6 +61,16 @@ KT_HD constexpr int row_scale_bytes(quant::Format f, int k) {
   return quant::format_group(f) < 0 ? 4 : quant::format_group(f) == 0 ? 0 : k / quant::format_group(f) * quant::scale_bytes(f);
 }
 KT_HD constexpr int row_zero_bytes(quant::Format f, int k) { return f == quant::Format::int4 ? k / 128 : 0; }
+/// gemv: blocks per SM the register allocation is held to (__launch_bounds__ minimum), so that decode-sized grids (a few
+/// hundred blocks of 16 output features) are resident in one wave: up to 128 threads -> 4, 256 -> 3, 384 -> 2, else 1.
+KT_HD constexpr int gemv_min_blocks(int threads) { return threads <= 128 ? 4 : threads <= 256 ? 3 : threads <= 384 ? 2 : 1; }
+/// gemv: registers per thread that gemv_min_blocks leaves: 65536 per SM over the blocks' threads, in units of 8 (ptxas
+/// counts a block above 128 threads as a multiple of 128: 224 as 256, 448 as 512), at most 255.
+KT_HD constexpr int gemv_reg_cap(int threads) {
+  return 65536 / ((threads <= 128 ? threads : (threads + 127) / 128 * 128) * gemv_min_blocks(threads)) / 8 * 8 > 255
+             ? 255
+             : 65536 / ((threads <= 128 ? threads : (threads + 127) / 128 * 128) * gemv_min_blocks(threads)) / 8 * 8;
+}
 /// gemv: interleaved copies of the 256-pair decode table of the table formats (nf4, mxfp4, nvfp4; qkv_gemv.cuh), held
 /// in static shared memory (256 x copies x 4 bytes).
 constexpr int kGemvTableCopies = 8;
@@ -106,6 +116,18 @@ KT_HD constexpr int smem_bytes(const Config& c) {
 /// 16-byte packed-weight units one block loads per K step.
 KT_HD constexpr int w_units(const Config& c, quant::Format f) { return c.tile_n * c.tile_k * quant::format_bits(f) / 8 / 16; }
 
+/// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
+/// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
+/// 16 + accumulators (6 per row tile x n-tile; int4's step partials 8 more) + the stages-0 weight ring (12 per row
+/// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
+/// 20 (stages 0) or, for units read from shared memory (stages 1), 12 for one row tile and 28 each for two.
+KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
+  return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (f == quant::Format::int4 ? 14 : 6) +
+         (c.stages >= 1 ? 0 : c.prefetch * 12 * gemv_row_tiles(c)) +
+         3 * (c.prefetch >= 2 ? 2 : 1) * (64 / quant::format_bits(f)) * (c.tile_m / 8) / 2 +
+         (c.stages >= 1 ? (gemv_row_tiles(c) == 1 ? 12 : 28) : 20) * gemv_row_tiles(c);
+}
+
 /// nullptr if (class, config, arch) is valid, else the rule it breaks. flash-style single source of truth:
 /// the generator prunes with it, qkv_proj.cuh static_asserts it.
 KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_dim, bool rope, const Config& c, ArchId arch) {
@@ -132,14 +154,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (c.stages == 1 && arch.sm < 90) return "gemv: stages 1 (cp.async.bulk) needs sm_90";
     if (c.split_k != 1) return "gemv: split_k must be 1 (K is split between the warps of a block)";
     if (c.prefetch != 1 && c.prefetch != 2 && c.prefetch != 4) return "prefetch must be 1, 2 or 4";
-    // registers (a model fitted to ptxas on sm_90, CUDA 13): 40 + accumulators (4 per row tile x n-tile) + the
-    // ring (per step: 7 per weight unit, 2 rows per row tile, and one unit of X words, 64 / bits, per n-tile) + 8
-    // decoded per row tile, within 112 above 256 threads (128 available) or 200 for fewer; beyond that it spills.
-    // (stages 1: the ring holds X only, plus 12 per row tile for the units read from shared memory.)
-    if (40 + gemv_row_tiles(c) * (c.tile_m / 8) * 4 +
-            c.prefetch * ((c.stages == 1 ? 0 : 14 * gemv_row_tiles(c)) + (64 / quant::format_bits(f)) * (c.tile_m / 8)) +
-            (c.stages == 1 ? 20 : 8) * gemv_row_tiles(c) >
-        (c.warps_m * c.warps_n > 8 ? 112 : 200))
+    if (gemv_reg_estimate(c, f) > gemv_reg_cap(threads(c)))
       return "gemv: accumulators + weight prefetch registers exceed the budget";
     if (smem_bytes(c) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
     return nullptr;

@@ -96,25 +96,26 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   // The weight bytes the roofline counts: 4-bit data + fp32 absmax per 64.
   CHECK(p.min_bytes() == Approx(4608.0 * 3584 / 2 + 4608.0 * 3584 / 64 * 4 + 2.0 * 16 * 3584 + 2.0 * 16 * 4608 + 2 * 4608));
   // gemv configs: their own name and template, a JSON round trip that keeps the mainloop.
-  const Config gv{8, 32, 128, 7, 1, 0, 1, 2, kMainloopGemv};  // 7 K warps x 1, two m16 tiles per warp
+  const Config gv{8, 32, 128, 4, 1, 0, 1, 1, kMainloopGemv};  // 4 K warps x 1, two m16 tiles per warp
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv, arch) == nullptr);
-  CHECK(variant_name(p, gv, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s0_p2__sm_90a");
-  CHECK(name_expression(p, gv) == "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 0>");
+  CHECK(variant_name(p, gv, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w4x1_s0_p1__sm_90a");
+  CHECK(name_expression(p, gv) == "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1, 0>");
   CHECK(config_to_json(gv).at("mainloop") == "gemv");
   CHECK(same_config(config_from_json(config_to_json(gv)), gv));
-  CHECK_FALSE(same_config(gv, Config{8, 32, 128, 7, 1, 0, 1, 2, kMainloopMma}));
+  CHECK_FALSE(same_config(gv, Config{8, 32, 128, 4, 1, 0, 1, 1, kMainloopMma}));
   CHECK(kernel_source(p, gv, arch).source.find("qkv_gemv.cuh") != std::string::npos);
   CHECK(workspace_bytes(p, gv) == 0);  // no split-K workspace
   CHECK(launch_dims(p, gv).grid_x == 144);  // 288 m16 tiles, 2 per block
   CHECK(launch_dims(p, gv).grid_y == 2);    // M = 16: two 8-token tiles
-  CHECK(launch_dims(p, gv).block_x == 7 * 32);
-  CHECK(launch_dims(p, gv).smem_bytes == 6 * 2 * 32 * 16);  // K slices 1..6: a float4 per lane per m16 tile
+  CHECK(launch_dims(p, gv).block_x == 4 * 32);
+  CHECK(launch_dims(p, gv).smem_bytes == 3 * 2 * 32 * 16);  // K slices 1..3: a float4 per lane per m16 tile
   // stages 1: the block's 32 rows of nf4 (1792 data + 224 scale bytes each for K = 3584) join the partials.
   auto gv1 = gv;
   gv1.stages = 1;
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, arch) == nullptr);
-  CHECK(launch_dims(p, gv1).smem_bytes == 6 * 2 * 32 * 16 + 32 * (1792 + 224));
-  CHECK(kernel_source(p, gv1, arch).dynamic_smem_bytes == 226u * 1024u);
+  CHECK(launch_dims(p, gv1).smem_bytes == 3 * 2 * 32 * 16 + 32 * (1792 + 224));
+  // The ceiling: 227 KB per block less 1 KB and the decode table's 8 KB of static shared memory.
+  CHECK(kernel_source(p, gv1, arch).dynamic_smem_bytes == 227u * 1024u - 1024u - 8192u);
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, parse_arch("sm_80"))).find("sm_90") !=
         std::string::npos);
   {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so stages 1 is not offered.
