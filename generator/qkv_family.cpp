@@ -128,7 +128,8 @@ std::vector<Config> mma_candidates(const Problem& p, ArchId arch) {
   return out;
 }
 
-/// gemv candidates (M <= 64): tile_m = the power of two >= M (8..64); every warp gets at least one K step.
+/// gemv candidates (M <= 64): tile_m = the power of two >= M (8..64) or half of it (two token tiles share each weight
+/// row, the second read mostly from L2: more, lighter blocks); every warp gets at least one K step.
 /// Heuristic order: most of the weight requested at once (warps x steps in flight, capped by the K steps each warp
 /// has) while every block still fits on the GPU at once (a register estimate), then fewer registers.
 std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
@@ -137,7 +138,7 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   const int tm = next_pow2_at_least(p.m, 8, 64);
   const int steps = (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format);
   for (const auto& c : gemv_config_space(p.format)) {
-    if (c.tile_m != tm || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
+    if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.warps_m > steps) continue;
     if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // stages 1 holds K in smem
     out.push_back(c);

@@ -48,7 +48,7 @@ std::vector<Config> config_space();
 std::vector<Config> gemv_config_space(quant::Format f);
 
 /// Valid configs for the problem.
-///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64, warps_m <= K steps, shared memory (stages 1:
+///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m <= K steps, shared memory (stages 1:
 ///    grows with K) within the per-block limit. Ordered by the share
 ///    of the weight requested at once while every block fits on a 132-SM GPU, then fewer registers.
 ///  - mma: tile_m <= max(16, next power of two >= M); stages 3 only for tile_m >= 64; split_k > 1 only while the

@@ -226,7 +226,12 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
   const int g = lane / 4, q = lane % 4;
   KT_GEMV_TRACE(0);
   const int wn = warp % WarpsN, wk = warp / WarpsN;
-  const int m0 = blockIdx.y * TileM;
+  // Block order: the hardware issues blocks in linear order (x fastest); remap it so that the token tiles of one set
+  // of rows are neighbours (token tile fastest): blocks sharing weight rows run together and the weight is read from
+  // HBM once, the other token tiles hitting L2. bx: the rows' block index, by: the token tile.
+  const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+  const int bx = lin / gridDim.y, by = lin % gridDim.y;
+  const int m0 = by * TileM;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const int tiles_total = heads * kTilesPerHead;
 
@@ -237,12 +242,12 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 
   const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
 
-  // ---- rows: m16 tile T = (blockIdx.x * WarpsN + wn) * R + r, RoPE-paired (see the top of the file) ----
+  // ---- rows: m16 tile T = (bx * WarpsN + wn) * R + r, RoPE-paired (see the top of the file) ----
   int head[R], pair[R];  // head index in [Q | K | V], pair index i in [0, D/2) of row g (row g + 8: i + D/2)
   bool tile_in[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int T = (blockIdx.x * WarpsN + wn) * R + r;
+    const int T = (bx * WarpsN + wn) * R + r;
     tile_in[r] = T < tiles_total;
     head[r] = T / kTilesPerHead;
     pair[r] = (T % kTilesPerHead) * 8 + g;
@@ -264,7 +269,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) ptx::mbarrier_init(bar, 1);
     __syncthreads();  // the barrier is initialized before anyone waits on it
-    const int tile0 = blockIdx.x * kBlockTiles;
+    const int tile0 = bx * kBlockTiles;
     const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
     if (tid == 0) {
       ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * row_bytes));

@@ -62,8 +62,11 @@ KT_HD constexpr int row_scale_bytes(quant::Format f, int k) {
 }
 KT_HD constexpr int row_zero_bytes(quant::Format f, int k) { return f == quant::Format::int4 ? k / 128 : 0; }
 /// gemv: blocks per SM the register allocation is held to (__launch_bounds__ minimum), so that decode-sized grids (a few
-/// hundred blocks of 16 output features) are resident in one wave: up to 128 threads -> 4, 256 -> 3, 384 -> 2, else 1.
-KT_HD constexpr int gemv_min_blocks(int threads) { return threads <= 128 ? 4 : threads <= 256 ? 3 : threads <= 384 ? 2 : 1; }
+/// hundred blocks of 16 output features) are resident in one wave: up to 64 threads -> 8, 128 -> 4, 256 -> 3, 384 -> 2,
+/// else 1.
+KT_HD constexpr int gemv_min_blocks(int threads) {
+  return threads <= 64 ? 8 : threads <= 128 ? 4 : threads <= 256 ? 3 : threads <= 384 ? 2 : 1;
+}
 /// gemv: registers per thread that gemv_min_blocks leaves: 65536 per SM over the blocks' threads, in units of 8 (ptxas
 /// counts a block above 128 threads as a multiple of 128: 224 as 256, 448 as 512), at most 255.
 KT_HD constexpr int gemv_reg_cap(int threads) {
