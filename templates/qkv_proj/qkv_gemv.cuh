@@ -86,6 +86,19 @@ KT_HD constexpr GemvScaleMode gemv_scale_mode(quant::Format f) {
        : f == quant::Format::int8   ? kScaleRow
                                     : kScaleOperand;
 }
+/// Sets every element of a [A][R][NT][4] accumulator array to 0 (compile-time extents, fully unrolled).
+template <int A, int R, int NT>
+__device__ __forceinline__ void zero_fill(float (&acc)[A][R][NT][4]) {
+#pragma unroll
+  for (int a = 0; a < A; ++a)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[a][r][t][e] = 0.f;
+}
+
 /// Whether format f decodes through the 256-pair table.
 KT_HD constexpr bool gemv_uses_table(quant::Format f) { return gemv_scale_mode(f) == kScaleOperand; }
 /// Whether format f's decoded pairs are (element j, element j + 4) of each 8-element group, with X permuted to match.
@@ -405,14 +418,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 
   // Two accumulator sets, by chunk parity, halve the dependent mma chain; summed after the mainloop.
   float acc2[2][R][NT][4];
-#pragma unroll
-  for (int a = 0; a < 2; ++a)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc2[a][r][t][e] = 0.f;
+  zero_fill(acc2);
 
   if (kBulk) {
 #if __CUDA_ARCH__ >= 900
@@ -460,16 +466,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
         const bool fast = kScale != kScaleOperand || __all_sync(0xffffffffu, all_ok);
         // kScaleStep: this step's partial sums (one group per row), scaled into acc2 after the step.
         float ps[kScale == kScaleStep ? 2 : 1][R][NT][4];
-        if (kScale == kScaleStep) {
-#pragma unroll
-          for (int a = 0; a < 2; ++a)
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-              for (int t = 0; t < NT; ++t)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) ps[a][r][t][e] = 0.f;
-        }
+        if (kScale == kScaleStep) zero_fill(ps);
         // Per chunk of the unit (4 dtype pairs = 2 mma k16 steps): decode both rows of every m16 tile and multiply with
         // the matching X words (permuted formats: X pairs (j, j + 4), as the weight pairs).
 #pragma unroll

@@ -69,10 +69,12 @@ KT_HD constexpr int gemv_min_blocks(int threads) {
 }
 /// gemv: registers per thread that gemv_min_blocks leaves: 65536 per SM over the blocks' threads, in units of 8 (ptxas
 /// counts a block above 128 threads as a multiple of 128: 224 as 256, 448 as 512), at most 255.
+/// Registers per thread when counted_threads threads share an SM's 65536 (units of 8, at most 255).
+KT_HD constexpr int gemv_reg_cap_of(int counted_threads) {
+  return 65536 / counted_threads / 8 * 8 > 255 ? 255 : 65536 / counted_threads / 8 * 8;
+}
 KT_HD constexpr int gemv_reg_cap(int threads) {
-  return 65536 / ((threads <= 128 ? threads : (threads + 127) / 128 * 128) * gemv_min_blocks(threads)) / 8 * 8 > 255
-             ? 255
-             : 65536 / ((threads <= 128 ? threads : (threads + 127) / 128 * 128) * gemv_min_blocks(threads)) / 8 * 8;
+  return gemv_reg_cap_of((threads <= 128 ? threads : (threads + 127) / 128 * 128) * gemv_min_blocks(threads));
 }
 /// gemv: interleaved copies of the 256-pair decode table of the table formats (nf4, mxfp4, nvfp4; qkv_gemv.cuh), held
 /// in static shared memory (256 x copies x 4 bytes).

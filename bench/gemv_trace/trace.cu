@@ -1,0 +1,111 @@
+// Timeline experiment for the qkv_gemv kernel (not part of the build; NOTES.md, qkv_proj items 6-8).
+//
+// Compiles one gemv variant with KT_GEMV_TRACE_ON, so each warp records %globaltimer at entry (0), data ready (1),
+// mainloop end (2) and end (3), and launches it on the Qwen2.5-7B projection (K 3584, 28 / 4 heads of 128, bias,
+// RoPE) for M tokens (argv[1], default 1). Weights are arbitrary non-zero bytes rotated over 20 copies (cold L2); there
+// is no correctness check here (the [gpu] tests do that). Prints, for 5 traced launches, the span and percentiles of
+// each point over warps (us from the first warp's entry); then the launch time in stream batches, an empty kernel with
+// the same grid in a stream and in a CUDA graph, and this kernel in a CUDA graph.
+// Build: bench/gemv_trace/build.sh DT F TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES (F: quant::Format as int).
+#define KT_GEMV_TRACE_ON
+__device__ unsigned long long kt_gemv_trace[288 * 64 * 16 * 4];
+#include "qkv_proj/qkv_gemv.cuh"
+#include <cstdio>
+#include <vector>
+#include <algorithm>
+#include <cuda_runtime.h>
+using namespace kt;
+__global__ void empty_kernel(const kt::qkv::QkvParams p) { if (p.m < 0) kt_gemv_trace[threadIdx.x] = 1; }
+using namespace kt::qkv;
+#define K_ kt::qkv::qkv_gemv<kt::DType::KDT, KF, 128, true, true, KTM, KTN, KWK, KWN, KP, KS>
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+int main(int argc, char** argv) {
+  const int M = argc > 1 ? atoi(argv[1]) : 1, K = 3584, Hq = 28, Hkv = 4, D = 128, N = (Hq + 2 * Hkv) * D;
+  constexpr quant::Format F = static_cast<quant::Format>(KF);
+  constexpr Config C{KTM, KTN, gemv_step_k(F), KWK, KWN, KS, 1, KP, kMainloopGemv};
+  const int bits = quant::format_bits(F);
+  const size_t wbytes = size_t(N) * K * bits / 8;
+  const int copies = 20;  // rotate weight copies (> 3x L2) for cold-L2 timing
+  std::vector<unsigned char> hw(wbytes);
+  for (size_t i = 0; i < wbytes; ++i) hw[i] = (unsigned char)(i * 2654435761u >> 13);
+  unsigned char* dw; CK(cudaMalloc(&dw, wbytes * copies));
+  for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
+  const int gsz = quant::format_group(F) > 0 ? quant::format_group(F) : K;
+  const size_t nsc = size_t(N) * (K / gsz) * 4 + 64;
+  std::vector<unsigned char> hs(nsc);
+  for (size_t i = 0; i < nsc; ++i) hs[i] = (F == quant::Format::mxfp4) ? 120 : (F == quant::Format::nvfp4 ? 0x30 : 0);
+  if (F == quant::Format::int4) for (size_t i = 0; i + 1 < nsc; i += 2) { hs[i] = 0x00; hs[i + 1] = 0x24; }  // fp16 0.0156
+  if (F == quant::Format::nf4 || F == quant::Format::int8) for (size_t i = 0; i + 3 < nsc; i += 4) { float f = 0.01f; memcpy(&hs[i], &f, 4); }
+  unsigned char *ds, *dz; CK(cudaMalloc(&ds, nsc)); CK(cudaMemcpy(ds, hs.data(), nsc, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&dz, size_t(N) * K / 128 + 64)); CK(cudaMemset(dz, 8, size_t(N) * K / 128 + 64));
+  std::vector<unsigned short> hx(size_t(M) * K, 0x3800), hb(N, 0x2000);
+  unsigned short *dx, *db, *dq, *dk, *dv; int* dp;
+  CK(cudaMalloc(&dx, hx.size() * 2)); CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&db, N * 2)); CK(cudaMemcpy(db, hb.data(), N * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&dp, M * 4)); CK(cudaMemset(dp, 0, M * 4));
+  CK(cudaMalloc(&dq, size_t(M) * Hq * D * 2)); CK(cudaMalloc(&dk, size_t(M) * Hkv * D * 2)); CK(cudaMalloc(&dv, size_t(M) * Hkv * D * 2));
+  QkvParams p{};
+  p.x = dx; p.w_scales = ds; p.w_zeros = dz; p.bias = db; p.positions = dp; p.q = dq; p.k = dk; p.v = dv;
+  p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
+  p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
+  const int per_block = C.warps_n * gemv_row_tiles(C);
+  dim3 grid((N / 16 + per_block - 1) / per_block, (M + C.tile_m - 1) / C.tile_m), block(threads(C));
+  const int smem = gemv_smem_bytes(C, F, K);
+  CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  for (int it = 0; it < 200; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem>>>(p); }
+  CK(cudaDeviceSynchronize());
+  cudaEventRecord(a);
+  for (int it = 0; it < 400; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem>>>(p); }
+  cudaEventRecord(b); CK(cudaEventSynchronize(b));
+  float ms; cudaEventElapsedTime(&ms, a, b);
+  // One traced launch after an idle gap (cold start of the launch, as the last of a batch is not).
+  std::vector<unsigned long long> tr(size_t(grid.x) * grid.y * threads(C) / 32 * 4);
+  std::vector<double> t1s, t2s, t3s, t0s;
+  for (int rep = 0; rep < 5; ++rep) {
+    p.w_data = dw + ((rep + 7) % copies) * wbytes;
+    CK(cudaMemset(dq, 0, 2)); K_<<<grid, block, smem>>>(p); K_<<<grid, block, smem>>>(p);  // trace the second, back to back
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpyFromSymbol(tr.data(), kt_gemv_trace, tr.size() * 8));
+    unsigned long long t0 = ~0ull, tend = 0;
+    for (size_t w = 0; w < tr.size() / 4; ++w) { t0 = std::min(t0, tr[w * 4]); tend = std::max(tend, std::max(tr[w * 4 + 2], tr[w * 4 + 3])); }
+    t0s.clear(); t1s.clear(); t2s.clear(); t3s.clear();
+    for (size_t w = 0; w < tr.size() / 4; ++w) {
+      t0s.push_back((tr[w * 4] - t0) / 1000.0); t1s.push_back((tr[w * 4 + 1] - t0) / 1000.0); t2s.push_back((tr[w * 4 + 2] - t0) / 1000.0);
+      if (tr[w * 4 + 3] > t0) t3s.push_back((tr[w * 4 + 3] - t0) / 1000.0);
+    }
+    auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v[std::min(v.size() - 1, size_t(q * v.size()))]; };
+    printf("rep %d span %.2f us | start p50 %.2f max %.2f | ready p10 %.2f p50 %.2f p90 %.2f max %.2f | loopend p10 %.2f p50 %.2f p90 %.2f max %.2f | end p50 %.2f max %.2f\n",
+           rep, (tend - t0) / 1000.0, pct(t0s, .5), pct(t0s, 1), pct(t1s, .1), pct(t1s, .5), pct(t1s, .9), pct(t1s, 1), pct(t2s, .1), pct(t2s, .5), pct(t2s, .9), pct(t2s, 1), pct(t3s, .5), pct(t3s, 1));
+  }
+  {  // launch-rate probes: an empty kernel with the same grid and parameters; the real kernel inside a CUDA graph
+    for (int it = 0; it < 100; ++it) empty_kernel<<<grid, block>>>(p);
+    cudaEventRecord(a);
+    for (int it = 0; it < 400; ++it) empty_kernel<<<grid, block>>>(p);
+    cudaEventRecord(b); CK(cudaEventSynchronize(b));
+    float me; cudaEventElapsedTime(&me, a, b);
+    cudaStream_t st; cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    cudaGraph_t gr; cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int it = 0; it < 100; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem, st>>>(p); }
+    CK(cudaStreamEndCapture(st, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+    cudaEventRecord(a, st);
+    for (int r = 0; r < 4; ++r) CK(cudaGraphLaunch(ge, st));
+    cudaEventRecord(b, st); CK(cudaEventSynchronize(b));
+    float mg; cudaEventElapsedTime(&mg, a, b);
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int it = 0; it < 100; ++it) empty_kernel<<<grid, block, 0, st>>>(p);
+    CK(cudaStreamEndCapture(st, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+    cudaEventRecord(a, st);
+    for (int r = 0; r < 4; ++r) CK(cudaGraphLaunch(ge, st));
+    cudaEventRecord(b, st); CK(cudaEventSynchronize(b));
+    float meg; cudaEventElapsedTime(&meg, a, b);
+    printf("empty kernel: stream batch %.2f us, graph %.2f us per launch; real kernel in a graph: %.2f us per launch\n", me * 1000 / 400, meg * 1000 / 400, mg * 1000 / 400);
+  }
+  printf("%s M=%d grid %d x %d, %d threads, smem %d: batch timing %.2f us per launch\n", argv[0], M, grid.x, grid.y, threads(C), smem, ms * 1000 / 400);
+  return 0;
+}
