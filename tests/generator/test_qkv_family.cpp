@@ -68,11 +68,13 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
       CHECK(names.insert(variant_name(p, c, arch)).second);
     }
-    bool has_split = false, has_gemv = false;
+    bool has_split = false, has_gemv = false, has_half_gemv = false;
     for (const auto& c : cs) {
       has_split |= c.split_k > 1 && c.mainloop == kMainloopMma;
       has_gemv |= c.mainloop == kMainloopGemv;
+      has_half_gemv |= c.mainloop == kMainloopGemv && c.tile_m == 8 && m > 8;
     }
+    CHECK(has_half_gemv == (m == 16));  // M = 16 also gets two 8-token tiles per set of rows
     CHECK(has_split == (m <= 256));
     CHECK(has_gemv == (m <= 16));  // 4-bit gemv at tile_m 64 exceeds the register budget
     // Decode sizes try the weight-streaming kernel first.
