@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <sstream>
+#include <tuple>
 
 #include "generator/arch.h"
 
@@ -98,6 +99,20 @@ std::vector<Config> gemv_config_space(quant::Format f) {
   return out;
 }
 
+std::vector<Config> wgmma_config_space(quant::Format f) {
+  std::vector<Config> out;
+  for (int tm : {64, 128, 256})
+    for (int tn : {64, 128, 256})
+      for (int tk : {64, 128})
+        for (int st : {2, 3, 4})
+          for (int sk : {1, 2, 4, 8, 16})
+            for (int pf : {1, 2}) {
+              if (quant::format_bits(f) == 16 && pf != 1) continue;
+              out.push_back(Config{tm, tn, tk, tm / 16, 1, st, sk, pf, kMainloopWgmma});
+            }
+  return out;
+}
+
 namespace {
 
 int next_pow2_at_least(int m, int lo, int hi) {
@@ -158,12 +173,42 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   return out;
 }
 
+/// wgmma candidates (sm_90a): tile_m 64, or larger once M fills more than half of it; split_k > 1 only while the grid has fewer blocks than the
+/// SMs of an H100 (132), and split_k <= K / tile_k. Heuristic order: wave efficiency on 132 SMs (busy share of the
+/// last wave; 1 from 4 waves on), then larger tiles, then the deeper X ring.
+std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
+  std::vector<Config> out;
+  for (const auto& c : wgmma_config_space(p.format)) {
+    if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
+    if (c.tile_m > 64 && p.m <= c.tile_m / 2) continue;  // a tile at least half full of tokens
+    const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / c.tile_k)) continue;
+    out.push_back(c);
+  }
+  auto score = [&](const Config& c) {
+    const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
+    const double waves = blocks / 132.0;
+    // wave efficiency: the share of the last wave that is busy (1 = whole waves), folded with the fill of one wave;
+    // from 4 waves on the tail costs little and larger tiles (less L2 traffic per FLOP) come first
+    const double eff = waves < 1 ? waves : waves >= 4 ? 1.0 : waves / std::ceil(waves);
+    return std::make_tuple(-std::round(eff * 8) / 8, -double(c.tile_m) * c.tile_n, -c.stages, c.tile_k);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
+  return out;
+}
+
 }  // namespace
 
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   // Decode sizes (M <= 16) try the weight-streaming kernel first; up to M = 64 the two mainloops alternate in the
   // order (what --max-candidates keeps); beyond, only the tiled GEMM.
-  const auto g = gemv_candidates(p, arch), m = mma_candidates(p, arch);
+  // On sm_90a the wgmma mainloop leads the tiled candidates and alternates with the mma.sync ones.
+  const auto g = gemv_candidates(p, arch), w = wgmma_candidates(p, arch), mm = mma_candidates(p, arch);
+  std::vector<Config> m;
+  for (size_t i = 0; i < std::max(w.size(), mm.size()); ++i) {
+    if (i < w.size()) m.push_back(w[i]);
+    if (i < mm.size()) m.push_back(mm[i]);
+  }
   if (p.m <= 16) {
     std::vector<Config> out = g;
     out.insert(out.end(), m.begin(), m.end());
@@ -189,6 +234,15 @@ Config default_config(ArchId arch, const Problem& p) {
             gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
           return g;
       }
+  }
+  // sm_90a beyond decode sizes: the wgmma mainloop with the shapes that won on the H100 for Qwen2.5-7B (128 x 128,
+  // 3 stages up to a few hundred tokens; 256 x 128 for prefill where the register budget allows it).
+  if (arch.sm == 90 && arch.arch_specific && p.m > 64) {
+    std::vector<Config> prefs;
+    if (p.m > 512) prefs.push_back(Config{256, 128, 64, 16, 1, 3, 1, 1, kMainloopWgmma});
+    prefs.push_back(Config{128, 128, 64, 8, 1, 3, 1, 1, kMainloopWgmma});
+    for (const auto& c : prefs)
+      if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
   }
   // Otherwise preference by M (a split-K tile for small M, a 128x128 tile for prefill);
   // the first one valid for the format wins, else the first valid config of the space.
@@ -216,6 +270,9 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   if (c.mainloop == kMainloopGemv)
     s << "gemv_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_p"
       << c.prefetch;
+  else if (c.mainloop == kMainloopWgmma)
+    s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
+      << c.prefetch;
   else
     s << 'm' << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_w" << c.warps_m << 'x' << c.warps_n << "_s"
       << c.stages << "_sk" << c.split_k << "_p" << c.prefetch;
@@ -232,6 +289,12 @@ std::string name_expression(const Problem& p, const Config& c) {
       << ">";
     return s.str();
   }
+  if (c.mainloop == kMainloopWgmma) {
+    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
+      << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
+      << c.tile_m << ", " << c.tile_n << ", " << c.tile_k << ", " << c.stages << ", " << c.prefetch << ">";
+    return s.str();
+  }
   s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
     << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
     << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ", "
@@ -244,10 +307,14 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.family = kFamily;
   k.variant_name = variant_name(p, c, arch);
   k.name_expression = name_expression(p, c);
-  k.source = c.mainloop == kMainloopGemv ? "#include \"qkv_proj/qkv_gemv.cuh\"\n" : "#include \"qkv_proj/qkv_proj.cuh\"\n";
+  k.source = c.mainloop == kMainloopGemv    ? "#include \"qkv_proj/qkv_gemv.cuh\"\n"
+             : c.mainloop == kMainloopWgmma ? "#include \"qkv_proj/qkv_wgmma.cuh\"\n"
+                                            : "#include \"qkv_proj/qkv_proj.cuh\"\n";
   k.arch = arch;
   // gemv stages 1: shared memory grows with K (set at launch); allow the whole per-block maximum.
-  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages >= 1 ? gemv_smem_cap(arch.sm) : smem_bytes(c));
+  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages >= 1 ? gemv_smem_cap(arch.sm)
+                                  : c.mainloop == kMainloopWgmma              ? wgmma_smem_bytes(c, p.format)
+                                                                              : smem_bytes(c));
   return k;
 }
 
@@ -266,7 +333,7 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c) {
   d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
   d.grid_z = unsigned(c.split_k);
   d.block_x = unsigned(threads(c));
-  d.smem_bytes = unsigned(smem_bytes(c));
+  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma ? wgmma_smem_bytes(c, p.format) : smem_bytes(c));
   return d;
 }
 
@@ -309,7 +376,7 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"mainloop", c.mainloop == kMainloopGemv ? "gemv" : "mma"},
+  return {{"mainloop", c.mainloop == kMainloopGemv ? "gemv" : c.mainloop == kMainloopWgmma ? "wgmma" : "mma"},
           {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
           {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch}};
 }
@@ -317,10 +384,11 @@ nlohmann::json config_to_json(const Config& c) {
 Config config_from_json(const nlohmann::json& j) {
   try {
     const std::string ml = j.value("mainloop", std::string("mma"));
-    if (ml != "mma" && ml != "gemv") fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma or gemv)");
+    if (ml != "mma" && ml != "gemv" && ml != "wgmma")
+      fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma, gemv or wgmma)");
     return Config{j.at("tile_m"), j.at("tile_n"), j.at("tile_k"), j.at("warps_m"),
                   j.at("warps_n"), j.at("stages"), j.at("split_k"), j.value("prefetch", 1),
-                  ml == "gemv" ? kMainloopGemv : kMainloopMma};
+                  ml == "gemv" ? kMainloopGemv : ml == "wgmma" ? kMainloopWgmma : kMainloopMma};
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("config JSON: ") + e.what());
   }

@@ -46,6 +46,10 @@ std::vector<Config> config_space();
 /// {1, 2} x warps (K x N) {2x1, 4x1, 7x1, 8x1, 14x1, 16x1, 4x2, 7x2, 8x2, 2x4, 4x4} x stages {0 register ring,
 /// 1 bulk copy to shared memory} x prefetch {1, 2, 4}; tile_k = gemv_step_k(f), split_k 1.
 std::vector<Config> gemv_config_space(quant::Format f);
+/// Raw axes of the Hopper (wgmma, sm_90a) mainloop for format f: tile_m {64, 128, 256} x tile_n {64, 128, 256} x tile_k
+/// {64, 128} x stages {2, 3, 4} x split_k {1, 2, 4, 8, 16} x prefetch {1, 2} (1 only for 16-bit weights); warps
+/// tile_m / 16 x 1.
+std::vector<Config> wgmma_config_space(quant::Format f);
 
 /// Valid configs for the problem.
 ///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m <= K steps, shared memory (stages 1:
@@ -54,14 +58,17 @@ std::vector<Config> gemv_config_space(quant::Format f);
 ///  - mma: tile_m <= max(16, next power of two >= M); stages 3 only for tile_m >= 64; split_k > 1 only while the
 ///    grid has fewer than 2 blocks per SM of an H100-class GPU (264), and split_k <= K / tile_k. Ordered by grid
 ///    closest to 264 blocks, then larger tiles.
-/// M <= 16: the gemv list, then the mma list; 16 < M <= 64: the two alternate; else mma only. The order is what
-/// --max-candidates keeps first.
+///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer than 132 blocks. Ordered by
+///    wave efficiency on 132 SMs, then larger tiles, then deeper X rings.
+/// The tiled list alternates wgmma and mma (wgmma first). M <= 16: the gemv list, then the tiled list; 16 < M <= 64:
+/// gemv and tiled alternate; else the tiled list only. The order is what --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);
 
 /// mma:  "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a";
-/// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N).
+/// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N);
+/// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a".
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 /// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
 /// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,

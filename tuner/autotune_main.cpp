@@ -174,6 +174,11 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::vector<kt::qkv::Problem> qkv_problems;
   try {
     arch = kt::parse_arch(a.arch);
+    if (arch.sm == 90 && !arch.arch_specific) {
+      // Hopper's arch-specific features (wgmma) need sm_90a cubins; they run on exactly the GPUs sm_90 names (CC 9.0).
+      arch.arch_specific = true;
+      std::fprintf(stderr, "autotune: --arch sm_90 tunes for sm_90a (adds the wgmma kernels; the cubins run on CC 9.0)\n");
+    }
     shapes = kt::load_shapes(a.shapes);
     if (a.families.empty()) {
       if (!shapes.prefill.empty()) a.families.push_back(kt::attn::kFamily);
@@ -552,7 +557,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kerntune autotune: compile, verify and time kernel variants; store the winners in a tuning database"};
   app.require_subcommand(0, 1);
   TuneArgs a;
-  app.add_option("--arch", a.arch, "target architecture: sm_80, sm_86, sm_89, sm_90, sm_90a (must run on the GPU)");
+  app.add_option("--arch", a.arch, "target architecture: sm_80, sm_86, sm_89, sm_90 (tuned as sm_90a), sm_90a (must run on the GPU)");
   app.add_option("--shapes", a.shapes, "shapes file (kerntune JSON) or a Hugging Face config.json");
   app.add_option("--db", a.db, "tuning database (SQLite); created if missing, resumed if present");
   app.add_option("--families", a.families, "families to tune (default: all the shapes file names)");

@@ -29,6 +29,12 @@
 //                  registers, so the entire matrix can be in flight GPU-wide; shared memory grows with K,
 //          split_k 1 (no workspace),
 //          prefetch K steps in flight per warp in the register ring (weight and X for stages 0, X for stages 1).
+//   wgmma (qkv_wgmma.cuh, sm_90a): tiled GEMM on wgmma.mma_async m64nNk16, both operands in 128-byte-swizzled shared
+//        memory: X through a cp.async ring, the weight dequantized by every thread into one of 3 shared buffers
+//        while the asynchronous wgmma of the previous step runs (16-bit weights: cp.async, stages + 1 buffers).
+//        Fields: tile_m 64, 128 or 256 tokens (one warpgroup per 64), tile_n 64 / 128 / 256 features (the wgmma N),
+//        tile_k 64 or 128, warps_m = tile_m / 16 (4 warps per warpgroup), warps_n 1, stages 2..4 (X ring),
+//        split_k 1..16 (workspace, as mma), prefetch 1 or 2 (packed-weight register ring; 1 for 16-bit weights).
 #pragma once
 #include "common/kt_types.h"
 #include "qkv_proj/quant_format.h"
@@ -37,7 +43,7 @@ namespace kt {
 namespace qkv {
 
 /// Config::mainloop values.
-enum : int { kMainloopMma = 0, kMainloopGemv = 1 };
+enum : int { kMainloopMma = 0, kMainloopGemv = 1, kMainloopWgmma = 2 };
 
 struct Config {
   int tile_m;   ///< tokens per block
@@ -48,7 +54,7 @@ struct Config {
   int stages;   ///< X tiles in flight (cp.async ring)
   int split_k;  ///< blocks sharing one output tile along K (serial reduction through a workspace)
   int prefetch; ///< K tiles of packed weight in flight per thread (register ring): hides HBM latency at small M
-  int mainloop = kMainloopMma;  ///< kMainloopMma or kMainloopGemv (see the top of this file)
+  int mainloop = kMainloopMma;  ///< kMainloopMma, kMainloopGemv or kMainloopWgmma (see the top of this file)
 };
 
 /// gemv: K elements per warp step (4 lanes of the mma quad x one 16-byte unit each).
@@ -121,6 +127,22 @@ KT_HD constexpr int smem_bytes(const Config& c) {
 /// 16-byte packed-weight units one block loads per K step.
 KT_HD constexpr int w_units(const Config& c, quant::Format f) { return c.tile_n * c.tile_k * quant::format_bits(f) / 8 / 16; }
 
+/// wgmma: shared-memory buffers of the weight tile: 3 decoded buffers (quantized), or stages + 1 cp.async slots (16-bit).
+KT_HD constexpr int wgmma_w_buffers(const Config& c, quant::Format f) { return quant::format_bits(f) == 16 ? c.stages + 1 : 3; }
+/// wgmma dynamic shared memory: 1024 bytes of alignment slack + max(mainloop = stages X tiles + weight buffers,
+/// epilogue = fp32 output tile [tile_m][tile_n + 4]).
+KT_HD constexpr int wgmma_smem_bytes(const Config& c, quant::Format f) {
+  return 1024 + ((c.stages * c.tile_m + wgmma_w_buffers(c, f) * c.tile_n) * c.tile_k * 2 > c.tile_m * (c.tile_n + 4) * 4
+                     ? (c.stages * c.tile_m + wgmma_w_buffers(c, f) * c.tile_n) * c.tile_k * 2
+                     : c.tile_m * (c.tile_n + 4) * 4);
+}
+/// wgmma: registers per thread: 40 + tile_n / 2 accumulators (+ 20 for the table formats' fp32 fallback decode) + 7
+/// per packed unit in the register ring (4 data, 3 scales); must stay within 200 (128 for the 512 threads of tile_m 256) to leave the decode room.
+KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
+  return 40 + c.tile_n / 2 + (f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4 ? 20 : 0) +
+         (quant::format_bits(f) == 16 ? 0 : 7 * c.prefetch * ((w_units(c, f) + c.tile_m * 2 - 1) / (c.tile_m * 2)));
+}
+
 /// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
 /// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
 /// 16 + accumulators (6 per row tile x n-tile; int4's step partials 8 more) + the stages-0 weight ring (12 per row
@@ -164,7 +186,28 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (smem_bytes(c) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
     return nullptr;
   }
-  if (c.mainloop != kMainloopMma) return "mainloop must be mma (0) or gemv (1)";
+  if (c.mainloop == kMainloopWgmma) {
+    if (arch.sm != 90 || !arch.arch_specific) return "wgmma: needs sm_90a (wgmma.mma_async)";
+    if (c.tile_m != 64 && c.tile_m != 128 && c.tile_m != 256) return "wgmma: tile_m must be 64, 128 or 256 (one warpgroup per 64 tokens)";
+    if (c.tile_n != 64 && c.tile_n != 128 && c.tile_n != 256) return "wgmma: tile_n must be 64, 128 or 256";
+    if (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0) return "tile_n and head_dim must divide one another";
+    if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
+    if (c.tile_k != 64 && c.tile_k != 128) return "wgmma: tile_k must be 64 or 128";
+    if (c.warps_m != c.tile_m / 16 || c.warps_n != 1) return "wgmma: warps must be tile_m / 16 x 1 (4 warps per warpgroup)";
+    if (c.stages < 2 || c.stages > 4) return "wgmma: stages must be 2, 3 or 4";
+    if (c.split_k < 1 || c.split_k > 16) return "split_k must be 1..16";
+    if (c.prefetch != 1 && c.prefetch != 2) return "wgmma: prefetch must be 1 or 2";
+    if (quant::format_bits(f) == 16 && c.prefetch != 1) return "wgmma: 16-bit weights are copied by cp.async: prefetch must be 1";
+    if (quant::format_bits(f) != 16 && (w_units(c, f) % threads(c) != 0 || w_units(c, f) / threads(c) > 4) &&
+        threads(c) % w_units(c, f) != 0)
+      return "wgmma: packed weight units must divide evenly over the threads (at most 4 each), or the threads over the units";
+    if (wgmma_reg_estimate(c, f) > (c.tile_m >= 256 ? 128 : 200))
+      return "wgmma: accumulators + weight register ring exceed the register budget";
+    if (wgmma_smem_bytes(c, f) + 256 * kGemvTableCopies * 4 + 1024 > max_smem_per_block(arch.sm))
+      return "shared memory exceeds the per-block limit";
+    return nullptr;
+  }
+  if (c.mainloop != kMainloopMma) return "mainloop must be mma (0), gemv (1) or wgmma (2)";
   // every head of a tile lies in one of Q, K, V: tile_n a multiple of head_dim, or smaller and dividing it.
   if (c.tile_n <= 0 || (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0)) return "tile_n and head_dim must divide one another";
   // RoPE pairs (i, i + D/2) of a head must be in one block: tile_n a multiple of head_dim.

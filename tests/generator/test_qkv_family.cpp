@@ -61,6 +61,12 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         CHECK(c.split_k == 1);
         CHECK(c.warps_m <= 3584 / 128);                         // every warp gets a K step
         CHECK(d.grid_x * c.tile_n == 4608);                     // blocks cover the 288 m16 tiles exactly here
+      } else if (c.mainloop == kMainloopWgmma) {
+        CHECK(c.tile_n % p.head_dim == 0);
+        CHECK((c.tile_m == 64 || m > c.tile_m / 2));  // one warpgroup per 64 tokens
+        CHECK(c.warps_m == c.tile_m / 16);
+        if (c.split_k > 1) CHECK(d.grid_x * d.grid_y < 132);
+        CHECK(d.smem_bytes == unsigned(wgmma_smem_bytes(c, p.format)));
       } else {
         CHECK(c.tile_n % p.head_dim == 0);  // RoPE needs whole heads in a tile
         if (m <= 16) CHECK(c.tile_m == 16);
@@ -68,22 +74,58 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
       CHECK(names.insert(variant_name(p, c, arch)).second);
     }
-    bool has_split = false, has_gemv = false, has_half_gemv = false;
+    bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false;
     for (const auto& c : cs) {
       has_split |= c.split_k > 1 && c.mainloop == kMainloopMma;
       has_gemv |= c.mainloop == kMainloopGemv;
+      has_wgmma |= c.mainloop == kMainloopWgmma;
       has_half_gemv |= c.mainloop == kMainloopGemv && c.tile_m == 8 && m > 8;
     }
     CHECK(has_half_gemv == (m == 16));  // M = 16 also gets two 8-token tiles per set of rows
     CHECK(has_split == (m <= 256));
     CHECK(has_gemv == (m <= 16));  // 4-bit gemv at tile_m 64 exceeds the register budget
+    CHECK(has_wgmma);               // sm_90a: the Hopper mainloop at every M
     // Decode sizes try the weight-streaming kernel first.
     if (m <= 16) CHECK(cs.front().mainloop == kMainloopGemv);
   }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
     const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
     REQUIRE(cs.size() >= 2);
-    CHECK((cs[0].mainloop == kMainloopGemv && cs[1].mainloop == kMainloopMma));
+    CHECK((cs[0].mainloop == kMainloopGemv && cs[1].mainloop != kMainloopGemv));
+  }
+  {  // wgmma: sm_90a only; the tiled list alternates wgmma and mma.sync; not offered on sm_90 (no "a" features).
+    const Problem p4 = qwen(quant::Format::int4, DType::bf16, 4096);
+    const auto cs = valid_configs(p4, arch);
+    REQUIRE(cs.size() >= 2);
+    CHECK((cs[0].mainloop == kMainloopWgmma && cs[1].mainloop == kMainloopMma));
+    for (const auto& c : valid_configs(p4, parse_arch("sm_90"))) CHECK(c.mainloop != kMainloopWgmma);
+    const Config wg{128, 256, 64, 8, 1, 3, 1, 2, kMainloopWgmma};
+    CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, arch) == nullptr);
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, parse_arch("sm_90"))).find("sm_90a") !=
+          std::string::npos);
+    CHECK(variant_name(p4, wg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p2__sm_90a");
+    CHECK(name_expression(p4, wg) == "kt::qkv::qkv_wgmma<kt::DType::bf16, 3, 128, true, true, 128, 256, 64, 3, 2>");
+    CHECK(kernel_source(p4, wg, arch).source.find("qkv_wgmma.cuh") != std::string::npos);
+    CHECK(config_to_json(wg).at("mainloop") == "wgmma");
+    CHECK(same_config(config_from_json(config_to_json(wg)), wg));
+    // 3 stages of X [128][64] + 3 decoded weight buffers [256][64] (bf16) = 144 KB > the fp32 output tile (130 KB).
+    CHECK(launch_dims(p4, wg).smem_bytes == 1024u + (3 * 128 + 3 * 256) * 64 * 2);
+    CHECK(launch_dims(p4, wg).block_x == 256);
+    CHECK(launch_dims(p4, wg).grid_x == 18);
+    CHECK(launch_dims(p4, wg).grid_y == 32);
+    auto bad = wg;
+    bad.warps_m = 4;  // one warpgroup cannot cover 128 tokens
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("warpgroup") != std::string::npos);
+    bad = wg;
+    bad.tile_n = 192;
+    CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
+    // 16-bit weights: cp.async into stages + 1 slots, no register ring.
+    const Problem pf = qwen(quant::Format::fp16, DType::f16, 4096);
+    CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, wg, arch) != nullptr);  // prefetch 2
+    auto wf = wg;
+    wf.prefetch = 1;
+    CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, wf, arch) == nullptr);
+    CHECK(wgmma_w_buffers(wf, pf.format) == 4);
   }
   const Config c{16, 128, 64, 1, 4, 2, 8, 1};
   const Problem p = qwen();
@@ -128,8 +170,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       if (c.mainloop == kMainloopGemv && c.stages == 1) CHECK(gemv_smem_bytes(c, big.format, big.k) <= 226 * 1024);
   }
   auto bad_json = config_to_json(gv);
-  bad_json["mainloop"] = "wgmma";
-  CHECK_THROWS_WITH(config_from_json(bad_json), Catch::Contains("unknown mainloop 'wgmma'"));
+  bad_json["mainloop"] = "tma";
+  CHECK_THROWS_WITH(config_from_json(bad_json), Catch::Contains("unknown mainloop 'tma'"));
   auto gv_bad = gv;
   gv_bad.tile_k = 64;  // not the 4-bit warp step
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("warp step") != std::string::npos);

@@ -218,3 +218,77 @@ TEST_CASE("qkv_proj gemv: units whose scale fp16 cannot hold take the fp32 decod
     run_and_check(in, cs, kernels, 3);
   }
 }
+
+TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-K, partial token tiles", "[gpu][qkv]") {
+  auto& env = Env::get();
+  if (!(env.arch.sm == 90 && env.arch.arch_specific)) {
+    WARN("the wgmma mainloop needs sm_90a; this GPU is sm_" << env.arch.sm);
+    return;
+  }
+  auto wgmma_only = [&](const Problem& p) {
+    std::vector<Config> out;
+    for (const auto& c : valid_configs(p, env.arch))
+      if (c.mainloop == kMainloopWgmma) out.push_back(c);
+    return out;
+  };
+  for (const auto& [f, d] : format_dtypes()) {
+    const HostInputs big = make_inputs(qwen(f, d, 300), 51);
+    // M = 300: every binary (split_k 1; tile_m 128 leaves a 44-token tile); M = 37: tile_m 64 with every split_k.
+    std::vector<Config> c300;
+    for (const auto& c : wgmma_only(big.problem))
+      if (c.split_k == 1) c300.push_back(c);
+    const auto c37 = wgmma_only(qwen(f, d, 37));
+    REQUIRE(c300.size() >= 8);
+    REQUIRE(c37.size() >= 8);
+    std::vector<Config> all = c300;
+    all.insert(all.end(), c37.begin(), c37.end());
+    const auto kernels = load(big.problem, all);
+    run_and_check(big, c300, kernels, 40);
+    run_and_check(truncate(big, 37), c37, kernels, 37);
+  }
+  // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
+  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::int4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
+    Problem p = qwen(f, d, 130);
+    p.k = 4096;
+    p.num_heads = 32;
+    p.num_kv_heads = 8;
+    p.has_bias = false;
+    p.rope = false;
+    const HostInputs in = make_inputs(p, 53);
+    std::vector<Config> cs;
+    for (const auto& c : wgmma_only(p))
+      if (c.split_k <= 2 && c.tile_n == 64) cs.push_back(c);
+    REQUIRE(!cs.empty());
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 40);
+  }
+}
+
+TEST_CASE("qkv_proj wgmma: units whose scale fp16 cannot hold take the fp32 decode (no inf * 0)", "[gpu][qkv]") {
+  // As for gemv: zero blocks under E8M0 2^20 or an nf4 absmax of 1e6 must decode to 0, not 0 * inf = NaN.
+  auto& env = Env::get();
+  if (!(env.arch.sm == 90 && env.arch.arch_specific)) return;
+  for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
+    Problem p = qwen(f, DType::f16, 70);
+    HostInputs in = make_inputs(p, 57);
+    const int group = f == quant::Format::mxfp4 ? 32 : 64, groups = p.k / group;
+    for (int row = 0; row < p.n(); row += 7) {
+      const int blk = 2;
+      for (int e = 0; e < group / 2; ++e) in.w.data[size_t(row) * p.k / 2 + size_t(blk) * group / 2 + e] =
+          f == quant::Format::nf4 ? 0x77 : 0x00;
+      if (f == quant::Format::mxfp4) {
+        in.w.scales[size_t(row) * groups + blk] = 127 + 20;
+      } else {
+        const float big = 1e6f;
+        std::memcpy(in.w.scales.data() + (size_t(row) * groups + blk) * 4, &big, 4);
+      }
+    }
+    quant::dequantize(in.w, in.wd.data());
+    std::vector<Config> cs;
+    for (const auto& c : valid_configs(p, env.arch))
+      if (c.mainloop == kMainloopWgmma && c.split_k == 1) cs.push_back(c);
+    REQUIRE(!cs.empty());
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 70);
+  }
+}
