@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The tuning behind bench/results (H100): a quick tune of every family, a deeper qkv_proj tune of the tiled sizes
+# (fp16 weights with fp16 activations, quantized weights with bf16 activations, as the benchmark's rows) and of the
+# decode sizes, merged into $DB_DIR/merged.db. Then: KT_BENCH_DB=$DB_DIR/merged.db KT_BENCH_ARGS=--quick
+# scripts/gpu_all.sh bench example. Binaries from build-gpu/ (scripts/stage_gpu.sh); logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${KT_BIN:-build-gpu}
+DB_DIR=${DB_DIR:-/tmp/kt}
+OUT=${OUT:-/tmp/kerntune-out}
+mkdir -p "$DB_DIR" "$OUT"
+export KERNTUNE_CACHE_DIR=${KERNTUNE_CACHE_DIR:-/tmp/kerntune-cache}
+KT_QUICK_CANDIDATES=${KT_QUICK_CANDIDATES:-4} OUT="$DB_DIR" scripts/gpu_all.sh quicktune > "$OUT/quicktune.log" 2>&1
+tail -n 3 "$OUT/quicktune.log"
+for s in qkv_tiled_fp16:24 qkv_tiled_quant:24 qkv_decode:40; do
+  name=${s%%:*}; n=${s##*:}
+  "$BIN/autotune" --arch sm_90 --shapes "bench/shapes_$name.json" --db "$DB_DIR/$name.db" --budget-ms 5 \
+    --max-candidates "$n" 2>&1 | grep -v "^compiled\|^measured" > "$OUT/tune_$name.log"
+  tail -n 2 "$OUT/tune_$name.log"
+  python3 bench/db_top.py "$DB_DIR/$name.db" --top 3 > "$OUT/top_$name.txt"
+done
+"$BIN/autotune" merge "$DB_DIR/merged.db" "$DB_DIR/quick.db" "$DB_DIR/qkv_tiled_fp16.db" "$DB_DIR/qkv_tiled_quant.db" \
+  "$DB_DIR/qkv_decode.db" 2>&1 | tail -n 2
