@@ -94,6 +94,28 @@ Problem qwen(quant::Format f, DType d, int m) {
   return p;  // K 3584, Hq 28, Hkv 4, D 128, bias, RoPE
 }
 
+/// Random inputs for an nf4 / mxfp4 problem in which block 2 of every 7th row is all zeros under a scale fp16 cannot
+/// hold (E8M0 2^20, nf4 absmax 1e6): a decode that rounds the scale to fp16 first gets 0 * inf = NaN there, the fp32
+/// decode gets 0. The reference dequantizes the same bytes.
+HostInputs zero_blocks_under_huge_scales(const Problem& p, uint64_t seed) {
+  HostInputs in = make_inputs(p, seed);
+  const quant::Format f = p.format;
+  const int group = f == quant::Format::mxfp4 ? 32 : 64, groups = p.k / group;
+  for (int row = 0; row < p.n(); row += 7) {
+    const int blk = 2;
+    for (int e = 0; e < group / 2; ++e) in.w.data[size_t(row) * p.k / 2 + size_t(blk) * group / 2 + e] =
+        f == quant::Format::nf4 ? 0x77 : 0x00;  // nf4 code 7 and E2M1 0b0000 are both 0.0
+    if (f == quant::Format::mxfp4) {
+      in.w.scales[size_t(row) * groups + blk] = 127 + 20;
+    } else {
+      const float big = 1e6f;
+      std::memcpy(in.w.scales.data() + (size_t(row) * groups + blk) * 4, &big, 4);
+    }
+  }
+  quant::dequantize(in.w, in.wd.data());
+  return in;
+}
+
 }  // namespace
 
 TEST_CASE("qkv_proj: every valid variant of every format and dtype on Qwen2.5-7B shapes", "[gpu][qkv]") {
@@ -196,20 +218,7 @@ TEST_CASE("qkv_proj gemv: units whose scale fp16 cannot hold take the fp32 decod
   auto& env = Env::get();
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 3);
-    HostInputs in = make_inputs(p, 47);
-    const int group = f == quant::Format::mxfp4 ? 32 : 64, groups = p.k / group;
-    for (int row = 0; row < p.n(); row += 7) {
-      const int blk = 2;
-      for (int e = 0; e < group / 2; ++e) in.w.data[size_t(row) * p.k / 2 + size_t(blk) * group / 2 + e] =
-          f == quant::Format::nf4 ? 0x77 : 0x00;  // nf4 code 7 and E2M1 0b0000 are both 0.0
-      if (f == quant::Format::mxfp4) {
-        in.w.scales[size_t(row) * groups + blk] = 127 + 20;
-      } else {
-        const float big = 1e6f;
-        std::memcpy(in.w.scales.data() + (size_t(row) * groups + blk) * 4, &big, 4);
-      }
-    }
-    quant::dequantize(in.w, in.wd.data());
+    const HostInputs in = zero_blocks_under_huge_scales(p, 47);
     std::vector<Config> cs;
     for (const auto& c : valid_configs(p, env.arch))
       if (c.mainloop == kMainloopGemv) cs.push_back(c);
@@ -270,20 +279,7 @@ TEST_CASE("qkv_proj wgmma: units whose scale fp16 cannot hold take the fp32 deco
   if (!(env.arch.sm == 90 && env.arch.arch_specific)) return;
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 70);
-    HostInputs in = make_inputs(p, 57);
-    const int group = f == quant::Format::mxfp4 ? 32 : 64, groups = p.k / group;
-    for (int row = 0; row < p.n(); row += 7) {
-      const int blk = 2;
-      for (int e = 0; e < group / 2; ++e) in.w.data[size_t(row) * p.k / 2 + size_t(blk) * group / 2 + e] =
-          f == quant::Format::nf4 ? 0x77 : 0x00;
-      if (f == quant::Format::mxfp4) {
-        in.w.scales[size_t(row) * groups + blk] = 127 + 20;
-      } else {
-        const float big = 1e6f;
-        std::memcpy(in.w.scales.data() + (size_t(row) * groups + blk) * 4, &big, 4);
-      }
-    }
-    quant::dequantize(in.w, in.wd.data());
+    const HostInputs in = zero_blocks_under_huge_scales(p, 57);
     std::vector<Config> cs;
     for (const auto& c : valid_configs(p, env.arch))
       if (c.mainloop == kMainloopWgmma && c.split_k == 1) cs.push_back(c);
