@@ -113,6 +113,16 @@ std::vector<Config> wgmma_config_space(quant::Format f) {
   return out;
 }
 
+std::vector<Config> ws_config_space() {
+  std::vector<Config> out;
+  for (int tm : {8, 16, 32, 64, 128, 256})
+    for (int wm : {4, 8})
+      for (int atoms : {1, 2})
+        for (int st : {2, 3, 4, 6, 8})
+          for (int sk : {1, 2, 4, 8, 16}) out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
+  return out;
+}
+
 namespace {
 
 int next_pow2_at_least(int m, int lo, int hi) {
@@ -197,15 +207,39 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
   return out;
 }
 
+/// wgmma_ws candidates (sm_90a): tile_m up to the power of two >= M (at least 8), and above 8 only once M fills more
+/// than half of it; split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the
+/// K steps. Heuristic order as wgmma_candidates: wave efficiency, then larger tiles, then the deeper ring.
+std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
+  std::vector<Config> out;
+  for (const auto& c : ws_config_space()) {
+    if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
+    if (c.tile_m > 8 && p.m <= c.tile_m / 2) continue;
+    const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / 64)) continue;
+    out.push_back(c);
+  }
+  auto score = [&](const Config& c) {
+    const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
+    const double waves = blocks / 132.0;
+    const double eff = waves < 1 ? waves : waves >= 4 ? 1.0 : waves / std::ceil(waves);
+    return std::make_tuple(-std::round(eff * 8) / 8, -double(c.tile_m) * c.tile_n, -c.stages);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
+  return out;
+}
+
 }  // namespace
 
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   // Decode sizes (M <= 16) try the weight-streaming kernel first; up to M = 64 the two mainloops alternate in the
   // order (what --max-candidates keeps); beyond, only the tiled GEMM.
-  // On sm_90a the wgmma mainloop leads the tiled candidates and alternates with the mma.sync ones.
-  const auto g = gemv_candidates(p, arch), w = wgmma_candidates(p, arch), mm = mma_candidates(p, arch);
+  // On sm_90a the tiled candidates alternate wgmma_ws, wgmma and mma.sync, in that order.
+  const auto g = gemv_candidates(p, arch), ws = ws_candidates(p, arch), w = wgmma_candidates(p, arch),
+             mm = mma_candidates(p, arch);
   std::vector<Config> m;
-  for (size_t i = 0; i < std::max(w.size(), mm.size()); ++i) {
+  for (size_t i = 0; i < std::max({ws.size(), w.size(), mm.size()}); ++i) {
+    if (i < ws.size()) m.push_back(ws[i]);
     if (i < w.size()) m.push_back(w[i]);
     if (i < mm.size()) m.push_back(mm[i]);
   }
@@ -270,6 +304,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   if (c.mainloop == kMainloopGemv)
     s << "gemv_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_p"
       << c.prefetch;
+  else if (c.mainloop == kMainloopWgmmaWs)
+    s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages << "_sk" << c.split_k;
   else if (c.mainloop == kMainloopWgmma)
     s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
       << c.prefetch;
@@ -287,6 +323,12 @@ std::string name_expression(const Problem& p, const Config& c) {
       << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
       << c.tile_m << ", " << c.tile_n << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch << ", " << c.stages
       << ">";
+    return s.str();
+  }
+  if (c.mainloop == kMainloopWgmmaWs) {
+    s << "kt::qkv::qkv_wgmma_ws<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
+      << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
+      << c.tile_m << ", " << c.tile_n << ", " << ws_consumers(c) << ", " << c.stages << ">";
     return s.str();
   }
   if (c.mainloop == kMainloopWgmma) {
@@ -309,11 +351,13 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.name_expression = name_expression(p, c);
   k.source = c.mainloop == kMainloopGemv    ? "#include \"qkv_proj/qkv_gemv.cuh\"\n"
              : c.mainloop == kMainloopWgmma ? "#include \"qkv_proj/qkv_wgmma.cuh\"\n"
+             : c.mainloop == kMainloopWgmmaWs ? "#include \"qkv_proj/qkv_wgmma_ws.cuh\"\n"
                                             : "#include \"qkv_proj/qkv_proj.cuh\"\n";
   k.arch = arch;
   // gemv stages 1: shared memory grows with K (set at launch); allow the whole per-block maximum.
   k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages >= 1 ? gemv_smem_cap(arch.sm)
                                   : c.mainloop == kMainloopWgmma              ? wgmma_smem_bytes(c, p.format)
+                                  : c.mainloop == kMainloopWgmmaWs            ? ws_smem_bytes(c, p.format)
                                                                               : smem_bytes(c));
   return k;
 }
@@ -333,7 +377,9 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c) {
   d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
   d.grid_z = unsigned(c.split_k);
   d.block_x = unsigned(threads(c));
-  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma ? wgmma_smem_bytes(c, p.format) : smem_bytes(c));
+  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma     ? wgmma_smem_bytes(c, p.format)
+                         : c.mainloop == kMainloopWgmmaWs ? ws_smem_bytes(c, p.format)
+                                                          : smem_bytes(c));
   return d;
 }
 
@@ -376,7 +422,10 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"mainloop", c.mainloop == kMainloopGemv ? "gemv" : c.mainloop == kMainloopWgmma ? "wgmma" : "mma"},
+  return {{"mainloop", c.mainloop == kMainloopGemv      ? "gemv"
+                      : c.mainloop == kMainloopWgmma   ? "wgmma"
+                      : c.mainloop == kMainloopWgmmaWs ? "wgmma_ws"
+                                                       : "mma"},
           {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
           {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch}};
 }
@@ -384,11 +433,11 @@ nlohmann::json config_to_json(const Config& c) {
 Config config_from_json(const nlohmann::json& j) {
   try {
     const std::string ml = j.value("mainloop", std::string("mma"));
-    if (ml != "mma" && ml != "gemv" && ml != "wgmma")
-      fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma, gemv or wgmma)");
+    if (ml != "mma" && ml != "gemv" && ml != "wgmma" && ml != "wgmma_ws")
+      fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma, gemv, wgmma or wgmma_ws)");
     return Config{j.at("tile_m"), j.at("tile_n"), j.at("tile_k"), j.at("warps_m"),
                   j.at("warps_n"), j.at("stages"), j.at("split_k"), j.value("prefetch", 1),
-                  ml == "gemv" ? kMainloopGemv : ml == "wgmma" ? kMainloopWgmma : kMainloopMma};
+                  ml == "gemv" ? kMainloopGemv : ml == "wgmma" ? kMainloopWgmma : ml == "wgmma_ws" ? kMainloopWgmmaWs : kMainloopMma};
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("config JSON: ") + e.what());
   }

@@ -50,6 +50,9 @@ std::vector<Config> gemv_config_space(quant::Format f);
 /// {64, 128} x stages {2, 3, 4} x split_k {1, 2, 4, 8, 16} x prefetch {1, 2} (1 only for 16-bit weights); warps
 /// tile_m / 16 x 1.
 std::vector<Config> wgmma_config_space(quant::Format f);
+/// The warp-specialized wgmma space (sm_90a): tile_m 8..256 tokens, one or two consumer warpgroups of one or two m64
+/// atoms, stages 2..8, split_k 1..16.
+std::vector<Config> ws_config_space();
 
 /// Valid configs for the problem.
 ///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m <= K steps, shared memory (stages 1:
@@ -60,7 +63,9 @@ std::vector<Config> wgmma_config_space(quant::Format f);
 ///    closest to 264 blocks, then larger tiles.
 ///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer than 132 blocks. Ordered by
 ///    wave efficiency on 132 SMs, then larger tiles, then deeper X rings.
-/// The tiled list alternates wgmma and mma (wgmma first). M <= 16: the gemv list, then the tiled list; 16 < M <= 64:
+///  - wgmma_ws (sm_90a): tile_m up to the power of two >= M (>= 8), above 8 only once M exceeds half of it; split_k as
+///    wgmma; same order.
+/// The tiled list alternates wgmma_ws, wgmma and mma (in that order). M <= 16: the gemv list, then the tiled list; 16 < M <= 64:
 /// gemv and tiled alternate; else the tiled list only. The order is what --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
@@ -69,6 +74,7 @@ bool same_config(const Config& a, const Config& b);
 /// mma:  "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a";
 /// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N);
 /// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a".
+/// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups).
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 /// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
 /// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,

@@ -39,6 +39,12 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void* src) {
 /// Wait for every cp.async of this thread.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
+/// Named barrier `id` (1..15) over `count` threads, a multiple of 32 (PTX ISA "bar.sync"): a block barrier for a
+/// subset of its warps.
+__device__ __forceinline__ void named_barrier(unsigned id, unsigned count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // ---- sm_90: mbarrier with transaction counts + bulk (TMA) copies (PTX ISA 9.7.13.15 mbarrier, 9.7.9.25.4 cp.async.bulk)
 #if __CUDA_ARCH__ >= 900
 /// Initializes a shared-memory mbarrier expecting `count` arrivals per phase.
@@ -49,6 +55,16 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }\n" ::"r"(bar), "r"(bytes)
                : "memory");
+}
+/// One plain arrival (release semantics at CTA scope: this thread's earlier shared-memory accesses happen before the
+/// phase completes).
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"(bar) : "memory");
+}
+/// Arrives on the mbarrier once every cp.async this thread issued so far has completed (PTX ISA
+/// "cp.async.mbarrier.arrive"; .noinc: the arrival counts against the count the barrier was initialized with).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 /// Blocks until the phase with the given parity has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {

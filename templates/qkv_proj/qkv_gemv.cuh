@@ -47,8 +47,7 @@ __device__ __forceinline__ UnitScales smem_scales(const unsigned char* sc, const
   } else if (F == quant::Format::nf4) {
     s.s0 = reinterpret_cast<const float*>(sc)[k0 / 64];
   } else if (F == quant::Format::mxfp4) {
-    const unsigned e = sc[k0 / 32];
-    s.s0 = e == 255u ? __int_as_float(0x7fc00000) : (e == 0u ? 5.877471754111438e-39f : __int_as_float(int(e << 23)));
+    s.s0 = e8m0_to_float(sc[k0 / 32]);
   } else if (F == quant::Format::nvfp4) {
     s.s0 = e4m3_to_float(sc[k0 / 16]) * tensor_scale;
     s.s1 = e4m3_to_float(sc[k0 / 16 + 1]) * tensor_scale;
@@ -111,6 +110,47 @@ __device__ __forceinline__ unsigned and_or(unsigned a, unsigned b, unsigned c) {
   return d;
 }
 
+/// int8: the operand pair (b0, b1) of two bytes of x, exact integers in the dtype; sel = 0x4140 takes bytes (0, 1), 0x4342
+/// bytes (2, 3), each placed under a constant high byte (see the int8 note above).
+template <DType DT>
+__device__ __forceinline__ unsigned int8_pair(unsigned x, unsigned sel) {
+  constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
+  if (DT == DType::f16) {
+    const unsigned t = ptx::prmt(x ^ 0x80808080u, 0x64646464u, sel);  // 1024 + 128 + b
+    return ptx::fma2<DT>(t, kOne, 0xE480E480u);                      // - 1152
+  }
+  const unsigned t = ptx::prmt(x, 0x43434343u, sel);
+  return ptx::fma2<DT>(t & 0xFF7FFF7Fu, kOne, and_or(t, 0x00800080u, 0xC300C300u));  // (128 + low 7) - (128 | 256)
+}
+
+/// int4: the operand pair ((n_lo - z) s, (n_hi - z) s) of the byte of x that sel picks (sel = i | i << 4 | (4 + i) << 8 |
+/// (4 + i) << 12 for byte i: its low nibble is the even element, its high nibble the odd one). The nibbles become
+/// magic + n (prmt + lop3; magic 1024 for fp16, 128 for bf16: ulp 1, exact), zz = -(magic + z) in both halves is
+/// subtracted exactly, then one rounding by the scale sc (both halves).
+template <DType DT>
+__device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned zz, unsigned sc) {
+  constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
+  constexpr unsigned kMagic = DT == DType::f16 ? 0x64006400u : 0x43004300u;
+  return ptx::fma2<DT>(ptx::fma2<DT>(and_or(ptx::prmt(x, x >> 4, sel), 0x000F000Fu, kMagic), kOne, zz), sc, 0x80008000u);
+}
+
+/// Fills s_lut (the 16 code values, lut_value) and, for the table formats, s_tab: entry b = the pair (value of nibble
+/// b & 15, value of nibble b >> 4) in the dtype, kGemvTableCopies interleaved copies. Called by all nthreads threads
+/// of the block; the caller's next barrier makes the tables visible.
+template <DType DT, quant::Format F>
+__device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
+  static_assert(kGemvTableCopies % 4 == 0, "table copies are written as uint4");
+  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
+  if (gemv_uses_table(F)) {
+    __syncthreads();  // s_lut
+    for (int b = tid; b < 256; b += nthreads) {
+      const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
+#pragma unroll
+      for (int cp = 0; cp < kGemvTableCopies; cp += 4) *reinterpret_cast<uint4*>(s_tab + b * kGemvTableCopies + cp) = make_uint4(v, v, v, v);
+    }
+  }
+}
+
 /// Per-unit operand constants: table formats: the scale(s) in the dtype (both halves equal; s1: nvfp4's second group)
 /// and ok = false when the unit must take the fp32 path; int4: the subtrahends for the even / odd nibbles (za, zb).
 struct UnitScales2 {
@@ -171,16 +211,7 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
     for (int i = 0; i < 2; ++i) {
       const unsigned x = w[2 * c + i];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const unsigned sel = h == 0 ? 0x4140u : 0x4342u;  // bytes (0, 1) or (2, 3), each under a constant high byte
-        if (DT == DType::f16) {
-          const unsigned t = ptx::prmt(x ^ 0x80808080u, 0x64646464u, sel);  // 1024 + 128 + b
-          out[2 * i + h] = ptx::fma2<DT>(t, kOne, 0xE480E480u);           // - 1152
-        } else {
-          const unsigned t = ptx::prmt(x, 0x43434343u, sel);
-          out[2 * i + h] = ptx::fma2<DT>(t & 0xFF7FFF7Fu, kOne, and_or(t, 0x00800080u, 0xC300C300u));  // (128 + low 7) - (128 | 256)
-        }
-      }
+      for (int h = 0; h < 2; ++h) out[2 * i + h] = int8_pair<DT>(x, h == 0 ? 0x4140u : 0x4342u);
     }
   } else {
     const unsigned sc = (F == quant::Format::nvfp4 && c >= 2) ? s.s1 : s.s0;  // nvfp4: elements 16..31, second group
@@ -359,16 +390,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
     if (pp < nsteps) load_x(pp, s_begin + pp);
 
   // ---- decode tables (after the loads are in flight) ----
-  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
-  if (gemv_uses_table(F)) {  // entry b: the pair (value of nibble b & 15, value of nibble b >> 4), kGemvTableCopies times
-    static_assert(kGemvTableCopies % 4 == 0, "table copies are written as uint4");
-    __syncthreads();  // s_lut
-    for (int b = tid; b < 256; b += WarpsK * WarpsN * 32) {
-      const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
-#pragma unroll
-      for (int cp = 0; cp < kGemvTableCopies; cp += 4) *reinterpret_cast<uint4*>(s_tab + b * kGemvTableCopies + cp) = make_uint4(v, v, v, v);
-    }
-  }
+  build_decode_tables<DT, F>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
   // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
   float bias_v[R][2] = {};
   float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums

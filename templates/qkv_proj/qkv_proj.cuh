@@ -30,6 +30,11 @@ __device__ __forceinline__ float e4m3_to_float(unsigned b) {
   return (b & 0x80u) ? -v : v;
 }
 
+/// E8M0 scale (OCP MX v1.0: 2^(e - 127), e = 255 NaN) to float; e = 0 is 2^-127, a denormal.
+__device__ __forceinline__ float e8m0_to_float(unsigned e) {
+  return e == 255u ? __int_as_float(0x7fc00000) : (e == 0u ? 5.877471754111438e-39f : __int_as_float(int(e << 23)));
+}
+
 /// Scales of one 16-byte unit: s0 for its first group, s1 for a second group inside the unit (nvfp4), z (int4).
 struct UnitScales {
   float s0, s1, z;
@@ -47,8 +52,7 @@ __device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, i
   } else if (F == quant::Format::nf4) {
     s.s0 = __ldg(static_cast<const float*>(p.w_scales) + (long long)row * (p.k_dim / 64) + k0 / 64);
   } else if (F == quant::Format::mxfp4) {
-    const unsigned e = __ldg(static_cast<const unsigned char*>(p.w_scales) + (long long)row * (p.k_dim / 32) + k0 / 32);
-    s.s0 = e == 255u ? __int_as_float(0x7fc00000) : (e == 0u ? 5.877471754111438e-39f : __int_as_float(int(e << 23)));
+    s.s0 = e8m0_to_float(__ldg(static_cast<const unsigned char*>(p.w_scales) + (long long)row * (p.k_dim / 32) + k0 / 32));
   } else if (F == quant::Format::nvfp4) {
     const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales) + (long long)row * (p.k_dim / 16) + k0 / 16;
     s.s0 = e4m3_to_float(__ldg(sc)) * p.tensor_scale;
@@ -121,9 +125,14 @@ __device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s,
 ///    on, the others return. The last block resets the counter for the next launch.
 ///  - epilogue: + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021; Llama/Qwen pairing
 ///    (i, i + D/2), angle = pos * theta^(-2i/D), angles reduced mod 2 pi in double), split into Q/K/V.
-/// Must be called by every thread of the block (it has barriers).
-template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads>
+/// Must be called by every thread of the block (it has barriers), or with kBarrierId > 0 by threads 0 .. kThreads - 1
+/// only (named barrier kBarrierId: the block's other warps have left).
+template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0>
 __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0) {
+  auto sync = [] {
+    if (kBarrierId == 0) __syncthreads();
+    else ptx::named_barrier(kBarrierId, kThreads);
+  };
   __shared__ double s_inv_freq[D / 2];
   __shared__ int s_last;
   constexpr int kLd = TileN + 4;
@@ -140,9 +149,9 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
       __stcg(reinterpret_cast<float4*>(ws + e), *reinterpret_cast<const float4*>(sC + r * kLd + c));
     }
     __threadfence();
-    __syncthreads();
+    sync();
     if (tid == 0) s_last = atomicAdd(p.counters + tile, 1u) == unsigned(SplitK - 1);
-    __syncthreads();
+    sync();
     if (!s_last) return;
     __threadfence();
     const float* base = p.workspace + (long long)tile * SplitK * TileM * TileN;
@@ -164,7 +173,7 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
     for (int i = tid; i < D / 2; i += kThreads)
       s_inv_freq[i] = exp2(-double(2 * i) / double(D) * p.rope_log2_theta);
   }
-  __syncthreads();
+  sync();
 
   // ---- epilogue: bias, RoPE (Q, K heads), split into Q/K/V ----
   const unsigned short* bias = static_cast<const unsigned short*>(p.bias);

@@ -35,6 +35,13 @@
 //        Fields: tile_m 64, 128 or 256 tokens (one warpgroup per 64), tile_n 64 / 128 / 256 features (the wgmma N),
 //        tile_k 64 or 128, warps_m = tile_m / 16 (4 warps per warpgroup), warps_n 1, stages 2..4 (X ring),
 //        split_k 1..16 (workspace, as mma), prefetch 1 or 2 (packed-weight register ring; 1 for 16-bit weights).
+//   wgmma_ws (qkv_wgmma_ws.cuh, sm_90a): warp-specialized swap-AB wgmma. A producer warpgroup streams X and the packed
+//        weight through a `stages`-deep shared-memory ring (cp.async, full / empty mbarriers); 1 or 2 consumer
+//        warpgroups dequantize the weight straight into wgmma A-operand registers (16-bit weights: A from shared memory)
+//        and multiply with the X tile as the B operand: the features are wgmma's M (64 per atom), the tokens its N.
+//        Fields: tile_m 8..256 tokens (the wgmma N), tile_n features = 64 x consumer warpgroups x atoms (1 or 2 m64
+//        atoms per warpgroup), tile_k 64, warps_m = consumer warps (4 or 8; plus the 4 producer warps), warps_n 1,
+//        stages 2..8, split_k 1..16 (workspace), prefetch 1.
 #pragma once
 #include "common/kt_types.h"
 #include "qkv_proj/quant_format.h"
@@ -43,7 +50,7 @@ namespace kt {
 namespace qkv {
 
 /// Config::mainloop values.
-enum : int { kMainloopMma = 0, kMainloopGemv = 1, kMainloopWgmma = 2 };
+enum : int { kMainloopMma = 0, kMainloopGemv = 1, kMainloopWgmma = 2, kMainloopWgmmaWs = 3 };
 
 struct Config {
   int tile_m;   ///< tokens per block
@@ -54,7 +61,7 @@ struct Config {
   int stages;   ///< X tiles in flight (cp.async ring)
   int split_k;  ///< blocks sharing one output tile along K (serial reduction through a workspace)
   int prefetch; ///< K tiles of packed weight in flight per thread (register ring): hides HBM latency at small M
-  int mainloop = kMainloopMma;  ///< kMainloopMma, kMainloopGemv or kMainloopWgmma (see the top of this file)
+  int mainloop = kMainloopMma;  ///< kMainloopMma, kMainloopGemv, kMainloopWgmma or kMainloopWgmmaWs (top of this file)
 };
 
 /// gemv: K elements per warp step (4 lanes of the mma quad x one 16-byte unit each).
@@ -114,7 +121,8 @@ struct QkvParams {
   double rope_log2_theta;   ///< log2(rope_theta), double: inverse frequencies must be exact to ~1e-12 for positions ~1e5
 };
 
-KT_HD constexpr int threads(const Config& c) { return c.warps_m * c.warps_n * 32; }
+/// Threads per block: the compute warps, plus the producer warpgroup of wgmma_ws.
+KT_HD constexpr int threads(const Config& c) { return c.warps_m * c.warps_n * 32 + (c.mainloop == kMainloopWgmmaWs ? 128 : 0); }
 
 /// Shared memory: max(mainloop = stages X tiles + 2 decoded W tiles, epilogue = fp32 output tile + pad);
 /// gemv: the K-independent part (partial sums of K slices 1..); see gemv_smem_bytes for the whole.
@@ -142,6 +150,27 @@ KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
   return 40 + c.tile_n / 2 + (f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4 ? 20 : 0) +
          (quant::format_bits(f) == 16 ? 0 : 7 * c.prefetch * ((w_units(c, f) + c.tile_m * 2 - 1) / (c.tile_m * 2)));
 }
+
+/// wgmma_ws: consumer warpgroups, m64 atoms per consumer warpgroup, bytes of one weight row per K step (64 elements)
+/// in the shared-memory ring, and dynamic shared memory: 1024 bytes of alignment slack + max(ring = stages x (X tile
+/// [tile_m][64] + weight tile [tile_n][row bytes]), epilogue = fp32 output tile [tile_m][tile_n + 4]).
+KT_HD constexpr int ws_consumers(const Config& c) { return c.warps_m / 4; }
+KT_HD constexpr int ws_atoms(const Config& c) { return c.warps_m >= 4 ? c.tile_n / (16 * c.warps_m) : 0; }
+KT_HD constexpr int ws_w_row_bytes(quant::Format f) { return 64 * quant::format_bits(f) / 8; }
+KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
+  return 1024 + (c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) > c.tile_m * (c.tile_n + 4) * 4
+                     ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f))
+                     : c.tile_m * (c.tile_n + 4) * 4);
+}
+/// wgmma_ws: consumer registers per thread (ptxas, CUDA 13): 48 + accumulators (atoms x tile_m / 2) + for quantized
+/// weights per atom the double-buffered A fragments (2 x 16) and the step's packed rows (2 x 8 words for 4-bit, 2 x 16
+/// for int8). Budget: 232 with two consumer warpgroups (setmaxnreg), else 255.
+KT_HD constexpr int ws_reg_estimate(const Config& c, quant::Format f) {
+  return 48 + ws_atoms(c) * c.tile_m / 2 + (quant::format_bits(f) == 16 ? 0 : ws_atoms(c) * (32 + 2 * (64 * quant::format_bits(f) / 32)));
+}
+/// wgmma_ws: registers per thread a consumer warpgroup raises itself to (setmaxnreg) when there are two of them; the
+/// producer warpgroup drops to kWsProducerRegs. 128 x 40 + 256 x 232 <= 65536.
+constexpr int kWsConsumerRegs = 232, kWsProducerRegs = 40;
 
 /// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
 /// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
@@ -207,7 +236,28 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
       return "shared memory exceeds the per-block limit";
     return nullptr;
   }
-  if (c.mainloop != kMainloopMma) return "mainloop must be mma (0), gemv (1) or wgmma (2)";
+  if (c.mainloop == kMainloopWgmmaWs) {
+    if (arch.sm != 90 || !arch.arch_specific) return "wgmma_ws: needs sm_90a (wgmma.mma_async, setmaxnreg)";
+    if (c.tile_m != 8 && c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64 && c.tile_m != 128 && c.tile_m != 256)
+      return "wgmma_ws: tile_m (tokens, the wgmma N) must be 8, 16, 32, 64, 128 or 256";
+    if ((c.warps_m != 4 && c.warps_m != 8) || c.warps_n != 1)
+      return "wgmma_ws: warps must be 4 or 8 (one or two consumer warpgroups) x 1";
+    if (c.tile_n != 64 * ws_consumers(c) && c.tile_n != 128 * ws_consumers(c))
+      return "wgmma_ws: tile_n must be 64 or 128 per consumer warpgroup (1 or 2 m64 atoms)";
+    if (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0) return "tile_n and head_dim must divide one another";
+    if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
+    if (c.tile_k != 64) return "wgmma_ws: tile_k must be 64";
+    if (c.stages < 2 || c.stages > 8) return "wgmma_ws: stages must be 2..8";
+    if (c.split_k < 1 || c.split_k > 16) return "split_k must be 1..16";
+    if (c.prefetch != 1) return "wgmma_ws: prefetch must be 1";
+    if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
+    if (ws_reg_estimate(c, f) > (ws_consumers(c) == 2 ? kWsConsumerRegs : 255))
+      return "wgmma_ws: accumulators + A fragments exceed the register budget";
+    if (ws_smem_bytes(c, f) + 256 * kGemvTableCopies * 4 + 1024 > max_smem_per_block(arch.sm))
+      return "shared memory exceeds the per-block limit";
+    return nullptr;
+  }
+  if (c.mainloop != kMainloopMma) return "mainloop must be mma (0), gemv (1), wgmma (2) or wgmma_ws (3)";
   // every head of a tile lies in one of Q, K, V: tile_n a multiple of head_dim, or smaller and dividing it.
   if (c.tile_n <= 0 || (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0)) return "tile_n and head_dim must divide one another";
   // RoPE pairs (i, i + D/2) of a head must be in one block: tile_n a multiple of head_dim.

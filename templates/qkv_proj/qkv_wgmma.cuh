@@ -38,20 +38,14 @@ __device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScal
                                                   uint4 (&out)[128 / quant::format_bits(F) / 8]) {
   constexpr int kChunks = 128 / quant::format_bits(F) / 8;
   if (F == quant::Format::int4) {
-    constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
-    constexpr unsigned kMagic = DT == DType::f16 ? 0x64006400u : 0x43004300u;  // 1024.0 / 128.0: ulp 1
-    const float mz = -((DT == DType::f16 ? 1024.f : 128.f) + s.z);               // exact: z is 0..15
+    const float mz = -((DT == DType::f16 ? 1024.f : 128.f) + s.z);  // exact: z is 0..15
     const unsigned zz = ptx::pack2<DT>(mz, mz), sc = ptx::pack2<DT>(s.s0, s.s0);
     const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const unsigned x = w[c], x4 = x >> 4;
       unsigned o[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {  // byte i = (n_2i low nibble, n_2i+1 high nibble): low half from x, high from x >> 4
-        const unsigned t = ptx::prmt(x, x4, unsigned(i | (i << 4) | ((4 + i) << 8) | ((4 + i) << 12)));
-        o[i] = ptx::fma2<DT>(ptx::fma2<DT>(and_or(t, 0x000F000Fu, kMagic), kOne, zz), sc, 0x80008000u);
-      }
+      for (int i = 0; i < 4; ++i) o[i] = int4_pair<DT>(w[c], unsigned(i | (i << 4) | ((4 + i) << 8) | ((4 + i) << 12)), zz, sc);
       out[c] = make_uint4(o[0], o[1], o[2], o[3]);
     }
   } else {
@@ -196,16 +190,7 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
 #pragma unroll
       for (int pp = 0; pp < kRing; ++pp)
         if (pp < nk) load_w(pp, pp);
-      if (tid < 16) s_lut[tid] = lut_value<F>(tid);
-      if (gemv_uses_table(F)) {  // entry b: (value of nibble b & 15, value of nibble b >> 4), kGemvTableCopies times
-        __syncthreads();         // s_lut
-        for (int b = tid; b < 256; b += kThreads) {
-          const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
-#pragma unroll
-          for (int cp = 0; cp < kGemvTableCopies; cp += 4)
-            *reinterpret_cast<uint4*>(s_tab + b * kGemvTableCopies + cp) = make_uint4(v, v, v, v);
-        }
-      }
+      build_decode_tables<DT, F>(s_lut, s_tab, tid, kThreads);
       __syncthreads();  // s_lut, s_tab
       store_w(0, 0);
       if (kRing < nk) load_w(0, kRing);

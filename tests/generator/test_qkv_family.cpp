@@ -61,6 +61,12 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         CHECK(c.split_k == 1);
         CHECK(c.warps_m <= 3584 / 128);                         // every warp gets a K step
         CHECK(d.grid_x * c.tile_n == 4608);                     // blocks cover the 288 m16 tiles exactly here
+      } else if (c.mainloop == kMainloopWgmmaWs) {
+        CHECK(c.tile_n % p.head_dim == 0);
+        CHECK((c.tile_m == 8 || m > c.tile_m / 2));  // a token tile more than half full
+        CHECK(d.block_x == unsigned(c.warps_m * 32 + 128));  // consumer warps + the producer warpgroup
+        if (c.split_k > 1) CHECK(d.grid_x * d.grid_y < 132);
+        CHECK(d.smem_bytes == unsigned(ws_smem_bytes(c, p.format)));
       } else if (c.mainloop == kMainloopWgmma) {
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 64 || m > c.tile_m / 2));  // one warpgroup per 64 tokens
@@ -74,17 +80,19 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
       CHECK(names.insert(variant_name(p, c, arch)).second);
     }
-    bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false;
+    bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false, has_ws = false;
     for (const auto& c : cs) {
       has_split |= c.split_k > 1 && c.mainloop == kMainloopMma;
       has_gemv |= c.mainloop == kMainloopGemv;
       has_wgmma |= c.mainloop == kMainloopWgmma;
+      has_ws |= c.mainloop == kMainloopWgmmaWs;
       has_half_gemv |= c.mainloop == kMainloopGemv && c.tile_m == 8 && m > 8;
     }
     CHECK(has_half_gemv == (m == 16));  // M = 16 also gets two 8-token tiles per set of rows
     CHECK(has_split == (m <= 256));
     CHECK(has_gemv == (m <= 16));  // 4-bit gemv at tile_m 64 exceeds the register budget
-    CHECK(has_wgmma);               // sm_90a: the Hopper mainloop at every M
+    CHECK(has_wgmma);               // sm_90a: the Hopper mainloops at every M
+    CHECK(has_ws);
     // Decode sizes try the weight-streaming kernel first.
     if (m <= 16) CHECK(cs.front().mainloop == kMainloopGemv);
   }
@@ -93,12 +101,13 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     REQUIRE(cs.size() >= 2);
     CHECK((cs[0].mainloop == kMainloopGemv && cs[1].mainloop != kMainloopGemv));
   }
-  {  // wgmma: sm_90a only; the tiled list alternates wgmma and mma.sync; not offered on sm_90 (no "a" features).
+  {  // wgmma: sm_90a only; the tiled list alternates wgmma_ws, wgmma and mma.sync; not offered on sm_90 (no "a" features).
     const Problem p4 = qwen(quant::Format::int4, DType::bf16, 4096);
     const auto cs = valid_configs(p4, arch);
-    REQUIRE(cs.size() >= 2);
-    CHECK((cs[0].mainloop == kMainloopWgmma && cs[1].mainloop == kMainloopMma));
-    for (const auto& c : valid_configs(p4, parse_arch("sm_90"))) CHECK(c.mainloop != kMainloopWgmma);
+    REQUIRE(cs.size() >= 3);
+    CHECK((cs[0].mainloop == kMainloopWgmmaWs && cs[1].mainloop == kMainloopWgmma && cs[2].mainloop == kMainloopMma));
+    for (const auto& c : valid_configs(p4, parse_arch("sm_90")))
+      CHECK((c.mainloop != kMainloopWgmma && c.mainloop != kMainloopWgmmaWs));
     const Config wg{128, 256, 64, 8, 1, 3, 1, 2, kMainloopWgmma};
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, arch) == nullptr);
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, parse_arch("sm_90"))).find("sm_90a") !=
@@ -126,6 +135,42 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     wf.prefetch = 1;
     CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, wf, arch) == nullptr);
     CHECK(wgmma_w_buffers(wf, pf.format) == 4);
+  }
+  {  // wgmma_ws: fields, names, JSON, shared memory, threads, rules.
+    const Problem p4 = qwen(quant::Format::int4, DType::bf16, 4096);
+    const Config ws{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs};
+    CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, ws, arch) == nullptr);
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, ws, parse_arch("sm_90"))).find("sm_90a") !=
+          std::string::npos);
+    CHECK(ws_consumers(ws) == 2);
+    CHECK(ws_atoms(ws) == 1);
+    CHECK(variant_name(p4, ws, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a");
+    CHECK(name_expression(p4, ws) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4>");
+    CHECK(kernel_source(p4, ws, arch).source.find("qkv_wgmma_ws.cuh") != std::string::npos);
+    CHECK(config_to_json(ws).at("mainloop") == "wgmma_ws");
+    CHECK(same_config(config_from_json(config_to_json(ws)), ws));
+    // 4 slots of X [256][64] bf16 + packed int4 rows [128][32 bytes] = 144 KB > the fp32 output tile (132 KB).
+    CHECK(launch_dims(p4, ws).smem_bytes == 1024u + 4 * (256 * 128 + 128 * 32));
+    CHECK(launch_dims(p4, ws).block_x == 384);
+    CHECK(launch_dims(p4, ws).grid_x == 36);
+    CHECK(launch_dims(p4, ws).grid_y == 16);
+    auto bad = ws;
+    bad.tile_n = 192;  // 96 features per consumer warpgroup is not a whole number of m64 atoms
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("atoms") != std::string::npos);
+    bad = ws;
+    bad.tile_n = 512;  // two atoms per warpgroup x 256 tokens: 256 accumulators
+    CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
+    bad = ws;
+    bad.tile_m = 24;
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("tile_m") != std::string::npos);
+    bad = ws;
+    bad.stages = 9;
+    CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
+    // decode sizes: tile_m 8 with split-K is offered for M = 1
+    bool small_split = false;
+    for (const auto& c : valid_configs(qwen(quant::Format::int4, DType::bf16, 1), arch))
+      small_split |= c.mainloop == kMainloopWgmmaWs && c.tile_m == 8 && c.split_k > 1;
+    CHECK(small_split);
   }
   const Config c{16, 128, 64, 1, 4, 2, 8, 1};
   const Problem p = qwen();

@@ -86,6 +86,14 @@ std::vector<std::pair<quant::Format, DType>> format_dtypes() {
   return out;
 }
 
+/// The valid configs of problem p on this GPU with the given mainloop whose split_k is at most max_split.
+std::vector<Config> configs_of(const Problem& p, int mainloop, int max_split = 16) {
+  std::vector<Config> out;
+  for (const auto& c : valid_configs(p, Env::get().arch))
+    if (c.mainloop == mainloop && c.split_k <= max_split) out.push_back(c);
+  return out;
+}
+
 Problem qwen(quant::Format f, DType d, int m) {
   Problem p;
   p.format = f;
@@ -179,18 +187,11 @@ TEST_CASE("qkv_proj: 32/8 head layout, with and without bias and RoPE", "[gpu][q
 }
 
 TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a partial last warp step", "[gpu][qkv]") {
-  auto& env = Env::get();
-  auto gemv_only = [&](const Problem& p) {
-    std::vector<Config> out;
-    for (const auto& c : valid_configs(p, env.arch))
-      if (c.mainloop == kMainloopGemv) out.push_back(c);
-    return out;
-  };
   for (const auto& [f, d] : format_dtypes()) {
     const HostInputs big = make_inputs(qwen(f, d, 16), 41);
     for (int m : {1, 3, 16}) {  // tile_m 8 (7 or 5 tokens masked; M = 1: X staged in shared memory) and 16
       const Problem p = qwen(f, d, m);
-      const auto cs = gemv_only(p);
+      const auto cs = configs_of(p, kMainloopGemv);
       REQUIRE(cs.size() >= 20);
       const auto kernels = load(p, cs);
       run_and_check(truncate(big, m), cs, kernels, m);
@@ -204,7 +205,7 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
     p.num_heads = 8;
     p.num_kv_heads = 2;
     const HostInputs in = make_inputs(p, 43);
-    const auto cs = gemv_only(p);
+    const auto cs = configs_of(p, kMainloopGemv);
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 9);
@@ -215,13 +216,10 @@ TEST_CASE("qkv_proj gemv: units whose scale fp16 cannot hold take the fp32 decod
   // The gemv mainloop decodes in 16-bit pairs with the scale rounded to the operand dtype. A block of zeros under a
   // scale above fp16's range (E8M0 2^20, an nf4 absmax of 1e6) would give 0 * inf = NaN there; such units must go
   // through the fp32 decode, which gives 0. Every 7th row's 3rd block is patched so; the reference sees the same bytes.
-  auto& env = Env::get();
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 3);
     const HostInputs in = zero_blocks_under_huge_scales(p, 47);
-    std::vector<Config> cs;
-    for (const auto& c : valid_configs(p, env.arch))
-      if (c.mainloop == kMainloopGemv) cs.push_back(c);
+    const auto cs = configs_of(p, kMainloopGemv);
     REQUIRE(cs.size() >= 20);
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 3);
@@ -234,19 +232,11 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
     WARN("the wgmma mainloop needs sm_90a; this GPU is sm_" << env.arch.sm);
     return;
   }
-  auto wgmma_only = [&](const Problem& p) {
-    std::vector<Config> out;
-    for (const auto& c : valid_configs(p, env.arch))
-      if (c.mainloop == kMainloopWgmma) out.push_back(c);
-    return out;
-  };
   for (const auto& [f, d] : format_dtypes()) {
     const HostInputs big = make_inputs(qwen(f, d, 300), 51);
     // M = 300: every binary (split_k 1; tile_m 128 leaves a 44-token tile); M = 37: tile_m 64 with every split_k.
-    std::vector<Config> c300;
-    for (const auto& c : wgmma_only(big.problem))
-      if (c.split_k == 1) c300.push_back(c);
-    const auto c37 = wgmma_only(qwen(f, d, 37));
+    const auto c300 = configs_of(big.problem, kMainloopWgmma, 1);
+    const auto c37 = configs_of(qwen(f, d, 37), kMainloopWgmma);
     REQUIRE(c300.size() >= 8);
     REQUIRE(c37.size() >= 8);
     std::vector<Config> all = c300;
@@ -265,8 +255,8 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
     p.rope = false;
     const HostInputs in = make_inputs(p, 53);
     std::vector<Config> cs;
-    for (const auto& c : wgmma_only(p))
-      if (c.split_k <= 2 && c.tile_n == 64) cs.push_back(c);
+    for (const auto& c : configs_of(p, kMainloopWgmma, 2))
+      if (c.tile_n == 64) cs.push_back(c);
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
@@ -280,9 +270,71 @@ TEST_CASE("qkv_proj wgmma: units whose scale fp16 cannot hold take the fp32 deco
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 70);
     const HostInputs in = zero_blocks_under_huge_scales(p, 57);
+    const auto cs = configs_of(p, kMainloopWgmma, 1);
+    REQUIRE(!cs.empty());
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 70);
+  }
+}
+
+TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring depths 2 and 3, split-K, partial tiles",
+          "[gpu][qkv]") {
+  auto& env = Env::get();
+  if (!(env.arch.sm == 90 && env.arch.arch_specific)) {
+    WARN("the wgmma_ws mainloop needs sm_90a; this GPU is sm_" << env.arch.sm);
+    return;
+  }
+  for (const auto& [f, d] : format_dtypes()) {
+    const HostInputs big = make_inputs(qwen(f, d, 300), 61);
+    // M = 300, split_k 1: every tile shape (tile_m 8..256: 4..44-token partial last tiles) with rings of 2 and 3
+    // slots (the mbarrier phases flip every step or two) and the deepest ring. M = 37 and M = 5: every split_k.
+    std::vector<Config> c300, c37, c5;
+    int deepest = 0;
+    for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 1)) deepest = std::max(deepest, c.stages);
+    for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 1))
+      if (c.stages <= 3 || c.stages == deepest) c300.push_back(c);
+    for (const auto& c : configs_of(qwen(f, d, 37), kMainloopWgmmaWs))
+      if (c.stages == 3) c37.push_back(c);
+    for (const auto& c : configs_of(qwen(f, d, 5), kMainloopWgmmaWs))
+      if (c.stages == 2) c5.push_back(c);
+    REQUIRE(c300.size() >= 16);
+    REQUIRE(c37.size() >= 8);
+    REQUIRE(c5.size() >= 4);
+    std::vector<Config> all = c300;
+    all.insert(all.end(), c37.begin(), c37.end());
+    all.insert(all.end(), c5.begin(), c5.end());
+    const auto kernels = load(big.problem, all);
+    run_and_check(big, c300, kernels, 40);
+    run_and_check(truncate(big, 37), c37, kernels, 37);
+    run_and_check(truncate(big, 5), c5, kernels, 5);
+  }
+  // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
+  for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16}, {quant::Format::int8, DType::bf16}, {quant::Format::bf16, DType::bf16}}) {
+    Problem p = qwen(f, d, 130);
+    p.k = 4096;
+    p.num_heads = 32;
+    p.num_kv_heads = 8;
+    p.has_bias = false;
+    p.rope = false;
+    const HostInputs in = make_inputs(p, 63);
     std::vector<Config> cs;
-    for (const auto& c : valid_configs(p, env.arch))
-      if (c.mainloop == kMainloopWgmma && c.split_k == 1) cs.push_back(c);
+    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 2))
+      if (c.tile_n == 64 && c.stages == 4) cs.push_back(c);
+    REQUIRE(!cs.empty());
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 40);
+  }
+}
+
+TEST_CASE("qkv_proj wgmma_ws: steps whose scale fp16 cannot hold take the fp32 decode (no inf * 0)", "[gpu][qkv]") {
+  auto& env = Env::get();
+  if (!(env.arch.sm == 90 && env.arch.arch_specific)) return;
+  for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
+    Problem p = qwen(f, DType::f16, 70);
+    const HostInputs in = zero_blocks_under_huge_scales(p, 67);
+    std::vector<Config> cs;
+    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 1))
+      if (c.stages == 4) cs.push_back(c);
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 70);

@@ -1,0 +1,338 @@
+// Fused Q/K/V projection, warp-specialized Hopper mainloop ("wgmma_ws", Config::mainloop = kMainloopWgmmaWs; sm_90a).
+//
+//   Swap-AB: Y^T[n, m] = sum_k W[n, k] X[m, k]. The weight is wgmma's A operand (M = 64 output features per atom), the
+//   tokens are its N (tile_m = 8 .. 256), so decode-sized M wastes no tensor-core rows and the dequantized weight never
+//   touches shared memory: it is decoded straight into A-fragment registers (wgmma.mma_async with A in registers).
+//
+//   Block: Consumers (1 or 2) consumer warpgroups, then one producer warpgroup (threads 128 Consumers ..). The
+//   producer streams each 64-wide K step -- the X tile [tile_m][64] in the 128-byte swizzle layout (the B operand,
+//   K-major) and the weight rows [tile_n][64 elements] (packed bytes as stored; 16-bit weights in the 128-byte swizzle
+//   layout, the A operand through a descriptor) -- into a ring of `stages` slots with cp.async, and signals slot s's
+//   full mbarrier through cp.async.mbarrier.arrive.noinc; consumer warps release the slot on its empty mbarrier once
+//   the wgmma that read it retired. With two consumer warpgroups the producer gives its registers to them (setmaxnreg).
+//
+//   Consumer warpgroup cw owns features (cw Atoms + a) 64 .. + 63 of the tile, a < Atoms. Per K step it waits for the
+//   slot, reads its weight rows (thread (warp w, lane l): rows 16 w + l / 4 and + 8 of each atom, the whole 64-element
+//   row segment) and builds the A fragments of the four k16 slices: the fragment pairs of thread l are elements
+//   (2 (l % 4), + 1) and (2 (l % 4) + 8, + 9) of the slice, i.e. byte l % 4 of every 4-byte word of a 4-bit row, the
+//   bytes (2 (l % 4), + 1) of every 8-byte pair of an int8 row. Decoding of step j + 1 overlaps the asynchronous wgmma
+//   of step j (A fragments double-buffered in registers); scales are loaded from global memory two steps ahead.
+//     int4  (n - z) s: magic-number pair (int4_pair), the zero point subtracted exactly, one rounding by the scale.
+//     int8  the exact integer (int8_pair); the per-row scale multiplies the fp32 accumulators in the epilogue.
+//     nf4, mxfp4, nvfp4: the 256-pair code table times the scale in the dtype; fp16 activations with a scale outside
+//           fp16's normal range take the fp32 path (code value x scale in fp32, one rounding) for the whole step.
+//   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (split-K
+//   workspace, bias, RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
+//
+// Sources: PTX ISA 8.x (wgmma.mma_async with A in registers, register fragments and matrix descriptors, mbarrier,
+// cp.async.mbarrier.arrive, setmaxnreg, fence.proxy.async); the weight formats as in quant_format.h.
+#pragma once
+#include "common/wgmma.cuh"
+#include "qkv_proj/qkv_gemv.cuh"
+
+namespace kt {
+namespace qkv {
+
+/// Scale bits of weight row `row` for K step kt (elements 64 kt .. 64 kt + 63), as stored (converted at use, so the
+/// load can be issued steps ahead): int4 s = the fp16 scale, z = the zero point; nf4 s = the fp32 absmax bits; mxfp4
+/// s = the two E8M0 bytes; nvfp4 s = the four E4M3 bytes (one per k16 slice).
+struct WsScaleRaw {
+  unsigned s, z;
+};
+
+template <quant::Format F>
+__device__ __forceinline__ WsScaleRaw ws_load_scale(const QkvParams& p, int row, int kt) {
+  WsScaleRaw r{0u, 0u};
+  const long long K = p.k_dim;
+  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
+  if (F == quant::Format::int4) {
+    const long long g = row * (K / 128) + kt / 2;
+    r.s = __ldg(reinterpret_cast<const unsigned short*>(sc) + g);
+    r.z = __ldg(static_cast<const unsigned char*>(p.w_zeros) + g);
+  } else if (F == quant::Format::nf4) {
+    r.s = __ldg(reinterpret_cast<const unsigned*>(sc) + row * (K / 64) + kt);
+  } else if (F == quant::Format::mxfp4) {  // row stride K / 32 bytes is even (K % 64 == 0)
+    r.s = __ldg(reinterpret_cast<const unsigned short*>(sc + row * (K / 32) + 2 * kt));
+  } else if (F == quant::Format::nvfp4) {  // row stride K / 16 bytes is a multiple of 4
+    r.s = __ldg(reinterpret_cast<const unsigned*>(sc + row * (K / 16) + 4 * kt));
+  }
+  return r;
+}
+
+/// The fp32 scale of k16 slice sl (0..3) of a step (table formats and int4).
+template <quant::Format F>
+__device__ __forceinline__ float ws_slice_scale(const WsScaleRaw& r, int sl, float tensor_scale) {
+  if (F == quant::Format::int4) return ptx::to_float<DType::f16>((unsigned short)r.s);
+  if (F == quant::Format::nf4) return __uint_as_float(r.s);
+  if (F == quant::Format::mxfp4) return e8m0_to_float((r.s >> (8 * (sl / 2))) & 255u);
+  if (F == quant::Format::nvfp4) return e4m3_to_float((r.s >> (8 * sl)) & 255u) * tensor_scale;
+  return 1.f;
+}
+
+/// A fragments of one m64 atom for one K step: a[sl] = the four registers of k16 slice sl (wgmma.cuh's layout) for
+/// this thread's rows lo = 16 w + l / 4 and hi = lo + 8. wlo / whi: the rows' packed bytes of the step (8 words for
+/// 4-bit, 16 for int8); q = lane % 4.
+template <DType DT, quant::Format F>
+__device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant::format_bits(F) / 32],
+                                               const unsigned (&whi)[64 * quant::format_bits(F) / 32], const WsScaleRaw& rlo,
+                                               const WsScaleRaw& rhi, int q, const unsigned* tab, const float* lut,
+                                               float tensor_scale, unsigned (&a)[4][4]) {
+  if (F == quant::Format::int8) {
+    const unsigned sel = unsigned(2 * q) | unsigned(2 * q + 1) << 4;  // bytes (2q, 2q + 1) of an 8-byte pair
+#pragma unroll
+    for (int sl = 0; sl < 4; ++sl) {
+      a[sl][0] = int8_pair<DT>(ptx::prmt(wlo[4 * sl], wlo[4 * sl + 1], sel), 0x4140u);
+      a[sl][1] = int8_pair<DT>(ptx::prmt(whi[4 * sl], whi[4 * sl + 1], sel), 0x4140u);
+      a[sl][2] = int8_pair<DT>(ptx::prmt(wlo[4 * sl + 2], wlo[4 * sl + 3], sel), 0x4140u);
+      a[sl][3] = int8_pair<DT>(ptx::prmt(whi[4 * sl + 2], whi[4 * sl + 3], sel), 0x4140u);
+    }
+  } else if (F == quant::Format::int4) {
+    const unsigned sel = unsigned(q) | unsigned(q) << 4 | unsigned(4 + q) << 8 | unsigned(4 + q) << 12;  // byte q
+    const float magic = DT == DType::f16 ? 1024.f : 128.f;
+    const float mzl = -(magic + float(rlo.z)), mzh = -(magic + float(rhi.z));  // exact: z is 0..15
+    const float sl_ = ws_slice_scale<F>(rlo, 0, 1.f), sh_ = ws_slice_scale<F>(rhi, 0, 1.f);
+    const unsigned zzl = ptx::pack2<DT>(mzl, mzl), zzh = ptx::pack2<DT>(mzh, mzh);
+    const unsigned scl = ptx::pack2<DT>(sl_, sl_), sch = ptx::pack2<DT>(sh_, sh_);
+#pragma unroll
+    for (int sl = 0; sl < 4; ++sl) {
+      a[sl][0] = int4_pair<DT>(wlo[2 * sl], sel, zzl, scl);
+      a[sl][1] = int4_pair<DT>(whi[2 * sl], sel, zzh, sch);
+      a[sl][2] = int4_pair<DT>(wlo[2 * sl + 1], sel, zzl, scl);
+      a[sl][3] = int4_pair<DT>(whi[2 * sl + 1], sel, zzh, sch);
+    }
+  } else {  // table formats: byte q of each word indexes the pair table
+    const unsigned bsel = 0x4440u | unsigned(q);  // byte q, zero-extended
+    float s[2][4];
+    bool ok = true;
+#pragma unroll
+    for (int sl = 0; sl < 4; ++sl) {
+      s[0][sl] = ws_slice_scale<F>(rlo, sl, tensor_scale);
+      s[1][sl] = ws_slice_scale<F>(rhi, sl, tensor_scale);
+      ok = ok && dtype_holds_scale<DT>(s[0][sl]) && dtype_holds_scale<DT>(s[1][sl]);
+    }
+    if (ok) {
+#pragma unroll
+      for (int sl = 0; sl < 4; ++sl)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {  // r: (lo, hi) x (first, second 8 elements of the slice)
+          const unsigned x = (r & 1) ? whi[2 * sl + r / 2] : wlo[2 * sl + r / 2];
+          const float sc = s[r & 1][sl];
+          a[sl][r] = ptx::fma2<DT>(tab[ptx::prmt(x, 0u, bsel) * kGemvTableCopies], ptx::pack2<DT>(sc, sc), 0x80008000u);
+        }
+    } else {
+#pragma unroll
+      for (int sl = 0; sl < 4; ++sl)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const unsigned x = (r & 1) ? whi[2 * sl + r / 2] : wlo[2 * sl + r / 2];
+          const unsigned b = ptx::prmt(x, 0u, bsel);
+          const float sc = s[r & 1][sl];
+          a[sl][r] = ptx::pack2<DT>(lut[b & 15u] * sc, lut[b >> 4] * sc);
+        }
+    }
+  }
+}
+
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages>
+__global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const QkvParams p) {
+  constexpr quant::Format F = static_cast<quant::Format>(F_);
+  constexpr Config C{TileM, TileN, 64, 4 * Consumers, 1, Stages, 1, 1, kMainloopWgmmaWs};
+#ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
+  static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
+                "invalid qkv_wgmma_ws variant: see invalid_reason() in qkv_proj_config.h");
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBits = quant::format_bits(F);
+  constexpr bool kWide = kBits == 16;  // 16-bit weight: A from shared memory, no decode
+  constexpr int kAtoms = TileN / (64 * Consumers);
+  constexpr int kRowB = ws_w_row_bytes(F);       // bytes of one weight row per K step: 32, 64 or 128
+  constexpr int kRowWords = kRowB / 4;
+  constexpr unsigned kXB = TileM * 128, kWB = TileN * kRowB;
+  constexpr int kCThreads = 128 * Consumers;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ float s_lut[16];
+  __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kGemvTableCopies : 4];
+  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
+  // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
+  const unsigned raw = ptx::smem_u32(smem_raw);
+  const unsigned base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  const unsigned sX = base;                 // Stages x [TileM][64] (128-byte swizzle)
+  const unsigned sW = base + Stages * kXB;  // Stages x [TileN][kRowB]
+  const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int n0 = blockIdx.x * TileN, m0 = blockIdx.y * TileM;
+  const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
+  const int SplitK = gridDim.z;
+  const int nk_total = p.k_dim / 64;
+  const int kt_begin = (int)((long long)nk_total * blockIdx.z / SplitK);
+  const int kt_end = (int)((long long)nk_total * (blockIdx.z + 1) / SplitK);
+  const int nk = kt_end - kt_begin;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < Stages; ++s) {
+      ptx::mbarrier_init(bar_full + 8 * s, 128);             // every producer thread, once its copies landed
+      ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp
+    }
+  }
+  if (!kWide) build_decode_tables<DT, F>(s_lut, s_tab, tid, kCThreads + 128);
+  __syncthreads();
+
+  if (wg == Consumers) {
+    // ---------------- producer warpgroup ----------------
+    if (Consumers == 2) wgmma::setmaxnreg_dec<kWsProducerRegs>();
+    const int pt = tid - kCThreads;
+    const unsigned short* x = static_cast<const unsigned short*>(p.x);
+    const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
+    const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
+    for (int j = 0; j < nk; ++j) {
+      const int slot = j % Stages, kt = kt_begin + j;
+      if (j >= Stages) ptx::mbarrier_wait(bar_empty + 8 * slot, ((j / Stages) & 1) ^ 1);  // the slot's last use retired
+      constexpr int kXC = TileM * 8;  // 16-byte chunks of the X tile; rows past M are zero-filled
+#pragma unroll 1
+      for (int c0 = 0; c0 < kXC; c0 += 128) {
+        const int c = c0 + pt;
+        if (kXC % 128 == 0 || c < kXC) {
+          const int r = c / 8, ch = c % 8;
+          const bool in = m0 + r < p.m;
+          const unsigned short* src = in ? x + (long long)(m0 + r) * p.x_row_stride + kt * 64 + ch * 8 : x;
+          ptx::cp_async_16(sX + slot * kXB + r * 128 + ((ch ^ (r & 7)) << 4), src, in ? 16u : 0u);
+        }
+      }
+      constexpr int kCPR = kRowB / 16, kWC = TileN * kCPR;  // weight chunks; rows past N are zero-filled
+#pragma unroll 1
+      for (int c0 = 0; c0 < kWC; c0 += 128) {
+        const int c = c0 + pt;
+        if (kWC % 128 == 0 || c < kWC) {
+          const int r = c / kCPR, ch = c % kCPR;
+          const bool in = n0 + r < N;
+          const unsigned char* src = in ? wdata + (long long)(n0 + r) * w_row_bytes + (long long)kt * kRowB + ch * 16 : wdata;
+          ptx::cp_async_16(sW + slot * kWB + r * kRowB + ((kWide ? ch ^ (r & 7) : ch) << 4), src, in ? 16u : 0u);
+        }
+      }
+      ptx::cp_async_mbarrier_arrive_noinc(bar_full + 8 * slot);
+    }
+    ptx::cp_async_wait_all();
+    return;  // the consumers' barriers below are named barriers over their own threads
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  if (Consumers == 2) wgmma::setmaxnreg_inc<kWsConsumerRegs>();
+  const int warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
+  const int row_lo0 = wg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
+  const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
+
+  float acc[kAtoms][TileM / 2];
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+    for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
+
+  unsigned afrag[kWide ? 1 : 2][kAtoms][4][4];  // A fragments, double-buffered (step parity)
+  WsScaleRaw sraw[2][kAtoms][2];                // scales of steps j, j + 1 (ring by step parity) x atom x (lo, hi)
+  auto load_scales_of = [&](int buf, int j) {
+    if (kWide || F == quant::Format::int8 || j >= nk) return;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = min(n0 + row_lo0 + 64 * a + 8 * h, N - 1);  // rows past N: any valid row (outputs dropped)
+        sraw[buf][a][h] = ws_load_scale<F>(p, row, kt_begin + j);
+      }
+  };
+  auto decode = [&](int buf, int j) {  // step j's slot is full
+    const unsigned char* wslot = smem + Stages * kXB + (j % Stages) * kWB;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) {
+      unsigned wlo[kRowWords], whi[kRowWords];
+      const int r = row_lo0 + 64 * a;
+#pragma unroll
+      for (int v = 0; v < kRowWords / 4; ++v) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(wslot + r * kRowB + 16 * v);
+        const uint4 hi = *reinterpret_cast<const uint4*>(wslot + (r + 8) * kRowB + 16 * v);
+        wlo[4 * v] = lo.x, wlo[4 * v + 1] = lo.y, wlo[4 * v + 2] = lo.z, wlo[4 * v + 3] = lo.w;
+        whi[4 * v] = hi.x, whi[4 * v + 1] = hi.y, whi[4 * v + 2] = hi.z, whi[4 * v + 3] = hi.w;
+      }
+      ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale, afrag[kWide ? 0 : buf][a]);
+    }
+  };
+
+  if (nk > 0) {
+    if (!kWide) {
+      load_scales_of(0, 0);
+      load_scales_of(1, 1);
+      ptx::mbarrier_wait(bar_full, 0);
+      decode(0, 0);
+      load_scales_of(0, 2);
+    }
+    // Unrolled by 2 so that the double buffers' index (step parity) is a compile-time constant.
+    for (int j0 = 0; j0 < nk; j0 += 2) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int j = j0 + b;
+        if (j < nk) {
+          const int slot = j % Stages;
+          if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, (j / Stages) & 1);
+          wgmma::fence_proxy_async();  // the slot's cp.async data (generic proxy) before the wgmma reads it
+          wgmma::fence();
+          const unsigned xs = sX + slot * kXB;
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int a = 0; a < kAtoms; ++a) {
+              const unsigned long long bdesc = wgmma::make_desc_sw128(xs + ks * 32);
+              if (kWide)
+                wgmma::Mma<DT, TileM>::run(acc[a], wgmma::make_desc_sw128(sW + slot * kWB + (wg * kAtoms + a) * 64 * 128 + ks * 32), bdesc);
+              else
+                wgmma::MmaRS<DT, TileM>::run(acc[a], afrag[kWide ? 0 : b][a][ks], bdesc);
+            }
+          wgmma::commit_group();
+          wgmma::wait_group<1>();  // step j - 1 retired: its slot and A buffer are free
+#pragma unroll
+          for (int a = 0; a < kAtoms; ++a) {
+            wgmma::fence_operands(acc[a]);
+            if (!kWide)
+#pragma unroll
+              for (int ks = 0; ks < 4; ++ks) wgmma::fence_operands(afrag[kWide ? 0 : 1 - b][a][ks]);
+          }
+          if (j >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((j - 1) % Stages));
+          if (!kWide && j + 1 < nk) {  // decode step j + 1 while the tensor cores work on step j
+            ptx::mbarrier_wait(bar_full + 8 * ((j + 1) % Stages), ((j + 1) / Stages) & 1);
+            decode(1 - b, j + 1);
+            load_scales_of(1 - b, j + 3);
+          }
+        }
+      }
+    }
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
+  }
+  ptx::named_barrier(1, kCThreads);  // every consumer's wgmma retired: the ring becomes the fp32 output tile
+
+  // ---- accumulators (features x tokens) -> shared fp32 tile [TileM tokens][TileN + 4]; int8: times the row scale ----
+  constexpr int kLd = TileN + 4;
+  float* sC = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int f = row_lo0 + 64 * a + 8 * h;
+      float rs = 1.f;
+      if (gemv_scale_mode(F) == kScaleRow) rs = n0 + f < N ? __ldg(static_cast<const float*>(p.w_scales) + n0 + f) : 0.f;
+#pragma unroll
+      for (int i = 0; i < TileM / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) sC[(8 * i + 2 * q + e) * kLd + f] = acc[a][4 * i + 2 * h + e] * rs;
+    }
+  ptx::named_barrier(1, kCThreads);
+
+  finish_tile<DT, D, HasBias, Rope, TileM, TileN, kCThreads, 1>(p, sC, m0, n0);
+#endif
+}
+
+}  // namespace qkv
+}  // namespace kt
