@@ -121,6 +121,7 @@ void load(Loader& l) {
   KT_RESOLVE(cuStreamDestroy, "cuStreamDestroy_v2");
   KT_RESOLVE(cuStreamSynchronize, "cuStreamSynchronize");
   KT_RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  KT_RESOLVE(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
 #undef KT_RESOLVE
   if (!ok) {
     l.load_error = "symbol " + missing + " not found in " + kLibName +

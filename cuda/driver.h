@@ -76,6 +76,7 @@ struct Api {
   decltype(&::cuGetErrorName) cuGetErrorName = nullptr;
   decltype(&::cuGetErrorString) cuGetErrorString = nullptr;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) cuOccupancyMaxActiveBlocksPerMultiprocessor = nullptr;
+  decltype(&::cuTensorMapEncodeTiled) cuTensorMapEncodeTiled = nullptr;  // TMA descriptors (driver >= 12.0)
 };
 
 /// Loads libcuda.so.1 once (thread-safe; later calls return the same table) and calls cuInit(0).

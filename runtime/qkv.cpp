@@ -1,12 +1,101 @@
 #include "runtime/qkv.h"
 
+#include <array>
+#include <cstring>
+#include <mutex>
+
+#include "cuda/driver.h"
+
 namespace kt {
 namespace qkv {
+namespace {
+
+static_assert(sizeof(TmaDescriptor) == sizeof(CUtensorMap) && alignof(TmaDescriptor) == alignof(CUtensorMap),
+              "TmaDescriptor must mirror CUtensorMap");
+
+/// Encodes a 2-D tiled tensor map over `rows` rows of `inner` elements (elem_bytes each) with `row_bytes` between rows;
+/// box {box_inner, box_rows}; swizzle 128 B (16-bit operands) or none (packed bytes). CUDA Driver API,
+/// cuTensorMapEncodeTiled; out-of-bounds elements read as zeros.
+TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long long rows, long long row_bytes, int box_inner,
+                        int box_rows, bool swizzle128) {
+  TmaDescriptor d;
+  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
+  const cuuint32_t box[2] = {cuuint32_t(box_inner), cuuint32_t(box_rows)};
+  const cuuint32_t estrides[2] = {1, 1};
+  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d),
+                                                 elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                                 2, const_cast<void*>(base), dims, strides, box, estrides,
+                                                 CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "cuTensorMapEncodeTiled");
+  return d;
+}
+
+/// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; the
+/// last few encodings are kept (the tuner rotates over a handful of input copies), so repeated launches encode nothing.
+struct MapKey {
+  const void* x;
+  const void* w;
+  long long x_row_stride;
+  int m, k, n, format, tile_m, tile_n;
+  bool operator==(const MapKey& o) const { return std::memcmp(this, &o, sizeof(MapKey)) == 0; }
+};
+
+WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) {
+  MapKey key;
+  std::memset(&key, 0, sizeof key);  // padding compares equal
+  key.x = a.x;
+  key.w = a.w_data;
+  key.x_row_stride = a.x_row_stride;
+  key.m = a.m;
+  key.k = a.k_dim;
+  key.n = problem.n();
+  key.format = int(problem.format);
+  key.tile_m = c.tile_m;
+  key.tile_n = c.tile_n;
+  struct Entry {
+    MapKey key;
+    TmaDescriptor x_map, w_map;
+  };
+  static std::mutex mu;
+  static std::array<Entry, 16> cache;
+  static size_t next = 0, used = 0;
+  WsParams w;
+  w.p = a;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < used; ++i)
+      if (cache[i].key == key) {
+        w.x_map = cache[i].x_map;
+        w.w_map = cache[i].w_map;
+        return w;
+      }
+  }
+  const int bits = quant::format_bits(problem.format);
+  w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
+  w.w_map = bits == 16 ? encode_2d(a.w_data, 2, a.k_dim, problem.n(), (long long)a.k_dim * 2, 64, c.tile_n, true)
+                       : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(), (long long)a.k_dim * bits / 8,
+                                   ws_w_row_bytes(problem.format), c.tile_n, false);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[next] = Entry{key, w.x_map, w.w_map};
+  next = (next + 1) % cache.size();
+  used = used < cache.size() ? used + 1 : used;
+  return w;
+}
+
+}  // namespace
 
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const QkvParams& params,
             CUstream stream) {
   check_params(problem, config, params);
   const attn::LaunchDims d = launch_dims(problem, config);
+  if (config.mainloop == kMainloopWgmmaWs) {
+    const WsParams w = ws_params(problem, config, params);
+    kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w);
+    return;
+  }
   kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &params);
 }
 

@@ -73,6 +73,15 @@ __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
       "r"(parity)
       : "memory");
 }
+/// 2-D TMA tile load (PTX ISA "cp.async.bulk.tensor"): the box at coordinates (c0 innermost, c1) of the tensor map at
+/// generic address `map` (a __grid_constant__ kernel parameter) into shared memory at dst, completing as transactions
+/// on the mbarrier. Out-of-bounds elements are written as zeros and still count as transaction bytes.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c0, int c1, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
 /// Bulk copy of `bytes` (a multiple of 16; 16-byte aligned addresses) global -> shared, completing as transactions
 /// on the mbarrier.
 __device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {

@@ -121,6 +121,22 @@ struct QkvParams {
   double rope_log2_theta;   ///< log2(rope_theta), double: inverse frequencies must be exact to ~1e-12 for positions ~1e5
 };
 
+/// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the host by
+/// cuTensorMapEncodeTiled and read by cp.async.bulk.tensor from the kernel's parameter space.
+struct alignas(128) TmaDescriptor {
+  unsigned long long opaque[16];
+};
+/// Kernel arguments of wgmma_ws (passed __grid_constant__): the QkvParams plus two tensor maps, written by
+/// qkv::launch (runtime/qkv.cpp):
+///   x_map  X as a 2-D tensor of 16-bit elements {K, M} (row stride x_row_stride), box {64, tile_m}, 128-byte swizzle;
+///          rows past M read as zeros.
+///   w_map  the packed weight data: 16-bit formats as {K, N} elements, box {64, tile_n}, 128-byte swizzle; the others
+///          as bytes {K bits / 8, N}, box {64 bits / 8, tile_n}, no swizzle (the rows' K-step bytes, densely).
+struct WsParams {
+  TmaDescriptor x_map, w_map;
+  QkvParams p;
+};
+
 /// Threads per block: the compute warps, plus the producer warpgroup of wgmma_ws.
 KT_HD constexpr int threads(const Config& c) { return c.warps_m * c.warps_n * 32 + (c.mainloop == kMainloopWgmmaWs ? 128 : 0); }
 

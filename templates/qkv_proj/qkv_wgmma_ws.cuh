@@ -4,12 +4,13 @@
 //   tokens are its N (tile_m = 8 .. 256), so decode-sized M wastes no tensor-core rows and the dequantized weight never
 //   touches shared memory: it is decoded straight into A-fragment registers (wgmma.mma_async with A in registers).
 //
-//   Block: Consumers (1 or 2) consumer warpgroups, then one producer warpgroup (threads 128 Consumers ..). The
-//   producer streams each 64-wide K step -- the X tile [tile_m][64] in the 128-byte swizzle layout (the B operand,
-//   K-major) and the weight rows [tile_n][64 elements] (packed bytes as stored; 16-bit weights in the 128-byte swizzle
-//   layout, the A operand through a descriptor) -- into a ring of `stages` slots with cp.async, and signals slot s's
-//   full mbarrier through cp.async.mbarrier.arrive.noinc; consumer warps release the slot on its empty mbarrier once
-//   the wgmma that read it retired. With two consumer warpgroups the producer gives its registers to them (setmaxnreg).
+//   Block: Consumers (1 or 2) consumer warpgroups, then one producer warpgroup (threads 128 Consumers ..). One
+//   producer thread streams each 64-wide K step -- the X tile [tile_m][64] in the 128-byte swizzle layout (the B
+//   operand, K-major) and the weight rows [tile_n][64 elements] (packed bytes as stored; 16-bit weights in the
+//   128-byte swizzle layout, the A operand through a descriptor) -- into a ring of `stages` slots with two TMA tensor
+//   copies (WsParams' tensor maps; rows past M or N arrive as zeros) on slot s's full mbarrier (expect_tx); consumer
+//   warps release the slot on its empty mbarrier once the wgmma that read it retired. With two consumer warpgroups
+//   the producer warpgroup gives its registers to them (setmaxnreg).
 //
 //   Consumer warpgroup cw owns features (cw Atoms + a) 64 .. + 63 of the tile, a < Atoms. Per K step it waits for the
 //   slot, reads its weight rows (thread (warp w, lane l): rows 16 w + l / 4 and + 8 of each atom, the whole 64-element
@@ -25,7 +26,7 @@
 //   workspace, bias, RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
 //
 // Sources: PTX ISA 8.x (wgmma.mma_async with A in registers, register fragments and matrix descriptors, mbarrier,
-// cp.async.mbarrier.arrive, setmaxnreg, fence.proxy.async); the weight formats as in quant_format.h.
+// cp.async.bulk.tensor, setmaxnreg); CUDA Driver API cuTensorMapEncodeTiled; the weight formats as in quant_format.h.
 #pragma once
 #include "common/wgmma.cuh"
 #include "qkv_proj/qkv_gemv.cuh"
@@ -134,7 +135,8 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 }
 
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages>
-__global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const QkvParams p) {
+__global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
+  const QkvParams& p = wp.p;
   constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C{TileM, TileN, 64, 4 * Consumers, 1, Stages, 1, 1, kMainloopWgmmaWs};
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const Q
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < Stages; ++s) {
-      ptx::mbarrier_init(bar_full + 8 * s, 128);             // every producer thread, once its copies landed
+      ptx::mbarrier_init(bar_full + 8 * s, 1);               // the producer's arrive.expect_tx (+ the TMA bytes)
       ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp
     }
   }
@@ -184,38 +186,15 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const Q
   if (wg == Consumers) {
     // ---------------- producer warpgroup ----------------
     if (Consumers == 2) wgmma::setmaxnreg_dec<kWsProducerRegs>();
-    const int pt = tid - kCThreads;
-    const unsigned short* x = static_cast<const unsigned short*>(p.x);
-    const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
-    const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
-    for (int j = 0; j < nk; ++j) {
-      const int slot = j % Stages, kt = kt_begin + j;
-      if (j >= Stages) ptx::mbarrier_wait(bar_empty + 8 * slot, ((j / Stages) & 1) ^ 1);  // the slot's last use retired
-      constexpr int kXC = TileM * 8;  // 16-byte chunks of the X tile; rows past M are zero-filled
-#pragma unroll 1
-      for (int c0 = 0; c0 < kXC; c0 += 128) {
-        const int c = c0 + pt;
-        if (kXC % 128 == 0 || c < kXC) {
-          const int r = c / 8, ch = c % 8;
-          const bool in = m0 + r < p.m;
-          const unsigned short* src = in ? x + (long long)(m0 + r) * p.x_row_stride + kt * 64 + ch * 8 : x;
-          ptx::cp_async_16(sX + slot * kXB + r * 128 + ((ch ^ (r & 7)) << 4), src, in ? 16u : 0u);
-        }
+    if (tid == kCThreads) {  // one thread issues the tensor copies of every step
+      for (int j = 0; j < nk; ++j) {
+        const int slot = j % Stages, kt = kt_begin + j;
+        if (j >= Stages) ptx::mbarrier_wait(bar_empty + 8 * slot, ((j / Stages) & 1) ^ 1);  // the slot's last use retired
+        ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
+        ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt * 64, m0, bar_full + 8 * slot);
+        ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt * (kWide ? 64 : kRowB), n0, bar_full + 8 * slot);
       }
-      constexpr int kCPR = kRowB / 16, kWC = TileN * kCPR;  // weight chunks; rows past N are zero-filled
-#pragma unroll 1
-      for (int c0 = 0; c0 < kWC; c0 += 128) {
-        const int c = c0 + pt;
-        if (kWC % 128 == 0 || c < kWC) {
-          const int r = c / kCPR, ch = c % kCPR;
-          const bool in = n0 + r < N;
-          const unsigned char* src = in ? wdata + (long long)(n0 + r) * w_row_bytes + (long long)kt * kRowB + ch * 16 : wdata;
-          ptx::cp_async_16(sW + slot * kWB + r * kRowB + ((kWide ? ch ^ (r & 7) : ch) << 4), src, in ? 16u : 0u);
-        }
-      }
-      ptx::cp_async_mbarrier_arrive_noinc(bar_full + 8 * slot);
     }
-    ptx::cp_async_wait_all();
     return;  // the consumers' barriers below are named barriers over their own threads
   }
 
@@ -276,7 +255,6 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const Q
         if (j < nk) {
           const int slot = j % Stages;
           if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, (j / Stages) & 1);
-          wgmma::fence_proxy_async();  // the slot's cp.async data (generic proxy) before the wgmma reads it
           wgmma::fence();
           const unsigned xs = sX + slot * kXB;
 #pragma unroll
