@@ -209,7 +209,7 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
 
 /// wgmma_ws candidates (sm_90a): tile_m up to the power of two >= M (at least 8), and above 8 only once M fills more
 /// than half of it; split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the
-/// K steps. Heuristic order as wgmma_candidates: wave efficiency, then larger tiles, then the deeper ring.
+/// K steps. Ordered by the cost model below.
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
@@ -219,11 +219,15 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
     if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / 64)) continue;
     out.push_back(c);
   }
+  // Cost model: whole waves on 132 SMs x K steps per block (+ 2 for a split-K partial's round trip) x tensor work per
+  // step (tile_m below 64 costs as 64: decode-bound, not MMA-bound) x (1 + 64 / tile_m + 64 / tile_n) for the operand
+  // traffic per FLOP of smaller tiles. Ties: deeper rings first.
   auto score = [&](const Config& c) {
     const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
-    const double waves = blocks / 132.0;
-    const double eff = waves < 1 ? waves : waves >= 4 ? 1.0 : waves / std::ceil(waves);
-    return std::make_tuple(-std::round(eff * 8) / 8, -double(c.tile_m) * c.tile_n, -c.stages);
+    const double steps = std::ceil(double(p.k / 64) / c.split_k) + (c.split_k > 1 ? 2 : 0);
+    const double cost = std::ceil(blocks / 132.0) * steps * std::max(c.tile_m, 64) * c.tile_n *
+                        (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
+    return std::make_pair(cost, -c.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   return out;
@@ -269,10 +273,11 @@ Config default_config(ArchId arch, const Problem& p) {
           return g;
       }
   }
-  // sm_90a beyond decode sizes: the wgmma mainloop with the shapes that won on the H100 for Qwen2.5-7B (128 x 128,
-  // 3 stages up to a few hundred tokens; 256 x 128 for prefill where the register budget allows it).
+  // sm_90a beyond decode sizes: the Hopper mainloops with the shapes that won on the H100 for Qwen2.5-7B (prefill:
+  // warp-specialized 256 x 128 with a 4-slot ring; up to a few hundred tokens: wgmma 128 x 128, 3 stages).
   if (arch.sm == 90 && arch.arch_specific && p.m > 64) {
     std::vector<Config> prefs;
+    if (p.m > 512) prefs.push_back(Config{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs});
     if (p.m > 512) prefs.push_back(Config{256, 128, 64, 16, 1, 3, 1, 1, kMainloopWgmma});
     prefs.push_back(Config{128, 128, 64, 8, 1, 3, 1, 1, kMainloopWgmma});
     for (const auto& c : prefs)

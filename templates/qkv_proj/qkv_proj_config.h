@@ -178,11 +178,11 @@ KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
                      ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f))
                      : c.tile_m * (c.tile_n + 4) * 4);
 }
-/// wgmma_ws: consumer registers per thread (ptxas, CUDA 13): 48 + accumulators (atoms x tile_m / 2) + for quantized
-/// weights per atom the double-buffered A fragments (2 x 16) and the step's packed rows (2 x 8 words for 4-bit, 2 x 16
-/// for int8). Budget: 232 with two consumer warpgroups (setmaxnreg), else 255.
+/// wgmma_ws: consumer registers per thread (ptxas, CUDA 13): 40 + accumulators (atoms x tile_m / 2) + for quantized
+/// weights 24 per atom (the double-buffered A fragments, partly reused). Budget: 232 with two consumer warpgroups
+/// (setmaxnreg), else 255; no variant within it spills (checked over the space by compiling it).
 KT_HD constexpr int ws_reg_estimate(const Config& c, quant::Format f) {
-  return 48 + ws_atoms(c) * c.tile_m / 2 + (quant::format_bits(f) == 16 ? 0 : ws_atoms(c) * (32 + 2 * (64 * quant::format_bits(f) / 32)));
+  return 40 + ws_atoms(c) * c.tile_m / 2 + (quant::format_bits(f) == 16 ? 0 : 24 * ws_atoms(c));
 }
 /// wgmma_ws: registers per thread a consumer warpgroup raises itself to (setmaxnreg) when there are two of them; the
 /// producer warpgroup drops to kWsProducerRegs. 128 x 40 + 256 x 232 <= 65536.
