@@ -115,7 +115,7 @@ std::vector<Config> wgmma_config_space(quant::Format f) {
 
 std::vector<Config> ws_config_space() {
   std::vector<Config> out;
-  for (int tm : {8, 16, 32, 64, 128, 256})
+  for (int tm : {8, 16, 32, 64, 96, 128, 192, 256})
     for (int wm : {4, 8})
       for (int atoms : {1, 2})
         for (int st : {2, 3, 4, 6, 8})

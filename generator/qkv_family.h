@@ -50,7 +50,7 @@ std::vector<Config> gemv_config_space(quant::Format f);
 /// {64, 128} x stages {2, 3, 4} x split_k {1, 2, 4, 8, 16} x prefetch {1, 2} (1 only for 16-bit weights); warps
 /// tile_m / 16 x 1.
 std::vector<Config> wgmma_config_space(quant::Format f);
-/// The warp-specialized wgmma space (sm_90a): tile_m 8..256 tokens, one or two consumer warpgroups of one or two m64
+/// The warp-specialized wgmma space (sm_90a): tile_m {8, 16, 32, 64, 96, 128, 192, 256} tokens, one or two consumer warpgroups of one or two m64
 /// atoms, stages 2..8, split_k 1..16.
 std::vector<Config> ws_config_space();
 

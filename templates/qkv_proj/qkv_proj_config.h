@@ -39,7 +39,7 @@
 //        weight through a `stages`-deep shared-memory ring (cp.async, full / empty mbarriers); 1 or 2 consumer
 //        warpgroups dequantize the weight straight into wgmma A-operand registers (16-bit weights: A from shared memory)
 //        and multiply with the X tile as the B operand: the features are wgmma's M (64 per atom), the tokens its N.
-//        Fields: tile_m 8..256 tokens (the wgmma N), tile_n features = 64 x consumer warpgroups x atoms (1 or 2 m64
+//        Fields: tile_m 8..256 tokens (the wgmma N: 8, 16, 32, 64, 96, 128, 192, 256), tile_n features = 64 x consumer warpgroups x atoms (1 or 2 m64
 //        atoms per warpgroup), tile_k 64, warps_m = consumer warps (4 or 8; plus the 4 producer warps), warps_n 1,
 //        stages 2..8, split_k 1..16 (workspace), prefetch 1.
 #pragma once
@@ -254,8 +254,9 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   }
   if (c.mainloop == kMainloopWgmmaWs) {
     if (arch.sm != 90 || !arch.arch_specific) return "wgmma_ws: needs sm_90a (wgmma.mma_async, setmaxnreg)";
-    if (c.tile_m != 8 && c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64 && c.tile_m != 128 && c.tile_m != 256)
-      return "wgmma_ws: tile_m (tokens, the wgmma N) must be 8, 16, 32, 64, 128 or 256";
+    if (c.tile_m != 8 && c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64 && c.tile_m != 96 && c.tile_m != 128 &&
+        c.tile_m != 192 && c.tile_m != 256)
+      return "wgmma_ws: tile_m (tokens, the wgmma N) must be 8, 16, 32, 64, 96, 128, 192 or 256";
     if ((c.warps_m != 4 && c.warps_m != 8) || c.warps_n != 1)
       return "wgmma_ws: warps must be 4 or 8 (one or two consumer warpgroups) x 1";
     if (c.tile_n != 64 * ws_consumers(c) && c.tile_n != 128 * ws_consumers(c))
