@@ -207,14 +207,14 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
   return out;
 }
 
-/// wgmma_ws candidates (sm_90a): tile_m up to the power of two >= M (at least 8), and above 8 only once M fills more
-/// than half of it; split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the
+/// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128; split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the
 /// K steps. Ordered by the cost model below.
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 8 && p.m <= c.tile_m / 2) continue;
+    if (c.tile_m < 64 && p.m > 128) continue;  // beyond decode-ish sizes, token tiles under 64 only add blocks
     const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
     if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / 64)) continue;
     out.push_back(c);

@@ -63,8 +63,8 @@ std::vector<Config> ws_config_space();
 ///    closest to 264 blocks, then larger tiles.
 ///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer than 132 blocks. Ordered by
 ///    wave efficiency on 132 SMs, then larger tiles, then deeper X rings.
-///  - wgmma_ws (sm_90a): tile_m up to the power of two >= M (>= 8), above 8 only once M exceeds half of it; split_k as
-///    wgmma; same order.
+///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
+///    ordered by a cost model (whole waves x K steps x tile work x operand traffic per FLOP).
 /// The tiled list alternates wgmma_ws, wgmma and mma (in that order). M <= 16: the gemv list, then the tiled list; 16 < M <= 64:
 /// gemv and tiled alternate; else the tiled list only. The order is what --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
