@@ -102,6 +102,17 @@ Problem qwen(quant::Format f, DType d, int m) {
   return p;  // K 3584, Hq 28, Hkv 4, D 128, bias, RoPE
 }
 
+/// The second head layout of the spec: 32 query / 8 KV heads of 128, K = 4096, without bias or RoPE.
+Problem heads_32_8(quant::Format f, DType d, int m) {
+  Problem p = qwen(f, d, m);
+  p.k = 4096;
+  p.num_heads = 32;
+  p.num_kv_heads = 8;
+  p.has_bias = false;
+  p.rope = false;
+  return p;
+}
+
 /// Random inputs for an nf4 / mxfp4 problem in which block 2 of every 7th row is all zeros under a scale fp16 cannot
 /// hold (E8M0 2^20, nf4 absmax 1e6): a decode that rounds the scale to fp16 first gets 0 * inf = NaN there, the fp32
 /// decode gets 0. The reference dequantizes the same bytes.
@@ -247,12 +258,7 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
   }
   // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
   for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::int4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
-    Problem p = qwen(f, d, 130);
-    p.k = 4096;
-    p.num_heads = 32;
-    p.num_kv_heads = 8;
-    p.has_bias = false;
-    p.rope = false;
+    const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 53);
     std::vector<Config> cs;
     for (const auto& c : configs_of(p, kMainloopWgmma, 2))
@@ -310,12 +316,7 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
   }
   // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
   for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16}, {quant::Format::int8, DType::bf16}, {quant::Format::bf16, DType::bf16}}) {
-    Problem p = qwen(f, d, 130);
-    p.k = 4096;
-    p.num_heads = 32;
-    p.num_kv_heads = 8;
-    p.has_bias = false;
-    p.rope = false;
+    const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 63);
     std::vector<Config> cs;
     for (const auto& c : configs_of(p, kMainloopWgmmaWs, 2))
