@@ -1,6 +1,8 @@
 // CUDA Driver API through dlopen: see driver.h.
 #include "cuda/driver.h"
 
+#include <atomic>
+
 #include <dlfcn.h>
 
 #include <exception>
@@ -96,6 +98,7 @@ void load(Loader& l) {
   KT_RESOLVE(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
   KT_RESOLVE(cuCtxSetCurrent, "cuCtxSetCurrent");
   KT_RESOLVE(cuCtxGetCurrent, "cuCtxGetCurrent");
+  KT_RESOLVE(cuCtxGetDevice, "cuCtxGetDevice");
   KT_RESOLVE(cuCtxSynchronize, "cuCtxSynchronize");
   KT_RESOLVE(cuModuleLoadData, "cuModuleLoadData");
   KT_RESOLVE(cuModuleUnload, "cuModuleUnload");
@@ -208,6 +211,22 @@ bool gpu_available(std::string* why) {
   } catch (...) {
     return fail("unknown error while loading the CUDA driver");
   }
+}
+
+int current_sm_count() {
+  const Api& a = api();
+  CUdevice dev = 0;
+  check(a.cuCtxGetDevice(&dev), "cuCtxGetDevice (current_sm_count needs a current context)");
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // 0 = not read yet
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int v = cache[dev].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int v = 0;
+  check(a.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  return v;
 }
 
 DeviceInfo device_info(int ordinal) {

@@ -49,6 +49,7 @@ struct Api {
   decltype(&::cuDevicePrimaryCtxRelease) cuDevicePrimaryCtxRelease = nullptr;
   decltype(&::cuCtxSetCurrent) cuCtxSetCurrent = nullptr;
   decltype(&::cuCtxGetCurrent) cuCtxGetCurrent = nullptr;
+  decltype(&::cuCtxGetDevice) cuCtxGetDevice = nullptr;
   decltype(&::cuCtxSynchronize) cuCtxSynchronize = nullptr;
   decltype(&::cuModuleLoadData) cuModuleLoadData = nullptr;
   decltype(&::cuModuleUnload) cuModuleUnload = nullptr;
@@ -110,6 +111,10 @@ struct DeviceInfo {
 
 /// Queries device `ordinal`. Throws (as api()) when no driver, CudaError when the ordinal is invalid.
 DeviceInfo device_info(int ordinal = 0);
+
+/// SMs of the current context's device (cuCtxGetDevice, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), cached per
+/// device. Throws CudaError when no context is current.
+int current_sm_count();
 
 /// RAII: retains the primary context of a device and makes it current on the calling thread.
 /// Releases it on destruction (it is not popped/unset from other threads). Non-copyable, non-movable.

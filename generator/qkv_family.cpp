@@ -119,7 +119,7 @@ std::vector<Config> ws_config_space() {
     for (int wm : {4, 8})
       for (int atoms : {1, 2})
         for (int st : {2, 3, 4, 6, 8})
-          for (int sk : {1, 2, 4, 8, 16}) out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
+          for (int sk : {0, 1, 2, 4, 8, 16}) out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
   return out;
 }
 
@@ -207,8 +207,10 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
   return out;
 }
 
-/// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128; split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the
-/// K steps. Ordered by the cost model below.
+/// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
+/// split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the K steps;
+/// stream-K (split_k 0) while there are fewer than 4 waves of tiles and more units than SMs. Ordered by the cost model
+/// below.
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
@@ -217,14 +219,17 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
     if (c.tile_m < 64 && p.m > 128) continue;  // beyond decode-ish sizes, token tiles under 64 only add blocks
     const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
     if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / 64)) continue;
+    if (c.split_k == 0 && (blocks >= 4 * 132 || ws_units(p, c) <= 132)) continue;
     out.push_back(c);
   }
   // Cost model: whole waves on 132 SMs x K steps per block (+ 2 for a split-K partial's round trip) x tensor work per
   // step (tile_m below 64 costs as 64: decode-bound, not MMA-bound) x (1 + 64 / tile_m + 64 / tile_n) for the operand
-  // traffic per FLOP of smaller tiles. Ties: deeper rings first.
+  // traffic per FLOP of smaller tiles; stream-K: one wave of units / 132 steps, + 2. Ties: deeper rings first.
   auto score = [&](const Config& c) {
-    const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
-    const double steps = std::ceil(double(p.k / 64) / c.split_k) + (c.split_k > 1 ? 2 : 0);
+    const double tiles = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    const double blocks = c.split_k == 0 ? 132 : tiles * c.split_k;
+    const double steps = c.split_k == 0 ? std::ceil(double(ws_units(p, c)) / 132) + 2
+                                        : std::ceil(double(p.k / 64) / c.split_k) + (c.split_k > 1 ? 2 : 0);
     const double cost = std::ceil(blocks / 132.0) * steps * std::max(c.tile_m, 64) * c.tile_n *
                         (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
     return std::make_pair(cost, -c.stages);
@@ -236,21 +241,17 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
 }  // namespace
 
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
-  // Decode sizes (M <= 16) try the weight-streaming kernel first; up to M = 64 the two mainloops alternate in the
-  // order (what --max-candidates keeps); beyond, only the tiled GEMM.
-  // On sm_90a the tiled candidates alternate wgmma_ws, wgmma and mma.sync, in that order.
+  // Up to M = 64 the gemv kernel and the tiled list alternate in the order (what --max-candidates keeps); beyond,
+  // only the tiled list. On sm_90a the tiled list is the wgmma_ws candidates, then wgmma and mma.sync alternating,
+  // for M <= 64; beyond, wgmma_ws, wgmma and mma.sync alternate, in that order.
   const auto g = gemv_candidates(p, arch), ws = ws_candidates(p, arch), w = wgmma_candidates(p, arch),
              mm = mma_candidates(p, arch);
   std::vector<Config> m;
-  for (size_t i = 0; i < std::max({ws.size(), w.size(), mm.size()}); ++i) {
-    if (i < ws.size()) m.push_back(ws[i]);
+  if (p.m <= 64) m = ws;  // decode sizes: the weight-streaming ws variants (stream-K first) before wgmma / mma
+  for (size_t i = 0; i < std::max({p.m <= 64 ? 0 : ws.size(), w.size(), mm.size()}); ++i) {
+    if (p.m > 64 && i < ws.size()) m.push_back(ws[i]);
     if (i < w.size()) m.push_back(w[i]);
     if (i < mm.size()) m.push_back(mm[i]);
-  }
-  if (p.m <= 16) {
-    std::vector<Config> out = g;
-    out.insert(out.end(), m.begin(), m.end());
-    return out;
   }
   std::vector<Config> out;
   for (size_t i = 0; i < std::max(g.size(), m.size()); ++i) {
@@ -310,7 +311,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
     s << "gemv_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_p"
       << c.prefetch;
   else if (c.mainloop == kMainloopWgmmaWs)
-    s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages << "_sk" << c.split_k;
+    s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages
+      << (c.split_k == 0 ? std::string("_streamk") : "_sk" + std::to_string(c.split_k));
   else if (c.mainloop == kMainloopWgmma)
     s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
       << c.prefetch;
@@ -333,7 +335,8 @@ std::string name_expression(const Problem& p, const Config& c) {
   if (c.mainloop == kMainloopWgmmaWs) {
     s << "kt::qkv::qkv_wgmma_ws<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
       << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
-      << c.tile_m << ", " << c.tile_n << ", " << ws_consumers(c) << ", " << c.stages << ">";
+      << c.tile_m << ", " << c.tile_n << ", " << ws_consumers(c) << ", " << c.stages << ", "
+      << (c.split_k == 0 ? "true" : "false") << ">";
     return s.str();
   }
   if (c.mainloop == kMainloopWgmma) {
@@ -367,7 +370,16 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   return k;
 }
 
-attn::LaunchDims launch_dims(const Problem& p, const Config& c) {
+long long ws_units(const Problem& p, const Config& c) {
+  return (long long)((p.n() + c.tile_n - 1) / c.tile_n) * ((p.m + c.tile_m - 1) / c.tile_m) * (p.k / 64);
+}
+
+int stream_k_blocks(const Problem& p, const Config& c, int sm_count) {
+  if (sm_count < 1) fail("stream-K needs the GPU's SM count (got " + std::to_string(sm_count) + ")");
+  return int(std::min<long long>(sm_count, ws_units(p, c)));
+}
+
+attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   attn::LaunchDims d;
   if (c.mainloop == kMainloopGemv) {  // one block per warps_n x row-tiles m16 tiles, per tile_m tokens
     const int per_block = c.warps_n * gemv_row_tiles(c);
@@ -378,26 +390,34 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c) {
     d.smem_bytes = unsigned(gemv_smem_bytes(c, p.format, p.k));
     return d;
   }
+  if (c.mainloop == kMainloopWgmmaWs) {  // a 1-D grid over the (tile, K step) units (qkv_proj_config.h)
+    const long long tiles = (long long)((p.n() + c.tile_n - 1) / c.tile_n) * ((p.m + c.tile_m - 1) / c.tile_m);
+    d.grid_x = unsigned(c.split_k == 0 ? stream_k_blocks(p, c, sm_count) : tiles * c.split_k);
+    d.grid_y = d.grid_z = 1;
+    d.block_x = unsigned(threads(c));
+    d.smem_bytes = unsigned(ws_smem_bytes(c, p.format));
+    return d;
+  }
   d.grid_x = unsigned((p.n() + c.tile_n - 1) / c.tile_n);
   d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
   d.grid_z = unsigned(c.split_k);
   d.block_x = unsigned(threads(c));
-  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma     ? wgmma_smem_bytes(c, p.format)
-                         : c.mainloop == kMainloopWgmmaWs ? ws_smem_bytes(c, p.format)
-                                                          : smem_bytes(c));
+  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma ? wgmma_smem_bytes(c, p.format) : smem_bytes(c));
   return d;
 }
 
-size_t workspace_bytes(const Problem& p, const Config& c) {
-  if (c.split_k <= 1) return 0;
-  const auto d = launch_dims(p, c);
+bool uses_workspace(const Config& c) { return c.split_k != 1; }
+
+size_t workspace_bytes(const Problem& p, const Config& c, int sm_count) {
+  if (!uses_workspace(c)) return 0;
+  const auto d = launch_dims(p, c, sm_count);
+  if (c.mainloop == kMainloopWgmmaWs) return size_t(ws_workspace_slots(c, d.grid_x)) * c.tile_m * c.tile_n * 4;
   return size_t(d.grid_x) * d.grid_y * c.split_k * c.tile_m * c.tile_n * 4;
 }
 
 size_t counter_bytes(const Problem& p, const Config& c) {
-  if (c.split_k <= 1) return 0;
-  const auto d = launch_dims(p, c);
-  return size_t(d.grid_x) * d.grid_y * 4;
+  if (!uses_workspace(c)) return 0;
+  return size_t((p.n() + c.tile_n - 1) / c.tile_n) * ((p.m + c.tile_m - 1) / c.tile_m) * 4;
 }
 
 nlohmann::json problem_to_json(const Problem& p) {
@@ -463,7 +483,11 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (p.format == quant::Format::int4 && !a.w_zeros) fail("int4 weights need w_zeros");
   if (p.has_bias && !a.bias) fail("the problem has a bias but bias is null");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
-  if (c.split_k > 1 && (!a.workspace || !a.counters)) fail("split_k > 1 needs a workspace and counters");
+  if (uses_workspace(c) && (!a.workspace || !a.counters))
+    fail(c.split_k == 0 ? "stream-K (split_k 0) needs a workspace and counters" : "split_k > 1 needs a workspace and counters");
+  if (c.mainloop == kMainloopWgmmaWs && c.split_k > p.k / 64)
+    fail("wgmma_ws: split_k " + std::to_string(c.split_k) + " exceeds the " + std::to_string(p.k / 64) +
+         " K steps of 64 (every block needs at least one)");
   if (c.mainloop == kMainloopGemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
     fail("gemv stages 1 holds the block's rows in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
          " bytes for k = " + std::to_string(p.k) + " exceed the " + std::to_string(gemv_smem_cap(90)) + " bytes per block");

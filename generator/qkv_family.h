@@ -51,7 +51,7 @@ std::vector<Config> gemv_config_space(quant::Format f);
 /// tile_m / 16 x 1.
 std::vector<Config> wgmma_config_space(quant::Format f);
 /// The warp-specialized wgmma space (sm_90a): tile_m {8, 16, 32, 64, 96, 128, 192, 256} tokens, one or two consumer warpgroups of one or two m64
-/// atoms, stages 2..8, split_k 1..16.
+/// atoms, stages 2..8, split_k 0 (stream-K), 1, 2, 4, 8, 16.
 std::vector<Config> ws_config_space();
 
 /// Valid configs for the problem.
@@ -64,9 +64,11 @@ std::vector<Config> ws_config_space();
 ///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer than 132 blocks. Ordered by
 ///    wave efficiency on 132 SMs, then larger tiles, then deeper X rings.
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
-///    ordered by a cost model (whole waves x K steps x tile work x operand traffic per FLOP).
-/// The tiled list alternates wgmma_ws, wgmma and mma (in that order). M <= 16: the gemv list, then the tiled list; 16 < M <= 64:
-/// gemv and tiled alternate; else the tiled list only. The order is what --max-candidates keeps first.
+///    stream-K (split_k 0) below 4 waves of tiles; ordered by a cost model (whole waves x K steps x tile work x operand
+///    traffic per FLOP).
+/// The tiled list: for M <= 64 the wgmma_ws candidates, then wgmma and mma alternating; beyond, wgmma_ws, wgmma and
+/// mma alternate (in that order). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
+/// --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);
@@ -74,16 +76,28 @@ bool same_config(const Config& a, const Config& b);
 /// mma:  "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a";
 /// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N);
 /// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a".
-/// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups).
+/// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups), or
+/// "..._wgmma_ws_m16_n128_c2_s8_streamk__sm_90a" for stream-K.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 /// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
 /// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,
 /// prefetch, stages): split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one binary.
 std::string name_expression(const Problem& p, const Config& c);
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
-attn::LaunchDims launch_dims(const Problem& p, const Config& c);
-/// Split-K workspace (fp32 partial tiles) and counters (one unsigned per output tile) in bytes; 0 when split_k == 1.
-size_t workspace_bytes(const Problem& p, const Config& c);
+/// wgmma_ws: (output tile, K step) units of the problem: tiles x K / 64.
+long long ws_units(const Problem& p, const Config& c);
+/// wgmma_ws stream-K grid: one block per SM (the kernel holds one block per SM), at most one per unit. Throws when
+/// sm_count < 1.
+int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
+/// Grid, block and dynamic shared memory of a launch. sm_count: the GPU's SMs (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+/// read only for a stream-K config (wgmma_ws split_k 0), whose grid is one block per SM; wgmma_ws grids are 1-D
+/// (tiles x split_k blocks). Throws for stream-K with sm_count < 1.
+attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
+/// true when the config reduces partial tiles through a workspace: split_k > 1, or stream-K (split_k 0).
+bool uses_workspace(const Config& c);
+/// Split-K / stream-K workspace (fp32 partial tiles) in bytes for a launch on a GPU with sm_count SMs, and counters
+/// (one unsigned per output tile, zero-initialized, self-resetting); both 0 when !uses_workspace(c).
+size_t workspace_bytes(const Problem& p, const Config& c, int sm_count);
 size_t counter_bytes(const Problem& p, const Config& c);
 
 nlohmann::json problem_to_json(const Problem& p);
@@ -92,7 +106,8 @@ nlohmann::json config_to_json(const Config& c);
 Config config_from_json(const nlohmann::json& j);
 
 /// Checks kernel arguments against the problem: 16-byte aligned x/w/outputs, strides multiples of 8, pointers
-/// present for the class (scales for quantized formats, zeros for int4, bias, positions), workspace when split.
+/// present for the class (scales for quantized formats, zeros for int4, bias, positions), workspace when split or
+/// stream-K, wgmma_ws split_k at most the K steps.
 void check_params(const Problem& p, const Config& c, const QkvParams& a);
 
 }  // namespace qkv

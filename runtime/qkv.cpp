@@ -90,7 +90,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const QkvParams& params,
             CUstream stream) {
   check_params(problem, config, params);
-  const attn::LaunchDims d = launch_dims(problem, config);
+  const attn::LaunchDims d = launch_dims(problem, config, config.split_k == 0 ? cuda::current_sm_count() : 0);
   if (config.mainloop == kMainloopWgmmaWs) {
     const WsParams w = ws_params(problem, config, params);
     kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w);

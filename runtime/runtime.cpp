@@ -579,8 +579,8 @@ void Runtime::qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUst
       QkvEntry e;
       e.r.config = ch.config;
       e.r.kernel = I.load_qkv(p, ch);
-      if (ch.config.split_k > 1) {
-        e.workspace = cuda::DeviceBuffer(qkv::workspace_bytes(p, ch.config));
+      if (qkv::uses_workspace(ch.config)) {
+        e.workspace = cuda::DeviceBuffer(qkv::workspace_bytes(p, ch.config, cuda::current_sm_count()));
         e.counters = cuda::DeviceBuffer(qkv::counter_bytes(p, ch.config));
         e.counters.fill_u32(0);  // synchronizes the context: the zeros are there before any launch
         e.r.workspace = reinterpret_cast<float*>(static_cast<uintptr_t>(e.workspace.ptr()));

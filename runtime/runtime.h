@@ -122,11 +122,12 @@ class Runtime {
   /// arguments and templates/qkv_proj/quant_format.h for the packed weight layout.
   /// The first call for a problem resolves it (explain_qkv), loads its kernel (the database's binary for this
   /// device, else the disk cubin cache, else NVRTC; one loaded kernel per binary, shared by the problems and by
-  /// the variants that differ only in split_k) and, when the chosen config splits K (split_k > 1), allocates
-  /// the split-K workspace and zero-filled counters for that problem (qkv::workspace_bytes / counter_bytes).
+  /// the variants that differ only in split_k) and, when the chosen config splits K (split_k > 1, or wgmma_ws
+  /// stream-K: split_k 0), allocates the workspace and zero-filled counters for that problem on the current
+  /// device (qkv::workspace_bytes / counter_bytes).
   /// Later calls do one hash lookup under a shared lock and launch, with no allocation.
   /// params.workspace and params.counters are ignored: the runtime sets them (to its own buffers, or null
-  /// when split_k == 1).
+  /// when the config uses no workspace).
   /// Split-K ownership: the workspace and counters belong to the runtime's entry for the problem (the same
   /// p), not to the call. Launches of one split-K problem on one stream are ordered and safe (the kernel
   /// resets its counters); concurrent launches of the SAME split-K problem on different streams would share

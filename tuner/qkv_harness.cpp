@@ -150,7 +150,7 @@ DeviceInputs::DeviceInputs(const HostInputs& in, int copies) : in_(&in) {
 
 QkvParams DeviceInputs::params(int copy, const Config& c) {
   const Problem& p = in_->problem;
-  const size_t ws = workspace_bytes(p, c), cnt = counter_bytes(p, c);
+  const size_t ws = workspace_bytes(p, c, cuda::current_sm_count()), cnt = counter_bytes(p, c);
   if (ws > ws_.bytes()) ws_ = cuda::DeviceBuffer(ws);
   if (cnt > counters_.bytes()) {
     counters_ = cuda::DeviceBuffer(cnt);
@@ -167,8 +167,8 @@ QkvParams DeviceInputs::params(int copy, const Config& c) {
   a.q = ptr(q_);
   a.k = ptr(k_);
   a.v = ptr(v_);
-  a.workspace = c.split_k > 1 ? static_cast<float*>(ptr(ws_)) : nullptr;
-  a.counters = c.split_k > 1 ? static_cast<unsigned*>(ptr(counters_)) : nullptr;
+  a.workspace = uses_workspace(c) ? static_cast<float*>(ptr(ws_)) : nullptr;
+  a.counters = uses_workspace(c) ? static_cast<unsigned*>(ptr(counters_)) : nullptr;
   a.x_row_stride = p.k;
   a.q_row_stride = (long long)p.num_heads * p.head_dim;
   a.k_row_stride = a.v_row_stride = (long long)p.num_kv_heads * p.head_dim;

@@ -41,7 +41,15 @@
 //        and multiply with the X tile as the B operand: the features are wgmma's M (64 per atom), the tokens its N.
 //        Fields: tile_m 8..256 tokens (the wgmma N: 8, 16, 32, 64, 96, 128, 192, 256), tile_n features = 64 x consumer warpgroups x atoms (1 or 2 m64
 //        atoms per warpgroup), tile_k 64, warps_m = consumer warps (4 or 8; plus the 4 producer warps), warps_n 1,
-//        stages 2..8, split_k 1..16 (workspace), prefetch 1.
+//        stages 2..8, split_k 1..16 (workspace) or 0 = stream-K, prefetch 1.
+//        Work split (both split_k forms): the (output tile, K step) units, tile-major, are cut into gridDim.x equal
+//        contiguous ranges, one per block. split_k >= 1: gridDim.x = tiles x split_k, so each block owns one K slice
+//        of one tile. split_k 0 (stream-K, Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense
+//        Matrix Multiplication on the GPU", PPoPP 2023): gridDim.x = min(SMs, units), each block walks its range
+//        across tile boundaries (the producer streams on while the consumers finish a tile), and the output tile gets
+//        its own shared-memory region. A tile covered by several blocks is reduced through the workspace: each
+//        contributor stores its fp32 partial (in the accumulator register layout), and the last to arrive (counter)
+//        adds all partials in block order -- deterministic -- and runs the epilogue.
 #pragma once
 #include "common/kt_types.h"
 #include "qkv_proj/quant_format.h"
@@ -59,7 +67,7 @@ struct Config {
   int warps_m;  ///< warps along M
   int warps_n;  ///< warps along N
   int stages;   ///< X tiles in flight (cp.async ring)
-  int split_k;  ///< blocks sharing one output tile along K (serial reduction through a workspace)
+  int split_k;  ///< blocks sharing one output tile along K (reduction through a workspace); wgmma_ws: 0 = stream-K
   int prefetch; ///< K tiles of packed weight in flight per thread (register ring): hides HBM latency at small M
   int mainloop = kMainloopMma;  ///< kMainloopMma, kMainloopGemv, kMainloopWgmma or kMainloopWgmmaWs (top of this file)
 };
@@ -173,11 +181,16 @@ KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
 KT_HD constexpr int ws_consumers(const Config& c) { return c.warps_m / 4; }
 KT_HD constexpr int ws_atoms(const Config& c) { return c.warps_m >= 4 ? c.tile_n / (16 * c.warps_m) : 0; }
 KT_HD constexpr int ws_w_row_bytes(quant::Format f) { return 64 * quant::format_bits(f) / 8; }
+/// Stream-K (split_k 0) keeps the ring and the output tile apart: ring + tile.
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + (c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) > c.tile_m * (c.tile_n + 4) * 4
+  return 1024 + (c.split_k == 0 ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) + c.tile_m * (c.tile_n + 4) * 4
+                 : c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) > c.tile_m * (c.tile_n + 4) * 4
                      ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f))
                      : c.tile_m * (c.tile_n + 4) * 4);
 }
+/// wgmma_ws: fp32 partial-tile slots of the split-K / stream-K workspace for a grid of `blocks`: one per block
+/// (split_k >= 1: a block touches one tile), two for stream-K (a block's range can start and end inside a tile).
+KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) { return c.split_k == 0 ? 2 * blocks : blocks; }
 /// wgmma_ws: consumer registers per thread (ptxas, CUDA 13): 40 + accumulators (atoms x tile_m / 2) + for quantized
 /// weights 24 per atom (the double-buffered A fragments, partly reused), 16 more per atom for the table formats (their
 /// per-slice scales and fp32 fallback; the CI sweep saw 2-atom x 128-token table variants spill without it). Budget: 232 with two consumer warpgroups
@@ -267,7 +280,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
     if (c.tile_k != 64) return "wgmma_ws: tile_k must be 64";
     if (c.stages < 2 || c.stages > 8) return "wgmma_ws: stages must be 2..8";
-    if (c.split_k < 1 || c.split_k > 16) return "split_k must be 1..16";
+    if (c.split_k < 0 || c.split_k > 16) return "wgmma_ws: split_k must be 0 (stream-K) or 1..16";
     if (c.prefetch != 1) return "wgmma_ws: prefetch must be 1";
     if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
     if (ws_reg_estimate(c, f) > (ws_consumers(c) == 2 ? kWsConsumerRegs : 255))

@@ -22,8 +22,12 @@
 //     int8  the exact integer (int8_pair); the per-row scale multiplies the fp32 accumulators in the epilogue.
 //     nf4, mxfp4, nvfp4: the 256-pair code table times the scale in the dtype; fp16 activations with a scale outside
 //           fp16's normal range take the fp32 path (code value x scale in fp32, one rounding) for the whole step.
-//   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (split-K
-//   workspace, bias, RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
+//   Work split: the block's contiguous range of (tile, K step) units (qkv_proj_config.h): one K slice of one tile
+//   (split_k >= 1) or, stream-K (split_k 0, one block per SM), a range that crosses tile boundaries; the producer's
+//   ring runs on across them. Tiles shared by several blocks are reduced through the workspace: fp32 partials in the
+//   accumulator layout, a counter per tile, the last block adds all partials in block order.
+//   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (bias,
+//   RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
 //
 // Sources: PTX ISA 8.x (wgmma.mma_async with A in registers, register fragments and matrix descriptors, mbarrier,
 // cp.async.bulk.tensor, setmaxnreg); CUDA Driver API cuTensorMapEncodeTiled; the weight formats as in quant_format.h.
@@ -134,11 +138,14 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
   }
 }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages>
+/// Block of the work range that holds unit u: the largest b with floor(units b / G) <= u.
+__device__ __forceinline__ int ws_block_of(long long u, long long units, int G) { return int(((u + 1) * G - 1) / units); }
+
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK>
 __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
   const QkvParams& p = wp.p;
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, 64, 4 * Consumers, 1, Stages, 1, 1, kMainloopWgmmaWs};
+  constexpr Config C{TileM, TileN, 64, 4 * Consumers, 1, Stages, StreamK ? 0 : 1, 1, kMainloopWgmmaWs};
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma_ws variant: see invalid_reason() in qkv_proj_config.h");
@@ -156,6 +163,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   __shared__ float s_lut[16];
   __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kGemvTableCopies : 4];
   __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
+  __shared__ int s_reduce;                                        // this block adds up the tile's partials
   // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
@@ -163,15 +171,18 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   const unsigned sX = base;                 // Stages x [TileM][64] (128-byte swizzle)
   const unsigned sW = base + Stages * kXB;  // Stages x [TileN][kRowB]
   const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
+  // fp32 output tile [TileM][TileN + 4]: after the ring for stream-K (the ring stays busy), else over the ring.
+  float* sC = reinterpret_cast<float*>(smem + (StreamK ? Stages * (kXB + kWB) : 0));
 
   const int tid = threadIdx.x, wg = tid / 128;
-  const int n0 = blockIdx.x * TileN, m0 = blockIdx.y * TileM;
   const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
-  const int SplitK = gridDim.z;
-  const int nk_total = p.k_dim / 64;
-  const int kt_begin = (int)((long long)nk_total * blockIdx.z / SplitK);
-  const int kt_end = (int)((long long)nk_total * (blockIdx.z + 1) / SplitK);
-  const int nk = kt_end - kt_begin;
+  const int n_tiles = (N + TileN - 1) / TileN;
+  const int nk = p.k_dim / 64;  // K steps per tile
+  // Units (tile, K step), tile-major; tile t = (token tile t / n_tiles, feature tile t % n_tiles). Block b owns
+  // [units b / G, units (b + 1) / G): with G = tiles x split_k that is K slice b % split_k of tile b / split_k.
+  const long long units = (long long)n_tiles * ((p.m + TileM - 1) / TileM) * nk;
+  const int G = gridDim.x, blk = blockIdx.x;
+  const long long u_begin = units * blk / G, u_end = units * (blk + 1) / G;
 
   if (tid == 0) {
 #pragma unroll
@@ -186,13 +197,15 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   if (wg == Consumers) {
     // ---------------- producer warpgroup ----------------
     if (Consumers == 2) wgmma::setmaxnreg_dec<kWsProducerRegs>();
-    if (tid == kCThreads) {  // one thread issues the tensor copies of every step
-      for (int j = 0; j < nk; ++j) {
-        const int slot = j % Stages, kt = kt_begin + j;
+    if (tid == kCThreads) {  // one thread issues the tensor copies of every step of the block's range
+      int t = int(u_begin / nk), kt = int(u_begin % nk);
+      for (int j = 0; j < int(u_end - u_begin); ++j) {
+        const int slot = j % Stages;
         if (j >= Stages) ptx::mbarrier_wait(bar_empty + 8 * slot, ((j / Stages) & 1) ^ 1);  // the slot's last use retired
         ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
-        ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt * 64, m0, bar_full + 8 * slot);
-        ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt * (kWide ? 64 : kRowB), n0, bar_full + 8 * slot);
+        ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt * 64, (t / n_tiles) * TileM, bar_full + 8 * slot);
+        ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt * (kWide ? 64 : kRowB), (t % n_tiles) * TileN, bar_full + 8 * slot);
+        if (++kt == nk) kt = 0, ++t;
       }
     }
     return;  // the consumers' barriers below are named barriers over their own threads
@@ -200,61 +213,69 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
 
   // ---------------- consumer warpgroups ----------------
   if (Consumers == 2) wgmma::setmaxnreg_inc<kWsConsumerRegs>();
-  const int warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
+  const int ctid = tid, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
   const int row_lo0 = wg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
   const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
+  const int t_first = int(u_begin / nk);
 
-  float acc[kAtoms][TileM / 2];
-#pragma unroll
-  for (int a = 0; a < kAtoms; ++a)
-#pragma unroll
-    for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
+  // One segment per tile the range touches: K steps [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.
+  for (long long u0 = u_begin; u0 < u_end;) {
+    const int t = int(u0 / nk), k0 = int(u0 % nk);
+    const long long seg_end = u_end < (long long)(t + 1) * nk ? u_end : (long long)(t + 1) * nk;
+    const int nks = int(seg_end - u0), g0 = int(u0 - u_begin);
+    const int n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
 
-  unsigned afrag[kWide ? 1 : 2][kAtoms][4][4];  // A fragments, double-buffered (step parity)
-  WsScaleRaw sraw[2][kAtoms][2];                // scales of steps j, j + 1 (ring by step parity) x atom x (lo, hi)
-  auto load_scales_of = [&](int buf, int j) {
-    if (kWide || F == quant::Format::int8 || j >= nk) return;
+    float acc[kAtoms][TileM / 2];
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = min(n0 + row_lo0 + 64 * a + 8 * h, N - 1);  // rows past N: any valid row (outputs dropped)
-        sraw[buf][a][h] = ws_load_scale<F>(p, row, kt_begin + j);
-      }
-  };
-  auto decode = [&](int buf, int j) {  // step j's slot is full
-    const unsigned char* wslot = smem + Stages * kXB + (j % Stages) * kWB;
-#pragma unroll
-    for (int a = 0; a < kAtoms; ++a) {
-      unsigned wlo[kRowWords], whi[kRowWords];
-      const int r = row_lo0 + 64 * a;
-#pragma unroll
-      for (int v = 0; v < kRowWords / 4; ++v) {
-        const uint4 lo = *reinterpret_cast<const uint4*>(wslot + r * kRowB + 16 * v);
-        const uint4 hi = *reinterpret_cast<const uint4*>(wslot + (r + 8) * kRowB + 16 * v);
-        wlo[4 * v] = lo.x, wlo[4 * v + 1] = lo.y, wlo[4 * v + 2] = lo.z, wlo[4 * v + 3] = lo.w;
-        whi[4 * v] = hi.x, whi[4 * v + 1] = hi.y, whi[4 * v + 2] = hi.z, whi[4 * v + 3] = hi.w;
-      }
-      ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale, afrag[kWide ? 0 : buf][a]);
-    }
-  };
+      for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
 
-  if (nk > 0) {
+    unsigned afrag[kWide ? 1 : 2][kAtoms][4][4];  // A fragments, double-buffered (step parity)
+    WsScaleRaw sraw[2][kAtoms][2];                // scales of steps j, j + 1 (ring by step parity) x atom x (lo, hi)
+    auto load_scales_of = [&](int buf, int j) {
+      if (kWide || F == quant::Format::int8 || j >= nks) return;
+#pragma unroll
+      for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = min(n0 + row_lo0 + 64 * a + 8 * h, N - 1);  // rows past N: any valid row (outputs dropped)
+          sraw[buf][a][h] = ws_load_scale<F>(p, row, k0 + j);
+        }
+    };
+    auto decode = [&](int buf, int j) {  // step j's slot is full
+      const unsigned char* wslot = smem + Stages * kXB + ((g0 + j) % Stages) * kWB;
+#pragma unroll
+      for (int a = 0; a < kAtoms; ++a) {
+        unsigned wlo[kRowWords], whi[kRowWords];
+        const int r = row_lo0 + 64 * a;
+#pragma unroll
+        for (int v = 0; v < kRowWords / 4; ++v) {
+          const uint4 lo = *reinterpret_cast<const uint4*>(wslot + r * kRowB + 16 * v);
+          const uint4 hi = *reinterpret_cast<const uint4*>(wslot + (r + 8) * kRowB + 16 * v);
+          wlo[4 * v] = lo.x, wlo[4 * v + 1] = lo.y, wlo[4 * v + 2] = lo.z, wlo[4 * v + 3] = lo.w;
+          whi[4 * v] = hi.x, whi[4 * v + 1] = hi.y, whi[4 * v + 2] = hi.z, whi[4 * v + 3] = hi.w;
+        }
+        ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale, afrag[kWide ? 0 : buf][a]);
+      }
+    };
+    auto full_parity = [&](int j) { return unsigned(((g0 + j) / Stages) & 1); };
+
     if (!kWide) {
       load_scales_of(0, 0);
       load_scales_of(1, 1);
-      ptx::mbarrier_wait(bar_full, 0);
+      ptx::mbarrier_wait(bar_full + 8 * (g0 % Stages), full_parity(0));
       decode(0, 0);
       load_scales_of(0, 2);
     }
     // Unrolled by 2 so that the double buffers' index (step parity) is a compile-time constant.
-    for (int j0 = 0; j0 < nk; j0 += 2) {
+    for (int j0 = 0; j0 < nks; j0 += 2) {
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
         const int j = j0 + b;
-        if (j < nk) {
-          const int slot = j % Stages;
-          if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, (j / Stages) & 1);
+        if (j < nks) {
+          const int slot = (g0 + j) % Stages;
+          if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, full_parity(j));
           wgmma::fence();
           const unsigned xs = sX + slot * kXB;
 #pragma unroll
@@ -276,9 +297,9 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
 #pragma unroll
               for (int ks = 0; ks < 4; ++ks) wgmma::fence_operands(afrag[kWide ? 0 : 1 - b][a][ks]);
           }
-          if (j >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((j - 1) % Stages));
-          if (!kWide && j + 1 < nk) {  // decode step j + 1 while the tensor cores work on step j
-            ptx::mbarrier_wait(bar_full + 8 * ((j + 1) % Stages), ((j + 1) / Stages) & 1);
+          if (j >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + j - 1) % Stages));
+          if (!kWide && j + 1 < nks) {  // decode step j + 1 while the tensor cores work on step j
+            ptx::mbarrier_wait(bar_full + 8 * ((g0 + j + 1) % Stages), full_parity(j + 1));
             decode(1 - b, j + 1);
             load_scales_of(1 - b, j + 3);
           }
@@ -288,27 +309,67 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
     wgmma::wait_group<0>();
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
-  }
-  ptx::named_barrier(1, kCThreads);  // every consumer's wgmma retired: the ring becomes the fp32 output tile
+    if (lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + nks - 1) % Stages));  // the segment's last slot
+    u0 = seg_end;
 
-  // ---- accumulators (features x tokens) -> shared fp32 tile [TileM tokens][TileN + 4]; int8: times the row scale ----
-  constexpr int kLd = TileN + 4;
-  float* sC = reinterpret_cast<float*>(smem);
+    // ---- a tile shared with other blocks: partials through the workspace, the last block reduces ----
+    if (nks != nk) {
+      constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
+      constexpr long long kSlot = (long long)TileM * TileN;
+      auto slot_of = [&](int b) {  // b's slot: stream-K keeps a second one for a range that ends in another tile
+        return StreamK ? 2LL * b + (int((units * b / G) / nk) == t ? 0 : 1) : (long long)b;
+      };
+      float4* mine = reinterpret_cast<float4*>(p.workspace + slot_of(blk) * kSlot);
 #pragma unroll
-  for (int a = 0; a < kAtoms; ++a)
+      for (int v = 0; v < kVec; ++v)
+        __stcg(mine + v * kCThreads + ctid, make_float4(acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)],
+                                                       acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 1],
+                                                       acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 2],
+                                                       acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 3]));
+      __threadfence();
+      ptx::named_barrier(1, kCThreads);
+      const int b_first = ws_block_of((long long)t * nk, units, G), b_last = ws_block_of((long long)(t + 1) * nk - 1, units, G);
+      if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(b_last - b_first);
+      ptx::named_barrier(1, kCThreads);
+      if (!s_reduce) continue;
+      __threadfence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int f = row_lo0 + 64 * a + 8 * h;
-      float rs = 1.f;
-      if (gemv_scale_mode(F) == kScaleRow) rs = n0 + f < N ? __ldg(static_cast<const float*>(p.w_scales) + n0 + f) : 0.f;
+      for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
-      for (int i = 0; i < TileM / 8; ++i)
+        for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
+      for (int b = b_first; b <= b_last; ++b) {  // block order: the sum does not depend on which block came last
+        const float4* part = reinterpret_cast<const float4*>(p.workspace + slot_of(b) * kSlot);
 #pragma unroll
-        for (int e = 0; e < 2; ++e) sC[(8 * i + 2 * q + e) * kLd + f] = acc[a][4 * i + 2 * h + e] * rs;
+        for (int v = 0; v < kVec; ++v) {
+          const float4 x = __ldcg(part + v * kCThreads + ctid);
+          float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
+          d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+        }
+      }
+      if (ctid == 0) p.counters[t] = 0u;  // ready for the next launch
     }
-  ptx::named_barrier(1, kCThreads);
 
-  finish_tile<DT, D, HasBias, Rope, TileM, TileN, kCThreads, 1>(p, sC, m0, n0);
+    // ---- accumulators (features x tokens) -> shared fp32 tile [TileM tokens][TileN + 4]; int8: times the row scale ----
+    // Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous tile's epilogue
+    // has read sC.
+    ptx::named_barrier(1, kCThreads);
+    constexpr int kLd = TileN + 4;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int f = row_lo0 + 64 * a + 8 * h;
+        float rs = 1.f;
+        if (gemv_scale_mode(F) == kScaleRow) rs = n0 + f < N ? __ldg(static_cast<const float*>(p.w_scales) + n0 + f) : 0.f;
+#pragma unroll
+        for (int i = 0; i < TileM / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) sC[(8 * i + 2 * q + e) * kLd + f] = acc[a][4 * i + 2 * h + e] * rs;
+      }
+    ptx::named_barrier(1, kCThreads);
+
+    finish_tile<DT, D, HasBias, Rope, TileM, TileN, kCThreads, 1>(p, sC, m0, n0);
+  }
 #endif
 }
 

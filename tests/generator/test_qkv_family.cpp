@@ -52,7 +52,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     std::set<std::string> names;
     for (const auto& c : cs) {
       CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch) == nullptr);
-      const auto d = launch_dims(p, c);
+      const auto d = launch_dims(p, c, 132);
       if (c.mainloop == kMainloopGemv) {
         CHECK(m <= 64);
         const int tm = m <= 8 ? 8 : m <= 16 ? 16 : 64;           // the power of two >= M, at least 8, or half of it
@@ -65,7 +65,15 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 8 || m > c.tile_m / 2));  // a token tile more than half full
         CHECK(d.block_x == unsigned(c.warps_m * 32 + 128));  // consumer warps + the producer warpgroup
-        if (c.split_k > 1) CHECK(d.grid_x * d.grid_y < 132);
+        const long long tiles = (long long)((4608 + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
+        if (c.split_k > 1) CHECK(tiles < 132);
+        if (c.split_k >= 1) CHECK(d.grid_x == unsigned(tiles * c.split_k));
+        if (c.split_k == 0) {  // stream-K: one block per SM, fewer than 4 waves of tiles, more units than SMs
+          CHECK(d.grid_x == 132u);
+          CHECK(tiles < 4 * 132);
+          CHECK(tiles * 56 > 132);
+        }
+        CHECK(d.grid_y == 1u);
         CHECK(d.smem_bytes == unsigned(ws_smem_bytes(c, p.format)));
       } else if (c.mainloop == kMainloopWgmma) {
         CHECK(c.tile_n % p.head_dim == 0);
@@ -118,10 +126,10 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(config_to_json(wg).at("mainloop") == "wgmma");
     CHECK(same_config(config_from_json(config_to_json(wg)), wg));
     // 3 stages of X [128][64] + 3 decoded weight buffers [256][64] (bf16) = 144 KB > the fp32 output tile (130 KB).
-    CHECK(launch_dims(p4, wg).smem_bytes == 1024u + (3 * 128 + 3 * 256) * 64 * 2);
-    CHECK(launch_dims(p4, wg).block_x == 256);
-    CHECK(launch_dims(p4, wg).grid_x == 18);
-    CHECK(launch_dims(p4, wg).grid_y == 32);
+    CHECK(launch_dims(p4, wg, 132).smem_bytes == 1024u + (3 * 128 + 3 * 256) * 64 * 2);
+    CHECK(launch_dims(p4, wg, 132).block_x == 256);
+    CHECK(launch_dims(p4, wg, 132).grid_x == 18);
+    CHECK(launch_dims(p4, wg, 132).grid_y == 32);
     auto bad = wg;
     bad.warps_m = 4;  // one warpgroup cannot cover 128 tokens
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("warpgroup") != std::string::npos);
@@ -145,15 +153,40 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(ws_consumers(ws) == 2);
     CHECK(ws_atoms(ws) == 1);
     CHECK(variant_name(p4, ws, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a");
-    CHECK(name_expression(p4, ws) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4>");
+    CHECK(name_expression(p4, ws) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4, false>");
     CHECK(kernel_source(p4, ws, arch).source.find("qkv_wgmma_ws.cuh") != std::string::npos);
     CHECK(config_to_json(ws).at("mainloop") == "wgmma_ws");
     CHECK(same_config(config_from_json(config_to_json(ws)), ws));
     // 4 slots of X [256][64] bf16 + packed int4 rows [128][32 bytes] = 144 KB > the fp32 output tile (132 KB).
-    CHECK(launch_dims(p4, ws).smem_bytes == 1024u + 4 * (256 * 128 + 128 * 32));
-    CHECK(launch_dims(p4, ws).block_x == 384);
-    CHECK(launch_dims(p4, ws).grid_x == 36);
-    CHECK(launch_dims(p4, ws).grid_y == 16);
+    CHECK(launch_dims(p4, ws, 132).smem_bytes == 1024u + 4 * (256 * 128 + 128 * 32));
+    CHECK(launch_dims(p4, ws, 132).block_x == 384);
+    CHECK(launch_dims(p4, ws, 132).grid_x == 36 * 16);  // 1-D: tiles x split_k
+    CHECK(launch_dims(p4, ws, 132).grid_y == 1);
+    CHECK(workspace_bytes(p4, ws, 132) == 0);
+    auto split = ws;
+    split.split_k = 2;  // one fp32 partial slot per block, one counter per tile
+    CHECK(workspace_bytes(p4, split, 132) == size_t(36) * 16 * 2 * 256 * 128 * 4);
+    CHECK(counter_bytes(p4, split) == size_t(36) * 16 * 4);
+    // stream-K (split_k 0): its own name and template flag, one block per SM, two partial slots per block, the
+    // output tile next to the ring in shared memory.
+    const Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
+    const Config sk{16, 128, 64, 8, 1, 8, 0, 1, kMainloopWgmmaWs};
+    CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, sk, arch) == nullptr);
+    CHECK(variant_name(p16, sk, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_s8_streamk__sm_90a");
+    CHECK(name_expression(p16, sk) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, true>");
+    CHECK(same_config(config_from_json(config_to_json(sk)), sk));
+    CHECK(ws_units(p16, sk) == 36 * 56);
+    CHECK(launch_dims(p16, sk, 132).grid_x == 132);
+    CHECK(launch_dims(p16, sk, 114).grid_x == 114);
+    CHECK(launch_dims(p16, sk, 132).smem_bytes == 1024u + 8 * (16 * 128 + 128 * 32) + 16 * 132 * 4);
+    CHECK(workspace_bytes(p16, sk, 132) == size_t(2) * 132 * 16 * 128 * 4);
+    CHECK(counter_bytes(p16, sk) == 36 * 4);
+    CHECK_THROWS_WITH(launch_dims(p16, sk, 0), Catch::Contains("SM count"));
+    Problem tiny = p16;
+    tiny.k = 64;  // 36 units < 132 SMs: one block per unit
+    CHECK(launch_dims(tiny, sk, 132).grid_x == 36);
+    auto mma_sk0 = Config{16, 128, 64, 1, 4, 2, 0, 1};
+    CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, mma_sk0, arch) != nullptr);  // stream-K: ws only
     auto bad = ws;
     bad.tile_n = 192;  // 96 features per consumer warpgroup is not a whole number of m64 atoms
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("atoms") != std::string::npos);
@@ -178,9 +211,9 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(name_expression(p, c) == "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
   CHECK(p.key() == "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope");
   CHECK(p.n() == 4608);
-  CHECK(workspace_bytes(p, c) == size_t(36) * 1 * 8 * 16 * 128 * 4);
+  CHECK(workspace_bytes(p, c, 132) == size_t(36) * 1 * 8 * 16 * 128 * 4);
   CHECK(counter_bytes(p, c) == 36 * 4);
-  CHECK(workspace_bytes(p, Config{16, 128, 64, 1, 4, 2, 1, 1}) == 0);
+  CHECK(workspace_bytes(p, Config{16, 128, 64, 1, 4, 2, 1, 1}, 132) == 0);
   CHECK(problem_from_json(problem_to_json(p)).key() == p.key());
   CHECK(same_config(config_from_json(config_to_json(c)), c));
   // The weight bytes the roofline counts: 4-bit data + fp32 absmax per 64.
@@ -194,16 +227,16 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(same_config(config_from_json(config_to_json(gv)), gv));
   CHECK_FALSE(same_config(gv, Config{8, 32, 128, 4, 1, 0, 1, 1, kMainloopMma}));
   CHECK(kernel_source(p, gv, arch).source.find("qkv_gemv.cuh") != std::string::npos);
-  CHECK(workspace_bytes(p, gv) == 0);  // no split-K workspace
-  CHECK(launch_dims(p, gv).grid_x == 144);  // 288 m16 tiles, 2 per block
-  CHECK(launch_dims(p, gv).grid_y == 2);    // M = 16: two 8-token tiles
-  CHECK(launch_dims(p, gv).block_x == 4 * 32);
-  CHECK(launch_dims(p, gv).smem_bytes == 3 * 2 * 32 * 16);  // K slices 1..3: a float4 per lane per m16 tile
+  CHECK(workspace_bytes(p, gv, 132) == 0);  // no split-K workspace
+  CHECK(launch_dims(p, gv, 132).grid_x == 144);  // 288 m16 tiles, 2 per block
+  CHECK(launch_dims(p, gv, 132).grid_y == 2);    // M = 16: two 8-token tiles
+  CHECK(launch_dims(p, gv, 132).block_x == 4 * 32);
+  CHECK(launch_dims(p, gv, 132).smem_bytes == 3 * 2 * 32 * 16);  // K slices 1..3: a float4 per lane per m16 tile
   // stages 1: the block's 32 rows of nf4 (1792 data + 224 scale bytes each for K = 3584) join the partials.
   auto gv1 = gv;
   gv1.stages = 1;
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, arch) == nullptr);
-  CHECK(launch_dims(p, gv1).smem_bytes == 3 * 2 * 32 * 16 + 32 * (1792 + 224));
+  CHECK(launch_dims(p, gv1, 132).smem_bytes == 3 * 2 * 32 * 16 + 32 * (1792 + 224));
   // The ceiling: 227 KB per block less 1 KB and the decode table's 8 KB of static shared memory.
   CHECK(kernel_source(p, gv1, arch).dynamic_smem_bytes == 227u * 1024u - 1024u - 8192u);
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, parse_arch("sm_80"))).find("sm_90") !=

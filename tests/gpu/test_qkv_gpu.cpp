@@ -86,11 +86,12 @@ std::vector<std::pair<quant::Format, DType>> format_dtypes() {
   return out;
 }
 
-/// The valid configs of problem p on this GPU with the given mainloop whose split_k is at most max_split.
+/// The valid configs of problem p on this GPU with the given mainloop whose split_k is 1..max_split (stream-K,
+/// split_k 0, only when max_split is 0).
 std::vector<Config> configs_of(const Problem& p, int mainloop, int max_split = 16) {
   std::vector<Config> out;
   for (const auto& c : valid_configs(p, Env::get().arch))
-    if (c.mainloop == mainloop && c.split_k <= max_split) out.push_back(c);
+    if (c.mainloop == mainloop && (max_split == 0 ? c.split_k == 0 : c.split_k >= 1 && c.split_k <= max_split)) out.push_back(c);
   return out;
 }
 
@@ -324,6 +325,73 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
+  }
+}
+
+TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1..3 tile boundaries, deterministic",
+          "[gpu][qkv]") {
+  auto& env = Env::get();
+  if (!(env.arch.sm == 90 && env.arch.arch_specific)) {
+    WARN("the wgmma_ws mainloop needs sm_90a; this GPU is sm_" << env.arch.sm);
+    return;
+  }
+  for (const auto& [f, d] : format_dtypes()) {
+    // Qwen2.5-7B, M = 37 (token tiles 8..64, partial last tiles), 16 and 1: 56 K steps per tile, ~15 units per block
+    // on 132 SMs, so most tiles are shared by 4-5 blocks and most blocks start or end inside a tile.
+    const HostInputs big = make_inputs(qwen(f, d, 37), 71);
+    std::vector<Config> c37, c16, c1;
+    for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 0))
+      if (c.stages == 4) c37.push_back(c);
+    for (const auto& c : configs_of(qwen(f, d, 16), kMainloopWgmmaWs, 0))
+      if (c.stages == 4) c16.push_back(c);
+    for (const auto& c : configs_of(qwen(f, d, 1), kMainloopWgmmaWs, 0))
+      if (c.stages == 8 || c.stages == 2) c1.push_back(c);
+    REQUIRE(c37.size() >= 4);
+    REQUIRE(!c16.empty());
+    REQUIRE(c1.size() >= 2);
+    std::vector<Config> all = c37;
+    all.insert(all.end(), c16.begin(), c16.end());
+    all.insert(all.end(), c1.begin(), c1.end());
+    const auto kernels = load(big.problem, all);
+    run_and_check(big, c37, kernels, 37);
+    run_and_check(truncate(big, 16), c16, kernels, 16);
+    run_and_check(truncate(big, 1), c1, kernels, 1);
+  }
+  // K = 256 (4 steps per tile), M = 300: 5.5 units per block, so a block can cover the end of one tile, a whole tile
+  // and the start of a third; full tiles mixed with shared ones.
+  for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16}, {quant::Format::nvfp4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
+    Problem p = qwen(f, d, 300);
+    p.k = 256;
+    const HostInputs in = make_inputs(p, 73);
+    std::vector<Config> cs;
+    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 0))
+      if (c.stages == 2 || c.stages == 4) cs.push_back(c);
+    REQUIRE(!cs.empty());
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 60);
+  }
+  // The reduction adds the partials in block order whichever block arrives last: two runs agree bit for bit.
+  {
+    const Problem p = qwen(quant::Format::nf4, DType::bf16, 16);
+    const HostInputs in = make_inputs(p, 79);
+    const auto cs = configs_of(p, kMainloopWgmmaWs, 0);
+    REQUIRE(!cs.empty());
+    const Config c = cs.front();
+    const auto kernels = load(p, {c});
+    DeviceInputs dev(in, 1);
+    std::vector<uint16_t> q[2], k[2], v[2];
+    for (int run = 0; run < 2; ++run) {
+      dev.poison();
+      launch(*kernels.at(name_expression(p, c)), p, c, dev.params(0, c), env.stream.get());
+      env.stream.synchronize();
+      dev.download(q[run], k[run], v[run]);
+    }
+    INFO(variant_name(p, c, env.arch));
+    CHECK(q[0] == q[1]);
+    CHECK(k[0] == k[1]);
+    CHECK(v[0] == v[1]);
+    const RefRows ref = reference_rows(in, 16, 7);
+    CHECK(verify(in, ref, q[0], k[0], v[0]).pass);
   }
 }
 
