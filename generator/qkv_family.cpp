@@ -482,6 +482,7 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (quant::format_group(p.format) != 0 && !a.w_scales) fail(std::string(fmt_tag(p.format)) + " weights need w_scales");
   if (p.format == quant::Format::int4 && !a.w_zeros) fail("int4 weights need w_zeros");
   if (p.has_bias && !a.bias) fail("the problem has a bias but bias is null");
+  if (p.has_bias && reinterpret_cast<std::uintptr_t>(a.bias) % 4 != 0) fail("bias must be 4-byte aligned (read in pairs)");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
   if (uses_workspace(c) && (!a.workspace || !a.counters))
     fail(c.split_k == 0 ? "stream-K (split_k 0) needs a workspace and counters" : "split_k > 1 needs a workspace and counters");

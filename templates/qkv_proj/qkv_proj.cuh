@@ -176,36 +176,48 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
   sync();
 
   // ---- epilogue: bias, RoPE (Q, K heads), split into Q/K/V ----
-  const unsigned short* bias = static_cast<const unsigned short*>(p.bias);
+  // Item (token r, head part hh, column pair j) covers columns c1 = 2j, 2j + 1 and c2 = c1 + kCols / 2 of the head
+  // (part): for a rotated head those are the RoPE pairs (i, i + D/2) of i = 2j and 2j + 1, otherwise just four
+  // columns; each pair is one 4-byte load of the bias and one 4-byte store (a warp stores 128 contiguous bytes).
+  const unsigned* bias2 = static_cast<const unsigned*>(p.bias);
   constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
   constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
-  constexpr int kItems = TileM * kHeadsPerTile * (kCols / 2);
+  constexpr int kPairs = kCols / 4;
+  constexpr int kItems = TileM * kHeadsPerTile * kPairs;
   for (int it = tid; it < kItems; it += kThreads) {
-    const int r = it / (kHeadsPerTile * (kCols / 2));
-    const int rest = it % (kHeadsPerTile * (kCols / 2));
-    const int hh = rest / (kCols / 2), i = rest % (kCols / 2);
+    const int r = it / (kHeadsPerTile * kPairs);
+    const int rest = it % (kHeadsPerTile * kPairs);
+    const int hh = rest / kPairs, j = rest % kPairs;
     const int m = m0 + r;
     const int col0 = n0 + hh * kCols;  // first column of this head (part) in Y
     if (m >= p.m || col0 >= N) continue;
     const int head = col0 / D;           // global head index in [Q | K | V]
     const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
     const bool rotate = Rope && (is_q || is_k);
-    // rotate: pair (i, i + D/2) of the head; else two neighbours (2i, 2i + 1).
-    const int c1 = rotate ? i : 2 * i, c2 = rotate ? i + D / 2 : 2 * i + 1;  // within the head (part)
+    const int c1 = 2 * j, c2 = 2 * j + kCols / 2;  // within the head (part)
     const int lc = hh * kCols;
-    float y1 = sC[r * kLd + lc + c1], y2 = sC[r * kLd + lc + c2];
+    const float2 a = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c1);
+    const float2 b = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c2);
+    float y1[2] = {a.x, a.y}, y2[2] = {b.x, b.y};  // y1[e]: column c1 + e, y2[e]: column c2 + e
     if (HasBias) {
-      y1 += ptx::to_float<DT>(bias[col0 + c1]);
-      y2 += ptx::to_float<DT>(bias[col0 + c2]);
+      const unsigned b1 = __ldg(bias2 + (col0 + c1) / 2), b2 = __ldg(bias2 + (col0 + c2) / 2);
+      y1[0] += ptx::to_float<DT>((unsigned short)(b1 & 0xffffu));
+      y1[1] += ptx::to_float<DT>((unsigned short)(b1 >> 16));
+      y2[0] += ptx::to_float<DT>((unsigned short)(b2 & 0xffffu));
+      y2[1] += ptx::to_float<DT>((unsigned short)(b2 >> 16));
     }
     if (rotate) {
-      double ang = double(p.positions[m]) * s_inv_freq[i];
-      ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);  // exact reduction to [-pi, pi] in double
-      float sn, cs;
-      __sincosf(float(ang), &sn, &cs);  // |error| < 2^-21 on [-pi, pi] (CUDA C Programming Guide, intrinsic functions)
-      const float o1 = y1 * cs - y2 * sn, o2 = y2 * cs + y1 * sn;
-      y1 = o1;
-      y2 = o2;
+      const double pos = double(__ldg(p.positions + m));
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        double ang = pos * s_inv_freq[c1 + e];
+        ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);  // exact reduction to [-pi, pi] in double
+        float sn, cs;
+        __sincosf(float(ang), &sn, &cs);  // |error| < 2^-21 on [-pi, pi] (CUDA C Programming Guide, intrinsic functions)
+        const float o1 = y1[e] * cs - y2[e] * sn, o2 = y2[e] * cs + y1[e] * sn;
+        y1[e] = o1;
+        y2[e] = o2;
+      }
     }
     unsigned short* out;
     long long off;
@@ -220,13 +232,8 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
       out = static_cast<unsigned short*>(p.v);
       off = (long long)m * p.v_row_stride + (long long)(head - p.num_heads - p.num_kv_heads) * D + d0;
     }
-    const unsigned pr = ptx::pack2<DT>(y1, y2);
-    if (rotate) {
-      out[off + c1] = (unsigned short)(pr & 0xffffu);
-      out[off + c2] = (unsigned short)(pr >> 16);
-    } else {
-      *reinterpret_cast<unsigned*>(out + off + c1) = pr;
-    }
+    *reinterpret_cast<unsigned*>(out + off + c1) = ptx::pack2<DT>(y1[0], y1[1]);
+    *reinterpret_cast<unsigned*>(out + off + c2) = ptx::pack2<DT>(y2[0], y2[1]);
   }
 }
 

@@ -310,6 +310,20 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   b = a;
   b.k_row_stride = 4 * 128 + 2;
   CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("multiples of 8"));
+  b = a;
+  b.bias = fake(0x5002);  // the epilogue reads the bias in pairs
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("bias must be 4-byte aligned"));
+  // wgmma_ws: every block needs a K step; stream-K needs the workspace too.
+  const Config ws_split{16, 128, 64, 8, 1, 4, 16, 1, kMainloopWgmmaWs};
+  Problem short_k = p;
+  short_k.k = 512;  // 8 K steps < split_k 16
+  b = a;
+  b.k_dim = 512;
+  CHECK_THROWS_WITH(check_params(short_k, ws_split, b), Catch::Contains("exceeds the 8 K steps"));
+  const Config ws_stream{16, 128, 64, 8, 1, 4, 0, 1, kMainloopWgmmaWs};
+  b = a;
+  b.counters = nullptr;
+  CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
 }
 
 TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rejected by the template", "[nvrtc][qkv]") {
