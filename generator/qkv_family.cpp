@@ -209,8 +209,7 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
 
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
 /// split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the K steps;
-/// stream-K (split_k 0) while there are fewer than 4 waves of tiles and more units than SMs. Ordered by the cost model
-/// below.
+/// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below.
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
@@ -219,16 +218,17 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
     if (c.tile_m < 64 && p.m > 128) continue;  // beyond decode-ish sizes, token tiles under 64 only add blocks
     const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
     if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / 64)) continue;
-    if (c.split_k == 0 && (blocks >= 4 * 132 || ws_units(p, c) <= 132)) continue;
+    if (c.split_k == 0 && ws_units(p, c) <= 132) continue;  // stream-K needs more units than SMs
     out.push_back(c);
   }
   // Cost model: whole waves on 132 SMs x K steps per block (+ 2 for a split-K partial's round trip) x tensor work per
   // step (tile_m below 64 costs as 64: decode-bound, not MMA-bound) x (1 + 64 / tile_m + 64 / tile_n) for the operand
-  // traffic per FLOP of smaller tiles; stream-K: one wave of units / 132 steps, + 2. Ties: deeper rings first.
+  // traffic per FLOP of smaller tiles; stream-K: one wave of units / 132 steps, + 2 per block sharing a tile (each
+  // partial is written and read back). Ties: deeper rings first.
   auto score = [&](const Config& c) {
     const double tiles = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
     const double blocks = c.split_k == 0 ? 132 : tiles * c.split_k;
-    const double steps = c.split_k == 0 ? std::ceil(double(ws_units(p, c)) / 132) + 2
+    const double steps = c.split_k == 0 ? std::ceil(double(ws_units(p, c)) / 132) + 2 * (1 + 132 / tiles)
                                         : std::ceil(double(p.k / 64) / c.split_k) + (c.split_k > 1 ? 2 : 0);
     const double cost = std::ceil(blocks / 132.0) * steps * std::max(c.tile_m, 64) * c.tile_n *
                         (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
@@ -486,6 +486,8 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
   if (uses_workspace(c) && (!a.workspace || !a.counters))
     fail(c.split_k == 0 ? "stream-K (split_k 0) needs a workspace and counters" : "split_k > 1 needs a workspace and counters");
+  if (c.mainloop == kMainloopWgmmaWs && ws_units(p, c) > 2147483647LL)
+    fail("wgmma_ws: " + std::to_string(ws_units(p, c)) + " (tile, K step) units exceed the kernel's 32-bit index");
   if (c.mainloop == kMainloopWgmmaWs && c.split_k > p.k / 64)
     fail("wgmma_ws: split_k " + std::to_string(c.split_k) + " exceeds the " + std::to_string(p.k / 64) +
          " K steps of 64 (every block needs at least one)");

@@ -64,7 +64,7 @@ std::vector<Config> ws_config_space();
 ///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer than 132 blocks. Ordered by
 ///    wave efficiency on 132 SMs, then larger tiles, then deeper X rings.
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
-///    stream-K (split_k 0) below 4 waves of tiles; ordered by a cost model (whole waves x K steps x tile work x operand
+///    stream-K (split_k 0) with more units than SMs; ordered by a cost model (whole waves x K steps x tile work x operand
 ///    traffic per FLOP).
 /// The tiled list: for M <= 64 the wgmma_ws candidates, then wgmma and mma alternating; beyond, wgmma_ws, wgmma and
 /// mma alternate (in that order). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what

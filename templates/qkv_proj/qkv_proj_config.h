@@ -45,9 +45,11 @@
 //        Work split (both split_k forms): the (output tile, K step) units, tile-major, are cut into gridDim.x equal
 //        contiguous ranges, one per block. split_k >= 1: gridDim.x = tiles x split_k, so each block owns one K slice
 //        of one tile. split_k 0 (stream-K, Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense
-//        Matrix Multiplication on the GPU", PPoPP 2023): gridDim.x = min(SMs, units), each block walks its range
-//        across tile boundaries (the producer streams on while the consumers finish a tile), and the output tile gets
-//        its own shared-memory region. A tile covered by several blocks is reduced through the workspace: each
+//        Matrix Multiplication on the GPU", PPoPP 2023): gridDim.x = G = min(SMs, units); with 2 G tiles or more,
+//        every block first computes whole tiles b, b + G, .. for tiles / G - 1 rounds (the paper's data-parallel +
+//        stream-K hybrid), then the units of the remaining G .. 2 G tiles are split as above. Each block walks its
+//        tiles and range across tile boundaries (the producer streams on while the consumers finish a tile), and the output tile gets
+//        its own shared-memory region, 32 token rows at a time (ws_epilogue_rows). A tile covered by several blocks is reduced through the workspace: each
 //        contributor stores its fp32 partial (in the accumulator register layout), and the last to arrive (counter)
 //        adds all partials in block order -- deterministic -- and runs the epilogue.
 #pragma once
@@ -181,9 +183,12 @@ KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
 KT_HD constexpr int ws_consumers(const Config& c) { return c.warps_m / 4; }
 KT_HD constexpr int ws_atoms(const Config& c) { return c.warps_m >= 4 ? c.tile_n / (16 * c.warps_m) : 0; }
 KT_HD constexpr int ws_w_row_bytes(quant::Format f) { return 64 * quant::format_bits(f) / 8; }
-/// Stream-K (split_k 0) keeps the ring and the output tile apart: ring + tile.
+/// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m, or for
+/// stream-K (whose output tile sits beside the ring) chunks of 32.
+KT_HD constexpr int ws_epilogue_rows(const Config& c) { return c.split_k == 0 && c.tile_m > 32 ? 32 : c.tile_m; }
+/// Stream-K (split_k 0) keeps the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32.
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + (c.split_k == 0 ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) + c.tile_m * (c.tile_n + 4) * 4
+  return 1024 + (c.split_k == 0 ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) + ws_epilogue_rows(c) * (c.tile_n + 4) * 4
                  : c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) > c.tile_m * (c.tile_n + 4) * 4
                      ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f))
                      : c.tile_m * (c.tile_n + 4) * 4);

@@ -23,8 +23,8 @@
 //     nf4, mxfp4, nvfp4: the 256-pair code table times the scale in the dtype; fp16 activations with a scale outside
 //           fp16's normal range take the fp32 path (code value x scale in fp32, one rounding) for the whole step.
 //   Work split: the block's contiguous range of (tile, K step) units (qkv_proj_config.h): one K slice of one tile
-//   (split_k >= 1) or, stream-K (split_k 0, one block per SM), a range that crosses tile boundaries; the producer's
-//   ring runs on across them. Tiles shared by several blocks are reduced through the workspace: fp32 partials in the
+//   (split_k >= 1) or, stream-K (split_k 0, one block per SM), a range that crosses tile boundaries, after whole-tile
+//   rounds when there are 2 or more waves of tiles; the producer's ring runs on across tiles. Tiles shared by several blocks are reduced through the workspace: fp32 partials in the
 //   accumulator layout, a counter per tile, the last block adds all partials in block order.
 //   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (bias,
 //   RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
@@ -138,8 +138,9 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
   }
 }
 
-/// Block of the work range that holds unit u: the largest b with floor(units b / G) <= u.
-__device__ __forceinline__ int ws_block_of(long long u, long long units, int G) { return int(((u + 1) * G - 1) / units); }
+/// Block of the range split that holds unit u (counted from the split's first unit): the largest b with
+/// floor(units b / G) <= u.
+__device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
 
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK>
 __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   const unsigned sX = base;                 // Stages x [TileM][64] (128-byte swizzle)
   const unsigned sW = base + Stages * kXB;  // Stages x [TileN][kRowB]
   const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
-  // fp32 output tile [TileM][TileN + 4]: after the ring for stream-K (the ring stays busy), else over the ring.
+  // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it.
   float* sC = reinterpret_cast<float*>(smem + (StreamK ? Stages * (kXB + kWB) : 0));
 
   const int tid = threadIdx.x, wg = tid / 128;
@@ -180,9 +181,15 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   const int nk = p.k_dim / 64;  // K steps per tile
   // Units (tile, K step), tile-major; tile t = (token tile t / n_tiles, feature tile t % n_tiles). Block b owns
   // [units b / G, units (b + 1) / G): with G = tiles x split_k that is K slice b % split_k of tile b / split_k.
-  const long long units = (long long)n_tiles * ((p.m + TileM - 1) / TileM) * nk;
+  // Stream-K with at least 2 G tiles first runs whole tiles b, b + G, .. for dp_rounds = tiles / G - 1 rounds (the
+  // "data-parallel + stream-K" hybrid of Osama et al.: one wave of neighbouring tiles at a time) and splits only
+  // the remaining G .. 2 G tiles' units; u_begin, u_end and the split below are counted from dp_units.
+  const int tiles = n_tiles * ((p.m + TileM - 1) / TileM);
   const int G = gridDim.x, blk = blockIdx.x;
-  const long long u_begin = units * blk / G, u_end = units * (blk + 1) / G;
+  const int dp_rounds = StreamK && tiles / G > 1 ? tiles / G - 1 : 0;
+  const int dp_units = dp_rounds * G * nk;
+  const int units = tiles * nk - dp_units;  // units of the split; < 2^31 (checked on the host)
+  const int u_begin = dp_units + int((long long)units * blk / G), u_end = dp_units + int((long long)units * (blk + 1) / G);
 
   if (tid == 0) {
 #pragma unroll
@@ -198,14 +205,18 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
     // ---------------- producer warpgroup ----------------
     if (Consumers == 2) wgmma::setmaxnreg_dec<kWsProducerRegs>();
     if (tid == kCThreads) {  // one thread issues the tensor copies of every step of the block's range
-      int t = int(u_begin / nk), kt = int(u_begin % nk);
-      for (int j = 0; j < int(u_end - u_begin); ++j) {
+      int t = dp_rounds > 0 ? blk : u_begin / nk, kt = dp_rounds > 0 ? 0 : u_begin % nk;
+      for (int j = 0; j < dp_rounds * nk + u_end - u_begin; ++j) {
         const int slot = j % Stages;
         if (j >= Stages) ptx::mbarrier_wait(bar_empty + 8 * slot, ((j / Stages) & 1) ^ 1);  // the slot's last use retired
         ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
         ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt * 64, (t / n_tiles) * TileM, bar_full + 8 * slot);
         ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt * (kWide ? 64 : kRowB), (t % n_tiles) * TileN, bar_full + 8 * slot);
-        if (++kt == nk) kt = 0, ++t;
+        if (++kt == nk) {
+          kt = 0;
+          t = j + 1 < dp_rounds * nk ? t + G : j + 1 == dp_rounds * nk ? u_begin / nk : t + 1;
+          if (j + 1 == dp_rounds * nk) kt = u_begin % nk;
+        }
       }
     }
     return;  // the consumers' barriers below are named barriers over their own threads
@@ -216,13 +227,23 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   const int ctid = tid, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
   const int row_lo0 = wg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
   const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
-  const int t_first = int(u_begin / nk);
 
-  // One segment per tile the range touches: K steps [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.
-  for (long long u0 = u_begin; u0 < u_end;) {
-    const int t = int(u0 / nk), k0 = int(u0 % nk);
-    const long long seg_end = u_end < (long long)(t + 1) * nk ? u_end : (long long)(t + 1) * nk;
-    const int nks = int(seg_end - u0), g0 = int(u0 - u_begin);
+  // One segment per tile: the data-parallel rounds' whole tiles, then each tile the range touches: K steps
+  // [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.
+  int g_next = 0;
+  for (int r = 0, u0 = u_begin; r < dp_rounds || u0 < u_end;) {
+    int t, k0, nks;
+    if (r < dp_rounds) {
+      t = blk + r * G, k0 = 0, nks = nk;
+      ++r;
+    } else {
+      t = u0 / nk, k0 = u0 % nk;
+      const int seg_end = min(u_end, (t + 1) * nk);
+      nks = seg_end - u0;
+      u0 = seg_end;
+    }
+    const int g0 = g_next;
+    g_next += nks;
     const int n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
 
     float acc[kAtoms][TileM / 2];
@@ -310,14 +331,13 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
     if (lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + nks - 1) % Stages));  // the segment's last slot
-    u0 = seg_end;
 
     // ---- a tile shared with other blocks: partials through the workspace, the last block reduces ----
     if (nks != nk) {
       constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
       constexpr long long kSlot = (long long)TileM * TileN;
       auto slot_of = [&](int b) {  // b's slot: stream-K keeps a second one for a range that ends in another tile
-        return StreamK ? 2LL * b + (int((units * b / G) / nk) == t ? 0 : 1) : (long long)b;
+        return StreamK ? 2LL * b + ((dp_units + int((long long)units * b / G)) / nk == t ? 0 : 1) : (long long)b;
       };
       float4* mine = reinterpret_cast<float4*>(p.workspace + slot_of(blk) * kSlot);
 #pragma unroll
@@ -328,7 +348,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
                                                        acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 3]));
       __threadfence();
       ptx::named_barrier(1, kCThreads);
-      const int b_first = ws_block_of((long long)t * nk, units, G), b_last = ws_block_of((long long)(t + 1) * nk - 1, units, G);
+      const int b_first = ws_block_of(t * nk - dp_units, units, G), b_last = ws_block_of((t + 1) * nk - 1 - dp_units, units, G);
       if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(b_last - b_first);
       ptx::named_barrier(1, kCThreads);
       if (!s_reduce) continue;
@@ -341,6 +361,8 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
         const float4* part = reinterpret_cast<const float4*>(p.workspace + slot_of(b) * kSlot);
 #pragma unroll
         for (int v = 0; v < kVec; ++v) {
+          // at most 16 loads in flight (64 registers beside up to 128 accumulators): no spills at 232 registers
+          if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
           const float4 x = __ldcg(part + v * kCThreads + ctid);
           float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
           d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
@@ -349,26 +371,34 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
       if (ctid == 0) p.counters[t] = 0u;  // ready for the next launch
     }
 
-    // ---- accumulators (features x tokens) -> shared fp32 tile [TileM tokens][TileN + 4]; int8: times the row scale ----
-    // Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous tile's epilogue
-    // has read sC.
-    ptx::named_barrier(1, kCThreads);
-    constexpr int kLd = TileN + 4;
+    // ---- accumulators (features x tokens) -> shared fp32 tile [kEpiRows tokens][TileN + 4], kEpiRows at a time;
+    // int8: times the row scale. Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the
+    // previous chunk's epilogue has read sC. ----
+    constexpr int kEpiRows = ws_epilogue_rows(C), kLd = TileN + 4;
+    float rs[kAtoms][2];
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int f = row_lo0 + 64 * a + 8 * h;
-        float rs = 1.f;
-        if (gemv_scale_mode(F) == kScaleRow) rs = n0 + f < N ? __ldg(static_cast<const float*>(p.w_scales) + n0 + f) : 0.f;
-#pragma unroll
-        for (int i = 0; i < TileM / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) sC[(8 * i + 2 * q + e) * kLd + f] = acc[a][4 * i + 2 * h + e] * rs;
+        const int f = n0 + row_lo0 + 64 * a + 8 * h;
+        rs[a][h] = gemv_scale_mode(F) != kScaleRow ? 1.f : f < N ? __ldg(static_cast<const float*>(p.w_scales) + f) : 0.f;
       }
-    ptx::named_barrier(1, kCThreads);
-
-    finish_tile<DT, D, HasBias, Rope, TileM, TileN, kCThreads, 1>(p, sC, m0, n0);
+#pragma unroll
+    for (int c0 = 0; c0 < TileM; c0 += kEpiRows) {
+      if (m0 + c0 >= p.m) break;  // no tokens left in the tile (uniform over the block)
+      ptx::named_barrier(1, kCThreads);
+#pragma unroll
+      for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = c0 / 8; i < (c0 + kEpiRows) / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              sC[(8 * i - c0 + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
+      ptx::named_barrier(1, kCThreads);
+      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1>(p, sC, m0 + c0, n0);
+    }
   }
 #endif
 }

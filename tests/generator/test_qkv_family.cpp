@@ -68,9 +68,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         const long long tiles = (long long)((4608 + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
         if (c.split_k > 1) CHECK(tiles < 132);
         if (c.split_k >= 1) CHECK(d.grid_x == unsigned(tiles * c.split_k));
-        if (c.split_k == 0) {  // stream-K: one block per SM, fewer than 4 waves of tiles, more units than SMs
+        if (c.split_k == 0) {  // stream-K: one block per SM, more units than SMs
           CHECK(d.grid_x == 132u);
-          CHECK(tiles < 4 * 132);
           CHECK(tiles * 56 > 132);
         }
         CHECK(d.grid_y == 1u);
@@ -179,6 +178,12 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p16, sk, 132).grid_x == 132);
     CHECK(launch_dims(p16, sk, 114).grid_x == 114);
     CHECK(launch_dims(p16, sk, 132).smem_bytes == 1024u + 8 * (16 * 128 + 128 * 32) + 16 * 132 * 4);
+    // 256-token stream-K tiles go through the epilogue 32 rows at a time: 4 bf16 slots of 48 KB fit beside it.
+    const Config sk256{256, 128, 64, 8, 1, 4, 0, 1, kMainloopWgmmaWs};
+    const Problem pb = qwen(quant::Format::bf16, DType::bf16, 4096);
+    CHECK(ws_epilogue_rows(sk256) == 32);
+    CHECK(ws_smem_bytes(sk256, pb.format) == 1024 + 4 * (256 * 128 + 128 * 128) + 32 * 132 * 4);
+    CHECK(invalid_reason(pb.dtype, pb.format, pb.head_dim, pb.rope, sk256, arch) == nullptr);
     CHECK(workspace_bytes(p16, sk, 132) == size_t(2) * 132 * 16 * 128 * 4);
     CHECK(counter_bytes(p16, sk) == 36 * 4);
     CHECK_THROWS_WITH(launch_dims(p16, sk, 0), Catch::Contains("SM count"));
@@ -320,6 +325,16 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   b = a;
   b.k_dim = 512;
   CHECK_THROWS_WITH(check_params(short_k, ws_split, b), Catch::Contains("exceeds the 8 K steps"));
+  Problem huge = p;  // 62500 token tiles x 136 feature tiles x 256 K steps: 2.18e9 units
+  huge.m = 1000000;
+  huge.k = 16384;
+  huge.num_heads = 128;
+  b = a;
+  b.m = huge.m;
+  b.k_dim = huge.k;
+  b.num_heads = huge.num_heads;
+  b.x_row_stride = huge.k;
+  CHECK_THROWS_WITH(check_params(huge, ws_split, b), Catch::Contains("32-bit index"));
   const Config ws_stream{16, 128, 64, 8, 1, 4, 0, 1, kMainloopWgmmaWs};
   b = a;
   b.counters = nullptr;

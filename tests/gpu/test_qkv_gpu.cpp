@@ -357,18 +357,29 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     run_and_check(truncate(big, 16), c16, kernels, 16);
     run_and_check(truncate(big, 1), c1, kernels, 1);
   }
-  // K = 256 (4 steps per tile), M = 300: 5.5 units per block, so a block can cover the end of one tile, a whole tile
-  // and the start of a third; full tiles mixed with shared ones.
+  // K = 256 (4 steps per tile). M = 300: 5.5 units per block, so a block can cover the end of one tile, a whole tile
+  // and the start of a third; full tiles mixed with shared ones. M = 1000: 2 G tiles or more for tile_m <= 128, so
+  // whole-tile rounds come first (tile_m 64: 3 rounds of 132, then 180 tiles split).
   for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16}, {quant::Format::nvfp4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
-    Problem p = qwen(f, d, 300);
+    Problem p = qwen(f, d, 1000);
     p.k = 256;
-    const HostInputs in = make_inputs(p, 73);
-    std::vector<Config> cs;
+    const HostInputs big = make_inputs(p, 73);
+    std::vector<Config> c1000, c300;
     for (const auto& c : configs_of(p, kMainloopWgmmaWs, 0))
-      if (c.stages == 2 || c.stages == 4) cs.push_back(c);
-    REQUIRE(!cs.empty());
-    const auto kernels = load(p, cs);
-    run_and_check(in, cs, kernels, 60);
+      if (c.stages == 2 || c.stages == 4) c1000.push_back(c);
+    p.m = 300;
+    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 0))
+      if (c.stages == 2 || c.stages == 4) c300.push_back(c);
+    REQUIRE(!c1000.empty());
+    REQUIRE(!c300.empty());
+    bool has_rounds = false;  // some config has 2 G tiles or more
+    for (const auto& c : c1000) has_rounds |= ((4608 + c.tile_n - 1) / c.tile_n) * ((1000 + c.tile_m - 1) / c.tile_m) >= 2 * 132;
+    CHECK(has_rounds);
+    std::vector<Config> all = c1000;
+    all.insert(all.end(), c300.begin(), c300.end());
+    const auto kernels = load(big.problem, all);
+    run_and_check(big, c1000, kernels, 60);
+    run_and_check(truncate(big, 300), c300, kernels, 60);
   }
   // The reduction adds the partials in block order whichever block arrives last: two runs agree bit for bit.
   {
