@@ -275,10 +275,12 @@ Config default_config(ArchId arch, const Problem& p) {
       }
   }
   // sm_90a beyond decode sizes: the Hopper mainloops with the shapes that won on the H100 for Qwen2.5-7B (prefill:
-  // warp-specialized 256 x 128 with a 4-slot ring; up to a few hundred tokens: wgmma 128 x 128, 3 stages).
+  // warp-specialized 256 x 128 with a 4-slot ring; up to a few hundred tokens: warp-specialized stream-K 128 x 128
+  // with 6 slots, which won M = 256 for fp16 and nf4 weights; else wgmma 128 x 128, 3 stages).
   if (arch.sm == 90 && arch.arch_specific && p.m > 64) {
     std::vector<Config> prefs;
     if (p.m > 512) prefs.push_back(Config{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs});
+    if (p.m <= 512) prefs.push_back(Config{128, 128, 64, 8, 1, 6, 0, 1, kMainloopWgmmaWs});
     if (p.m > 512) prefs.push_back(Config{256, 128, 64, 16, 1, 3, 1, 1, kMainloopWgmma});
     prefs.push_back(Config{128, 128, 64, 8, 1, 3, 1, 1, kMainloopWgmma});
     for (const auto& c : prefs)

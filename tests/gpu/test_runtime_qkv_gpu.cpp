@@ -258,6 +258,18 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
       run_and_verify(dp, [&](const QkvParams& a, double) { rt.qkv_proj(dp, a, stream.get()); }, 7);
     }
     CHECK(rt.resolved_qkv_problems() == 7);
+
+    // A few hundred tokens on sm_90a default to wgmma_ws stream-K: the runtime allocates its workspace for this
+    // device's SM count, and the second launch reuses it (the counters reset themselves).
+    const Problem mid = small(200, quant::Format::fp16, DType::f16);
+    const auto mch = rt.explain_qkv(mid);
+    INFO(mch.variant_name);
+    CHECK(mch.step == "default");
+    if (rt.arch().sm == 90 && rt.arch().arch_specific) CHECK(mch.config.split_k == 0);
+    const auto mid1 = run_and_verify(mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
+    const auto mid2 = run_and_verify(mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
+    CHECK(mid1 == mid2);  // same inputs: the same bits (partials added in block order)
+    CHECK(rt.resolved_qkv_problems() == 8);
   }
 
   SECTION("bad arguments are rejected before anything is resolved") {
