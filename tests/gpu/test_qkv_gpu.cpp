@@ -79,6 +79,21 @@ void run_and_check(const HostInputs& in, const std::vector<Config>& configs,
   }
 }
 
+/// One list of configs to run at M = m (big's inputs truncated to m), checked on ref_rows reference rows.
+struct MSet {
+  int m;
+  std::vector<Config> configs;
+  size_t ref_rows;
+};
+
+/// Compiles the kernels of every set together (one NVRTC batch for big's class), then runs and checks each set.
+void run_sets(const HostInputs& big, const std::vector<MSet>& sets) {
+  std::vector<Config> all;
+  for (const auto& s : sets) all.insert(all.end(), s.configs.begin(), s.configs.end());
+  const auto kernels = load(big.problem, all);
+  for (const auto& s : sets) run_and_check(s.m == big.problem.m ? big : truncate(big, s.m), s.configs, kernels, s.ref_rows);
+}
+
 std::vector<std::pair<quant::Format, DType>> format_dtypes() {
   std::vector<std::pair<quant::Format, DType>> out = {{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16}};
   for (auto f : {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4})
@@ -307,13 +322,7 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     REQUIRE(c300.size() >= 16);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c5.size() >= 4);
-    std::vector<Config> all = c300;
-    all.insert(all.end(), c37.begin(), c37.end());
-    all.insert(all.end(), c5.begin(), c5.end());
-    const auto kernels = load(big.problem, all);
-    run_and_check(big, c300, kernels, 40);
-    run_and_check(truncate(big, 37), c37, kernels, 37);
-    run_and_check(truncate(big, 5), c5, kernels, 5);
+    run_sets(big, {{300, c300, 40}, {37, c37, 37}, {5, c5, 5}});
   }
   // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
   for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16}, {quant::Format::int8, DType::bf16}, {quant::Format::bf16, DType::bf16}}) {
@@ -349,13 +358,7 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     REQUIRE(c37.size() >= 4);
     REQUIRE(!c16.empty());
     REQUIRE(c1.size() >= 2);
-    std::vector<Config> all = c37;
-    all.insert(all.end(), c16.begin(), c16.end());
-    all.insert(all.end(), c1.begin(), c1.end());
-    const auto kernels = load(big.problem, all);
-    run_and_check(big, c37, kernels, 37);
-    run_and_check(truncate(big, 16), c16, kernels, 16);
-    run_and_check(truncate(big, 1), c1, kernels, 1);
+    run_sets(big, {{37, c37, 37}, {16, c16, 16}, {1, c1, 1}});
   }
   // K = 256 (4 steps per tile). M = 300: 5.5 units per block, so a block can cover the end of one tile, a whole tile
   // and the start of a third; full tiles mixed with shared ones. M = 1000: 2 G tiles or more for tile_m <= 128, so
@@ -375,11 +378,7 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     bool has_rounds = false;  // some config has 2 G tiles or more
     for (const auto& c : c1000) has_rounds |= ((4608 + c.tile_n - 1) / c.tile_n) * ((1000 + c.tile_m - 1) / c.tile_m) >= 2 * 132;
     CHECK(has_rounds);
-    std::vector<Config> all = c1000;
-    all.insert(all.end(), c300.begin(), c300.end());
-    const auto kernels = load(big.problem, all);
-    run_and_check(big, c1000, kernels, 60);
-    run_and_check(truncate(big, 300), c300, kernels, 60);
+    run_sets(big, {{1000, c1000, 60}, {300, c300, 60}});
   }
   // The reduction adds the partials in block order whichever block arrives last: two runs agree bit for bit.
   {
