@@ -197,12 +197,14 @@ KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
 /// (split_k >= 1: a block touches one tile), two for stream-K (a block's range can start and end inside a tile).
 KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) { return c.split_k == 0 ? 2 * blocks : blocks; }
 /// wgmma_ws: consumer registers per thread (ptxas, CUDA 13): 40 + accumulators (atoms x tile_m / 2) + for quantized
-/// weights 24 per atom (the double-buffered A fragments, partly reused), 16 more per atom for the table formats (their
-/// per-slice scales and fp32 fallback; the CI sweep saw 2-atom x 128-token table variants spill without it). Budget: 232 with two consumer warpgroups
-/// (setmaxnreg), else 255; no variant within it spills (checked over the space by compiling it).
+/// weights 24 per atom (the double-buffered A fragments, partly reused), 20 more per atom for the table formats (their
+/// per-slice scales and fp32 fallback), 20 more per atom for stream-K (the segment walk and the partial reduction
+/// live beside the accumulators). The CI sweep saw 2-atom x 128-token table and stream-K variants spill 4-52 bytes
+/// under smaller terms. Budget: 232 with two consumer warpgroups (setmaxnreg), else 255.
 KT_HD constexpr int ws_reg_estimate(const Config& c, quant::Format f) {
   return 40 + ws_atoms(c) * c.tile_m / 2 + (quant::format_bits(f) == 16 ? 0 : 24 * ws_atoms(c)) +
-         (f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4 ? 16 * ws_atoms(c) : 0);
+         (f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4 ? 20 * ws_atoms(c) : 0) +
+         (c.split_k == 0 ? 20 * ws_atoms(c) : 0);
 }
 /// wgmma_ws: registers per thread a consumer warpgroup raises itself to (setmaxnreg) when there are two of them; the
 /// producer warpgroup drops to kWsProducerRegs. 128 x 40 + 256 x 232 <= 65536.

@@ -370,7 +370,10 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
       const int b_first = ws_block_of(t * nk - dp_units, units, G), b_last = ws_block_of((t + 1) * nk - 1 - dp_units, units, G);
       if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(b_last - b_first);
       ptx::named_barrier(1, kCThreads);
-      if (!s_reduce) continue;
+      if (!s_reduce) {
+        if (!StreamK) break;  // split-K: the block's only segment
+        continue;
+      }
       __threadfence();
 #pragma unroll
       for (int a = 0; a < kAtoms; ++a)
@@ -418,6 +421,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
       ptx::named_barrier(1, kCThreads);
       finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1>(p, sC, m0 + c0, n0);
     }
+    if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }
 #endif
 }
