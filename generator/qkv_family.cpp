@@ -125,6 +125,11 @@ std::vector<Config> ws_config_space() {
 
 namespace {
 
+/// Output tiles of a tiled config: token tiles x feature tiles.
+long long output_tiles(const Problem& p, const Config& c) {
+  return (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+}
+
 int next_pow2_at_least(int m, int lo, int hi) {
   int c = lo;
   while (c < m && c < hi) c *= 2;
@@ -141,12 +146,12 @@ std::vector<Config> mma_candidates(const Problem& p, ArchId arch) {
     if (c.tile_m > m_cap) continue;
     if (c.stages == 3 && c.tile_m < 64) continue;  // X tiles of 16/32 rows are too small for a deeper ring to matter
     if (c.prefetch > 1 && c.tile_m > 32) continue;  // deep weight prefetch pays where the MMA work per tile is small
-    const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    const long long blocks = output_tiles(p, c);
     if (c.split_k > 1 && (blocks >= 264 || c.split_k > p.k / c.tile_k)) continue;
     out.push_back(c);
   }
   auto score = [&](const Config& c) {
-    const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
+    const double blocks = double(output_tiles(p, c)) * c.split_k;
     return std::make_pair(std::round(std::fabs(std::log2(blocks / 264.0)) * 2) / 2, -double(c.tile_m) * c.tile_n);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
@@ -191,12 +196,12 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
   for (const auto& c : wgmma_config_space(p.format)) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 64 && p.m <= c.tile_m / 2) continue;  // a tile at least half full of tokens
-    const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    const long long blocks = output_tiles(p, c);
     if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / c.tile_k)) continue;
     out.push_back(c);
   }
   auto score = [&](const Config& c) {
-    const double blocks = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n) * c.split_k;
+    const double blocks = double(output_tiles(p, c)) * c.split_k;
     const double waves = blocks / 132.0;
     // wave efficiency: the share of the last wave that is busy (1 = whole waves), folded with the fill of one wave;
     // from 4 waves on the tail costs little and larger tiles (less L2 traffic per FLOP) come first
@@ -216,7 +221,7 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 8 && p.m <= c.tile_m / 2) continue;
     if (c.tile_m < 64 && p.m > 128) continue;  // beyond decode-ish sizes, token tiles under 64 only add blocks
-    const long long blocks = (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    const long long blocks = output_tiles(p, c);
     if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / 64)) continue;
     if (c.split_k == 0 && ws_units(p, c) <= 132) continue;  // stream-K needs more units than SMs
     out.push_back(c);
@@ -226,7 +231,7 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   // traffic per FLOP of smaller tiles; stream-K: one wave of units / 132 steps, + 2 per block sharing a tile (each
   // partial is written and read back). Ties: deeper rings first.
   auto score = [&](const Config& c) {
-    const double tiles = double((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+    const double tiles = double(output_tiles(p, c));
     const double blocks = c.split_k == 0 ? 132 : tiles * c.split_k;
     const double steps = c.split_k == 0 ? std::ceil(double(ws_units(p, c)) / 132) + 2 * (1 + 132 / tiles)
                                         : std::ceil(double(p.k / 64) / c.split_k) + (c.split_k > 1 ? 2 : 0);
@@ -373,7 +378,7 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
 }
 
 long long ws_units(const Problem& p, const Config& c) {
-  return (long long)((p.n() + c.tile_n - 1) / c.tile_n) * ((p.m + c.tile_m - 1) / c.tile_m) * (p.k / 64);
+  return output_tiles(p, c) * (p.k / 64);
 }
 
 int stream_k_blocks(const Problem& p, const Config& c, int sm_count) {
@@ -393,7 +398,7 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
     return d;
   }
   if (c.mainloop == kMainloopWgmmaWs) {  // a 1-D grid over the (tile, K step) units (qkv_proj_config.h)
-    const long long tiles = (long long)((p.n() + c.tile_n - 1) / c.tile_n) * ((p.m + c.tile_m - 1) / c.tile_m);
+    const long long tiles = output_tiles(p, c);
     d.grid_x = unsigned(c.split_k == 0 ? stream_k_blocks(p, c, sm_count) : tiles * c.split_k);
     d.grid_y = d.grid_z = 1;
     d.block_x = unsigned(threads(c));
@@ -419,7 +424,7 @@ size_t workspace_bytes(const Problem& p, const Config& c, int sm_count) {
 
 size_t counter_bytes(const Problem& p, const Config& c) {
   if (!uses_workspace(c)) return 0;
-  return size_t((p.n() + c.tile_n - 1) / c.tile_n) * ((p.m + c.tile_m - 1) / c.tile_m) * 4;
+  return size_t(output_tiles(p, c)) * 4;
 }
 
 nlohmann::json problem_to_json(const Problem& p) {

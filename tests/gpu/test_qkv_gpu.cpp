@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -103,11 +104,23 @@ std::vector<std::pair<quant::Format, DType>> format_dtypes() {
 
 /// The valid configs of problem p on this GPU with the given mainloop whose split_k is 1..max_split (stream-K,
 /// split_k 0, only when max_split is 0).
-std::vector<Config> configs_of(const Problem& p, int mainloop, int max_split = 16) {
+/// keep: a further filter (e.g. on stages).
+std::vector<Config> configs_of(const Problem& p, int mainloop, int max_split = 16,
+                               const std::function<bool(const Config&)>& keep = nullptr) {
   std::vector<Config> out;
   for (const auto& c : valid_configs(p, Env::get().arch))
-    if (c.mainloop == mainloop && (max_split == 0 ? c.split_k == 0 : c.split_k >= 1 && c.split_k <= max_split)) out.push_back(c);
+    if (c.mainloop == mainloop && (max_split == 0 ? c.split_k == 0 : c.split_k >= 1 && c.split_k <= max_split) &&
+        (!keep || keep(c)))
+      out.push_back(c);
   return out;
+}
+
+/// true on sm_90a (the wgmma mainloops); otherwise warns that `what` is skipped.
+bool has_sm90a(const char* what) {
+  const ArchId a = Env::get().arch;
+  if (a.sm == 90 && a.arch_specific) return true;
+  WARN(what << " needs sm_90a; this GPU is sm_" << a.sm);
+  return false;
 }
 
 Problem qwen(quant::Format f, DType d, int m) {
@@ -254,11 +267,7 @@ TEST_CASE("qkv_proj gemv: units whose scale fp16 cannot hold take the fp32 decod
 }
 
 TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-K, partial token tiles", "[gpu][qkv]") {
-  auto& env = Env::get();
-  if (!(env.arch.sm == 90 && env.arch.arch_specific)) {
-    WARN("the wgmma mainloop needs sm_90a; this GPU is sm_" << env.arch.sm);
-    return;
-  }
+  if (!has_sm90a("the wgmma mainloop")) return;
   for (const auto& [f, d] : format_dtypes()) {
     const HostInputs big = make_inputs(qwen(f, d, 300), 51);
     // M = 300: every binary (split_k 1; tile_m 128 leaves a 44-token tile); M = 37: tile_m 64 with every split_k.
@@ -266,19 +275,13 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
     const auto c37 = configs_of(qwen(f, d, 37), kMainloopWgmma);
     REQUIRE(c300.size() >= 8);
     REQUIRE(c37.size() >= 8);
-    std::vector<Config> all = c300;
-    all.insert(all.end(), c37.begin(), c37.end());
-    const auto kernels = load(big.problem, all);
-    run_and_check(big, c300, kernels, 40);
-    run_and_check(truncate(big, 37), c37, kernels, 37);
+    run_sets(big, {{300, c300, 40}, {37, c37, 37}});
   }
   // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
   for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::int4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 53);
-    std::vector<Config> cs;
-    for (const auto& c : configs_of(p, kMainloopWgmma, 2))
-      if (c.tile_n == 64) cs.push_back(c);
+    const auto cs = configs_of(p, kMainloopWgmma, 2, [&](const Config& c) { return c.tile_n == 64; });
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
@@ -287,8 +290,7 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
 
 TEST_CASE("qkv_proj wgmma: units whose scale fp16 cannot hold take the fp32 decode (no inf * 0)", "[gpu][qkv]") {
   // As for gemv: zero blocks under E8M0 2^20 or an nf4 absmax of 1e6 must decode to 0, not 0 * inf = NaN.
-  auto& env = Env::get();
-  if (!(env.arch.sm == 90 && env.arch.arch_specific)) return;
+  if (!has_sm90a("the wgmma mainloops")) return;
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 70);
     const HostInputs in = zero_blocks_under_huge_scales(p, 57);
@@ -301,11 +303,7 @@ TEST_CASE("qkv_proj wgmma: units whose scale fp16 cannot hold take the fp32 deco
 
 TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring depths 2 and 3, split-K, partial tiles",
           "[gpu][qkv]") {
-  auto& env = Env::get();
-  if (!(env.arch.sm == 90 && env.arch.arch_specific)) {
-    WARN("the wgmma_ws mainloop needs sm_90a; this GPU is sm_" << env.arch.sm);
-    return;
-  }
+  if (!has_sm90a("the wgmma_ws mainloop")) return;
   for (const auto& [f, d] : format_dtypes()) {
     const HostInputs big = make_inputs(qwen(f, d, 300), 61);
     // M = 300, split_k 1: every tile shape (tile_m 8..256: 4..44-token partial last tiles) with rings of 2 and 3
@@ -313,12 +311,9 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     std::vector<Config> c300, c37, c5;
     int deepest = 0;
     for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 1)) deepest = std::max(deepest, c.stages);
-    for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 1))
-      if (c.stages <= 3 || c.stages == deepest) c300.push_back(c);
-    for (const auto& c : configs_of(qwen(f, d, 37), kMainloopWgmmaWs))
-      if (c.stages == 3) c37.push_back(c);
-    for (const auto& c : configs_of(qwen(f, d, 5), kMainloopWgmmaWs))
-      if (c.stages == 2) c5.push_back(c);
+    c300 = configs_of(big.problem, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages <= 3 || c.stages == deepest; });
+    c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaWs, 16, [&](const Config& c) { return c.stages == 3; });
+    c5 = configs_of(qwen(f, d, 5), kMainloopWgmmaWs, 16, [&](const Config& c) { return c.stages == 2; });
     REQUIRE(c300.size() >= 16);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c5.size() >= 4);
@@ -328,9 +323,7 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
   for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16}, {quant::Format::int8, DType::bf16}, {quant::Format::bf16, DType::bf16}}) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 63);
-    std::vector<Config> cs;
-    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 2))
-      if (c.tile_n == 64 && c.stages == 4) cs.push_back(c);
+    const auto cs = configs_of(p, kMainloopWgmmaWs, 2, [&](const Config& c) { return c.tile_n == 64 && c.stages == 4; });
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
@@ -339,22 +332,15 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
 
 TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1..3 tile boundaries, deterministic",
           "[gpu][qkv]") {
-  auto& env = Env::get();
-  if (!(env.arch.sm == 90 && env.arch.arch_specific)) {
-    WARN("the wgmma_ws mainloop needs sm_90a; this GPU is sm_" << env.arch.sm);
-    return;
-  }
+  if (!has_sm90a("the wgmma_ws mainloop")) return;
   for (const auto& [f, d] : format_dtypes()) {
     // Qwen2.5-7B, M = 37 (token tiles 8..64, partial last tiles), 16 and 1: 56 K steps per tile, ~15 units per block
     // on 132 SMs, so most tiles are shared by 4-5 blocks and most blocks start or end inside a tile.
     const HostInputs big = make_inputs(qwen(f, d, 37), 71);
     std::vector<Config> c37, c16, c1;
-    for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 0))
-      if (c.stages == 4) c37.push_back(c);
-    for (const auto& c : configs_of(qwen(f, d, 16), kMainloopWgmmaWs, 0))
-      if (c.stages == 4) c16.push_back(c);
-    for (const auto& c : configs_of(qwen(f, d, 1), kMainloopWgmmaWs, 0))
-      if (c.stages == 8 || c.stages == 2) c1.push_back(c);
+    c37 = configs_of(big.problem, kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 4; });
+    c16 = configs_of(qwen(f, d, 16), kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 4; });
+    c1 = configs_of(qwen(f, d, 1), kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 8 || c.stages == 2; });
     REQUIRE(c37.size() >= 4);
     REQUIRE(!c16.empty());
     REQUIRE(c1.size() >= 2);
@@ -368,11 +354,9 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     p.k = 256;
     const HostInputs big = make_inputs(p, 73);
     std::vector<Config> c1000, c300;
-    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 0))
-      if (c.stages == 2 || c.stages == 4) c1000.push_back(c);
+    c1000 = configs_of(p, kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 2 || c.stages == 4; });
     p.m = 300;
-    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 0))
-      if (c.stages == 2 || c.stages == 4) c300.push_back(c);
+    c300 = configs_of(p, kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 2 || c.stages == 4; });
     REQUIRE(!c1000.empty());
     REQUIRE(!c300.empty());
     bool has_rounds = false;  // some config has 2 G tiles or more
@@ -382,6 +366,7 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
   }
   // The reduction adds the partials in block order whichever block arrives last: two runs agree bit for bit.
   {
+    auto& env = Env::get();
     const Problem p = qwen(quant::Format::nf4, DType::bf16, 16);
     const HostInputs in = make_inputs(p, 79);
     const auto cs = configs_of(p, kMainloopWgmmaWs, 0);
@@ -406,14 +391,11 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
 }
 
 TEST_CASE("qkv_proj wgmma_ws: steps whose scale fp16 cannot hold take the fp32 decode (no inf * 0)", "[gpu][qkv]") {
-  auto& env = Env::get();
-  if (!(env.arch.sm == 90 && env.arch.arch_specific)) return;
+  if (!has_sm90a("the wgmma mainloops")) return;
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 70);
     const HostInputs in = zero_blocks_under_huge_scales(p, 67);
-    std::vector<Config> cs;
-    for (const auto& c : configs_of(p, kMainloopWgmmaWs, 1))
-      if (c.stages == 4) cs.push_back(c);
+    const auto cs = configs_of(p, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages == 4; });
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 70);
