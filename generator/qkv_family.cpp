@@ -96,6 +96,12 @@ std::vector<Config> gemv_config_space(quant::Format f) {
         for (int st : {0, 1})
           for (int pf : {1, 2, 4})
             out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 1, pf, kMainloopGemv});
+  // K split over a thread-block cluster (stages 1): cluster size x warps along K (warps_n 1).
+  for (int tm : {8, 16, 32, 64})
+    for (int rt : {1, 2})
+      for (int cs : {2, 4, 8})
+        for (int wk : {1, 2, 4, 8})
+          for (int pf : {1, 2}) out.push_back(Config{tm, 16 * rt, gemv_step_k(f), wk, 1, 1, cs, pf, kMainloopGemv});
   return out;
 }
 
@@ -169,7 +175,7 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   const int steps = (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format);
   for (const auto& c : gemv_config_space(p.format)) {
     if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
-    if (c.warps_m > steps) continue;
+    if (c.warps_m * c.split_k > steps) continue;  // every warp gets a K step
     if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // stages 1 holds K in smem
     out.push_back(c);
   }
@@ -179,7 +185,8 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
     const double in_flight =  // share of the weight requested at once
         c.stages >= 1 ? 1.0 : double(std::min(c.prefetch, steps_per_warp)) / steps_per_warp;
     const double regs = gemv_reg_estimate(c, p.format);
-    const double blocks = std::ceil(double(tiles) / (c.warps_n * gemv_row_tiles(c))) * ((p.m + c.tile_m - 1) / c.tile_m);
+    const double blocks =
+        std::ceil(double(tiles) / (c.warps_n * gemv_row_tiles(c))) * ((p.m + c.tile_m - 1) / c.tile_m) * c.split_k;
     const double fit = std::min({1.0, 132.0 * 65536 / (blocks * c.warps_m * c.warps_n * 32 * regs),
                                  132.0 * 228 * 1024 / (blocks * (gemv_smem_bytes(c, p.format, p.k) + 1024.0))});
     return std::make_pair(-std::round(in_flight * fit * 8) / 8, regs);
@@ -316,7 +323,7 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
     << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__";
   if (c.mainloop == kMainloopGemv)
     s << "gemv_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_p"
-      << c.prefetch;
+      << c.prefetch << (c.split_k > 1 ? "_cl" + std::to_string(c.split_k) : std::string());
   else if (c.mainloop == kMainloopWgmmaWs)
     s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages
       << (c.split_k == 0 ? std::string("_streamk") : "_sk" + std::to_string(c.split_k));
@@ -333,9 +340,10 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   if (c.mainloop == kMainloopGemv) {
-    s << "kt::qkv::qkv_gemv<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
-      << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
-      << c.tile_m << ", " << c.tile_n << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch << ", " << c.stages
+    s << (c.split_k > 1 ? "kt::qkv::qkv_gemv_cluster<kt::DType::" : "kt::qkv::qkv_gemv<kt::DType::")
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
+      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
+      << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch << ", " << (c.split_k > 1 ? c.split_k : c.stages)
       << ">";
     return s.str();
   }
@@ -390,7 +398,7 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   attn::LaunchDims d;
   if (c.mainloop == kMainloopGemv) {  // one block per warps_n x row-tiles m16 tiles, per tile_m tokens
     const int per_block = c.warps_n * gemv_row_tiles(c);
-    d.grid_x = unsigned((p.n() / 16 + per_block - 1) / per_block);
+    d.grid_x = unsigned((p.n() / 16 + per_block - 1) / per_block * c.split_k);  // split_k > 1: cluster ranks
     d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
     d.grid_z = 1;
     d.block_x = unsigned(threads(c));
@@ -413,7 +421,7 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   return d;
 }
 
-bool uses_workspace(const Config& c) { return c.split_k != 1; }
+bool uses_workspace(const Config& c) { return c.mainloop != kMainloopGemv && c.split_k != 1; }
 
 size_t workspace_bytes(const Problem& p, const Config& c, int sm_count) {
   if (!uses_workspace(c)) return 0;

@@ -44,7 +44,9 @@ void check_problem(const Problem& p);
 std::vector<Config> config_space();
 /// Raw axes of the weight-streaming (gemv) mainloop for format f: tile_m {8, 16, 32, 64} x m16 tiles per warp
 /// {1, 2} x warps (K x N) {2x1, 4x1, 7x1, 8x1, 14x1, 16x1, 4x2, 7x2, 8x2, 2x4, 4x4} x stages {0 register ring,
-/// 1 bulk copy to shared memory} x prefetch {1, 2, 4}; tile_k = gemv_step_k(f), split_k 1.
+/// 1 bulk copy to shared memory} x prefetch {1, 2, 4}; tile_k = gemv_step_k(f), split_k 1; plus the cluster variants:
+/// tile_m as above x m16 tiles per warp {1, 2} x split_k (cluster blocks splitting K) {2, 4, 8} x warps K {1, 2, 4, 8}
+/// (warps N 1) x prefetch {1, 2}, stages 1.
 std::vector<Config> gemv_config_space(quant::Format f);
 /// Raw axes of the Hopper (wgmma, sm_90a) mainloop for format f: tile_m {64, 128, 256} x tile_n {64, 128, 256} x tile_k
 /// {64, 128} x stages {2, 3, 4} x split_k {1, 2, 4, 8, 16} x prefetch {1, 2} (1 only for 16-bit weights); warps
@@ -55,7 +57,8 @@ std::vector<Config> wgmma_config_space(quant::Format f);
 std::vector<Config> ws_config_space();
 
 /// Valid configs for the problem.
-///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m <= K steps, shared memory (stages 1:
+///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m x split_k <= K
+///    steps, shared memory (stages 1:
 ///    grows with K) within the per-block limit. Ordered by the share
 ///    of the weight requested at once while every block fits on a 132-SM GPU, then fewer registers.
 ///  - mma: tile_m <= max(16, next power of two >= M); stages 3 only for tile_m >= 64; split_k > 1 only while the
@@ -74,14 +77,17 @@ Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);
 
 /// mma:  "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a";
-/// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N);
+/// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N), with "_cl4" after the
+/// prefetch for K split over a cluster of 4 blocks (split_k 4);
 /// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a".
 /// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups), or
 /// "..._wgmma_ws_m16_n128_c2_s8_streamk__sm_90a" for stream-K.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 /// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
 /// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,
-/// prefetch, stages): split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one binary.
+/// prefetch, stages) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with split_k > 1: ..., prefetch,
+/// cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
+/// binary.
 std::string name_expression(const Problem& p, const Config& c);
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 /// wgmma_ws: (output tile, K step) units of the problem: tiles x K / 64.
@@ -93,7 +99,8 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
 /// read only for a stream-K config (wgmma_ws split_k 0), whose grid is one block per SM; wgmma_ws grids are 1-D
 /// (tiles x split_k blocks). Throws for stream-K with sm_count < 1.
 attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
-/// true when the config reduces partial tiles through a workspace: split_k > 1, or stream-K (split_k 0).
+/// true when the config reduces partial tiles through a workspace: split_k > 1, or stream-K (split_k 0); never for gemv
+/// (its split_k blocks form a cluster and reduce in distributed shared memory).
 bool uses_workspace(const Config& c);
 /// Split-K / stream-K workspace (fp32 partial tiles) in bytes for a launch on a GPU with sm_count SMs, and counters
 /// (one unsigned per output tile, zero-initialized, self-resetting); both 0 when !uses_workspace(c).

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -20,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -50,6 +52,7 @@ struct TuneArgs {
   std::string arch, shapes, db, cache_dir, json_out, strategy = "exhaustive";
   std::vector<std::string> families;
   int jobs = 0, max_candidates = 0;
+  std::string only;  ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
   double budget_ms = 100, watchdog_s = 30;
   bool compile_only = false, retune = false, no_cache = false;
 };
@@ -233,6 +236,16 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::vector<kt::KernelSource> sources;
   std::map<std::string, size_t> index;  // family + name expression -> sources index (one binary per expression)
   std::vector<Item> items;
+  // --only: candidates whose variant name matches the regex (the default config always stays: it is the baseline).
+  std::regex only_re;
+  try {
+    if (!a.only.empty()) only_re = std::regex(a.only, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    std::fprintf(stderr, "autotune: --only '%s' is not a valid regular expression: %s\n", a.only.c_str(), e.what());
+    return 2;
+  }
+  auto only_match = [&](const std::string& name) { return a.only.empty() || std::regex_search(name, only_re); };
+  auto keep_only = [](auto& v, auto pred) { v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& c) { return !pred(c); }), v.end()); };
   auto add_source = [&](kt::KernelSource src) {
     const std::string id = src.family + "|" + src.name_expression;
     auto it = index.find(id);
@@ -246,6 +259,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     auto valid = kt::attn::valid_configs(p, arch);
     const auto def = kt::attn::default_config(arch, p);
     std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return kt::attn::same_config(c, def); });
+    keep_only(valid, [&](const auto& c) { return kt::attn::same_config(c, def) || only_match(kt::attn::variant_name(p, c, arch)); });
     if (a.max_candidates > 0 && int(valid.size()) > a.max_candidates) valid.resize(size_t(a.max_candidates));
     it.default_variant = kt::attn::variant_name(p, def, arch);
     for (const auto& c : valid) {
@@ -260,6 +274,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     auto valid = kt::qkv::valid_configs(p, arch);
     const auto def = kt::qkv::default_config(arch, p);
     std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return kt::qkv::same_config(c, def); });
+    keep_only(valid, [&](const auto& c) { return kt::qkv::same_config(c, def) || only_match(kt::qkv::variant_name(p, c, arch)); });
     if (a.max_candidates > 0 && int(valid.size()) > a.max_candidates) valid.resize(size_t(a.max_candidates));
     it.default_variant = kt::qkv::variant_name(p, def, arch);
     for (const auto& c : valid) {
@@ -563,6 +578,9 @@ int main(int argc, char** argv) {
   app.add_option("--families", a.families, "families to tune (default: all the shapes file names)");
   app.add_option("--strategy", a.strategy, "exhaustive (default) or halving (all at budget/4, best quarter at full budget)");
   app.add_option("--max-candidates", a.max_candidates, "at most N candidates per problem (default first), 0 = all");
+  app.add_option("--only", a.only,
+                 "keep only the candidates whose variant name matches this regular expression (ECMAScript, searched "
+                 "anywhere in the name; the default config is always kept); applied before --max-candidates");
   app.add_option("--budget-ms", a.budget_ms, "measured GPU time per candidate, milliseconds (default 100)");
   app.add_option("--watchdog-s", a.watchdog_s, "seconds before a candidate's worker is killed as timed out (default 30)");
   app.add_option("--jobs", a.jobs, "parallel NVRTC compilations (default: all cores)");

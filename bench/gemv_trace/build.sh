@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the gemv timeline driver (trace.cu) for one variant with nvcc, into build-gpu/trace/ (carried to the GPU):
-#   bench/gemv_trace/build.sh f16 3 8 16 4 1 1 1   # fp16 activations, int4, tile_m 8, tile_n 16, 4x1 warps, p1, stages 1
-# then on the GPU: build-gpu/trace/tr_f16_3_8_16_4_1_1_1 [M]
+#   bench/gemv_trace/build.sh f16 3 8 16 4 1 1 1 [2]  # fp16 activations, int4, tile_m 8, tile_n 16, 4x1 warps, p1, stages 1[, cluster 2]
+# then on the GPU: build-gpu/trace/tr_f16_3_8_16_4_1_1_1_cl1 [M]
 set -euo pipefail
-[ $# -eq 8 ] || { echo "usage: $0 DT(f16|bf16) FORMAT TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES" >&2; exit 2; }
+[ $# -eq 8 ] || [ $# -eq 9 ] || { echo "usage: $0 DT(f16|bf16) FORMAT TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES [CLUSTER]" >&2; exit 2; }
+cs=${9:-1}
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 mkdir -p "$root/build-gpu/trace"
-/usr/local/cuda/bin/nvcc -std=c++17 -O2 -arch=sm_90a -diag-suppress 1886 -o "$root/build-gpu/trace/tr_$1_$2_$3_$4_$5_$6_$7_$8" \
-  -I"$root/templates" -I"$root/include" -DKDT="$1" -DKF="$2" -DKTM="$3" -DKTN="$4" -DKWK="$5" -DKWN="$6" -DKP="$7" -DKS="$8" \
+/usr/local/cuda/bin/nvcc -std=c++17 -O2 -arch=sm_90a -diag-suppress 1886 -o "$root/build-gpu/trace/tr_$1_$2_$3_$4_$5_$6_$7_$8_cl$cs" \
+  -I"$root/templates" -I"$root/include" -DKDT="$1" -DKF="$2" -DKTM="$3" -DKTN="$4" -DKWK="$5" -DKWN="$6" -DKP="$7" -DKS="$8" -DKCS="$cs" \
   "$root/bench/gemv_trace/trace.cu"

@@ -17,12 +17,19 @@ __device__ unsigned long long kt_gemv_trace[288 * 64 * 16 * 4];
 using namespace kt;
 __global__ void empty_kernel(const kt::qkv::QkvParams p) { if (p.m < 0) kt_gemv_trace[threadIdx.x] = 1; }
 using namespace kt::qkv;
+#ifndef KCS
+#define KCS 1
+#endif
+#if KCS > 1  // K split over a cluster of KCS blocks (stages 1)
+#define K_ kt::qkv::qkv_gemv_cluster<kt::DType::KDT, KF, 128, true, true, KTM, KTN, KWK, KWN, KP, KCS>
+#else
 #define K_ kt::qkv::qkv_gemv<kt::DType::KDT, KF, 128, true, true, KTM, KTN, KWK, KWN, KP, KS>
+#endif
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 int main(int argc, char** argv) {
   const int M = argc > 1 ? atoi(argv[1]) : 1, K = 3584, Hq = 28, Hkv = 4, D = 128, N = (Hq + 2 * Hkv) * D;
   constexpr quant::Format F = static_cast<quant::Format>(KF);
-  constexpr Config C{KTM, KTN, gemv_step_k(F), KWK, KWN, KS, 1, KP, kMainloopGemv};
+  constexpr Config C{KTM, KTN, gemv_step_k(F), KWK, KWN, KS, KCS, KP, kMainloopGemv};
   const int bits = quant::format_bits(F);
   const size_t wbytes = size_t(N) * K * bits / 8;
   const int copies = 20;  // rotate weight copies (> 3x L2) for cold-L2 timing
@@ -49,7 +56,7 @@ int main(int argc, char** argv) {
   p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
   p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
   const int per_block = C.warps_n * gemv_row_tiles(C);
-  dim3 grid((N / 16 + per_block - 1) / per_block, (M + C.tile_m - 1) / C.tile_m), block(threads(C));
+  dim3 grid((N / 16 + per_block - 1) / per_block * KCS, (M + C.tile_m - 1) / C.tile_m), block(threads(C));
   const int smem = gemv_smem_bytes(C, F, K);
   CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);

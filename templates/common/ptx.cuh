@@ -89,6 +89,32 @@ __device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, uns
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+
+// ---- sm_90: thread-block clusters and distributed shared memory (PTX ISA "barrier.cluster", "mapa", state space
+//      .shared::cluster; CUDA Programming Guide, "Thread Block Clusters")
+/// This block's rank in its cluster (%cluster_ctarank).
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+/// Arrival on the cluster barrier with no ordering (every thread of every block of the cluster must execute it).
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
+/// Arrival that releases this thread's earlier (distributed) shared-memory writes to the threads that wait.
+__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+/// Waits for every thread of the cluster to arrive (acquire: the released writes are visible afterwards).
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+/// The .shared::cluster address of the variable at shared-memory address `addr` of this block in block `rank`.
+__device__ __forceinline__ unsigned cluster_map(unsigned addr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+/// A float4 store into another block's shared memory (address from cluster_map).
+__device__ __forceinline__ void st_cluster_f4(unsigned addr, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
 #endif
 
 /// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).

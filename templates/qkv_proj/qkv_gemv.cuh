@@ -49,8 +49,15 @@ __device__ __forceinline__ UnitScales smem_scales(const unsigned char* sc, const
   } else if (F == quant::Format::mxfp4) {
     s.s0 = e8m0_to_float(sc[k0 / 32]);
   } else if (F == quant::Format::nvfp4) {
+#if __CUDA_ARCH__ >= 890  // both E4M3 scales of the unit (an aligned byte pair: k0 / 16 is even) by one exact cvt
+    unsigned pair;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(*reinterpret_cast<const unsigned short*>(sc + k0 / 16)));
+    s.s0 = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
+    s.s1 = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
+#else
     s.s0 = e4m3_to_float(sc[k0 / 16]) * tensor_scale;
     s.s1 = e4m3_to_float(sc[k0 / 16 + 1]) * tensor_scale;
+#endif
   }
   return s;
 }
@@ -99,7 +106,7 @@ __device__ __forceinline__ void zero_fill(float (&acc)[A][R][NT][4]) {
 }
 
 /// Whether format f decodes through the 256-pair table.
-KT_HD constexpr bool gemv_uses_table(quant::Format f) { return gemv_scale_mode(f) == kScaleOperand; }
+KT_HD constexpr bool gemv_uses_table(quant::Format f) { return format_uses_table(f); }
 /// Whether format f's decoded pairs are (element j, element j + 4) of each 8-element group, with X permuted to match.
 KT_HD constexpr bool gemv_permuted_x(quant::Format f) { return f == quant::Format::int4; }
 
@@ -135,18 +142,18 @@ __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned
 }
 
 /// Fills s_lut (the 16 code values, lut_value) and, for the table formats, s_tab: entry b = the pair (value of nibble
-/// b & 15, value of nibble b >> 4) in the dtype, kGemvTableCopies interleaved copies. Called by all nthreads threads
+/// b & 15, value of nibble b >> 4) in the dtype, Copies interleaved copies (entry b, copy c at s_tab[b * Copies + c]). Called by all nthreads threads
 /// of the block; the caller's next barrier makes the tables visible.
-template <DType DT, quant::Format F>
+template <DType DT, quant::Format F, int Copies = kGemvTableCopies>
 __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
-  static_assert(kGemvTableCopies % 4 == 0, "table copies are written as uint4");
+  static_assert(Copies % 4 == 0, "table copies are written as uint4");
   if (tid < 16) s_lut[tid] = lut_value<F>(tid);
   if (gemv_uses_table(F)) {
     __syncthreads();  // s_lut
     for (int b = tid; b < 256; b += nthreads) {
       const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
 #pragma unroll
-      for (int cp = 0; cp < kGemvTableCopies; cp += 4) *reinterpret_cast<uint4*>(s_tab + b * kGemvTableCopies + cp) = make_uint4(v, v, v, v);
+      for (int cp = 0; cp < Copies; cp += 4) *reinterpret_cast<uint4*>(s_tab + b * Copies + cp) = make_uint4(v, v, v, v);
     }
   }
 }
@@ -239,15 +246,21 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
   } while (0)
 #endif
 
+/// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h).
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          int Stages>
-__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32)) qkv_gemv(const QkvParams p) {
+          int Stages, int Cluster>
+__device__ __forceinline__ void gemv_body(const QkvParams& p) {
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, 1, Prefetch, kMainloopGemv};
+  constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Cluster, Prefetch, kMainloopGemv};
   constexpr bool kBulk = Stages == 1;  // the block's rows by cp.async.bulk, one mbarrier
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_gemv variant: see invalid_reason() in qkv_proj_config.h");
+#endif
+#if __CUDA_ARCH__ >= 900
+  // Every block of the cluster is running before any writes into another's shared memory (waited on before the
+  // reduction; the arrival costs nothing here).
+  if (Cluster > 1) ptx::cluster_arrive_relaxed();
 #endif
   constexpr int R = gemv_row_tiles(C);               // m16 tiles per warp
   constexpr int NT = TileM / 8;                      // n8 token tiles
@@ -273,16 +286,26 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
   // Block order: the hardware issues blocks in linear order (x fastest); remap it so that the token tiles of one set
   // of rows are neighbours (token tile fastest): blocks sharing weight rows run together and the weight is read from
   // HBM once, the other token tiles hitting L2. bx: the rows' block index, by: the token tile.
+  // A cluster is Cluster consecutive x-blocks (ranks): bx = blockIdx.x / Cluster, the token tile is blockIdx.y.
   const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-  const int bx = lin / gridDim.y, by = lin % gridDim.y;
+  const int bx = Cluster > 1 ? blockIdx.x / Cluster : lin / gridDim.y, by = Cluster > 1 ? blockIdx.y : lin % gridDim.y;
+#if __CUDA_ARCH__ >= 900
+  const int rank = Cluster > 1 ? int(ptx::cluster_rank()) : 0;
+#else
+  const int rank = 0;
+#endif
   const int m0 = by * TileM;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const int tiles_total = heads * kTilesPerHead;
 
-  // K steps of this warp's slice.
+  // K steps of this warp's slice: slice rank * WarpsK + wk of Cluster * WarpsK. The block's rows hold steps
+  // [r_begin, r_end) (byte kb0 on of each row), its warps' slices inside them.
   const int steps_total = (p.k_dim + kStepK - 1) / kStepK;
-  const int s_begin = steps_total * wk / WarpsK, s_end = steps_total * (wk + 1) / WarpsK;
+  const int slice = rank * WarpsK + wk;
+  const int s_begin = steps_total * slice / (Cluster * WarpsK), s_end = steps_total * (slice + 1) / (Cluster * WarpsK);
   const int nsteps = s_end - s_begin;
+  const int r_begin = steps_total * rank / Cluster, r_end = steps_total * (rank + 1) / Cluster;
+  const int kb0 = r_begin * kStepK * kBits / 8;
 
   const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
 
@@ -301,10 +324,11 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
   // ---- stages 1: request the block's rows (data by bulk copy, scales / zero points by 4-byte cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
-  const int row_bytes = row_data_bytes(F, p.k_dim), srow_bytes = row_scale_bytes(F, p.k_dim),
-            zrow_bytes = row_zero_bytes(F, p.k_dim);
+  const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster), srow_bytes = row_scale_bytes(F, p.k_dim),
+            zrow_bytes = row_zero_bytes(F, p.k_dim);  // row_bytes: the shared-memory row stride
+  const int seg_bytes = (r_end * kStepK < p.k_dim ? r_end * kStepK : p.k_dim) * kBits / 8 - kb0;  // this block's
   constexpr int kBlockTiles = WarpsN * R;
-  constexpr int kPartialBytes = (WarpsK - 1) * WarpsN * R * NT * 32 * 16;
+  constexpr int kPartialBytes = gemv_partial_bytes(C);
   unsigned char* s_data = smem + kPartialBytes;
   unsigned char* s_scale = s_data + kBlockTiles * 16 * row_bytes;
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
@@ -315,14 +339,24 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
     __syncthreads();  // the barrier is initialized before anyone waits on it
     const int tile0 = bx * kBlockTiles;
     const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
-    if (tid == 0) {
-      ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * row_bytes));
-      for (int bt = 0; bt < tiles_here; ++bt)
-        for (int h = 0; h < 2; ++h) {  // 8 consecutive weight rows per (tile, half): one bulk copy each
-          const int T = tile0 + bt;
-          const int row0 = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + h * (D / 2);
-          ptx::bulk_copy_g2s(ptx::smem_u32(s_data + (bt * 16 + 8 * h) * row_bytes), wdata + row0 * w_row_bytes,
-                             unsigned(8 * row_bytes), bar);
+    if (Cluster == 1) {
+      if (tid == 0) {
+        ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * row_bytes));
+        for (int bt = 0; bt < tiles_here; ++bt)
+          for (int h = 0; h < 2; ++h) {  // 8 consecutive weight rows per (tile, half): one bulk copy each
+            const int T = tile0 + bt;
+            const int row0 = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + h * (D / 2);
+            ptx::bulk_copy_g2s(ptx::smem_u32(s_data + (bt * 16 + 8 * h) * row_bytes), wdata + row0 * w_row_bytes,
+                               unsigned(8 * row_bytes), bar);
+          }
+      }
+    } else if (warp == 0) {  // the block's K range of each row: one bulk copy per row, issued by the lanes of warp 0
+      if (lane == 0) ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * seg_bytes));
+      if (seg_bytes > 0)
+        for (int i = lane; i < tiles_here * 16; i += 32) {
+          const int bt = i / 16, lr = i % 16, T = tile0 + bt;  // shared-memory row lr = 8 h + g of tile bt
+          const int row = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + (lr / 8) * (D / 2) + lr % 8;
+          ptx::bulk_copy_g2s(ptx::smem_u32(s_data + i * row_bytes), wdata + row * w_row_bytes + kb0, unsigned(seg_bytes), bar);
         }
     }
     // Scales and zero points: 8 rows are contiguous in global memory too; 4-byte words (K is a multiple of 64).
@@ -396,7 +430,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
   float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums
   double inv_freq[R] = {};
   int pos[NT][2] = {};
-  if (wk == 0) {
+  if (wk == 0 && rank == 0) {
     const unsigned short* bias = static_cast<const unsigned short*>(p.bias);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -429,7 +463,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
   // Small tiles compute the rotations here, while the weight is in flight, rather than after the mainloop.
   constexpr bool kRopeEarly = Rope && R * NT <= 4;
   float rope_c[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2], rope_s[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2];
-  if (kRopeEarly && wk == 0) {
+  if (kRopeEarly && wk == 0 && rank == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -468,7 +502,7 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
             for (int h = 0; h < 2; ++h) {
               const int lr = (wn * R + r) * 16 + 8 * h + g;
               const bool in = k0 < p.k_dim && tile_in[r];
-              wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(s_data + lr * row_bytes + k0 * kBits / 8) : make_uint4(0, 0, 0, 0);
+              wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(s_data + lr * row_bytes + (k0 * kBits / 8 - kb0)) : make_uint4(0, 0, 0, 0);
               if (kScale != kScaleRow)
                 sreg[0][r][h] = in ? smem_scales<F>(s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0, p.tensor_scale)
                                    : UnitScales{0.f, 0.f, 0.f};
@@ -559,20 +593,54 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
         for (int t = 0; t < NT; ++t) part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
     }
     __syncthreads();
-    if (wk > 0) return;
+    if (Cluster == 1 && wk > 0) return;
+    if (wk == 0) {
 #pragma unroll 1
-    for (int s = 1; s < WarpsK; ++s)
+      for (int s = 1; s < WarpsK; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            const float4 v = part[slot(s, r, t)];
+            acc[r][t][0] += v.x;
+            acc[r][t][1] += v.y;
+            acc[r][t][2] += v.z;
+            acc[r][t][3] += v.w;
+          }
+    }
+  }
+#if __CUDA_ARCH__ >= 900
+  // ---- cluster: ranks 1.. store their block sums into rank 0's shared memory (slots after the K-slice partials),
+  //      one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
+  if (Cluster > 1) {
+    float4* cpart = part + (WarpsK - 1) * WarpsN * R * NT * 32;
+    auto cslot = [&](int rk, int r, int t) { return (((rk - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
+    ptx::cluster_wait();  // every block of the cluster has started (arrival at entry)
+    if (rank > 0 && wk == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[cslot(rank, r, t)]), 0u),
+                             make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
+    }
+    ptx::cluster_arrive_release();
+    ptx::cluster_wait();
+    if (rank > 0 || wk > 0) return;
+#pragma unroll 1
+    for (int rk = 1; rk < Cluster; ++rk)
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-          const float4 v = part[slot(s, r, t)];
+          const float4 v = cpart[cslot(rk, r, t)];
           acc[r][t][0] += v.x;
           acc[r][t][1] += v.y;
           acc[r][t][2] += v.z;
           acc[r][t][3] += v.w;
         }
   }
+#endif
 
   // ---- epilogue in registers: C fragment e = 2 h + i -> feature row g + 8 h (pair partner h = 1), token 2 q + i ----
 #pragma unroll
@@ -628,6 +696,21 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
       }
   }
   KT_GEMV_TRACE(3);
+}
+
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+          int Stages>
+__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32)) qkv_gemv(const QkvParams p) {
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1>(p);
+}
+
+/// gemv with K split over the Cluster blocks of a thread-block cluster (stages 1, sm_90): grid.x = row blocks x
+/// Cluster, cluster dims (Cluster, 1, 1) fixed at compile time, so a plain launch forms the clusters.
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+          int Cluster>
+__global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
+    qkv_gemv_cluster(const QkvParams p) {
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p);
 }
 
 }  // namespace qkv

@@ -27,7 +27,10 @@
 //                  1 (sm_90): the block's whole weight slice (its rows x K, with scales) is requested at once
 //                  into shared memory with bulk copies (cp.async.bulk + mbarrier) -- nothing in flight costs
 //                  registers, so the entire matrix can be in flight GPU-wide; shared memory grows with K,
-//          split_k 1 (no workspace),
+//          split_k 1, or (stages 1, sm_90) 2, 4 or 8: blocks of one thread-block cluster that split K between them,
+//                  each bulk-copying only its K range of the rows and reducing into block rank 0 through distributed
+//                  shared memory (no workspace): split_k x warps_m warps per m16 tile, each block's data landing on
+//                  its own, so the decode of early blocks overlaps the rest of the weight stream,
 //          prefetch K steps in flight per warp in the register ring (weight and X for stages 0, X for stages 1).
 //   wgmma (qkv_wgmma.cuh, sm_90a): tiled GEMM on wgmma.mma_async m64nNk16, both operands in 128-byte-swizzled shared
 //        memory: X through a cp.async ring, the weight dequantized by every thread into one of 3 shared buffers
@@ -99,17 +102,38 @@ KT_HD constexpr int gemv_reg_cap_of(int counted_threads) {
 KT_HD constexpr int gemv_reg_cap(int threads) {
   return gemv_reg_cap_of((threads <= 128 ? threads : (threads + 127) / 128 * 128) * gemv_min_blocks(threads));
 }
-/// gemv: interleaved copies of the 256-pair decode table of the table formats (nf4, mxfp4, nvfp4; qkv_gemv.cuh), held
-/// in static shared memory (256 x copies x 4 bytes).
-constexpr int kGemvTableCopies = 8;
+/// The formats decoded through a shared-memory table of code-value pairs (nf4, mxfp4, nvfp4; qkv_gemv.cuh).
+KT_HD constexpr bool format_uses_table(quant::Format f) {
+  return f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4;
+}
+/// Interleaved copies of that 256-pair table in static shared memory (256 x copies x 4 bytes); thread t reads copy
+/// t % copies, so threads t and t' can meet in a bank only when t = t' mod copies and their bytes' low bits agree.
+/// With 8 copies, 4 lanes of a warp shared each bank group: the table formats' wgmma_ws mainloop ran 4-13% slower
+/// (NOTES.md, qkv_proj 14). gemv / wgmma: 16 copies (2 lanes per bank group); wgmma_ws: 32, one bank per lane.
+constexpr int kGemvTableCopies = 16;
+constexpr int kWsTableCopies = 32;
+/// Static shared memory of the decode table for format f with `copies` copies (16 bytes of placeholder otherwise).
+KT_HD constexpr int table_bytes(quant::Format f, int copies) { return format_uses_table(f) ? 256 * copies * 4 : 16; }
 /// gemv stages 1: dynamic shared memory cap per block: the per-block opt-in limit less the kernel's static shared
 /// memory (the decode table and 1 KB for the rest), which counts against the same limit.
 KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024 - 256 * kGemvTableCopies * 4; }
-/// gemv shared memory for K = k: partial sums of K slices 1.. (a float4 per lane per m16 tile per n8 tile), then
-/// for stages 1 the block's rows (data, then scales, then zeros, each [tiles][16 rows][row bytes]).
+/// gemv: bytes of one row's packed data a block holds in shared memory (stages 1) for K = k split over `cluster`
+/// blocks: the whole row, or ceil(K steps / cluster) warp steps (block rank r copies steps [steps r / cluster,
+/// steps (r + 1) / cluster) of every row, at most this many).
+KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster) {
+  return cluster <= 1 ? row_data_bytes(f, k)
+                      : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
+}
+/// gemv: the K-independent shared memory: partial sums of the block's K slices 1.. (a float4 per lane per m16 tile
+/// per n8 tile), then for a cluster (split_k > 1) the partial sums of cluster ranks 1.. (read by rank 0).
+KT_HD constexpr int gemv_partial_bytes(const Config& c) {
+  return (c.warps_m - 1 + (c.split_k > 1 ? c.split_k - 1 : 0)) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16;
+}
+/// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1 the block's rows (data [tiles][16 rows][seg
+/// bytes], then the rows' whole scales and zero points, each [tiles][16 rows][row bytes]).
 KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
-  return (c.warps_m - 1) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16 +
-         (c.stages == 1 ? c.tile_n * (row_data_bytes(f, k) + row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0);
+  return gemv_partial_bytes(c) +
+         (c.stages == 1 ? c.tile_n * (gemv_seg_bytes(f, k, c.split_k) + row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0);
 }
 
 /// Kernel arguments. Strides in elements.
@@ -153,7 +177,7 @@ KT_HD constexpr int threads(const Config& c) { return c.warps_m * c.warps_n * 32
 /// Shared memory: max(mainloop = stages X tiles + 2 decoded W tiles, epilogue = fp32 output tile + pad);
 /// gemv: the K-independent part (partial sums of K slices 1..); see gemv_smem_bytes for the whole.
 KT_HD constexpr int smem_bytes(const Config& c) {
-  return c.mainloop == kMainloopGemv ? (c.warps_m - 1) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16 : (c.stages * c.tile_m * c.tile_k * 2 + 2 * c.tile_n * c.tile_k * 2) > (c.tile_m * (c.tile_n + 4) * 4)
+  return c.mainloop == kMainloopGemv ? gemv_partial_bytes(c) : (c.stages * c.tile_m * c.tile_k * 2 + 2 * c.tile_n * c.tile_k * 2) > (c.tile_m * (c.tile_n + 4) * 4)
              ? (c.stages * c.tile_m * c.tile_k * 2 + 2 * c.tile_n * c.tile_k * 2)
              : (c.tile_m * (c.tile_n + 4) * 4);
 }
@@ -173,7 +197,7 @@ KT_HD constexpr int wgmma_smem_bytes(const Config& c, quant::Format f) {
 /// wgmma: registers per thread: 40 + tile_n / 2 accumulators (+ 20 for the table formats' fp32 fallback decode) + 7
 /// per packed unit in the register ring (4 data, 3 scales); must stay within 200 (128 for the 512 threads of tile_m 256) to leave the decode room.
 KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
-  return 40 + c.tile_n / 2 + (f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4 ? 20 : 0) +
+  return 40 + c.tile_n / 2 + (format_uses_table(f) ? 20 : 0) +
          (quant::format_bits(f) == 16 ? 0 : 7 * c.prefetch * ((w_units(c, f) + c.tile_m * 2 - 1) / (c.tile_m * 2)));
 }
 
@@ -203,7 +227,7 @@ KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) 
 /// under smaller terms. Budget: 232 with two consumer warpgroups (setmaxnreg), else 255.
 KT_HD constexpr int ws_reg_estimate(const Config& c, quant::Format f) {
   return 40 + ws_atoms(c) * c.tile_m / 2 + (quant::format_bits(f) == 16 ? 0 : 24 * ws_atoms(c)) +
-         (f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4 ? 20 * ws_atoms(c) : 0) +
+         (format_uses_table(f) ? 20 * ws_atoms(c) : 0) +
          (c.split_k == 0 ? 20 * ws_atoms(c) : 0);
 }
 /// wgmma_ws: registers per thread a consumer warpgroup raises itself to (setmaxnreg) when there are two of them; the
@@ -246,7 +270,10 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (c.tile_n != c.warps_n * 16 && c.tile_n != c.warps_n * 32) return "gemv: tile_n must be warps_n x 16 or warps_n x 32";
     if (c.stages != 0 && c.stages != 1) return "gemv: stages must be 0 (register ring) or 1 (bulk copy to shared memory)";
     if (c.stages == 1 && arch.sm < 90) return "gemv: stages 1 (cp.async.bulk) needs sm_90";
-    if (c.split_k != 1) return "gemv: split_k must be 1 (K is split between the warps of a block)";
+    if (c.split_k != 1 && c.split_k != 2 && c.split_k != 4 && c.split_k != 8)
+      return "gemv: split_k (blocks of a cluster splitting K) must be 1, 2, 4 or 8";
+    if (c.split_k > 1 && (c.stages != 1 || arch.sm < 90))
+      return "gemv: split_k > 1 (a thread-block cluster) needs stages 1 and sm_90";
     if (c.prefetch != 1 && c.prefetch != 2 && c.prefetch != 4) return "prefetch must be 1, 2 or 4";
     if (gemv_reg_estimate(c, f) > gemv_reg_cap(threads(c)))
       return "gemv: accumulators + weight prefetch registers exceed the budget";
@@ -270,7 +297,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
       return "wgmma: packed weight units must divide evenly over the threads (at most 4 each), or the threads over the units";
     if (wgmma_reg_estimate(c, f) > (c.tile_m >= 256 ? 128 : 200))
       return "wgmma: accumulators + weight register ring exceed the register budget";
-    if (wgmma_smem_bytes(c, f) + 256 * kGemvTableCopies * 4 + 1024 > max_smem_per_block(arch.sm))
+    if (wgmma_smem_bytes(c, f) + table_bytes(f, kGemvTableCopies) + 1024 > max_smem_per_block(arch.sm))
       return "shared memory exceeds the per-block limit";
     return nullptr;
   }
@@ -292,7 +319,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
     if (ws_reg_estimate(c, f) > (ws_consumers(c) == 2 ? kWsConsumerRegs : 255))
       return "wgmma_ws: accumulators + A fragments exceed the register budget";
-    if (ws_smem_bytes(c, f) + 256 * kGemvTableCopies * 4 + 1024 > max_smem_per_block(arch.sm))
+    if (ws_smem_bytes(c, f) + table_bytes(f, kWsTableCopies) + 1024 > max_smem_per_block(arch.sm))
       return "shared memory exceeds the per-block limit";
     return nullptr;
   }

@@ -135,13 +135,27 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 #pragma unroll
     for (int sl = 0; sl < 4; ++sl) ok = ok && dtype_holds_scale<DT>(s[0][sl]) && dtype_holds_scale<DT>(s[1][sl]);
     if (ok) {
+      // The scales as operand pairs. mxfp4 with bf16: an E8M0 byte e is bf16's exponent field, so 2^(e - 127) is the
+      // bits e << 7 (e = 0: the subnormal 2^-127, 0x0040; e = 255: NaN), with no float conversion.
+      unsigned sp[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int sl = 0; sl < 4; ++sl) {
+          if (F == quant::Format::mxfp4 && DT == DType::bf16) {
+            const unsigned e = ((h ? rhi.s : rlo.s) >> (8 * (sl / 2))) & 255u;
+            const unsigned b = e == 0u ? 0x0040u : e == 255u ? 0x7FC0u : e << 7;
+            sp[h][sl] = b | b << 16;
+          } else {
+            sp[h][sl] = ptx::pack2<DT>(s[h][sl], s[h][sl]);
+          }
+        }
 #pragma unroll
       for (int sl = 0; sl < 4; ++sl)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {  // r: (lo, hi) x (first, second 8 elements of the slice)
           const unsigned x = (r & 1) ? whi[2 * sl + r / 2] : wlo[2 * sl + r / 2];
-          const float sc = s[r & 1][sl];
-          a[sl][r] = ptx::fma2<DT>(tab[ptx::prmt(x, 0u, bsel) * kGemvTableCopies], ptx::pack2<DT>(sc, sc), 0x80008000u);
+          a[sl][r] = ptx::fma2<DT>(tab[ptx::prmt(x, 0u, bsel) * kWsTableCopies], sp[r & 1][sl], 0x80008000u);
         }
     } else {
 #pragma unroll
@@ -181,7 +195,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_lut[16];
-  __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kGemvTableCopies : 4];
+  __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kWsTableCopies : 4];
   __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
   __shared__ int s_reduce;                                        // this block adds up the tile's partials
   // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
@@ -217,7 +231,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
       ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp
     }
   }
-  if (!kWide) build_decode_tables<DT, F>(s_lut, s_tab, tid, kCThreads + 128);
+  if (!kWide) build_decode_tables<DT, F, kWsTableCopies>(s_lut, s_tab, tid, kCThreads + 128);
   __syncthreads();
 
   if (wg == Consumers) {
@@ -245,7 +259,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   if (Consumers == 2) wgmma::setmaxnreg_inc<kWsConsumerRegs>();
   const int ctid = tid, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
   const int row_lo0 = wg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
-  const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
+  const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kWsTableCopies : 0);
 
   // One segment per tile: the data-parallel rounds' whole tiles, then each tile the range touches: K steps
   // [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.

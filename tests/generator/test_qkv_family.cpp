@@ -58,9 +58,11 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         const int tm = m <= 8 ? 8 : m <= 16 ? 16 : 64;           // the power of two >= M, at least 8, or half of it
         CHECK((c.tile_m == tm || (tm > 8 && c.tile_m == tm / 2)));
         CHECK(c.tile_k == 128);                                 // 4-bit warp step
-        CHECK(c.split_k == 1);
-        CHECK(c.warps_m <= 3584 / 128);                         // every warp gets a K step
-        CHECK(d.grid_x * c.tile_n == 4608);                     // blocks cover the 288 m16 tiles exactly here
+        CHECK((c.split_k == 1 || c.split_k == 2 || c.split_k == 4 || c.split_k == 8));  // K over a cluster's blocks
+        if (c.split_k > 1) CHECK(c.stages == 1);
+        CHECK(c.warps_m * c.split_k <= 3584 / 128);             // every warp gets a K step
+        CHECK(d.grid_x * c.tile_n == 4608u * c.split_k);        // blocks (x cluster ranks) cover the 288 m16 tiles exactly
+        CHECK(!uses_workspace(c));                              // clusters reduce in distributed shared memory
       } else if (c.mainloop == kMainloopWgmmaWs) {
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 8 || m > c.tile_m / 2));  // a token tile more than half full
@@ -87,17 +89,19 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
       CHECK(names.insert(variant_name(p, c, arch)).second);
     }
-    bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false, has_ws = false;
+    bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false, has_ws = false, has_cluster = false;
     for (const auto& c : cs) {
       has_split |= c.split_k > 1 && c.mainloop == kMainloopMma;
       has_gemv |= c.mainloop == kMainloopGemv;
+      has_cluster |= c.mainloop == kMainloopGemv && c.split_k > 1;
       has_wgmma |= c.mainloop == kMainloopWgmma;
       has_ws |= c.mainloop == kMainloopWgmmaWs;
       has_half_gemv |= c.mainloop == kMainloopGemv && c.tile_m == 8 && m > 8;
     }
     CHECK(has_half_gemv == (m == 16));  // M = 16 also gets two 8-token tiles per set of rows
     CHECK(has_split == (m <= 256));
-    CHECK(has_gemv == (m <= 16));  // 4-bit gemv at tile_m 64 exceeds the register budget
+    CHECK(has_gemv == (m <= 64));  // at M = 37 only the one-warp cluster blocks fit 4-bit tile_m 32 / 64 in registers
+    CHECK(has_cluster == (m <= 64));
     CHECK(has_wgmma);               // sm_90a: the Hopper mainloops at every M
     CHECK(has_ws);
     // Decode sizes try the weight-streaming kernel first.
@@ -243,7 +247,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, arch) == nullptr);
   CHECK(launch_dims(p, gv1, 132).smem_bytes == 3 * 2 * 32 * 16 + 32 * (1792 + 224));
   // The ceiling: 227 KB per block less 1 KB and the decode table's 8 KB of static shared memory.
-  CHECK(kernel_source(p, gv1, arch).dynamic_smem_bytes == 227u * 1024u - 1024u - 8192u);
+  CHECK(kernel_source(p, gv1, arch).dynamic_smem_bytes == 227u * 1024u - 1024u - 256u * kGemvTableCopies * 4u);
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, parse_arch("sm_80"))).find("sm_90") !=
         std::string::npos);
   {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so stages 1 is not offered.
@@ -262,8 +266,30 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   gv_bad.tile_n = 48;  // not warps_n x 16 or x 32
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch) != nullptr);
   gv_bad = gv;
-  gv_bad.split_k = 2;
+  gv_bad.split_k = 2;  // a cluster needs stages 1
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("stages 1") != std::string::npos);
+  gv_bad.stages = 1;
+  gv_bad.split_k = 3;
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("split_k") != std::string::npos);
+  {  // K split over a cluster of 4 blocks (split_k 4, stages 1): its own template and name, 4 x the blocks, no
+     // workspace; each block holds ceil(28 / 4) = 7 warp steps (448 bytes) of its 32 rows, the rows' whole scales,
+     // and the cluster's partial sums (3 ranks) beside the block's 3 K slices'.
+    auto cl = gv1;
+    cl.split_k = 4;
+    CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl, arch) == nullptr);
+    CHECK(variant_name(p, cl, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w4x1_s1_p1_cl4__sm_90a");
+    CHECK(name_expression(p, cl) == "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1, 4>");
+    CHECK(!uses_workspace(cl));
+    CHECK(workspace_bytes(p, cl, 132) == 0);
+    CHECK(launch_dims(p, cl, 132).grid_x == 144 * 4);
+    CHECK(gemv_seg_bytes(p.format, p.k, 4) == 448);
+    CHECK(gemv_seg_bytes(p.format, 3456, 4) == 448);  // 27 steps: ranks hold 6, 7, 7, 7
+    CHECK(gemv_seg_bytes(p.format, p.k, 1) == 1792);
+    CHECK(launch_dims(p, cl, 132).smem_bytes == (3 + 3) * 2 * 32 * 16 + 32 * (448 + 224));
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl, parse_arch("sm_80"))).find("sm_90") !=
+          std::string::npos);
+    CHECK(same_config(config_from_json(config_to_json(cl)), cl));
+  }
   gv_bad = gv;
   gv_bad.warps_m = 16;
   gv_bad.tile_n = 16;

@@ -143,5 +143,19 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   std::tie(rc, out) = run("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'"));
+
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --only '(' --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("--only '('") && Catch::Contains("not a valid regular expression"));
+  // --only keeps the matching candidates and the default (the baseline): a regex that matches nothing leaves one
+  // binary for one problem; a gemv-cluster regex adds exactly the cluster variants.
+  std::ofstream(bad) << R"({"model":"x","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,"head_dim":128,
+    "qkv_bias":true,"dtypes":["bf16"],"workloads":{"qkv_proj":{"tokens":[1],"formats":["int4"]}}})";
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --only no_such_variant --shapes " + bad);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 1 distinct binaries"));
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --only 'gemv_m8_n16_w1x1_s1_p1_cl[24]_' --shapes " + bad);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 3 distinct binaries"));
   std::filesystem::remove(bad);
 }
