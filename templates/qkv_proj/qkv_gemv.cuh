@@ -583,8 +583,24 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
       for (int e = 0; e < 4; ++e) acc[r][t][e] += acc2[1][r][t][e];
 
   // ---- K slices meet in shared memory (same fragment layout, one float4 per lane: conflict-free) ----
+  // Slot of partial k (1..) of fragment (r, t) in a region of float4s; add_partials sums partials 1..n-1 of a region
+  // into acc in order (deterministic).
   float4* part = reinterpret_cast<float4*>(smem);
-  auto slot = [&](int k_slice, int r, int t) { return (((k_slice - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
+  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
+  auto add_partials = [&](const float4* region, int n) {
+#pragma unroll 1
+    for (int k = 1; k < n; ++k)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float4 v = region[slot(k, r, t)];
+          acc[r][t][0] += v.x;
+          acc[r][t][1] += v.y;
+          acc[r][t][2] += v.z;
+          acc[r][t][3] += v.w;
+        }
+  };
   if (WarpsK > 1) {
     if (wk > 0) {
 #pragma unroll
@@ -594,51 +610,26 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
     }
     __syncthreads();
     if (Cluster == 1 && wk > 0) return;
-    if (wk == 0) {
-#pragma unroll 1
-      for (int s = 1; s < WarpsK; ++s)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            const float4 v = part[slot(s, r, t)];
-            acc[r][t][0] += v.x;
-            acc[r][t][1] += v.y;
-            acc[r][t][2] += v.z;
-            acc[r][t][3] += v.w;
-          }
-    }
+    if (wk == 0) add_partials(part, WarpsK);
   }
 #if __CUDA_ARCH__ >= 900
-  // ---- cluster: ranks 1.. store their block sums into rank 0's shared memory (slots after the K-slice partials),
-  //      one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
+  // ---- cluster: ranks 1.. store their block sums into rank 0's shared memory (the region after the K-slice
+  //      partials), one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
   if (Cluster > 1) {
     float4* cpart = part + (WarpsK - 1) * WarpsN * R * NT * 32;
-    auto cslot = [&](int rk, int r, int t) { return (((rk - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
     ptx::cluster_wait();  // every block of the cluster has started (arrival at entry)
     if (rank > 0 && wk == 0) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int t = 0; t < NT; ++t)
-          ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[cslot(rank, r, t)]), 0u),
+          ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[slot(rank, r, t)]), 0u),
                              make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
     }
     ptx::cluster_arrive_release();
     ptx::cluster_wait();
     if (rank > 0 || wk > 0) return;
-#pragma unroll 1
-    for (int rk = 1; rk < Cluster; ++rk)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const float4 v = cpart[cslot(rk, r, t)];
-          acc[r][t][0] += v.x;
-          acc[r][t][1] += v.y;
-          acc[r][t][2] += v.z;
-          acc[r][t][3] += v.w;
-        }
+    add_partials(cpart, Cluster);
   }
 #endif
 
