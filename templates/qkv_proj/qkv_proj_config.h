@@ -195,9 +195,14 @@ KT_HD constexpr int wgmma_smem_bytes(const Config& c, quant::Format f) {
                      : c.tile_m * (c.tile_n + 4) * 4);
 }
 /// wgmma: registers per thread: 40 + tile_n / 2 accumulators (+ 20 for the table formats' fp32 fallback decode) + 7
-/// per packed unit in the register ring (4 data, 3 scales); must stay within 200 (128 for the 512 threads of tile_m 256) to leave the decode room.
+/// per packed unit in the register ring (4 data, 3 scales) + tile_n / 4 for tile_k 128 on tiles of 16384 elements or
+/// more (twice the weight tile copied or decoded per step); must stay within 200 (128 for the 512 threads of tile_m
+/// 256) to leave the decode room. The tile_k 128 term: the CI sweep of session 7 compiled 64 x 256 (fp16) and 256 x
+/// 128 (fp16, int8, int4) tile_k 128 binaries spilling 48-416 bytes once the table allowance of the shared-memory rule
+/// (counted for every format before) no longer rejected them.
 KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
   return 40 + c.tile_n / 2 + (format_uses_table(f) ? 20 : 0) +
+         (c.tile_k == 128 && c.tile_m * c.tile_n >= 16384 ? c.tile_n / 4 : 0) +
          (quant::format_bits(f) == 16 ? 0 : 7 * c.prefetch * ((w_units(c, f) + c.tile_m * 2 - 1) / (c.tile_m * 2)));
 }
 

@@ -296,6 +296,15 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   gv_bad.prefetch = 2;
   gv_bad.tile_m = 16;  // 512 threads: 40 + 8 + 2 x (14 + 32) + 8 = 148 registers > 112
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("registers") != std::string::npos);
+  // wgmma tile_k 128 on large tiles: rejected by the register estimate (these compiled to 48-416 spilled bytes), while
+  // 128 x 128 tile_k 128 stays valid.
+  for (auto [f, d] : {std::pair{quant::Format::fp16, DType::f16}, {quant::Format::int4, DType::bf16}}) {
+    const Config w256{256, 128, 128, 16, 1, 2, 1, 1, kMainloopWgmma}, w64{64, 256, 128, 4, 1, 2, 1, 1, kMainloopWgmma},
+        w128{128, 128, 128, 8, 1, 2, 1, 1, kMainloopWgmma};
+    CHECK(std::string(invalid_reason(d, f, 128, true, w256, arch)).find("register") != std::string::npos);
+    if (f == quant::Format::fp16) CHECK(std::string(invalid_reason(d, f, 128, true, w64, arch)).find("register") != std::string::npos);
+    CHECK(invalid_reason(d, f, 128, true, w128, arch) == nullptr);
+  }
   // RoPE with a tile narrower than a head is invalid, and says so.
   CHECK(std::string(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, Config{16, 64, 64, 1, 4, 2, 1, 1}, arch))
             .find("RoPE") != std::string::npos);
