@@ -12,7 +12,7 @@ mkdir -p "$DB_DIR" "$OUT"
 export KERNTUNE_CACHE_DIR=${KERNTUNE_CACHE_DIR:-/tmp/kerntune-cache}
 KT_QUICK_CANDIDATES=${KT_QUICK_CANDIDATES:-4} OUT="$DB_DIR" scripts/gpu_all.sh quicktune > "$OUT/quicktune.log" 2>&1
 tail -n 3 "$OUT/quicktune.log"
-for s in qkv_tiled_fp16:24 qkv_tiled_quant:24 qkv_decode:40; do
+for s in qkv_tiled_fp16:24 qkv_tiled_quant:24 qkv_decode:60; do
   name=${s%%:*}; n=${s##*:}
   "$BIN/autotune" --arch sm_90 --shapes "bench/shapes_$name.json" --db "$DB_DIR/$name.db" --budget-ms 5 \
     --max-candidates "$n" 2>&1 | grep -v "^compiled\|^measured" > "$OUT/tune_$name.log"

@@ -93,9 +93,11 @@ std::vector<Config> gemv_config_space(quant::Format f) {
   for (int tm : {8, 16, 32, 64})
     for (int rt : {1, 2})  // m16 tiles per warp
       for (const auto& w : warps)
-        for (int st : {0, 1})
-          for (int pf : {1, 2, 4})
+        for (int st : {0, 1, 2})
+          for (int pf : {1, 2, 4}) {
+            if (st == 2 && pf == 4) continue;  // stages 2: TMA window prefetch + 1 = 2 or 3 steps (5 never won a probe)
             out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 1, pf, kMainloopGemv});
+          }
   // K split over a thread-block cluster (stages 1): cluster size x warps along K (warps_n 1).
   for (int tm : {8, 16, 32, 64})
     for (int rt : {1, 2})
@@ -339,12 +341,15 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
-  if (c.mainloop == kMainloopGemv) {
-    s << (c.split_k > 1 ? "kt::qkv::qkv_gemv_cluster<kt::DType::" : "kt::qkv::qkv_gemv<kt::DType::")
+  if (c.mainloop == kMainloopGemv) {  // qkv_gemv<.., stages>, qkv_gemv_cluster<.., split_k>, qkv_gemv_tma<..> (stages 2)
+    s << (c.split_k > 1 ? "kt::qkv::qkv_gemv_cluster<kt::DType::"
+          : c.stages == 2 ? "kt::qkv::qkv_gemv_tma<kt::DType::"
+                          : "kt::qkv::qkv_gemv<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
-      << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch << ", " << (c.split_k > 1 ? c.split_k : c.stages)
-      << ">";
+      << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch;
+    if (c.split_k > 1 || c.stages != 2) s << ", " << (c.split_k > 1 ? c.split_k : c.stages);
+    s << ">";
     return s.str();
   }
   if (c.mainloop == kMainloopWgmmaWs) {

@@ -33,13 +33,32 @@ TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long 
   return d;
 }
 
-/// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; the
-/// last few encodings are kept (the tuner rotates over a handful of input copies), so repeated launches encode nothing.
+/// The weight of gemv stages 2 as a 5-D byte tensor (qkv_gemv_tma in qkv_gemv.cuh): {row bytes, 8 rows g, 2 halves h,
+/// head_dim / 16 tiles, heads}, strides {1 row, head_dim / 2 rows, 8 rows, head_dim rows}, box {64, 8, 2, 1, 1}: the 16
+/// RoPE-paired rows (g, g + head_dim / 2) of one m16 tile for one 64-byte warp step. CUDA Driver API cuTensorMapEncodeTiled.
+TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_dim, int heads) {
+  TmaDescriptor d;
+  const cuuint64_t dims[5] = {cuuint64_t(row_bytes), 8, 2, cuuint64_t(head_dim / 16), cuuint64_t(heads)};
+  const cuuint64_t strides[4] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * (head_dim / 2)), cuuint64_t(row_bytes * 8),
+                                 cuuint64_t(row_bytes * head_dim)};
+  const cuuint32_t box[5] = {64, 8, 2, 1, 1};
+  const cuuint32_t estrides[5] = {1, 1, 1, 1, 1};
+  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d), CU_TENSOR_MAP_DATA_TYPE_UINT8, 5,
+                                                 const_cast<void*>(base), dims, strides, box, estrides,
+                                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "cuTensorMapEncodeTiled (gemv rows)");
+  return d;
+}
+
+/// The tensor maps of a wgmma_ws or gemv stages 2 launch depend on the pointers, M, K, N, the X row stride, the tile
+/// shape and the mainloop; the last few encodings are kept (the tuner rotates over a handful of input copies), so
+/// repeated launches encode nothing.
 struct MapKey {
   const void* x;
   const void* w;
   long long x_row_stride;
-  int m, k, n, format, tile_m, tile_n;
+  int m, k, n, format, tile_m, tile_n, mainloop, head_dim;
   bool operator==(const MapKey& o) const { return std::memcmp(this, &o, sizeof(MapKey)) == 0; }
 };
 
@@ -55,6 +74,8 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
   key.format = int(problem.format);
   key.tile_m = c.tile_m;
   key.tile_n = c.tile_n;
+  key.mainloop = c.mainloop;
+  key.head_dim = problem.head_dim;
   struct Entry {
     MapKey key;
     TmaDescriptor x_map, w_map;
@@ -74,10 +95,15 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
       }
   }
   const int bits = quant::format_bits(problem.format);
-  w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
-  w.w_map = bits == 16 ? encode_2d(a.w_data, 2, a.k_dim, problem.n(), (long long)a.k_dim * 2, 64, c.tile_n, true)
-                       : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(), (long long)a.k_dim * bits / 8,
-                                   ws_w_row_bytes(problem.format), c.tile_n, false);
+  if (c.mainloop == kMainloopGemv) {
+    std::memset(&w.x_map, 0, sizeof w.x_map);
+    w.w_map = encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
+  } else {
+    w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
+    w.w_map = bits == 16 ? encode_2d(a.w_data, 2, a.k_dim, problem.n(), (long long)a.k_dim * 2, 64, c.tile_n, true)
+                         : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(), (long long)a.k_dim * bits / 8,
+                                     ws_w_row_bytes(problem.format), c.tile_n, false);
+  }
   std::lock_guard<std::mutex> lock(mu);
   cache[next] = Entry{key, w.x_map, w.w_map};
   next = (next + 1) % cache.size();
@@ -91,7 +117,7 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
             CUstream stream) {
   check_params(problem, config, params);
   const attn::LaunchDims d = launch_dims(problem, config, config.split_k == 0 ? cuda::current_sm_count() : 0);
-  if (config.mainloop == kMainloopWgmmaWs) {
+  if (config.mainloop == kMainloopWgmmaWs || (config.mainloop == kMainloopGemv && config.stages == 2)) {
     const WsParams w = ws_params(problem, config, params);
     kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w);
     return;

@@ -8,5 +8,5 @@ cs=${9:-1}
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 mkdir -p "$root/build-gpu/trace"
 /usr/local/cuda/bin/nvcc -std=c++17 -O2 -arch=sm_90a -diag-suppress 1886 -o "$root/build-gpu/trace/tr_$1_$2_$3_$4_$5_$6_$7_$8_cl$cs" \
-  -I"$root/templates" -I"$root/include" -DKDT="$1" -DKF="$2" -DKTM="$3" -DKTN="$4" -DKWK="$5" -DKWN="$6" -DKP="$7" -DKS="$8" -DKCS="$cs" \
-  "$root/bench/gemv_trace/trace.cu"
+  -I"$root/templates" -I"$root/include" -DKDT="$1" -DKF="$2" -DKTM="$3" -DKTN="$4" -DKWK="$5" -DKWN="$6" -DKP="$7" -DKS="$8" -DKCS="$cs" ${KT_TRACE_FLAGS:-} \
+  "$root/bench/gemv_trace/trace.cu" -lcuda

@@ -8,7 +8,7 @@
 // the same grid in a stream and in a CUDA graph, and this kernel in a CUDA graph.
 // Build: bench/gemv_trace/build.sh DT F TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES (F: quant::Format as int).
 #define KT_GEMV_TRACE_ON
-__device__ unsigned long long kt_gemv_trace[288 * 64 * 16 * 4];
+__device__ unsigned long long kt_gemv_trace[288 * 64 * 16 * 8];
 #include "qkv_proj/qkv_gemv.cuh"
 #include <cstdio>
 #include <vector>
@@ -22,8 +22,24 @@ using namespace kt::qkv;
 #endif
 #if KCS > 1  // K split over a cluster of KCS blocks (stages 1)
 #define K_ kt::qkv::qkv_gemv_cluster<kt::DType::KDT, KF, 128, true, true, KTM, KTN, KWK, KWN, KP, KCS>
+#elif KS == 2  // per-step TMA: the kernel takes WsParams with the weight's 5-D map (as runtime/qkv.cpp encodes it)
+#include <cuda.h>
+#define K_ kt::qkv::qkv_gemv_tma<kt::DType::KDT, KF, 128, true, true, KTM, KTN, KWK, KWN, KP>
 #else
 #define K_ kt::qkv::qkv_gemv<kt::DType::KDT, KF, 128, true, true, KTM, KTN, KWK, KWN, KP, KS>
+#endif
+// Kernel argument for the current weight copy: stages 2 adds that copy's tensor map (maps[copy], encoded in main).
+static std::vector<kt::qkv::WsParams> maps;
+static const unsigned char* w0 = nullptr;
+static size_t wcopy_bytes = 1;
+#if KS == 2 && KCS == 1
+static kt::qkv::WsParams arg_of(const kt::qkv::QkvParams& p) {
+  kt::qkv::WsParams w = maps[(static_cast<const unsigned char*>(p.w_data) - w0) / wcopy_bytes];
+  w.p = p;
+  return w;
+}
+#else
+static const kt::qkv::QkvParams& arg_of(const kt::qkv::QkvParams& p) { return p; }
 #endif
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 int main(int argc, char** argv) {
@@ -57,31 +73,55 @@ int main(int argc, char** argv) {
   p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
   const int per_block = C.warps_n * gemv_row_tiles(C);
   dim3 grid((N / 16 + per_block - 1) / per_block * KCS, (M + C.tile_m - 1) / C.tile_m), block(threads(C));
+  w0 = dw;
+  wcopy_bytes = wbytes;
+#if KS == 2 && KCS == 1
+  for (int c = 0; c < copies; ++c) {  // as runtime/qkv.cpp encode_gemv_rows
+    kt::qkv::WsParams w{};
+    const cuuint64_t rb = cuuint64_t(K) * bits / 8;
+    const cuuint64_t dims[5] = {rb, 8, 2, cuuint64_t(D / 16), cuuint64_t(N / D)};
+    const cuuint64_t strides[4] = {rb, rb * (D / 2), rb * 8, rb * D};
+    const cuuint32_t box[5] = {64, 8, 2, 1, 1}, es[5] = {1, 1, 1, 1, 1};
+    if (cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&w.w_map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dw + c * wbytes, dims,
+                               strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+      printf("cuTensorMapEncodeTiled failed\n");
+      return 1;
+    }
+    maps.push_back(w);
+  }
+#endif
   const int smem = gemv_smem_bytes(C, F, K);
   CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  for (int it = 0; it < 200; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem>>>(p); }
+  for (int it = 0; it < 200; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem>>>(arg_of(p)); }
   CK(cudaDeviceSynchronize());
   cudaEventRecord(a);
-  for (int it = 0; it < 400; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem>>>(p); }
+  for (int it = 0; it < 400; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem>>>(arg_of(p)); }
   cudaEventRecord(b); CK(cudaEventSynchronize(b));
   float ms; cudaEventElapsedTime(&ms, a, b);
   // One traced launch after an idle gap (cold start of the launch, as the last of a batch is not).
-  std::vector<unsigned long long> tr(size_t(grid.x) * grid.y * threads(C) / 32 * 4);
+  std::vector<unsigned long long> tr(size_t(grid.x) * grid.y * threads(C) / 32 * 8);
   std::vector<double> t1s, t2s, t3s, t0s;
   for (int rep = 0; rep < 5; ++rep) {
     p.w_data = dw + ((rep + 7) % copies) * wbytes;
-    CK(cudaMemset(dq, 0, 2)); K_<<<grid, block, smem>>>(p); K_<<<grid, block, smem>>>(p);  // trace the second, back to back
+    CK(cudaMemset(dq, 0, 2)); K_<<<grid, block, smem>>>(arg_of(p)); K_<<<grid, block, smem>>>(arg_of(p));  // trace the second, back to back
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpyFromSymbol(tr.data(), kt_gemv_trace, tr.size() * 8));
     unsigned long long t0 = ~0ull, tend = 0;
-    for (size_t w = 0; w < tr.size() / 4; ++w) { t0 = std::min(t0, tr[w * 4]); tend = std::max(tend, std::max(tr[w * 4 + 2], tr[w * 4 + 3])); }
+    for (size_t w = 0; w < tr.size() / 8; ++w) { t0 = std::min(t0, tr[w * 8]); tend = std::max(tend, std::max(tr[w * 8 + 2], tr[w * 8 + 3])); }
     t0s.clear(); t1s.clear(); t2s.clear(); t3s.clear();
-    for (size_t w = 0; w < tr.size() / 4; ++w) {
-      t0s.push_back((tr[w * 4] - t0) / 1000.0); t1s.push_back((tr[w * 4 + 1] - t0) / 1000.0); t2s.push_back((tr[w * 4 + 2] - t0) / 1000.0);
-      if (tr[w * 4 + 3] > t0) t3s.push_back((tr[w * 4 + 3] - t0) / 1000.0);
+    for (size_t w = 0; w < tr.size() / 8; ++w) {
+      t0s.push_back((tr[w * 8] - t0) / 1000.0); t1s.push_back((tr[w * 8 + 1] - t0) / 1000.0); t2s.push_back((tr[w * 8 + 2] - t0) / 1000.0);
+      if (tr[w * 8 + 3] > t0) t3s.push_back((tr[w * 8 + 3] - t0) / 1000.0);
     }
     auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v[std::min(v.size() - 1, size_t(q * v.size()))]; };
+    for (int pi = 4; pi < 8; ++pi) {  // probe points (0 where the variant does not record them)
+      std::vector<double> v;
+      for (size_t w = 0; w < tr.size() / 8; ++w)
+        if (tr[w * 8 + pi] > t0) v.push_back((tr[w * 8 + pi] - t0) / 1000.0);
+      if (!v.empty()) printf("  probe %d: p10 %.2f p50 %.2f p90 %.2f max %.2f\n", pi, pct(v, .1), pct(v, .5), pct(v, .9), pct(v, 1));
+    }
     printf("rep %d span %.2f us | start p50 %.2f max %.2f | ready p10 %.2f p50 %.2f p90 %.2f max %.2f | loopend p10 %.2f p50 %.2f p90 %.2f max %.2f | end p50 %.2f max %.2f\n",
            rep, (tend - t0) / 1000.0, pct(t0s, .5), pct(t0s, 1), pct(t1s, .1), pct(t1s, .5), pct(t1s, .9), pct(t1s, 1), pct(t2s, .1), pct(t2s, .5), pct(t2s, .9), pct(t2s, 1), pct(t3s, .5), pct(t3s, 1));
   }
@@ -94,7 +134,7 @@ int main(int argc, char** argv) {
     cudaStream_t st; cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     cudaGraph_t gr; cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int it = 0; it < 100; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem, st>>>(p); }
+    for (int it = 0; it < 100; ++it) { p.w_data = dw + (it % copies) * wbytes; K_<<<grid, block, smem, st>>>(arg_of(p)); }
     CK(cudaStreamEndCapture(st, &gr));
     CK(cudaGraphInstantiate(&ge, gr, 0));
     CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));

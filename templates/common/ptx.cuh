@@ -32,6 +32,22 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/// Wait until at most n (a run-time count; above 7 treated as 7, which waits longer, never shorter) of this thread's
+/// most recent cp.async groups are pending (PTX ISA cp.async.wait_group takes an immediate). The "memory" clobber keeps
+/// shared-memory reads after it.
+__device__ __forceinline__ void cp_async_wait_at_most(int n) {
+  switch (n <= 0 ? 0 : n >= 7 ? 7 : n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+  }
+}
+
 /// 4-byte asynchronous global->shared copy (cp.async.ca; PTX ISA 9.7.9.25).
 __device__ __forceinline__ void cp_async_4(unsigned dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
@@ -51,6 +67,9 @@ __device__ __forceinline__ void named_barrier(unsigned id, unsigned count) {
 __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
 }
+/// Makes this thread's earlier mbarrier.init visible to the asynchronous proxy (the bulk copies' complete_tx) before
+/// the following barrier (PTX ISA "fence.mbarrier_init").
+__device__ __forceinline__ void mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 /// One arrival that also adds `bytes` to the phase's expected transaction count.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }\n" ::"r"(bar), "r"(bytes)
@@ -80,6 +99,13 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+/// 5-D TMA tile load: as tma_load_2d with coordinates (c0 innermost, .., c4).
+__device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
 }
 /// Bulk copy of `bytes` (a multiple of 16; 16-byte aligned addresses) global -> shared, completing as transactions

@@ -231,14 +231,14 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 }
 
 // Timeline experiments only (never defined by the generator): KT_GEMV_TRACE(i) records %globaltimer at point i of
-// each warp into kt_gemv_trace[(block * warps + warp) * 4 + i] (a global __device__ array the experiment defines before
+// each warp into kt_gemv_trace[(block * warps + warp) * 8 + i] (i < 4: entry, data ready, loop end, end; 4..7: probes) (a global __device__ array the experiment defines before
 // including this header).
 #ifdef KT_GEMV_TRACE_ON
 #define KT_GEMV_TRACE(i)                                                                                             \
   do {                                                                                                               \
     unsigned long long t_;                                                                                           \
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                                           \
-    if (lane == 0) kt_gemv_trace[((blockIdx.y * gridDim.x + blockIdx.x) * (WarpsK * WarpsN) + warp) * 4 + (i)] = t_; \
+    if (lane == 0) kt_gemv_trace[((blockIdx.y * gridDim.x + blockIdx.x) * (WarpsK * WarpsN) + warp) * 8 + (i)] = t_; \
   } while (0)
 #else
 #define KT_GEMV_TRACE(i) \
@@ -249,10 +249,12 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h).
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages, int Cluster>
-__device__ __forceinline__ void gemv_body(const QkvParams& p) {
+__device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap) {
   constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Cluster, Prefetch, kMainloopGemv};
-  constexpr bool kBulk = Stages == 1;  // the block's rows by cp.async.bulk, one mbarrier
+  constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
+  constexpr bool kStream = Stages == 2;  // each warp's own steps by bulk copies, one mbarrier per step
+  constexpr bool kSmem = Stages >= 1;    // units and scales read from shared memory
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_gemv variant: see invalid_reason() in qkv_proj_config.h");
@@ -321,24 +323,81 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
   }
   auto row_of = [&](int r, int h) { return head[r] * D + pair[r] + h * (D / 2); };
 
-  // ---- stages 1: request the block's rows (data by bulk copy, scales / zero points by 4-byte cp.async) ----
+  // ---- stages 1 / 2: request the block's rows (data by bulk copy / per-step cp.async, scales / zero points by 4-byte
+  //      cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
-  const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster), srow_bytes = row_scale_bytes(F, p.k_dim),
+  const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster, Stages), srow_bytes = row_scale_bytes(F, p.k_dim),
             zrow_bytes = row_zero_bytes(F, p.k_dim);  // row_bytes: the shared-memory row stride
   const int seg_bytes = (r_end * kStepK < p.k_dim ? r_end * kStepK : p.k_dim) * kBits / 8 - kb0;  // this block's
   constexpr int kBlockTiles = WarpsN * R;
   constexpr int kPartialBytes = gemv_partial_bytes(C);
-  unsigned char* s_data = smem + kPartialBytes;
+  // stages 2: the TMA destination must be 128-byte aligned (gemv_smem_bytes has 128 bytes of slack for it)
+  unsigned char* s_data = smem + (kStream ? kPartialBytes + ((128 - (ptx::smem_u32(smem) + kPartialBytes) % 128) % 128) : kPartialBytes);
   unsigned char* s_scale = s_data + kBlockTiles * 16 * row_bytes;
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
   const unsigned bar = ptx::smem_u32(&s_bar);
+  // stages 2: one mbarrier per (K step, warp column) of the block, after the zero points (8-byte aligned)
+  const unsigned s_bars = ptx::smem_u32(s_zero + kBlockTiles * 16 * zrow_bytes);
+  const int tile0 = bx * kBlockTiles;
+  const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
+  // stages 2: lane 0 of each warp requests its steps in K order, at most kWindow ahead of the step the warp decodes: one
+  // mbarrier and one TMA box (16 rows x 64 bytes) per step and m16 tile. Requesting every step at once makes them
+  // land in any order, all near the end of the weight stream (NOTES.md, qkv_proj 15); a short window lands them in
+  // order, so the decode of step j overlaps the stream of the steps after it.
+  constexpr int kWindow = Prefetch + 1;
+  int tiles_w = 0;  // this warp's m16 tiles inside the matrix
+#pragma unroll
+  for (int r = 0; r < R; ++r) tiles_w += tile_in[r] ? 1 : 0;
+  auto issue_step = [&](int st) {
+#if __CUDA_ARCH__ >= 900
+    const unsigned b = s_bars + 8 * ((st - r_begin) * WarpsN + wn);
+    ptx::mbarrier_arrive_expect_tx(b, unsigned(tiles_w * 1024));
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int T = (bx * WarpsN + wn) * R + r;
+      if (tile_in[r])  // box {64 bytes of K, rows g 0..7, half h 0..1} of tile T % (D / 16) of head T / (D / 16)
+        ptx::tma_load_5d(ptx::smem_u32(s_data + ((st - r_begin) * kBlockTiles + wn * R + r) * 1024), wmap, st * 64, 0, 0,
+                         T % kTilesPerHead, T / kTilesPerHead, b);
+    }
+#endif
+  };
+#if __CUDA_ARCH__ >= 900
+  if (kStream) {
+    if (lane == 0) {
+      for (int st = s_begin; st < s_end; ++st) ptx::mbarrier_init(s_bars + 8 * ((st - r_begin) * WarpsN + wn), 1);
+      ptx::mbarrier_init_fence();
+      for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
+    }
+    __syncwarp();  // the barriers are initialized before the lanes wait on them
+    // The scales and zero points of this warp's rows and K steps, waited for by this warp alone before its first step.
+    // The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb bytes is a
+    // multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that straddle
+    // two warps' ranges are written by both, with the same bytes.
+    const int k_lo = s_begin * kStepK, k_hi = s_end * kStepK < p.k_dim ? s_end * kStepK : p.k_dim;
+    for (int part = 0; part < 2; ++part) {
+      const int rb = part == 0 ? srow_bytes : zrow_bytes;
+      if (rb == 0 || kScale == kScaleRow || k_hi <= k_lo) continue;
+      const unsigned char* src = static_cast<const unsigned char*>(part == 0 ? p.w_scales : p.w_zeros);
+      unsigned char* dst = part == 0 ? s_scale : s_zero;
+      const int lo = int((long long)k_lo * rb / p.k_dim), hi = int(((long long)k_hi * rb + p.k_dim - 1) / p.k_dim);
+      const int w_first = (g * rb + lo) / 4, w_end = (g * rb + hi + 3) / 4;  // this lane's row g
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (!tile_in[r]) continue;
+          const long long row0 = row_of(r, h) - g;  // first of the 8 rows
+          const unsigned d0 = ptx::smem_u32(dst + ((wn * R + r) * 16 + 8 * h) * rb);
+          for (int w = w_first + q; w < w_end; w += 4) ptx::cp_async_4(d0 + 4 * w, src + row0 * rb + 4 * w);
+        }
+    }
+  }
+#endif
   if (kBulk) {
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) ptx::mbarrier_init(bar, 1);
     __syncthreads();  // the barrier is initialized before anyone waits on it
-    const int tile0 = bx * kBlockTiles;
-    const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
     if (Cluster == 1) {
       if (tid == 0) {
         ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * row_bytes));
@@ -359,7 +418,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
           ptx::bulk_copy_g2s(ptx::smem_u32(s_data + i * row_bytes), wdata + row * w_row_bytes + kb0, unsigned(seg_bytes), bar);
         }
     }
-    // Scales and zero points: 8 rows are contiguous in global memory too; 4-byte words (K is a multiple of 64).
+#endif
+  }
+  KT_GEMV_TRACE(4);
+#if __CUDA_ARCH__ >= 800
+  if (kBulk) {  // scales and zero points: 8 rows are contiguous in global memory too; 4-byte words (K is a multiple of 64)
     const unsigned char* gsc = static_cast<const unsigned char*>(p.w_scales);
     const unsigned char* gzp = static_cast<const unsigned char*>(p.w_zeros);
     for (int part = 0; part < 2; ++part) {
@@ -375,16 +438,17 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
         ptx::cp_async_4(ptx::smem_u32(dst + (bt * 16 + 8 * h) * rb + off), src + (long long)row0 * rb + off);
       }
     }
-#endif
   }
+#endif
+  KT_GEMV_TRACE(5);
 
   // ---- register rings: for stages 0, Prefetch steps of weight (R tiles x rows (g, g + 8)); kXSlots steps of X (token
   //      m0 + 8 t + g, the lane's kUnitElems elements of the step; zero past M or K). X is read by every block (L2 /
   //      L1 hits), so its ring is shallower than the weight's, which comes from HBM. ----
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
   constexpr int kXSlots = Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
-  uint4 wreg[kBulk ? 1 : Prefetch][R][2];
-  UnitScales sreg[kBulk ? 1 : Prefetch][R][2];
+  uint4 wreg[kSmem ? 1 : Prefetch][R][2];
+  UnitScales sreg[kSmem ? 1 : Prefetch][R][2];
   uint4 xreg[kXSlots][NT][kWords / 4];
   auto load_x = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
@@ -399,19 +463,19 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
   };
   auto load_w = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
-    if (!kBulk) {
+    if (!kSmem) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row_of(r, h);
           if (k0 < p.k_dim && tile_in[r]) {
-            wreg[kBulk ? 0 : slot][r][h] =
+            wreg[kSmem ? 0 : slot][r][h] =
                 __ldg(reinterpret_cast<const uint4*>(wdata + row * w_row_bytes + (long long)k0 * kBits / 8));
-            if (kScale != kScaleRow) sreg[kBulk ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
+            if (kScale != kScaleRow) sreg[kSmem ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
           } else {
-            wreg[kBulk ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
-            sreg[kBulk ? 0 : slot][r][h] = UnitScales{0.f, 0.f, 0.f};
+            wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
+            sreg[kSmem ? 0 : slot][r][h] = UnitScales{0.f, 0.f, 0.f};
           }
         }
     }
@@ -423,10 +487,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
   for (int pp = 0; pp < kXSlots; ++pp)
     if (pp < nsteps) load_x(pp, s_begin + pp);
 
+  KT_GEMV_TRACE(6);
   // ---- decode tables (after the loads are in flight) ----
   build_decode_tables<DT, F>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
   // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
-  float bias_v[R][2] = {};
+  unsigned short bias_v[R][2] = {};  // the dtype's bits, converted in the epilogue (no wait on the load before the mainloop)
   float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums
   double inv_freq[R] = {};
   int pos[NT][2] = {};
@@ -435,8 +500,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (HasBias && tile_in[r]) {
-        bias_v[r][0] = ptx::to_float<DT>(bias[row_of(r, 0)]);
-        bias_v[r][1] = ptx::to_float<DT>(bias[row_of(r, 1)]);
+        bias_v[r][0] = bias[row_of(r, 0)];
+        bias_v[r][1] = bias[row_of(r, 1)];
       }
       if (kScale == kScaleRow && tile_in[r]) {
         row_scale[r][0] = __ldg(static_cast<const float*>(p.w_scales) + row_of(r, 0));
@@ -461,7 +526,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
     __sincosf(float(ang), &sn, &cs);  // |error| < 2^-21 on [-pi, pi]
   };
   // Small tiles compute the rotations here, while the weight is in flight, rather than after the mainloop.
-  constexpr bool kRopeEarly = Rope && R * NT <= 4;
+  constexpr bool kRopeEarly = Rope && R * NT <= 4 && !kStream;  // stages 2 starts decoding before positions land
   float rope_c[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2], rope_s[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2];
   if (kRopeEarly && wk == 0 && rank == 0) {
 #pragma unroll
@@ -471,6 +536,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) rope_cs(r, t, i, rope_c[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i], rope_s[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i]);
   }
+  KT_GEMV_TRACE(7);
 
   // Two accumulator sets, by chunk parity, halve the dependent mma chain; summed after the mainloop.
   float acc2[2][R][NT][4];
@@ -486,7 +552,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
     __syncthreads();  // s_lut, s_tab
   }
 
-  KT_GEMV_TRACE(1);
+  if (!kStream) KT_GEMV_TRACE(1);  // stages 2: when the first step has landed
   // The loop is unrolled by Prefetch so that every register-ring slot index is a compile-time constant.
   for (int j0 = 0; j0 < nsteps; j0 += Prefetch) {
 #pragma unroll
@@ -494,7 +560,20 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
       const int j = j0 + pp;
       if (j < nsteps) {
         const int step = s_begin + j;
-        if (kBulk) {  // this step's units and scales from the shared-memory copy of rows (g, h) of tiles wn * R + r
+        if (kStream) {  // this step's TMA boxes have landed (first step: and this warp's scales)
+#if __CUDA_ARCH__ >= 800
+          if (j == 0) {
+            ptx::cp_async_wait_all();
+            __syncwarp();
+          }
+#endif
+#if __CUDA_ARCH__ >= 900
+          ptx::mbarrier_wait(s_bars + 8 * ((step - r_begin) * WarpsN + wn), 0);
+#endif
+          if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
+          if (j == 0) KT_GEMV_TRACE(1);
+        }
+        if (kSmem) {  // this step's units and scales from the shared-memory copy of rows (g, h) of tiles wn * R + r
           const int k0 = step * kStepK + q * kUnitElems;
 #pragma unroll
           for (int r = 0; r < R; ++r)
@@ -502,7 +581,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
             for (int h = 0; h < 2; ++h) {
               const int lr = (wn * R + r) * 16 + 8 * h + g;
               const bool in = k0 < p.k_dim && tile_in[r];
-              wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(s_data + lr * row_bytes + (k0 * kBits / 8 - kb0)) : make_uint4(0, 0, 0, 0);
+              const unsigned char* unit =
+                  kStream ? s_data + (((step - r_begin) * kBlockTiles + wn * R + r) * 16 + 8 * h + g) * 64 + q * 16
+                          : s_data + lr * row_bytes + (k0 * kBits / 8 - kb0);
+              wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(unit) : make_uint4(0, 0, 0, 0);
               if (kScale != kScaleRow)
                 sreg[0][r][h] = in ? smem_scales<F>(s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0, p.tensor_scale)
                                    : UnitScales{0.f, 0.f, 0.f};
@@ -516,7 +598,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            s2[r][h] = unit_scales2<DT, F>(sreg[kBulk ? 0 : pp][r][h]);
+            s2[r][h] = unit_scales2<DT, F>(sreg[kSmem ? 0 : pp][r][h]);
             all_ok = all_ok && s2[r][h].ok;
           }
         const bool fast = kScale != kScaleOperand || __all_sync(0xffffffffu, all_ok);
@@ -533,9 +615,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               if (fast)
-                decode_chunk2<DT, F>(wreg[kBulk ? 0 : pp][r][h], s2[r][h], tab, c, wa[r][h]);
+                decode_chunk2<DT, F>(wreg[kSmem ? 0 : pp][r][h], s2[r][h], tab, c, wa[r][h]);
               else
-                decode_chunk<DT, F>(wreg[kBulk ? 0 : pp][r][h], sreg[kBulk ? 0 : pp][r][h], s_lut, c, wa[r][h]);
+                decode_chunk<DT, F>(wreg[kSmem ? 0 : pp][r][h], sreg[kSmem ? 0 : pp][r][h], s_lut, c, wa[r][h]);
             }
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
@@ -565,9 +647,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
 #pragma unroll
               for (int e = 0; e < 4; ++e)
                 acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e],
-                                        sreg[kBulk ? 0 : pp][r][e / 2].s0, acc2[0][r][t][e]);
+                                        sreg[kSmem ? 0 : pp][r][e / 2].s0, acc2[0][r][t][e]);
         }
-        if (!kBulk && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
+        if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
       }
     }
@@ -666,8 +748,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
           y1 *= row_scale[r][0];
           y2 *= row_scale[r][1];
         }
-        y1 += bias_v[r][0];
-        y2 += bias_v[r][1];
+        y1 += ptx::to_float<DT>(bias_v[r][0]);  // 0 bits: +0
+        y2 += ptx::to_float<DT>(bias_v[r][1]);
         if (rotate) {
           float sn, cs;
           if (kRopeEarly) {
@@ -692,7 +774,17 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p) {
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages>
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32)) qkv_gemv(const QkvParams p) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1>(p);
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1>(p, nullptr);
+}
+
+/// gemv stages 2 (sm_90): each warp requests its K steps in order by TMA, one mbarrier per step. w.w_map is the packed
+/// weight data as a 5-D byte tensor {K bytes, 8 rows g, 2 halves h, D / 16 tiles, heads} with strides {row, D / 2 rows,
+/// 8 rows, D rows} bytes, box {64, 8, 2, 1, 1}: one box is the 16 RoPE-paired rows of an m16 tile for one warp step
+/// (runtime/qkv.cpp encodes it); w.x_map is unused.
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch>
+__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
+    qkv_gemv_tma(const __grid_constant__ WsParams w) {
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1>(w.p, &w.w_map);
 }
 
 /// gemv with K split over the Cluster blocks of a thread-block cluster (stages 1, sm_90): grid.x = row blocks x
@@ -701,7 +793,7 @@ template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN
           int Cluster>
 __global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
     qkv_gemv_cluster(const QkvParams p) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p);
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p, nullptr);
 }
 
 }  // namespace qkv

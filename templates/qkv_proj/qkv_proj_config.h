@@ -27,11 +27,16 @@
 //                  1 (sm_90): the block's whole weight slice (its rows x K, with scales) is requested at once
 //                  into shared memory with bulk copies (cp.async.bulk + mbarrier) -- nothing in flight costs
 //                  registers, so the entire matrix can be in flight GPU-wide; shared memory grows with K,
+//                  2 (sm_90): as 1, but each warp requests its own K steps in K order, one mbarrier and one TMA box
+//                  (cp.async.bulk.tensor.5d: the 16 rows of an m16 tile x 64 bytes) per step and tile, and decodes step
+//                  j as soon as its mbarrier completes, so the decode overlaps the rest of the weight stream; layout
+//                  [step][tile][16 rows][64 bytes] (a quad column's 8 rows are 512 contiguous bytes: no bank
+//                  conflicts); kernel qkv_gemv_tma, parameters WsParams (runtime/qkv.cpp encodes the weight's map),
 //          split_k 1, or (stages 1, sm_90) 2, 4 or 8: blocks of one thread-block cluster that split K between them,
 //                  each bulk-copying only its K range of the rows and reducing into block rank 0 through distributed
 //                  shared memory (no workspace): split_k x warps_m warps per m16 tile, each block's data landing on
 //                  its own, so the decode of early blocks overlaps the rest of the weight stream,
-//          prefetch K steps in flight per warp in the register ring (weight and X for stages 0, X for stages 1).
+//          prefetch K steps in flight per warp in the register ring (weight and X for stages 0, X for stages 1, 2).
 //   wgmma (qkv_wgmma.cuh, sm_90a): tiled GEMM on wgmma.mma_async m64nNk16, both operands in 128-byte-swizzled shared
 //        memory: X through a cp.async ring, the weight dequantized by every thread into one of 3 shared buffers
 //        while the asynchronous wgmma of the previous step runs (16-bit weights: cp.async, stages + 1 buffers).
@@ -117,23 +122,28 @@ KT_HD constexpr int table_bytes(quant::Format f, int copies) { return format_use
 /// gemv stages 1: dynamic shared memory cap per block: the per-block opt-in limit less the kernel's static shared
 /// memory (the decode table and 1 KB for the rest), which counts against the same limit.
 KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024 - 256 * kGemvTableCopies * 4; }
-/// gemv: bytes of one row's packed data a block holds in shared memory (stages 1) for K = k split over `cluster`
-/// blocks: the whole row, or ceil(K steps / cluster) warp steps (block rank r copies steps [steps r / cluster,
-/// steps (r + 1) / cluster) of every row, at most this many).
-KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster) {
-  return cluster <= 1 ? row_data_bytes(f, k)
-                      : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
+/// gemv: bytes of one row's packed data a block holds in shared memory (stages 1 and 2) for K = k split over `cluster`
+/// blocks: the whole row (stages 1), or ceil(K steps / cluster) warp steps (block rank r copies steps [steps r /
+/// cluster, steps (r + 1) / cluster) of every row, at most this many; stages 2 always counts whole warp steps).
+KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster, int stages = 1) {
+  return cluster <= 1 && stages != 2
+             ? row_data_bytes(f, k)
+             : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
 }
 /// gemv: the K-independent shared memory: partial sums of the block's K slices 1.. (a float4 per lane per m16 tile
 /// per n8 tile), then for a cluster (split_k > 1) the partial sums of cluster ranks 1.. (read by rank 0).
 KT_HD constexpr int gemv_partial_bytes(const Config& c) {
   return (c.warps_m - 1 + (c.split_k > 1 ? c.split_k - 1 : 0)) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16;
 }
-/// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1 the block's rows (data [tiles][16 rows][seg
-/// bytes], then the rows' whole scales and zero points, each [tiles][16 rows][row bytes]).
+/// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1 and 2 the block's rows (data: stages 1
+/// [tiles][16 rows][seg bytes], stages 2 [K steps][tiles][16 rows][64 bytes]; then the rows' whole scales and zero
+/// points, each [tiles][16 rows][row bytes]).
 KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
   return gemv_partial_bytes(c) +
-         (c.stages == 1 ? c.tile_n * (gemv_seg_bytes(f, k, c.split_k) + row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0);
+         (c.stages >= 1
+              ? c.tile_n * (gemv_seg_bytes(f, k, c.split_k, c.stages) + row_scale_bytes(f, k) + row_zero_bytes(f, k))
+              : 0) +
+         (c.stages == 2 ? 128 + 8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f)) : 0);
 }
 
 /// Kernel arguments. Strides in elements.
@@ -160,8 +170,8 @@ struct QkvParams {
 struct alignas(128) TmaDescriptor {
   unsigned long long opaque[16];
 };
-/// Kernel arguments of wgmma_ws (passed __grid_constant__): the QkvParams plus two tensor maps, written by
-/// qkv::launch (runtime/qkv.cpp):
+/// Kernel arguments of wgmma_ws and of gemv stages 2 (passed __grid_constant__): the QkvParams plus two tensor maps,
+/// written by qkv::launch (runtime/qkv.cpp); gemv stages 2 uses only w_map, described at qkv_gemv_tma (qkv_gemv.cuh).
 ///   x_map  X as a 2-D tensor of 16-bit elements {K, M} (row stride x_row_stride), box {64, tile_m}, 128-byte swizzle;
 ///          rows past M read as zeros.
 ///   w_map  the packed weight data: 16-bit formats as {K, N} elements, box {64, tile_n}, 128-byte swizzle; the others
@@ -273,8 +283,9 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (c.warps_n != 1 && c.warps_n != 2 && c.warps_n != 4) return "gemv: warps_n must be 1, 2 or 4";
     if (c.warps_m * c.warps_n > 16) return "gemv: at most 16 warps per block";
     if (c.tile_n != c.warps_n * 16 && c.tile_n != c.warps_n * 32) return "gemv: tile_n must be warps_n x 16 or warps_n x 32";
-    if (c.stages != 0 && c.stages != 1) return "gemv: stages must be 0 (register ring) or 1 (bulk copy to shared memory)";
-    if (c.stages == 1 && arch.sm < 90) return "gemv: stages 1 (cp.async.bulk) needs sm_90";
+    if (c.stages < 0 || c.stages > 2)
+      return "gemv: stages must be 0 (register ring), 1 (bulk copy to shared memory) or 2 (per-step cp.async to shared memory)";
+    if (c.stages >= 1 && arch.sm < 90) return "gemv: stages 1 and 2 (cp.async.bulk) need sm_90";
     if (c.split_k != 1 && c.split_k != 2 && c.split_k != 4 && c.split_k != 8)
       return "gemv: split_k (blocks of a cluster splitting K) must be 1, 2, 4 or 8";
     if (c.split_k > 1 && (c.stages != 1 || arch.sm < 90))

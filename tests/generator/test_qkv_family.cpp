@@ -250,11 +250,42 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(kernel_source(p, gv1, arch).dynamic_smem_bytes == 227u * 1024u - 1024u - 256u * kGemvTableCopies * 4u);
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, parse_arch("sm_80"))).find("sm_90") !=
         std::string::npos);
+  {  // stages 2 (per-step TMA): its own template (WsParams with the weight's 5-D map), whole warp steps per row (K = 1088
+     // is 8.5 steps of 128: 9 x 64 bytes, the last box half out of bounds), 128 bytes of TMA alignment slack and one
+     // mbarrier per (step, warp column); sm_90 only; no cluster; never prefetch 4 in the space.
+    auto gv2 = gv;
+    gv2.stages = 2;
+    CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, arch) == nullptr);
+    CHECK(variant_name(p, gv2, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w4x1_s2_p1__sm_90a");
+    CHECK(name_expression(p, gv2) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1>");
+    CHECK(launch_dims(p, gv2, 132).smem_bytes == 3 * 2 * 32 * 16 + 32 * (1792 + 224) + 128 + 8 * 28);
+    CHECK(gemv_seg_bytes(p.format, 1088, 1, 2) == 9 * 64);
+    CHECK(gemv_seg_bytes(p.format, 1088, 1, 1) == 544);
+    CHECK(kernel_source(p, gv2, arch).dynamic_smem_bytes == kernel_source(p, gv1, arch).dynamic_smem_bytes);
+    CHECK(!uses_workspace(gv2));
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, parse_arch("sm_80"))).find("sm_90") !=
+          std::string::npos);
+    auto cl2 = gv2;
+    cl2.split_k = 2;
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl2, arch)).find("stages 1") != std::string::npos);
+    auto s3 = gv2;
+    s3.stages = 3;
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch)).find("stages must be") != std::string::npos);
+    CHECK(same_config(config_from_json(config_to_json(gv2)), gv2));
+    int n2 = 0;
+    for (const auto& c : gemv_config_space(p.format))
+      if (c.stages == 2) {
+        ++n2;
+        CHECK(c.prefetch != 4);
+        CHECK(c.split_k == 1);
+      }
+    CHECK(n2 == 4 * 2 * 11 * 2);
+  }
   {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so stages 1 is not offered.
     Problem big = qwen(quant::Format::fp16, DType::f16, 1);
     big.k = 16384;
     for (const auto& c : valid_configs(big, arch))
-      if (c.mainloop == kMainloopGemv && c.stages == 1) CHECK(gemv_smem_bytes(c, big.format, big.k) <= 226 * 1024);
+      if (c.mainloop == kMainloopGemv && c.stages >= 1) CHECK(gemv_smem_bytes(c, big.format, big.k) <= 226 * 1024);
   }
   auto bad_json = config_to_json(gv);
   bad_json["mainloop"] = "tma";
