@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the gemv timeline driver (trace.cu) for one variant with nvcc, into build-gpu/trace/ (carried to the GPU):
 #   bench/gemv_trace/build.sh f16 3 8 16 4 1 1 1 [2]  # fp16 activations, int4, tile_m 8, tile_n 16, 4x1 warps, p1, stages 1[, cluster 2]
-# then on the GPU: build-gpu/trace/tr_f16_3_8_16_4_1_1_1_cl1 [M]
+# then on the GPU: build-gpu/trace/tr_f16_3_8_16_4_1_1_1_cl1 [M]. STAGES 2 encodes the weight's TMA map as runtime/qkv.cpp does
+# (links -lcuda). KT_TRACE_FLAGS adds compiler flags.
 set -euo pipefail
 [ $# -eq 8 ] || [ $# -eq 9 ] || { echo "usage: $0 DT(f16|bf16) FORMAT TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES [CLUSTER]" >&2; exit 2; }
 cs=${9:-1}

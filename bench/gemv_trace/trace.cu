@@ -30,8 +30,8 @@ using namespace kt::qkv;
 #endif
 // Kernel argument for the current weight copy: stages 2 adds that copy's tensor map (maps[copy], encoded in main).
 static std::vector<kt::qkv::WsParams> maps;
-static const unsigned char* w0 = nullptr;
-static size_t wcopy_bytes = 1;
+[[maybe_unused]] static const unsigned char* w0 = nullptr;
+[[maybe_unused]] static size_t wcopy_bytes = 1;
 #if KS == 2 && KCS == 1
 static kt::qkv::WsParams arg_of(const kt::qkv::QkvParams& p) {
   kt::qkv::WsParams w = maps[(static_cast<const unsigned char*>(p.w_data) - w0) / wcopy_bytes];
