@@ -51,9 +51,10 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
   return d;
 }
 
-/// The tensor maps of a wgmma_ws or gemv stages 2 launch depend on the pointers, M, K, N, the X row stride, the tile
-/// shape and the mainloop; the last few encodings are kept (the tuner rotates over a handful of input copies), so
-/// repeated launches encode nothing.
+/// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; gemv
+/// stages 2 has only the weight's map (the weight pointer, K, N, head_dim), so new activation buffers or token counts
+/// reuse it. The last few encodings are kept (the tuner rotates over a handful of input copies), so repeated launches
+/// encode nothing.
 struct MapKey {
   const void* x;
   const void* w;
@@ -65,15 +66,16 @@ struct MapKey {
 WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) {
   MapKey key;
   std::memset(&key, 0, sizeof key);  // padding compares equal
-  key.x = a.x;
+  const bool x_map = c.mainloop != kMainloopGemv;  // gemv stages 2: the weight's map only
+  key.x = x_map ? a.x : nullptr;
   key.w = a.w_data;
-  key.x_row_stride = a.x_row_stride;
-  key.m = a.m;
+  key.x_row_stride = x_map ? a.x_row_stride : 0;
+  key.m = x_map ? a.m : 0;
   key.k = a.k_dim;
   key.n = problem.n();
   key.format = int(problem.format);
-  key.tile_m = c.tile_m;
-  key.tile_n = c.tile_n;
+  key.tile_m = x_map ? c.tile_m : 0;
+  key.tile_n = x_map ? c.tile_n : 0;
   key.mainloop = c.mainloop;
   key.head_dim = problem.head_dim;
   struct Entry {
@@ -95,7 +97,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
       }
   }
   const int bits = quant::format_bits(problem.format);
-  if (c.mainloop == kMainloopGemv) {
+  if (!x_map) {
     std::memset(&w.x_map, 0, sizeof w.x_map);
     w.w_map = encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
   } else {

@@ -32,22 +32,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/// Wait until at most n (a run-time count; above 7 treated as 7, which waits longer, never shorter) of this thread's
-/// most recent cp.async groups are pending (PTX ISA cp.async.wait_group takes an immediate). The "memory" clobber keeps
-/// shared-memory reads after it.
-__device__ __forceinline__ void cp_async_wait_at_most(int n) {
-  switch (n <= 0 ? 0 : n >= 7 ? 7 : n) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
-  }
-}
-
 /// 4-byte asynchronous global->shared copy (cp.async.ca; PTX ISA 9.7.9.25).
 __device__ __forceinline__ void cp_async_4(unsigned dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));

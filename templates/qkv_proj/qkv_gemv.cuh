@@ -231,8 +231,8 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 }
 
 // Timeline experiments only (never defined by the generator): KT_GEMV_TRACE(i) records %globaltimer at point i of
-// each warp into kt_gemv_trace[(block * warps + warp) * 8 + i] (i < 4: entry, data ready, loop end, end; 4..7: probes) (a global __device__ array the experiment defines before
-// including this header).
+// each warp into kt_gemv_trace[(block * warps + warp) * 8 + i] (a global __device__ array the experiment defines before
+// including this header); i < 4: entry, data ready, loop end, end; 4..7: probes inside the prologue.
 #ifdef KT_GEMV_TRACE_ON
 #define KT_GEMV_TRACE(i)                                                                                             \
   do {                                                                                                               \
@@ -253,7 +253,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Cluster, Prefetch, kMainloopGemv};
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
-  constexpr bool kStream = Stages == 2;  // each warp's own steps by bulk copies, one mbarrier per step
+  constexpr bool kStream = Stages == 2;  // each warp's own steps by TMA boxes, one mbarrier per step
   constexpr bool kSmem = Stages >= 1;    // units and scales read from shared memory
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
@@ -323,8 +323,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   }
   auto row_of = [&](int r, int h) { return head[r] * D + pair[r] + h * (D / 2); };
 
-  // ---- stages 1 / 2: request the block's rows (data by bulk copy / per-step cp.async, scales / zero points by 4-byte
-  //      cp.async) ----
+  // ---- stages 1 / 2: request the block's rows (data by bulk copies / per-warp TMA boxes, scales / zero points by
+  //      4-byte cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
   const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster, Stages), srow_bytes = row_scale_bytes(F, p.k_dim),

@@ -284,8 +284,8 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (c.warps_m * c.warps_n > 16) return "gemv: at most 16 warps per block";
     if (c.tile_n != c.warps_n * 16 && c.tile_n != c.warps_n * 32) return "gemv: tile_n must be warps_n x 16 or warps_n x 32";
     if (c.stages < 0 || c.stages > 2)
-      return "gemv: stages must be 0 (register ring), 1 (bulk copy to shared memory) or 2 (per-step cp.async to shared memory)";
-    if (c.stages >= 1 && arch.sm < 90) return "gemv: stages 1 and 2 (cp.async.bulk) need sm_90";
+      return "gemv: stages must be 0 (register ring), 1 (bulk copy to shared memory) or 2 (per-warp TMA steps to shared memory)";
+    if (c.stages >= 1 && arch.sm < 90) return "gemv: stages 1 and 2 (cp.async.bulk / TMA) need sm_90";
     if (c.split_k != 1 && c.split_k != 2 && c.split_k != 4 && c.split_k != 8)
       return "gemv: split_k (blocks of a cluster splitting K) must be 1, 2, 4 or 8";
     if (c.split_k > 1 && (c.stages != 1 || arch.sm < 90))
