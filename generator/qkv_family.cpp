@@ -95,7 +95,9 @@ std::vector<Config> gemv_config_space(quant::Format f) {
       for (const auto& w : warps)
         for (int st : {0, 1, 2})
           for (int pf : {1, 2, 4}) {
-            if (st == 2 && pf == 4) continue;  // stages 2: TMA window prefetch + 1 = 2 or 3 steps (5 never won a probe)
+            // stages 2: TMA window prefetch + 1 = 2 or 3 steps; 5 only for 16-bit weights, whose 64-byte steps are a
+            // quarter of a 4-bit step's K (for the packed formats it never won a probe)
+            if (st == 2 && pf == 4 && quant::format_bits(f) != 16) continue;
             out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 1, pf, kMainloopGemv});
           }
   // K split over a thread-block cluster (stages 1): cluster size x warps along K (warps_n 1).

@@ -53,7 +53,7 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
 
 /// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; gemv
 /// stages 2 has only the weight's map (the weight pointer, K, N, head_dim), so new activation buffers or token counts
-/// reuse it. The last few encodings are kept (the tuner rotates over a handful of input copies), so repeated launches
+/// reuse it. The last 64 encodings are kept (the tuner rotates over up to about 20 weight copies), so repeated launches
 /// encode nothing.
 struct MapKey {
   const void* x;
@@ -83,7 +83,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
     TmaDescriptor x_map, w_map;
   };
   static std::mutex mu;
-  static std::array<Entry, 16> cache;
+  static std::array<Entry, 64> cache;
   static size_t next = 0, used = 0;
   WsParams w;
   w.p = a;

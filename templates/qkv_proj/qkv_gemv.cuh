@@ -327,14 +327,17 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   //      4-byte cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
-  const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster, Stages), srow_bytes = row_scale_bytes(F, p.k_dim),
+  const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster), srow_bytes = row_scale_bytes(F, p.k_dim),
             zrow_bytes = row_zero_bytes(F, p.k_dim);  // row_bytes: the shared-memory row stride
   const int seg_bytes = (r_end * kStepK < p.k_dim ? r_end * kStepK : p.k_dim) * kBits / 8 - kb0;  // this block's
   constexpr int kBlockTiles = WarpsN * R;
   constexpr int kPartialBytes = gemv_partial_bytes(C);
-  // stages 2: the TMA destination must be 128-byte aligned (gemv_smem_bytes has 128 bytes of slack for it)
+  // stages 2: the TMA destination must be 128-byte aligned (gemv_smem_bytes has 128 bytes of slack for it). Each warp
+  // has a ring of kRing slots (the window, prefetch + 1 steps, plus the step being decoded) of R boxes: step j of the
+  // warp's slice goes to slot j % kRing, layout [warp][slot][R tiles][16 rows][64 bytes].
+  constexpr int kRing = gemv_ring_slots(C);
   unsigned char* s_data = smem + (kStream ? kPartialBytes + ((128 - (ptx::smem_u32(smem) + kPartialBytes) % 128) % 128) : kPartialBytes);
-  unsigned char* s_scale = s_data + kBlockTiles * 16 * row_bytes;
+  unsigned char* s_scale = s_data + (kStream ? gemv_ring_bytes(C) : kBlockTiles * 16 * row_bytes);
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
   const unsigned bar = ptx::smem_u32(&s_bar);
   // stages 2: one mbarrier per (K step, warp column) of the block, after the zero points (8-byte aligned)
@@ -344,7 +347,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // stages 2: lane 0 of each warp requests its steps in K order, at most kWindow ahead of the step the warp decodes: one
   // mbarrier and one TMA box (16 rows x 64 bytes) per step and m16 tile. Requesting every step at once makes them
   // land in any order, all near the end of the weight stream (NOTES.md, qkv_proj 15); a short window lands them in
-  // order, so the decode of step j overlaps the stream of the steps after it.
+  // order, so the decode of step j overlaps the stream of the steps after it. The ring keeps shared memory independent
+  // of K (16-bit weights: a whole slice, 16 rows x 7 KB per tile, allowed only one block per SM).
   constexpr int kWindow = Prefetch + 1;
   int tiles_w = 0;  // this warp's m16 tiles inside the matrix
 #pragma unroll
@@ -357,7 +361,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     for (int r = 0; r < R; ++r) {
       const int T = (bx * WarpsN + wn) * R + r;
       if (tile_in[r])  // box {64 bytes of K, rows g 0..7, half h 0..1} of tile T % (D / 16) of head T / (D / 16)
-        ptx::tma_load_5d(ptx::smem_u32(s_data + ((st - r_begin) * kBlockTiles + wn * R + r) * 1024), wmap, st * 64, 0, 0,
+        ptx::tma_load_5d(ptx::smem_u32(s_data + ((warp * kRing + (st - s_begin) % kRing) * R + r) * 1024), wmap, st * 64, 0, 0,
                          T % kTilesPerHead, T / kTilesPerHead, b);
     }
 #endif
@@ -570,6 +574,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #if __CUDA_ARCH__ >= 900
           ptx::mbarrier_wait(s_bars + 8 * ((step - r_begin) * WarpsN + wn), 0);
 #endif
+          // Step j + kWindow goes into the ring slot of step j - 1, which every lane has finished reading.
+          __syncwarp();
           if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
           if (j == 0) KT_GEMV_TRACE(1);
         }
@@ -582,7 +588,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
               const int lr = (wn * R + r) * 16 + 8 * h + g;
               const bool in = k0 < p.k_dim && tile_in[r];
               const unsigned char* unit =
-                  kStream ? s_data + (((step - r_begin) * kBlockTiles + wn * R + r) * 16 + 8 * h + g) * 64 + q * 16
+                  kStream ? s_data + (((warp * kRing + j % kRing) * R + r) * 16 + 8 * h + g) * 64 + q * 16
                           : s_data + lr * row_bytes + (k0 * kBits / 8 - kb0);
               wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(unit) : make_uint4(0, 0, 0, 0);
               if (kScale != kScaleRow)

@@ -29,9 +29,10 @@
 //                  registers, so the entire matrix can be in flight GPU-wide; shared memory grows with K,
 //                  2 (sm_90): as 1, but each warp requests its own K steps in K order, one mbarrier and one TMA box
 //                  (cp.async.bulk.tensor.5d: the 16 rows of an m16 tile x 64 bytes) per step and tile, and decodes step
-//                  j as soon as its mbarrier completes, so the decode overlaps the rest of the weight stream; layout
-//                  [step][tile][16 rows][64 bytes] (a quad column's 8 rows are 512 contiguous bytes: no bank
-//                  conflicts); kernel qkv_gemv_tma, parameters WsParams (runtime/qkv.cpp encodes the weight's map),
+//                  j as soon as its mbarrier completes, so the decode overlaps the rest of the weight stream; a
+//                  per-warp ring of prefetch + 2 slots, [warp][slot][tile][16 rows][64 bytes] (a quad column's 8 rows
+//                  are 512 contiguous bytes: no bank conflicts; shared memory independent of K); kernel qkv_gemv_tma,
+//                  parameters WsParams (runtime/qkv.cpp encodes the weight's map),
 //          split_k 1, or (stages 1, sm_90) 2, 4 or 8: blocks of one thread-block cluster that split K between them,
 //                  each bulk-copying only its K range of the rows and reducing into block rank 0 through distributed
 //                  shared memory (no workspace): split_k x warps_m warps per m16 tile, each block's data landing on
@@ -122,28 +123,33 @@ KT_HD constexpr int table_bytes(quant::Format f, int copies) { return format_use
 /// gemv stages 1: dynamic shared memory cap per block: the per-block opt-in limit less the kernel's static shared
 /// memory (the decode table and 1 KB for the rest), which counts against the same limit.
 KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024 - 256 * kGemvTableCopies * 4; }
-/// gemv: bytes of one row's packed data a block holds in shared memory (stages 1 and 2) for K = k split over `cluster`
-/// blocks: the whole row (stages 1), or ceil(K steps / cluster) warp steps (block rank r copies steps [steps r /
-/// cluster, steps (r + 1) / cluster) of every row, at most this many; stages 2 always counts whole warp steps).
-KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster, int stages = 1) {
-  return cluster <= 1 && stages != 2
-             ? row_data_bytes(f, k)
-             : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
+/// gemv stages 1: bytes of one row's packed data a block holds in shared memory for K = k split over `cluster`
+/// blocks: the whole row, or ceil(K steps / cluster) warp steps (block rank r copies steps [steps r / cluster, steps
+/// (r + 1) / cluster) of every row, at most this many).
+KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster) {
+  return cluster <= 1 ? row_data_bytes(f, k)
+                      : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
+}
+/// gemv stages 2: ring slots per warp (the TMA window, prefetch + 1 steps, plus the step being decoded) and the ring's
+/// bytes per block: every warp x slots x its m16 tiles x one 1 KB box (16 rows x 64 bytes).
+KT_HD constexpr int gemv_ring_slots(const Config& c) { return c.prefetch + 2; }
+KT_HD constexpr int gemv_ring_bytes(const Config& c) {
+  return c.warps_m * c.warps_n * gemv_ring_slots(c) * gemv_row_tiles(c) * 1024;
 }
 /// gemv: the K-independent shared memory: partial sums of the block's K slices 1.. (a float4 per lane per m16 tile
 /// per n8 tile), then for a cluster (split_k > 1) the partial sums of cluster ranks 1.. (read by rank 0).
 KT_HD constexpr int gemv_partial_bytes(const Config& c) {
   return (c.warps_m - 1 + (c.split_k > 1 ? c.split_k - 1 : 0)) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16;
 }
-/// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1 and 2 the block's rows (data: stages 1
-/// [tiles][16 rows][seg bytes], stages 2 [K steps][tiles][16 rows][64 bytes]; then the rows' whole scales and zero
-/// points, each [tiles][16 rows][row bytes]).
+/// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1 and 2 the block's packed data (stages 1: its
+/// rows, [tiles][16 rows][seg bytes]; stages 2: the per-warp ring, gemv_ring_bytes, 128-byte aligned: 128 bytes of
+/// slack), the rows' whole scales and zero points, each [tiles][16 rows][row bytes], and for stages 2 one mbarrier per
+/// (K step, warp column).
 KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
   return gemv_partial_bytes(c) +
-         (c.stages >= 1
-              ? c.tile_n * (gemv_seg_bytes(f, k, c.split_k, c.stages) + row_scale_bytes(f, k) + row_zero_bytes(f, k))
-              : 0) +
-         (c.stages == 2 ? 128 + 8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f)) : 0);
+         (c.stages == 1 ? c.tile_n * gemv_seg_bytes(f, k, c.split_k) : 0) +
+         (c.stages >= 1 ? c.tile_n * (row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0) +
+         (c.stages == 2 ? 128 + gemv_ring_bytes(c) + 8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f)) : 0);
 }
 
 /// Kernel arguments. Strides in elements.

@@ -251,16 +251,27 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, parse_arch("sm_80"))).find("sm_90") !=
         std::string::npos);
   {  // stages 2 (per-step TMA): its own template (WsParams with the weight's 5-D map), whole warp steps per row (K = 1088
-     // is 8.5 steps of 128: 9 x 64 bytes, the last box half out of bounds), 128 bytes of TMA alignment slack and one
-     // mbarrier per (step, warp column); sm_90 only; no cluster; never prefetch 4 in the space.
+     // 128 bytes of TMA alignment slack, a per-warp ring and one mbarrier per (step, warp column); sm_90 only; no
+     // cluster; never prefetch 4 in the space.
     auto gv2 = gv;
     gv2.stages = 2;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, arch) == nullptr);
     CHECK(variant_name(p, gv2, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w4x1_s2_p1__sm_90a");
     CHECK(name_expression(p, gv2) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1>");
-    CHECK(launch_dims(p, gv2, 132).smem_bytes == 3 * 2 * 32 * 16 + 32 * (1792 + 224) + 128 + 8 * 28);
-    CHECK(gemv_seg_bytes(p.format, 1088, 1, 2) == 9 * 64);
-    CHECK(gemv_seg_bytes(p.format, 1088, 1, 1) == 544);
+    // Data: a ring per warp of prefetch + 2 slots x its 2 m16 tiles x 1 KB, not the rows' 1792 bytes; scales whole.
+    CHECK(gemv_ring_slots(gv2) == 3);
+    CHECK(gemv_ring_bytes(gv2) == 4 * 3 * 2 * 1024);
+    CHECK(launch_dims(p, gv2, 132).smem_bytes == 3 * 2 * 32 * 16 + 32 * 224 + 128 + 4 * 3 * 2 * 1024 + 8 * 28);
+    // K = 1088 (8.5 steps of 128: the last box half out of bounds) needs 9 mbarriers per warp column; the ring is the same.
+    CHECK(gemv_smem_bytes(gv2, p.format, 1088) == 3 * 2 * 32 * 16 + 32 * 68 + 128 + 4 * 3 * 2 * 1024 + 8 * 9);
+    CHECK(gemv_seg_bytes(p.format, 1088, 1) == 544);
+    {  // 16-bit weights: stages 1 holds 32 rows x 7 KB; the stages-2 ring does not grow with K.
+      const auto f16 = quant::Format::fp16;
+      auto h1 = gv1, h2 = gv2;
+      h1.tile_k = h2.tile_k = gemv_step_k(f16);
+      CHECK(gemv_smem_bytes(h1, f16, 3584) - gemv_smem_bytes(h1, f16, 1792) == 32 * 3584);
+      CHECK(gemv_smem_bytes(h2, f16, 3584) - gemv_smem_bytes(h2, f16, 1792) == 8 * (112 - 56));
+    }
     CHECK(kernel_source(p, gv2, arch).dynamic_smem_bytes == kernel_source(p, gv1, arch).dynamic_smem_bytes);
     CHECK(!uses_workspace(gv2));
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, parse_arch("sm_80"))).find("sm_90") !=
@@ -280,6 +291,14 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         CHECK(c.split_k == 1);
       }
     CHECK(n2 == 4 * 2 * 11 * 2);
+    int n2_16 = 0, p4_16 = 0;  // 16-bit weights also get window 5 (prefetch 4)
+    for (const auto& c : gemv_config_space(quant::Format::bf16))
+      if (c.stages == 2) {
+        ++n2_16;
+        p4_16 += c.prefetch == 4;
+      }
+    CHECK(n2_16 == 4 * 2 * 11 * 3);
+    CHECK(p4_16 == 4 * 2 * 11);
   }
   {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so stages 1 is not offered.
     Problem big = qwen(quant::Format::fp16, DType::f16, 1);
