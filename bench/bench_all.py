@@ -44,6 +44,11 @@ Timing (../shared/DESIGN.md "Measuring"): the same for kerntune and for every an
   - Replays are timed with torch.cuda.Event pairs; per-launch time = replay time / L; the row gives the median over
     the replays (p20/p80 too), after --warmup-replays untimed replays. Replays: --samples, fewer when a replay
     would overrun --budget-ms (never fewer than 5).
+  - Projection rows with M <= --flush-max-m (default 16: the decode sizes, whose targets in the issue were set with
+    ../shared/ANCHORS.md's numbers) are also timed the way ANCHORS.md measured: triton.testing.do_bench's method, a
+    256 MB buffer zeroed before each call (L2 flushed), one call between two CUDA events (eager: a lone launch, no
+    back-to-back overlap), the median over --flush-reps calls; "flush_us" (p20/p80 too). Same method for kerntune
+    and the anchors.
   - Before timing, every kerntune output is checked once against a float64 torch reference (attention: a sample
     of query rows incl. the first and last, all heads; projection: all rows, with the DEQUANTIZED weight
     pw.dequantize(), so the check measures the kernel, not the quantization). rel err = ||out - ref||_2 / ||ref||_2.
@@ -145,7 +150,9 @@ class Timer:
     docstring. measure() returns {"us", "p20_us", "p80_us", "replays", "launches_per_replay", "copies", "timing"}
     (+ "capture_error" when it had to fall back to eager timing)."""
 
-    def __init__(self, samples, budget_ms, replay_us, max_launches, warmup_replays, min_samples=5):
+    def __init__(self, samples, budget_ms, replay_us, max_launches, warmup_replays, min_samples=5, flush_reps=100):
+        self.flush_reps = flush_reps
+        self._flush_buf = None
         self.samples = samples
         self.budget_ms = budget_ms
         self.replay_us = replay_us
@@ -234,6 +241,29 @@ class Timer:
         graph = run = seq = None
         gc.collect()
         return res
+
+    def measure_flush(self, fn):
+        """do_bench-style time of one call (the method of ../shared/ANCHORS.md): per rep, zero a 256 MB buffer (L2
+        flush; the CPU enqueues the call while the GPU zeroes, so launch overhead on the host is hidden), record an
+        event, call fn once, record an event; median over self.flush_reps reps. Returns {"flush_us", "flush_p20_us",
+        "flush_p80_us", "flush_reps"}."""
+        if self._flush_buf is None:
+            self._flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        n = self.flush_reps
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            self._flush_buf.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        per = sorted(st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends))
+        return dict(flush_us=statistics.median(per), flush_p20_us=quantile(per, 0.2), flush_p80_us=quantile(per, 0.8),
+                    flush_reps=n)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -501,7 +531,7 @@ def run_decode(ctx, cfg, timer, l2, rows):
     print_decode_table(out_rows)
 
 
-def run_qkv(ctx, cfg, timer, l2, rows, quant_act):
+def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16):
     hidden, hq, hkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     has_bias = bool(cfg.get("qkv_bias", False))
     theta = cfg.get("rope_theta")
@@ -554,6 +584,8 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act):
                         r.update(timer.measure(fns))
                         r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
                         r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
+                        if m <= flush_max_m:
+                            r.update(timer.measure_flush(fns[0]))
                         x = fns = None
                     except Exception as e:
                         r["error"] = err_text(e)
@@ -588,6 +620,8 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act):
                 r.update(timer.measure(fns))
                 r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
                 r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
+                if m <= flush_max_m:
+                    r.update(timer.measure_flush(fns[0]))
                 x = fns = None
             except Exception as e:
                 r["error"] = err_text(e)
@@ -669,6 +703,8 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act):
                     r.update(timer.measure(fns))
                     r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
                     r["weight_gbps"] = wbytes / (r["us"] * 1e-6) / 1e9
+                    if m <= flush_max_m:
+                        r.update(timer.measure_flush(fns[0]))
                 x = pos = qo = ko = vo = None
             except Exception as e:
                 r["error"] = err_text(e)
@@ -780,6 +816,19 @@ def print_qkv_table(rows):
         log(f"{m:6} {_fmt(g('cublas_fused', 'fp16'), '.1f', 12)} {_fmt(g('cublas_fused', 'bf16'), '.1f', 12)}"
             f" {_fmt(g('linear_x3', 'fp16'), '.1f', 11)} {_fmt(g('linear_x3', 'bf16'), '.1f', 11)}"
             f" {_fmt(g('tinygemm_int4', 'bf16'), '.1f', 9)}")
+    flushed = [r for r in rows if r["impl"] == "kerntune" and r.get("flush_us")]
+    if flushed:
+        log("\ndo_bench-style (the method of ../shared/ANCHORS.md: L2 flushed, one call between events; us; ratio ="
+            " anchor / kerntune):")
+        log(f"{'format':6} {'act':4} {'M':>6} {'kerntune':>9} {'cuBLAS':>8} {'tinygemm':>9} {'vs_cuBLAS':>9} {'vs_tiny':>8}")
+        for r in flushed:
+            us = r["flush_us"]
+            cb = anc.get(("cublas_fused", r["dtype"], r["m"]), {}).get("flush_us")
+            tg = anc.get(("tinygemm_int4", "bf16", r["m"]), {}).get("flush_us")
+            log(f"{r['format']:6} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(cb, '.1f', 8)} {_fmt(tg, '.1f', 9)}"
+                f" {_rfmt(_ratio(cb, us), 9)} {_rfmt(_ratio(tg, us), 8)}")
+        cbf = {m: anc.get(("cublas_fused", "fp16", m), {}).get("flush_us") for m in sorted({r["m"] for r in flushed})}
+        log("cuBLAS fp16: " + ", ".join(f"M={m} {_fmt(v, '.1f', 0)}" for m, v in cbf.items()))
     print_errors(rows)
 
 
@@ -898,6 +947,9 @@ def main():
     ap.add_argument("--budget-ms", type=float, help="GPU time per row for the timed replays (default 1000, --quick 300)")
     ap.add_argument("--replay-us", type=float, default=2000.0, help="target duration of one graph replay (default 2000)")
     ap.add_argument("--max-launches", type=int, default=200, help="most launches per graph (default 200)")
+    ap.add_argument("--flush-max-m", type=int, default=16,
+                    help="also time projection rows with M <= this do_bench-style (L2 flush, one call; default 16)")
+    ap.add_argument("--flush-reps", type=int, help="calls per do_bench-style row (default 100, --quick 30)")
     ap.add_argument("--quant-act-dtype", choices=("bf16", "fp16"), default="bf16",
                     help="activation dtype of the quantized formats (default bf16; fp16/bf16 weights use their own)")
     args = ap.parse_args()
@@ -942,7 +994,7 @@ def main():
     samples = args.samples or (10 if args.quick else 40)
     budget = args.budget_ms or (300.0 if args.quick else 1000.0)
     timer = Timer(samples=samples, budget_ms=budget, replay_us=args.replay_us, max_launches=args.max_launches,
-                  warmup_replays=2 if args.quick else 5)
+                  warmup_replays=2 if args.quick else 5, flush_reps=args.flush_reps or (30 if args.quick else 100))
 
     def rel_to_repo(p):
         p = os.path.abspath(p)
@@ -973,7 +1025,8 @@ def main():
         timing=dict(method="CUDA graph of L launches over C rotated input copies (> 3x L2), replayed; "
                            "per-launch median over replays", samples=samples, budget_ms=budget,
                     replay_us=args.replay_us, max_launches=args.max_launches, warmup_replays=timer.warmup_replays,
-                    quick=args.quick),
+                    quick=args.quick, flush_method="do_bench-style: 256 MB zeroed, then one call between events; median",
+                    flush_max_m=args.flush_max_m, flush_reps=timer.flush_reps),
         tolerances=dict(attention=ATTN_TOL, qkv=QKV_TOL),
         qkv_quant_act_dtype=args.quant_act_dtype,
         sections=sections,
@@ -1015,7 +1068,7 @@ def main():
         fn = {"prefill": run_prefill, "decode": run_decode, "qkv": run_qkv}[sec]
         try:
             if sec == "qkv":
-                fn(ctx, cfg, timer, l2, results["rows"], args.quant_act_dtype)
+                fn(ctx, cfg, timer, l2, results["rows"], args.quant_act_dtype, args.flush_max_m)
             else:
                 fn(ctx, cfg, timer, l2, results["rows"])
         except Exception as e:  # a section that dies is recorded; the others still run
