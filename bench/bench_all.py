@@ -46,9 +46,11 @@ Timing (../shared/DESIGN.md "Measuring"): the same for kerntune and for every an
     would overrun --budget-ms (never fewer than 5).
   - Projection rows with M <= --flush-max-m (default 16: the decode sizes, whose targets in the issue were set with
     ../shared/ANCHORS.md's numbers) are also timed the way ANCHORS.md measured: triton.testing.do_bench's method, a
-    256 MB buffer zeroed before each call (L2 flushed), one call between two CUDA events (eager: a lone launch, no
-    back-to-back overlap), the median over --flush-reps calls; "flush_us" (p20/p80 too). Same method for kerntune
-    and the anchors.
+    256 MB buffer zeroed before each call (L2 flushed), then (--flush-sleep-us, default 300) a GPU spin so that a
+    call's host side cannot outlast the GPU's head start (kerntune's Python path takes ~100 us per call, longer than
+    the ~90 us zeroing: without the spin that host time lands in its number), one call between two CUDA events
+    (eager: a lone launch, no back-to-back overlap), the median over --flush-reps calls; "flush_us" (p20/p80 too)
+    and "flush_host_us" (median host time of the call). Same method for kerntune and the anchors.
   - Before timing, every kerntune output is checked once against a float64 torch reference (attention: a sample
     of query rows incl. the first and last, all heads; projection: all rows, with the DEQUANTIZED weight
     pw.dequantize(), so the check measures the kernel, not the quantization). rel err = ||out - ref||_2 / ||ref||_2.
@@ -75,6 +77,7 @@ import re
 import shlex
 import statistics
 import subprocess
+import time
 import sys
 import traceback
 
@@ -150,8 +153,10 @@ class Timer:
     docstring. measure() returns {"us", "p20_us", "p80_us", "replays", "launches_per_replay", "copies", "timing"}
     (+ "capture_error" when it had to fall back to eager timing)."""
 
-    def __init__(self, samples, budget_ms, replay_us, max_launches, warmup_replays, min_samples=5, flush_reps=100):
+    def __init__(self, samples, budget_ms, replay_us, max_launches, warmup_replays, min_samples=5, flush_reps=100,
+                 flush_sleep_cycles=0):
         self.flush_reps = flush_reps
+        self.flush_sleep_cycles = flush_sleep_cycles
         self._flush_buf = None
         self.samples = samples
         self.budget_ms = budget_ms
@@ -244,9 +249,11 @@ class Timer:
 
     def measure_flush(self, fn):
         """do_bench-style time of one call (the method of ../shared/ANCHORS.md): per rep, zero a 256 MB buffer (L2
-        flush; the CPU enqueues the call while the GPU zeroes, so launch overhead on the host is hidden), record an
-        event, call fn once, record an event; median over self.flush_reps reps. Returns {"flush_us", "flush_p20_us",
-        "flush_p80_us", "flush_reps"}."""
+        flush; the CPU enqueues the call while the GPU zeroes, so host overhead up to the zeroing's ~90 us is hidden;
+        with flush_sleep_cycles the GPU also spins that long after it, hiding more), record an event, call fn once,
+        record an event; median over self.flush_reps reps. A call whose host side outlasts the GPU's head start (or
+        synchronizes) is timed with its host overhead. Returns {"flush_us", "flush_p20_us", "flush_p80_us",
+        "flush_reps", "flush_host_us" (median host time of one fn call, us)}."""
         if self._flush_buf is None:
             self._flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
         for _ in range(3):
@@ -255,15 +262,21 @@ class Timer:
         n = self.flush_reps
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        host = []
         for i in range(n):
             self._flush_buf.zero_()
+            if self.flush_sleep_cycles:
+                torch.cuda._sleep(self.flush_sleep_cycles)
             starts[i].record()
+            t0 = time.perf_counter()
             fn()
+            host.append((time.perf_counter() - t0) * 1e6)
             ends[i].record()
         torch.cuda.synchronize()
         per = sorted(st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends))
+        host.sort()
         return dict(flush_us=statistics.median(per), flush_p20_us=quantile(per, 0.2), flush_p80_us=quantile(per, 0.8),
-                    flush_reps=n)
+                    flush_reps=n, flush_host_us=statistics.median(host))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -820,12 +833,14 @@ def print_qkv_table(rows):
     if flushed:
         log("\ndo_bench-style (the method of ../shared/ANCHORS.md: L2 flushed, one call between events; us; ratio ="
             " anchor / kerntune):")
-        log(f"{'format':6} {'act':4} {'M':>6} {'kerntune':>9} {'cuBLAS':>8} {'tinygemm':>9} {'vs_cuBLAS':>9} {'vs_tiny':>8}")
+        log(f"{'format':6} {'act':4} {'M':>6} {'kerntune':>9} {'p80':>6} {'host':>6} {'cuBLAS':>8} {'tinygemm':>9}"
+            f" {'vs_cuBLAS':>9} {'vs_tiny':>8}   (host: median host time of one call)")
         for r in flushed:
             us = r["flush_us"]
             cb = anc.get(("cublas_fused", r["dtype"], r["m"]), {}).get("flush_us")
             tg = anc.get(("tinygemm_int4", "bf16", r["m"]), {}).get("flush_us")
-            log(f"{r['format']:6} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(cb, '.1f', 8)} {_fmt(tg, '.1f', 9)}"
+            log(f"{r['format']:6} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('flush_p80_us'), '.1f', 6)}"
+                f" {_fmt(r.get('flush_host_us'), '.0f', 6)} {_fmt(cb, '.1f', 8)} {_fmt(tg, '.1f', 9)}"
                 f" {_rfmt(_ratio(cb, us), 9)} {_rfmt(_ratio(tg, us), 8)}")
         cbf = {m: anc.get(("cublas_fused", "fp16", m), {}).get("flush_us") for m in sorted({r["m"] for r in flushed})}
         log("cuBLAS fp16: " + ", ".join(f"M={m} {_fmt(v, '.1f', 0)}" for m, v in cbf.items()))
@@ -950,6 +965,10 @@ def main():
     ap.add_argument("--flush-max-m", type=int, default=16,
                     help="also time projection rows with M <= this do_bench-style (L2 flush, one call; default 16)")
     ap.add_argument("--flush-reps", type=int, help="calls per do_bench-style row (default 100, --quick 30)")
+    ap.add_argument("--flush-sleep-us", type=float, default=300.0,
+                    help="do_bench-style rows: GPU spin after the flush (torch.cuda._sleep), so that host overhead"
+                         " longer than the flush (kerntune's Python call: ~100 us) is not timed (default 300; 0:"
+                         " exactly do_bench)")
     ap.add_argument("--quant-act-dtype", choices=("bf16", "fp16"), default="bf16",
                     help="activation dtype of the quantized formats (default bf16; fp16/bf16 weights use their own)")
     args = ap.parse_args()
@@ -994,7 +1013,8 @@ def main():
     samples = args.samples or (10 if args.quick else 40)
     budget = args.budget_ms or (300.0 if args.quick else 1000.0)
     timer = Timer(samples=samples, budget_ms=budget, replay_us=args.replay_us, max_launches=args.max_launches,
-                  warmup_replays=2 if args.quick else 5, flush_reps=args.flush_reps or (30 if args.quick else 100))
+                  warmup_replays=2 if args.quick else 5, flush_reps=args.flush_reps or (30 if args.quick else 100),
+                  flush_sleep_cycles=int(args.flush_sleep_us * getattr(props, "clock_rate", 2_000_000) * 1e-3))  # kHz
 
     def rel_to_repo(p):
         p = os.path.abspath(p)
