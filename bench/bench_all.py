@@ -274,7 +274,6 @@ class Timer:
             ends[i].record()
         torch.cuda.synchronize()
         per = sorted(st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends))
-        host.sort()
         return dict(flush_us=statistics.median(per), flush_p20_us=quantile(per, 0.2), flush_p80_us=quantile(per, 0.8),
                     flush_reps=n, flush_host_us=statistics.median(host))
 

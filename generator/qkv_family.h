@@ -44,7 +44,7 @@ void check_problem(const Problem& p);
 std::vector<Config> config_space();
 /// Raw axes of the weight-streaming (gemv) mainloop for format f: tile_m {8, 16, 32, 64} x m16 tiles per warp
 /// {1, 2} x warps (K x N) {2x1, 4x1, 7x1, 8x1, 14x1, 16x1, 4x2, 7x2, 8x2, 2x4, 4x4} x stages {0 register ring,
-/// 1 bulk copy to shared memory, 2 per-step TMA to shared memory} x prefetch {1, 2, 4} (stages 2: {1, 2}); tile_k = gemv_step_k(f), split_k 1; plus the cluster variants:
+/// 1 bulk copy to shared memory, 2 per-step TMA to shared memory} x prefetch {1, 2, 4} (stages 2: {1, 2}, and 4 for 16-bit weights); tile_k = gemv_step_k(f), split_k 1; plus the cluster variants:
 /// tile_m as above x m16 tiles per warp {1, 2} x split_k (cluster blocks splitting K) {2, 4, 8} x warps K {1, 2, 4, 8}
 /// (warps N 1) x prefetch {1, 2}, stages 1.
 std::vector<Config> gemv_config_space(quant::Format f);
@@ -58,8 +58,8 @@ std::vector<Config> ws_config_space();
 
 /// Valid configs for the problem.
 ///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m x split_k <= K
-///    steps, shared memory (stages 1 and 2:
-///    grows with K) within the per-block limit. Ordered by the share
+///    steps, shared memory (stages 1: grows with K;
+///    stages 2: a ring, only the mbarriers grow with K) within the per-block limit. Ordered by the share
 ///    of the weight requested at once while every block fits on a 132-SM GPU, then fewer registers.
 ///  - mma: tile_m <= max(16, next power of two >= M); stages 3 only for tile_m >= 64; split_k > 1 only while the
 ///    grid has fewer than 2 blocks per SM of an H100-class GPU (264), and split_k <= K / tile_k. Ordered by grid

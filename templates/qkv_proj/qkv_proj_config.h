@@ -37,7 +37,8 @@
 //                  each bulk-copying only its K range of the rows and reducing into block rank 0 through distributed
 //                  shared memory (no workspace): split_k x warps_m warps per m16 tile, each block's data landing on
 //                  its own, so the decode of early blocks overlaps the rest of the weight stream,
-//          prefetch K steps in flight per warp in the register ring (weight and X for stages 0, X for stages 1, 2).
+//          prefetch K steps in flight per warp: the register ring (weight and X for stages 0, X for stages 1 and 2),
+//                  and for stages 2 the TMA window (prefetch + 1 steps; 4 only for 16-bit weights).
 //   wgmma (qkv_wgmma.cuh, sm_90a): tiled GEMM on wgmma.mma_async m64nNk16, both operands in 128-byte-swizzled shared
 //        memory: X through a cp.async ring, the weight dequantized by every thread into one of 3 shared buffers
 //        while the asynchronous wgmma of the previous step runs (16-bit weights: cp.async, stages + 1 buffers).
