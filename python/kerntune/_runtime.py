@@ -7,8 +7,9 @@ import os
 import threading
 import weakref
 
-from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KerntuneError, check, format_id, kt_attention_args,
-                   kt_attention_problem, kt_qkv_args, kt_qkv_problem, library)
+from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_OK, QKV_ARGS_PACK as _QKV_ARGS_PACK,
+                   QKV_PROBLEM_PACK as _QKV_PROBLEM_PACK, KerntuneError, check, format_id, kt_attention_args,
+                   kt_attention_problem, kt_qkv_problem, library, raw_function)
 from ._quant import PackedWeight
 
 __all__ = ["Runtime", "default_runtime", "attention", "qkv_proj", "explain_attention", "explain_qkv"]
@@ -50,6 +51,64 @@ def _i32(v, name, minimum=1):
     if iv < minimum or iv >= 2 ** 31:
         raise ValueError(f"{name} must be in [{minimum}, 2^31), got {iv}")
     return iv
+
+
+_I32_LIMIT = 2 ** 31
+_OUT_NAMES = ("out[0] (q)", "out[1] (k)", "out[2] (v)")
+
+
+def _head_int(v, name):
+    """_i32(v, name) with a fast path for a plain int in range (the launch path calls it per call)."""
+    if type(v) is int and 0 < v < _I32_LIMIT:
+        return v
+    return _i32(v, name)
+
+
+def _row_stride(shape, strides, nlead, inner):
+    """Stride of the rows when the first `nlead` dimensions of a tensor (shape, strides) are viewed as one (what
+    t.view(rows, ...) would give): the stride of the innermost of them that is not of size 1; `inner` when all are of
+    size 1; None when they cannot be merged (torch's view would fail)."""
+    rs = None
+    span = 0
+    for i in range(nlead - 1, -1, -1):
+        n = shape[i]
+        if n == 1:
+            continue
+        if rs is None:
+            rs = strides[i]
+        elif strides[i] != span:
+            return None
+        span = n * strides[i]
+    return inner if rs is None else rs
+
+
+def _check_out(t, name, xdt, xs, M, H, D):
+    """One preallocated qkv_proj output (already known to be a tensor on the runtime's device): dtype, shape [M, H, D]
+    or x's leading dims + [H, D], [H, D] packed, rows of one stride (a multiple of 8, not overlapping), 16-byte
+    aligned. Returns (row stride in elements, data pointer)."""
+    if t.dtype is not xdt:
+        raise TypeError(f"{name}.dtype is {t.dtype} but x.dtype is {xdt}")
+    ts = t.shape
+    n = len(ts)
+    if not ((n == 3 and ts[0] == M and ts[1] == H and ts[2] == D) or
+            (n == len(xs) + 1 and ts[-2] == H and ts[-1] == D and ts[:-2] == xs[:-1])):
+        lead = tuple(xs[:-1])
+        raise ValueError(f"{name} must be [{M}, {H}, {D}]" + (f" or {list(lead + (H, D))}" if len(lead) > 1 else "") +
+                         f", got shape {tuple(ts)}")
+    tst = t.stride()
+    if tst[-1] != 1 or (H > 1 and tst[-2] != D):
+        raise ValueError(f"{name}: the last two dimensions [H, D] must be contiguous, got strides {tuple(tst)}")
+    rs = _row_stride(ts, tst, n - 2, H * D)
+    if rs is None:
+        raise ValueError(f"{name} of strides {tuple(tst)} cannot be viewed as [{M}, {H}, {D}] rows of one stride")
+    if rs % 8 != 0:
+        raise ValueError(f"{name}: row stride {rs} is not a multiple of 8 elements")
+    if rs < H * D:
+        raise ValueError(f"{name}: row stride {rs} is smaller than H * D = {H * D} (overlapping rows)")
+    ptr = t.data_ptr()
+    if ptr % 16 != 0:
+        raise ValueError(f"{name}: data pointer {ptr:#x} is not 16-byte aligned")
+    return rs, ptr
 
 
 def _effective_strides(t):
@@ -163,6 +222,13 @@ class Runtime:
                 raise ValueError(f"device must be a CUDA device, got {d}")
             index = d.index if d.index is not None else torch.cuda.current_device()
         self.device = torch.device("cuda", index)
+        self._index = index
+        # kt_qkv_proj with the structs passed as bytes (struct_packer): the launch path builds no ctypes Structure.
+        self._qkv_raw = raw_function(self._lib, "kt_qkv_proj", ctypes.c_int,
+                                     [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p])
+        # torch's current stream as an int without building a torch.cuda.Stream (about 0.1 us against 3-5 us);
+        # a private torch function (triton uses it too), so torch.cuda.current_stream() stays the fallback.
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self.db_path = None if db_path is None else os.fspath(db_path)
         with torch.cuda.device(index):
             torch.cuda.synchronize(index)  # torch's primary context exists and is current on this thread
@@ -226,7 +292,18 @@ class Runtime:
         return h
 
     def _stream(self, torch):
-        return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
+        """torch's current stream on the runtime's device (a CUstream as an int)."""
+        if self._raw_stream is not None:
+            return self._raw_stream(self._index)
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def _launch(self, torch, fn, *args):
+        """fn(*args, stream) on torch's current stream of the runtime's device, with that device current (a
+        device guard only when torch's current device is another one). Returns fn's kt_status."""
+        if torch.cuda.current_device() == self._index:
+            return fn(*args, self._stream(torch))
+        with torch.cuda.device(self._index):
+            return fn(*args, self._stream(torch))
 
     # ---- attention ----
 
@@ -307,9 +384,8 @@ class Runtime:
                               lse.data_ptr() if lse is not None else None,
                               sq[0], sq[1], sq[2], sk[0], sk[1], sk[2], sv[0], sv[1], sv[2], so[0], so[1], so[2],
                               softmax_scale)
-        with torch.cuda.device(dev):
-            st = self._lib.kt_attention_prefill(h, ctypes.byref(p), ctypes.byref(a), self._stream(torch))
-            check(self._lib, st)
+        st = self._launch(torch, self._lib.kt_attention_prefill, h, ctypes.byref(p), ctypes.byref(a))
+        check(self._lib, st)
         return (out, lse) if return_lse else out
 
     def explain_attention(self, q, k, causal=False, *, dtype=None):
@@ -372,128 +448,134 @@ class Runtime:
         """
         torch = _torch()
         h = self._live()
-        dev = self.device
-        _check_tensor(torch, "x", x, dev)
-        dtype = _kt_dtype(torch, "x.dtype", x.dtype)
-        if x.dim() not in (2, 3):
-            raise ValueError(f"x must be [M, K] or [B, S, K], got shape {tuple(x.shape)}")
-        lead = tuple(int(s) for s in x.shape[:-1])
-        K = int(x.shape[-1])
-        M = 1
-        for s in lead:
-            M *= s
+        idx = self._index
+        Tensor = torch.Tensor
+        if not (isinstance(x, Tensor) and x.is_cuda and x.get_device() == idx):
+            _check_tensor(torch, "x", x, self.device)
+        xdt = x.dtype
+        if xdt is torch.float16:
+            dtype = KT_DTYPE_FP16
+        elif xdt is torch.bfloat16:
+            dtype = KT_DTYPE_BF16
+        else:
+            raise TypeError(f"x.dtype must be torch.float16 or torch.bfloat16, got {xdt}")
+        xs = x.shape
+        nd = len(xs)
+        if nd != 2 and nd != 3:
+            raise ValueError(f"x must be [M, K] or [B, S, K], got shape {tuple(xs)}")
+        K = xs[-1]
+        M = xs[0] if nd == 2 else xs[0] * xs[1]
         if M < 1 or K < 1:
-            raise ValueError(f"x must not be empty, got shape {tuple(x.shape)}")
-        M, K = _i32(M, "m (tokens)"), _i32(K, "k (x.shape[-1])")
-        Hq, Hkv, D = _i32(num_heads, "num_heads"), _i32(num_kv_heads, "num_kv_heads"), _i32(head_dim, "head_dim")
+            raise ValueError(f"x must not be empty, got shape {tuple(xs)}")
+        if M >= _I32_LIMIT:
+            _i32(M, "m (tokens)")
+        if K >= _I32_LIMIT:
+            _i32(K, "k (x.shape[-1])")
+        Hq, Hkv, D = _head_int(num_heads, "num_heads"), _head_int(num_kv_heads, "num_kv_heads"), \
+            _head_int(head_dim, "head_dim")
         if Hq % Hkv != 0:
             raise ValueError(f"num_heads ({Hq}) must be a multiple of num_kv_heads ({Hkv})")
         N = (Hq + 2 * Hkv) * D
 
-        if x.stride(-1) != 1:
-            raise ValueError(f"x: the last dimension must be contiguous (stride(-1) == 1), got strides {tuple(x.stride())}")
-        try:
-            x2 = x.view(M, K)
-        except RuntimeError:
-            raise ValueError(f"x of shape {tuple(x.shape)} and strides {tuple(x.stride())} cannot be viewed as "
-                             f"[{M}, {K}] rows of one stride") from None
-        x_rs = int(x2.stride(0)) if M > 1 else K
+        xst = x.stride()
+        if xst[-1] != 1:
+            raise ValueError(f"x: the last dimension must be contiguous (stride(-1) == 1), got strides {tuple(xst)}")
+        x_rs = _row_stride(xs, xst, nd - 1, K)
+        if x_rs is None:
+            raise ValueError(f"x of shape {tuple(xs)} and strides {tuple(xst)} cannot be viewed as "
+                             f"[{M}, {K}] rows of one stride")
         if x_rs % 8 != 0:
             raise ValueError(f"x: row stride {x_rs} is not a multiple of 8 elements")
         if x_rs < K:
             raise ValueError(f"x: row stride {x_rs} is smaller than K = {K} (overlapping rows)")
-        if x.data_ptr() % 16 != 0:
-            raise ValueError(f"x: data pointer {x.data_ptr():#x} is not 16-byte aligned")
+        x_ptr = x.data_ptr()
+        if x_ptr % 16 != 0:
+            raise ValueError(f"x: data pointer {x_ptr:#x} is not 16-byte aligned")
 
         if not isinstance(weight, PackedWeight):
             raise TypeError(f"weight must be a kt.PackedWeight (kt.quantize(w, format)), got {type(weight).__name__}")
-        if weight.device != dev:
-            raise ValueError(f"weight is on {weight.device}, but the runtime is on {dev}: use weight.to({str(dev)!r})")
-        if (weight.n, weight.k) != (N, K):
+        wd, wsc, wz = weight.data, weight.scales, weight.zeros
+        if not (wd.is_cuda and wd.get_device() == idx):
+            raise ValueError(f"weight is on {weight.device}, but the runtime is on {self.device}: use "
+                             f"weight.to({str(self.device)!r})")
+        if weight.n != N or weight.k != K:
             raise ValueError(f"weight is [{weight.n}, {weight.k}], expected [N, K] = [{N}, {K}] with N = "
                              f"(num_heads + 2 * num_kv_heads) * head_dim and K = x.shape[-1]")
-        if weight.format in ("fp16", "bf16") and weight.format != ("fp16" if dtype == KT_DTYPE_FP16 else "bf16"):
-            raise ValueError(f"{weight.format} weights need {weight.format} activations, but x is {x.dtype}")
-        for name in ("data", "scales", "zeros"):
-            if not getattr(weight, name).is_contiguous():
+        wfmt = weight.format
+        if (wfmt == "fp16" or wfmt == "bf16") and wfmt != ("fp16" if dtype == KT_DTYPE_FP16 else "bf16"):
+            raise ValueError(f"{wfmt} weights need {wfmt} activations, but x is {xdt}")
+        for name, t in (("data", wd), ("scales", wsc), ("zeros", wz)):
+            if not t.is_contiguous():
                 raise ValueError(f"weight.{name} must be contiguous")
-        if weight.data.data_ptr() % 16 != 0:
-            raise ValueError(f"weight.data: data pointer {weight.data.data_ptr():#x} is not 16-byte aligned")
+        wd_ptr = wd.data_ptr()
+        if wd_ptr % 16 != 0:
+            raise ValueError(f"weight.data: data pointer {wd_ptr:#x} is not 16-byte aligned")
 
+        bias_ptr = 0
         if bias is not None:
-            _check_tensor(torch, "bias", bias, dev)
-            if bias.dtype != x.dtype:
-                raise TypeError(f"bias.dtype is {bias.dtype} but x.dtype is {x.dtype}")
-            if tuple(bias.shape) != (N,):
+            if not (isinstance(bias, Tensor) and bias.is_cuda and bias.get_device() == idx):
+                _check_tensor(torch, "bias", bias, self.device)
+            if bias.dtype is not xdt:
+                raise TypeError(f"bias.dtype is {bias.dtype} but x.dtype is {xdt}")
+            if len(bias.shape) != 1 or bias.shape[0] != N:
                 raise ValueError(f"bias must be [N] = [{N}], got shape {tuple(bias.shape)}")
             if N > 1 and bias.stride(0) != 1:
                 raise ValueError(f"bias must be contiguous, got stride {bias.stride(0)}")
+            bias_ptr = bias.data_ptr()
 
         rope = rope_theta is not None
         theta = 0.0
         pos32 = None
+        pos_ptr = 0
         if rope:
             theta = float(rope_theta)
             if not (math.isfinite(theta) and theta > 0):
                 raise ValueError(f"rope_theta must be finite and > 0 (or None for no RoPE), got {rope_theta}")
             if positions is None:
                 raise ValueError("positions is required when rope_theta is given (int32/int64 [M] token positions)")
-            _check_tensor(torch, "positions", positions, dev)
-            if positions.dtype not in (torch.int32, torch.int64):
-                raise TypeError(f"positions must be torch.int32 or torch.int64, got {positions.dtype}")
-            if tuple(positions.shape) not in ((M,), lead):
+            if not (isinstance(positions, Tensor) and positions.is_cuda and positions.get_device() == idx):
+                _check_tensor(torch, "positions", positions, self.device)
+            pdt = positions.dtype
+            if pdt is not torch.int32 and pdt is not torch.int64:
+                raise TypeError(f"positions must be torch.int32 or torch.int64, got {pdt}")
+            ps = positions.shape
+            if not ((len(ps) == 1 and ps[0] == M) or ps == xs[:-1]):
+                lead = tuple(xs[:-1])
                 raise ValueError(f"positions must be [{M}]" + (f" or {list(lead)}" if len(lead) > 1 else "") +
-                                 f", got shape {tuple(positions.shape)}")
-            pos32 = positions.to(torch.int32).contiguous().view(M)
+                                 f", got shape {tuple(ps)}")
+            if pdt is torch.int32 and positions.is_contiguous():
+                pos_ptr = positions.data_ptr()
+            else:
+                pos32 = positions.to(torch.int32).contiguous()  # kept alive until the launch is queued
+                pos_ptr = pos32.data_ptr()
 
-        heads = (("q", Hq), ("k", Hkv), ("v", Hkv))
         if out is None:
-            outs = [torch.empty((M, H, D), dtype=x.dtype, device=dev) for _, H in heads]
-            rows = [H * D for _, H in heads]
-            result = tuple(t.view(*lead, H, D) for t, (_, H) in zip(outs, heads))
+            lead = tuple(xs[:-1])
+            q = torch.empty((M, Hq, D), dtype=xdt, device=self.device)
+            k = torch.empty((M, Hkv, D), dtype=xdt, device=self.device)
+            v = torch.empty((M, Hkv, D), dtype=xdt, device=self.device)
+            rows = (Hq * D, Hkv * D, Hkv * D)
+            ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+            result = (q, k, v) if nd == 2 else (q.view(*lead, Hq, D), k.view(*lead, Hkv, D), v.view(*lead, Hkv, D))
         else:
             if not isinstance(out, (tuple, list)) or len(out) != 3:
                 raise TypeError("out must be a tuple (q, k, v) of preallocated tensors")
-            outs, rows = [], []
-            for (name, H), t in zip(heads, out):
-                oname = f"out[{'qkv'.index(name)}] ({name})"
-                _check_tensor(torch, oname, t, dev)
-                if t.dtype != x.dtype:
-                    raise TypeError(f"{oname}.dtype is {t.dtype} but x.dtype is {x.dtype}")
-                if tuple(t.shape) not in ((M, H, D), lead + (H, D)):
-                    raise ValueError(f"{oname} must be [{M}, {H}, {D}]" +
-                                     (f" or {list(lead + (H, D))}" if len(lead) > 1 else "") +
-                                     f", got shape {tuple(t.shape)}")
-                if t.stride(-1) != 1 or (H > 1 and t.stride(-2) != D):
-                    raise ValueError(f"{oname}: the last two dimensions [H, D] must be contiguous, got strides "
-                                     f"{tuple(t.stride())}")
-                try:
-                    t3 = t.view(M, H, D)
-                except RuntimeError:
-                    raise ValueError(f"{oname} of strides {tuple(t.stride())} cannot be viewed as [{M}, {H}, {D}] "
-                                     f"rows of one stride") from None
-                rs = int(t3.stride(0)) if M > 1 else H * D
-                if rs % 8 != 0:
-                    raise ValueError(f"{oname}: row stride {rs} is not a multiple of 8 elements")
-                if rs < H * D:
-                    raise ValueError(f"{oname}: row stride {rs} is smaller than H * D = {H * D} (overlapping rows)")
-                if t.data_ptr() % 16 != 0:
-                    raise ValueError(f"{oname}: data pointer {t.data_ptr():#x} is not 16-byte aligned")
-                outs.append(t)
-                rows.append(rs)
+            rows = [0, 0, 0]
+            ptrs = [0, 0, 0]
+            for i in range(3):
+                t = out[i]
+                H = Hq if i == 0 else Hkv
+                if not (isinstance(t, Tensor) and t.is_cuda and t.get_device() == idx):
+                    _check_tensor(torch, _OUT_NAMES[i], t, self.device)
+                rows[i], ptrs[i] = _check_out(t, _OUT_NAMES[i], xdt, xs, M, H, D)
             result = tuple(out)
 
-        p = kt_qkv_problem(dtype, format_id(weight.format), M, K, Hq, Hkv, D, 1 if bias is not None else 0,
-                           1 if rope else 0)
-        a = kt_qkv_args(x.data_ptr(), weight.data.data_ptr(),
-                        weight.scales.data_ptr() if weight.scales.numel() else None,
-                        weight.zeros.data_ptr() if weight.zeros.numel() else None,
-                        bias.data_ptr() if bias is not None else None,
-                        pos32.data_ptr() if pos32 is not None else None,
-                        outs[0].data_ptr(), outs[1].data_ptr(), outs[2].data_ptr(),
-                        x_rs, rows[0], rows[1], rows[2], float(weight.tensor_scale), theta)
-        with torch.cuda.device(dev):
-            st = self._lib.kt_qkv_proj(h, ctypes.byref(p), ctypes.byref(a), self._stream(torch))
+        pb = _QKV_PROBLEM_PACK.pack(dtype, format_id(wfmt), M, K, Hq, Hkv, D, 0 if bias is None else 1, 1 if rope else 0)
+        ab = _QKV_ARGS_PACK.pack(x_ptr, wd_ptr, wsc.data_ptr() if wsc.numel() else 0,
+                                 wz.data_ptr() if wz.numel() else 0, bias_ptr, pos_ptr, ptrs[0], ptrs[1], ptrs[2],
+                                 x_rs, rows[0], rows[1], rows[2], float(weight.tensor_scale), theta)
+        st = self._launch(torch, self._qkv_raw, h, pb, ab)
+        if st != KT_OK:
             check(self._lib, st)
         return result
 

@@ -237,6 +237,41 @@ def test_structs_match_header():
         assert ctypes.alignment(cls) == align, (name, ctypes.alignment(cls), align)
 
 
+def test_struct_packers_give_the_structs_bytes():
+    """The launch path packs kt_qkv_problem / kt_qkv_args with struct_packer instead of building the Structures:
+    the bytes must be the Structure's, padding included, with distinct values in every field (NULL as 0)."""
+    for cls in (kt.kt_qkv_problem, kt.kt_qkv_args, kt.kt_attention_problem, kt.kt_attention_args):
+        packer = _lib.struct_packer(cls)
+        vals = []
+        for i, (name, ctype) in enumerate(cls._fields_):
+            if ctype in (ctypes.c_float, ctypes.c_double):
+                vals.append(0.5 + i)
+            elif ctype is ctypes.c_void_p:
+                vals.append(0x7f0000001000 + 16 * i)
+            else:
+                vals.append(-3 - i if ctype is ctypes.c_int64 else 1000 + i)
+        assert packer.pack(*vals) == bytes(cls(*vals)), cls.__name__
+        assert packer.size == ctypes.sizeof(cls), cls.__name__
+    a = kt.kt_qkv_args(1, 2, None, None, 5, None, 7, 8, 9, 10, 11, 12, 13, 1.5, 1e6)
+    assert _lib.QKV_ARGS_PACK.pack(1, 2, 0, 0, 5, 0, 7, 8, 9, 10, 11, 12, 13, 1.5, 1e6) == bytes(a)
+
+
+def test_row_stride_merges_like_view():
+    """_row_stride (the qkv launch path's stand-in for t.view(rows, ...)): the innermost non-1 leading stride; the
+    given inner size when every leading dim is 1; None when the leading dims do not merge."""
+    from kerntune._runtime import _row_stride
+    assert _row_stride((5, 64), (64, 1), 1, 64) == 64
+    assert _row_stride((5, 64), (72, 1), 1, 64) == 72
+    assert _row_stride((1, 64), (999, 1), 1, 64) == 64
+    assert _row_stride((2, 8, 64), (512, 64, 1), 2, 64) == 64
+    assert _row_stride((2, 8, 64), (1024, 128, 1), 2, 64) == 128
+    assert _row_stride((2, 8, 64), (2048, 128, 1), 2, 64) is None  # batch stride is not 8 rows
+    assert _row_stride((1, 8, 64), (7, 128, 1), 2, 64) == 128
+    assert _row_stride((2, 1, 64), (96, 5, 1), 2, 64) == 96
+    assert _row_stride((1, 1, 64), (3, 5, 1), 2, 64) == 64
+    assert _row_stride((2, 8, 4, 128), (8 * 1536, 1536, 128, 1), 2, 512) == 1536  # [B, S, H, D] into a fused buffer
+
+
 def test_enums_match_header():
     values = {k: int(v) for k, v in re.findall(r"\b(KT_\w+)\s*=\s*(\d+)", _strip_comments(HEADER))}
     assert values, "no enum values parsed"
