@@ -225,7 +225,7 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
 
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
 /// split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the K steps;
-/// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below.
+/// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn.
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
@@ -251,7 +251,24 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
     return std::make_pair(cost, -c.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
-  return out;
+  // The model ranks stream-K far ahead of split_k 1 at decode-ish M, but measured (H100, Qwen2.5-7B, NOTES qkv_proj 17)
+  // split_k 1 wins for 16-bit weights at M = 16..256 (fewer blocks, no partials: the stream-K fix-up tail costs
+  // 5-10 us) while stream-K wins for 4-bit. So a --max-candidates prefix must hold both: the list takes the best
+  // remaining config of each split mode in turn (the mode of the model's best config, then split_k 1, then the others in
+  // the order of their best config; the model's order within a mode).
+  std::vector<std::vector<Config>> modes;
+  for (const auto& c : out) {
+    auto it = std::find_if(modes.begin(), modes.end(), [&](const std::vector<Config>& m) { return m[0].split_k == c.split_k; });
+    if (it == modes.end()) modes.push_back({c});
+    else it->push_back(c);
+  }
+  auto sk1 = std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return m[0].split_k == 1; });
+  if (sk1 != modes.end() && sk1 - modes.begin() > 1) std::rotate(modes.begin() + 1, sk1, sk1 + 1);  // second in turn
+  std::vector<Config> mixed;
+  for (size_t i = 0; mixed.size() < out.size(); ++i)
+    for (const auto& m : modes)
+      if (i < m.size()) mixed.push_back(m[i]);
+  return mixed;
 }
 
 }  // namespace

@@ -171,6 +171,30 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
   }
 }
 
+// Timeline experiments only (never defined by the generator): KT_WS_TRACE(i) records %globaltimer at point i of the
+// block into kt_ws_trace[block * 8 + i] (a global __device__ array the experiment defines before including this
+// header), from consumer thread 0: 0 entry, 1 first slot full, 2 last mainloop end, 3 last partial counted, 4 last
+// reduction end, 5 end; 6 the SM id; 7 segments run.
+#ifdef KT_WS_TRACE_ON
+#define KT_WS_TRACE(i)                                                                  \
+  do {                                                                                  \
+    unsigned long long t_;                                                              \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                              \
+    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 8 + (i)] = t_;                       \
+  } while (0)
+#define KT_WS_TRACE_VAL(i, v)                                            \
+  do {                                                                   \
+    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 8 + (i)] = (v);       \
+  } while (0)
+#else
+#define KT_WS_TRACE(i) \
+  do {                 \
+  } while (0)
+#define KT_WS_TRACE_VAL(i, v) \
+  do {                        \
+  } while (0)
+#endif
+
 /// Block of the range split that holds unit u (counted from the split's first unit): the largest b with
 /// floor(units b / G) <= u.
 __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
@@ -208,6 +232,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it.
   float* sC = reinterpret_cast<float*>(smem + (StreamK ? Stages * (kXB + kWB) : 0));
 
+  KT_WS_TRACE(0);
   const int tid = threadIdx.x, wg = tid / 128;
   const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
   const int n_tiles = (N + TileN - 1) / TileN;
@@ -330,6 +355,9 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
         if (j < nks) {
           const int slot = (g0 + j) % Stages;
           if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, full_parity(j));
+#ifdef KT_WS_TRACE_ON
+          if (g0 + j == 0) KT_WS_TRACE(1);
+#endif
           wgmma::fence();
           const unsigned xs = sX + slot * kXB;
 #pragma unroll
@@ -364,6 +392,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
     if (lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + nks - 1) % Stages));  // the segment's last slot
+    KT_WS_TRACE(2);
 
     // ---- a tile shared with other blocks: partials through the workspace, the last block reduces ----
     if (nks != nk) {
@@ -384,6 +413,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
       const int b_first = ws_block_of(t * nk - dp_units, units, G), b_last = ws_block_of((t + 1) * nk - 1 - dp_units, units, G);
       if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(b_last - b_first);
       ptx::named_barrier(1, kCThreads);
+      KT_WS_TRACE(3);
       if (!s_reduce) {
         if (!StreamK) break;  // split-K: the block's only segment
         continue;
@@ -393,18 +423,42 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
       for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
         for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
-      for (int b = b_first; b <= b_last; ++b) {  // block order: the sum does not depend on which block came last
-        const float4* part = reinterpret_cast<const float4*>(p.workspace + slot_of(b) * kSlot);
+      // Block order (the sum does not depend on which block came last). At most 16 float4 loads in flight (64
+      // registers beside up to 128 accumulators: no spills at 232 registers): small partials (kVec < 16) are read
+      // kPer blocks at a time, so their L2 round trips overlap (NOTES qkv_proj 17); large ones 16 loads at a time.
+      constexpr int kPer = kVec >= 16 ? 1 : 16 / kVec;
+      for (int b0 = b_first; b0 <= b_last; b0 += kPer) {
+        if (kPer == 1) {
+          const float4* part = reinterpret_cast<const float4*>(p.workspace + slot_of(b0) * kSlot);
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          // at most 16 loads in flight (64 registers beside up to 128 accumulators): no spills at 232 registers
-          if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
-          const float4 x = __ldcg(part + v * kCThreads + ctid);
-          float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
-          d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+          for (int v = 0; v < kVec; ++v) {
+            if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
+            const float4 x = __ldcg(part + v * kCThreads + ctid);
+            float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
+            d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+          }
+        } else {
+          float4 xv[kPer][kVec];
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            const float4* part = reinterpret_cast<const float4*>(p.workspace + slot_of(min(b0 + u, b_last)) * kSlot);
+#pragma unroll
+            for (int v = 0; v < kVec; ++v)
+              xv[u][v] = b0 + u <= b_last ? __ldcg(part + v * kCThreads + ctid) : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            if (b0 + u > b_last) break;
+#pragma unroll
+            for (int v = 0; v < kVec; ++v) {
+              float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
+              d[0] += xv[u][v].x, d[1] += xv[u][v].y, d[2] += xv[u][v].z, d[3] += xv[u][v].w;
+            }
+          }
         }
       }
       if (ctid == 0) p.counters[t] = 0u;  // ready for the next launch
+      KT_WS_TRACE(4);
     }
 
     // ---- accumulators (features x tokens) -> shared fp32 tile [kEpiRows tokens][TileN + 4], kEpiRows at a time;
@@ -437,6 +491,13 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
     }
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }
+#ifdef KT_WS_TRACE_ON
+  KT_WS_TRACE(5);
+  unsigned smid_;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));
+  KT_WS_TRACE_VAL(6, smid_);
+  KT_WS_TRACE_VAL(7, g_next);
+#endif
 #endif
 }
 

@@ -1,5 +1,6 @@
 // qkv_proj family (CPU): problem rules and errors, pruning, naming, workspace sizing, JSON, parameter checks;
 // [nvrtc]: every binary of one full class compiles, and the template rejects invalid configs itself.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -208,6 +209,17 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     bad = ws;
     bad.stages = 9;
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
+    // wgmma_ws split modes taken in turn: the first ws candidates of a 16-bit M = 64 problem hold both stream-K and
+    // split_k 1 (split_k 1 wins there on the H100; the cost model alone put every stream-K config first).
+    {
+      std::vector<int> first_modes;
+      for (const auto& c : valid_configs(qwen(quant::Format::fp16, DType::f16, 64), arch))
+        if (c.mainloop == kMainloopWgmmaWs && first_modes.size() < 4) first_modes.push_back(c.split_k);
+      REQUIRE(first_modes.size() == 4);
+      CHECK(std::count(first_modes.begin(), first_modes.end(), 0) >= 1);
+      CHECK(std::count(first_modes.begin(), first_modes.end(), 1) >= 1);
+      CHECK(first_modes[0] != first_modes[1]);
+    }
     // decode sizes: tile_m 8 with split-K is offered for M = 1
     bool small_split = false;
     for (const auto& c : valid_configs(qwen(quant::Format::int4, DType::bf16, 1), arch))

@@ -1,0 +1,118 @@
+// Timeline experiment for the qkv_wgmma_ws kernel with 16-bit weights (not part of the build; NOTES.md, qkv_proj 17).
+//
+// Compiles one wgmma_ws variant with KT_WS_TRACE_ON, so consumer thread 0 of every block records %globaltimer at
+// entry (0), first slot full (1), last mainloop end (2), last partial counted (3), last reduction end (4) and end (5),
+// plus its SM id (6) and ring steps (7); launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias,
+// RoPE) for M tokens and K (argv[1], argv[2]). fp16 activations and fp16 weights (arbitrary finite values) rotated
+// over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for 3 traced launches (each
+// the second of two back to back), percentiles of each point over blocks (us from the first block's entry) and the
+// blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
+// Build: bench/ws_trace/build.sh TILE_M TILE_N CONSUMERS STAGES STREAMK(0|1)
+#define KT_WS_TRACE_ON
+__device__ unsigned long long kt_ws_trace[1024 * 8];
+#include "qkv_proj/qkv_wgmma_ws.cuh"
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <vector>
+using namespace kt;
+using namespace kt::qkv;
+#define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, 0, 128, true, true, KTM, KTN, KC, KS, KSK == 1>
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+
+static bool encode(TmaDescriptor* d, const void* base, long long inner, long long rows, int box_rows) {
+  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};  // as runtime/qkv.cpp encode_2d (16-bit, swizzle 128)
+  const cuuint64_t strides[1] = {cuuint64_t(inner * 2)};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, es[2] = {1, 1};
+  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base),
+                                dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+int main(int argc, char** argv) {
+  const int M = argc > 1 ? atoi(argv[1]) : 64, K = argc > 2 ? atoi(argv[2]) : 3584, Hq = 28, Hkv = 4, D = 128;
+  const int N = (Hq + 2 * Hkv) * D;
+  constexpr Config C{KTM, KTN, 64, 4 * KC, 1, KS, KSK == 1 ? 0 : 1, 1, kMainloopWgmmaWs};
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const long long tiles = (long long)((M + KTM - 1) / KTM) * ((N + KTN - 1) / KTN);
+  const long long units = tiles * (K / 64);
+  const int grid = KSK == 1 ? int(std::min<long long>(sms, units)) : int(tiles);
+  const size_t wbytes = size_t(N) * K * 2;
+  const int copies = 20;
+  std::vector<unsigned short> hw(size_t(N) * K);
+  for (size_t i = 0; i < hw.size(); ++i) hw[i] = 0x2000 + (unsigned short)((i * 2654435761u >> 13) & 0x3ff);  // small fp16
+  unsigned char* dw; CK(cudaMalloc(&dw, wbytes * copies));
+  for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
+  std::vector<unsigned short> hx(size_t(M) * K, 0x3800), hb(N, 0x2000);
+  unsigned short *dx, *db, *dq, *dk, *dv; int* dp; float* dws; unsigned* dcnt;
+  CK(cudaMalloc(&dx, hx.size() * 2)); CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&db, N * 2)); CK(cudaMemcpy(db, hb.data(), N * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&dp, M * 4)); CK(cudaMemset(dp, 0, M * 4));
+  CK(cudaMalloc(&dq, size_t(M) * Hq * D * 2)); CK(cudaMalloc(&dk, size_t(M) * Hkv * D * 2)); CK(cudaMalloc(&dv, size_t(M) * Hkv * D * 2));
+  CK(cudaMalloc(&dws, size_t(ws_workspace_slots(C, grid)) * KTM * KTN * 4 + 16));
+  CK(cudaMalloc(&dcnt, tiles * 4 + 16)); CK(cudaMemset(dcnt, 0, tiles * 4 + 16));
+  std::vector<WsParams> wp(copies);
+  for (int c = 0; c < copies; ++c) {
+    WsParams& w = wp[c];
+    w = WsParams{};
+    QkvParams& p = w.p;
+    p.x = dx; p.w_data = dw + c * wbytes; p.w_scales = nullptr; p.w_zeros = nullptr; p.bias = db; p.positions = dp;
+    p.q = dq; p.k = dk; p.v = dv; p.workspace = dws; p.counters = dcnt;
+    p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
+    p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
+    if (!encode(&w.x_map, dx, K, M, KTM) || !encode(&w.w_map, p.w_data, K, N, KTN)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
+  }
+  const int smem = ws_smem_bytes(C, quant::Format::fp16);
+  CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int block = threads(C);
+  for (int it = 0; it < 100; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
+  CK(cudaDeviceSynchronize());
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  cudaEventRecord(a);
+  for (int it = 0; it < 200; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
+  cudaEventRecord(b); CK(cudaEventSynchronize(b));
+  float ms; cudaEventElapsedTime(&ms, a, b);
+  std::vector<unsigned long long> tr(size_t(grid) * 8);
+  auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v.empty() ? -1.0 : v[std::min(v.size() - 1, size_t(q * v.size()))]; };
+  const char* names[6] = {"entry", "first full", "mainloop end", "partial counted", "reduced", "end"};
+  for (int rep = 0; rep < 3; ++rep) {
+    K_<<<grid, block, smem>>>(wp[(rep + 7) % copies]);
+    CK(cudaMemcpyToSymbol(kt_ws_trace, std::vector<unsigned long long>(tr.size(), 0).data(), tr.size() * 8));
+    K_<<<grid, block, smem>>>(wp[(rep + 3) % copies]);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpyFromSymbol(tr.data(), kt_ws_trace, tr.size() * 8));
+    unsigned long long t0 = ~0ull;
+    for (int bI = 0; bI < grid; ++bI) t0 = std::min(t0, tr[bI * 8]);
+    printf("rep %d:", rep);
+    for (int pi = 0; pi < 6; ++pi) {
+      std::vector<double> v;
+      for (int bI = 0; bI < grid; ++bI)
+        if (tr[bI * 8 + pi] >= t0) v.push_back((tr[bI * 8 + pi] - t0) / 1000.0);
+      if (!v.empty()) printf(" | %s n%zu p10 %.2f p50 %.2f p90 %.2f max %.2f", names[pi], v.size(), pct(v, .1), pct(v, .5), pct(v, .9), pct(v, 1));
+    }
+    std::map<int, int> per_sm;
+    for (int bI = 0; bI < grid; ++bI) per_sm[int(tr[bI * 8 + 6])]++;
+    int most = 0;
+    for (auto& kv : per_sm) most = std::max(most, kv.second);
+    printf(" | SMs used %zu, most blocks on one SM %d\n", per_sm.size(), most);
+  }
+  cudaStream_t st; cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  cudaGraph_t gr; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int it = 0; it < 40; ++it) K_<<<grid, block, smem, st>>>(wp[it % copies]);
+  CK(cudaStreamEndCapture(st, &gr));
+  CK(cudaGraphInstantiate(&ge, gr, 0));
+  CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+  cudaEventRecord(a, st);
+  for (int r = 0; r < 5; ++r) CK(cudaGraphLaunch(ge, st));
+  cudaEventRecord(b, st); CK(cudaEventSynchronize(b));
+  float mg; cudaEventElapsedTime(&mg, a, b);
+  printf("%s M=%d K=%d grid %d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch\n", argv[0], M, K, grid, block,
+         smem, ms * 1000 / 200, mg * 1000 / 200);
+  return 0;
+}
