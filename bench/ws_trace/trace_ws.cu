@@ -7,7 +7,7 @@
 // over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for 3 traced launches (each
 // the second of two back to back), percentiles of each point over blocks (us from the first block's entry) and the
 // blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
-// Build: bench/ws_trace/build.sh TILE_M TILE_N CONSUMERS STAGES STREAMK(0|1)
+// Build: bench/ws_trace/build.sh TILE_M TILE_N CONSUMERS STAGES STREAMK(0|1) [SPLIT_K]
 #define KT_WS_TRACE_ON
 __device__ unsigned long long kt_ws_trace[1024 * 8];
 #include "qkv_proj/qkv_wgmma_ws.cuh"
@@ -21,6 +21,9 @@ __device__ unsigned long long kt_ws_trace[1024 * 8];
 #include <vector>
 using namespace kt;
 using namespace kt::qkv;
+#ifndef KSPLIT
+#define KSPLIT 1
+#endif
 #define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, 0, 128, true, true, KTM, KTN, KC, KS, KSK == 1>
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 
@@ -36,12 +39,12 @@ static bool encode(TmaDescriptor* d, const void* base, long long inner, long lon
 int main(int argc, char** argv) {
   const int M = argc > 1 ? atoi(argv[1]) : 64, K = argc > 2 ? atoi(argv[2]) : 3584, Hq = 28, Hkv = 4, D = 128;
   const int N = (Hq + 2 * Hkv) * D;
-  constexpr Config C{KTM, KTN, 64, 4 * KC, 1, KS, KSK == 1 ? 0 : 1, 1, kMainloopWgmmaWs};
+  constexpr Config C{KTM, KTN, 64, 4 * KC, 1, KS, KSK == 1 ? 0 : KSPLIT, 1, kMainloopWgmmaWs};
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const long long tiles = (long long)((M + KTM - 1) / KTM) * ((N + KTN - 1) / KTN);
   const long long units = tiles * (K / 64);
-  const int grid = KSK == 1 ? int(std::min<long long>(sms, units)) : int(tiles);
+  const int grid = KSK == 1 ? int(std::min<long long>(sms, units)) : int(tiles) * KSPLIT;
   const size_t wbytes = size_t(N) * K * 2;
   const int copies = 20;
   std::vector<unsigned short> hw(size_t(N) * K);
