@@ -225,7 +225,8 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
 
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
 /// split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the K steps;
-/// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn.
+/// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn up to
+/// M = 256.
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
@@ -253,9 +254,10 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   // The model ranks stream-K far ahead of split_k 1 at decode-ish M, but measured (H100, Qwen2.5-7B, NOTES qkv_proj 17)
   // split_k 1 wins for 16-bit weights at M = 16..256 (fewer blocks, no partials: the stream-K fix-up tail costs
-  // 5-10 us) while stream-K wins for 4-bit. So a --max-candidates prefix must hold both: the list takes the best
+  // 5-10 us) while stream-K wins for 4-bit. So up to M = 256 a --max-candidates prefix must hold both: the list takes the best
   // remaining config of each split mode in turn (the mode of the model's best config, then split_k 1, then the others in
   // the order of their best config; the model's order within a mode).
+  if (p.m > 256) return out;  // beyond, the model's order won (M = 1024 lost 14% when the modes were mixed there)
   std::vector<std::vector<Config>> modes;
   for (const auto& c : out) {
     auto it = std::find_if(modes.begin(), modes.end(), [&](const std::vector<Config>& m) { return m[0].split_k == c.split_k; });
