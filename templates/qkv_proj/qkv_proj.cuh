@@ -181,14 +181,16 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
   // columns; each pair is one 4-byte load of the bias and one 4-byte store (a warp stores 128 contiguous bytes).
   // The thread's items are taken kBatch at a time: first every global load of the batch (bias pairs, positions),
   // then the arithmetic and the stores, so the loads' latencies overlap instead of adding up item by item (a
-  // 64 x 128 tile was 8 dependent rounds per thread, about 4 us on the H100; NOTES qkv_proj 17).
+  // 64 x 128 wgmma_ws tile was 8 dependent rounds per thread, about 4 us on the H100; NOTES qkv_proj 17).
   const unsigned* bias2 = static_cast<const unsigned*>(p.bias);
   constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
   constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
   constexpr int kPairs = kCols / 4;
   constexpr int kItems = TileM * kHeadsPerTile * kPairs;
   constexpr int kIters = (kItems + kThreads - 1) / kThreads;
-  constexpr int kBatch = kIters < 8 ? kIters : 8;
+  // Batches of 8 for the warp-specialized kernel (kBarrierId > 0), whose consumer warps have the registers to spare;
+  // one item at a time in the mma.sync / wgmma kernels, where 4 items made a register-capped variant spill.
+  constexpr int kBatch = kBarrierId == 0 ? 1 : kIters < 8 ? kIters : 8;
   struct Item {
     int r, m, col0, head, c1, c2, lc;
     bool valid, is_q, is_k, rotate;
