@@ -129,7 +129,7 @@ std::vector<Config> ws_config_space() {
     for (int wm : {4, 8})
       for (int atoms : {1, 2})
         for (int st : {2, 3, 4, 6, 8})
-          for (int sk : {0, 1, 2, 4, 8, 16}) out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
+          for (int sk : {0, 1, 2, 4, 8}) out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
   return out;
 }
 
@@ -349,7 +349,9 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
       << c.prefetch << (c.split_k > 1 ? "_cl" + std::to_string(c.split_k) : std::string());
   else if (c.mainloop == kMainloopWgmmaWs)
     s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages
-      << (c.split_k == 0 ? std::string("_streamk") : "_sk" + std::to_string(c.split_k));
+      << (c.split_k == 0  ? std::string("_streamk")
+          : c.split_k > 1 ? "_cl" + std::to_string(c.split_k)  // split-K over a thread-block cluster
+                          : std::string("_sk1"));
   else if (c.mainloop == kMainloopWgmma)
     s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
       << c.prefetch;
@@ -373,11 +375,12 @@ std::string name_expression(const Problem& p, const Config& c) {
     s << ">";
     return s.str();
   }
-  if (c.mainloop == kMainloopWgmmaWs) {
-    s << "kt::qkv::qkv_wgmma_ws<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
-      << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
-      << c.tile_m << ", " << c.tile_n << ", " << ws_consumers(c) << ", " << c.stages << ", "
-      << (c.split_k == 0 ? "true" : "false") << ">";
+  if (c.mainloop == kMainloopWgmmaWs) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
+    s << (c.split_k > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
+      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
+      << ", " << ws_consumers(c) << ", " << c.stages << ", "
+      << (c.split_k > 1 ? std::to_string(c.split_k) : c.split_k == 0 ? "true" : "false") << ">";
     return s.str();
   }
   if (c.mainloop == kMainloopWgmma) {
@@ -447,7 +450,10 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   return d;
 }
 
-bool uses_workspace(const Config& c) { return c.mainloop != kMainloopGemv && c.split_k != 1; }
+bool uses_workspace(const Config& c) {
+  if (c.mainloop == kMainloopWgmmaWs) return c.split_k == 0;  // split_k > 1 reduces through the cluster's shared memory
+  return c.mainloop != kMainloopGemv && c.split_k != 1;
+}
 
 size_t workspace_bytes(const Problem& p, const Config& c, int sm_count) {
   if (!uses_workspace(c)) return 0;

@@ -99,8 +99,9 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
 /// read only for a stream-K config (wgmma_ws split_k 0), whose grid is one block per SM; wgmma_ws grids are 1-D
 /// (tiles x split_k blocks). Throws for stream-K with sm_count < 1.
 attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
-/// true when the config reduces partial tiles through a workspace: split_k > 1, or stream-K (split_k 0); never for gemv
-/// (its split_k blocks form a cluster and reduce in distributed shared memory).
+/// true when the config reduces partial tiles through a workspace: split_k > 1 of mma.sync / wgmma, or stream-K
+/// (split_k 0); never for gemv or wgmma_ws with split_k > 1 (their split_k blocks form a cluster and reduce in
+/// distributed shared memory).
 bool uses_workspace(const Config& c);
 /// Split-K / stream-K workspace (fp32 partial tiles) in bytes for a launch on a GPU with sm_count SMs, and counters
 /// (one unsigned per output tile, zero-initialized, self-resetting); both 0 when !uses_workspace(c).

@@ -232,16 +232,22 @@ KT_HD constexpr int ws_w_row_bytes(quant::Format f) { return 64 * quant::format_
 /// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m, or for
 /// stream-K (whose output tile sits beside the ring) chunks of 32.
 KT_HD constexpr int ws_epilogue_rows(const Config& c) { return c.split_k == 0 && c.tile_m > 32 ? 32 : c.tile_m; }
-/// Stream-K (split_k 0) keeps the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32.
+/// wgmma_ws split_k > 1 (a cluster of split_k blocks per tile): byte offset of rank 0's partial slots (split_k - 1 fp32
+/// tiles [tile_m x tile_n] in the accumulator layout) in its dynamic shared memory, after the fp32 output tile; both
+/// over the ring, which is free once every block of the cluster has finished its mainloop.
+KT_HD constexpr int ws_cluster_slot_offset(const Config& c) { return (c.tile_m * (c.tile_n + 4) * 4 + 15) / 16 * 16; }
+/// Stream-K (split_k 0) keeps the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32. Else
+/// max(ring, output tile (+ the cluster's partial slots for split_k > 1)).
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
   return 1024 + (c.split_k == 0 ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) + ws_epilogue_rows(c) * (c.tile_n + 4) * 4
-                 : c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) > c.tile_m * (c.tile_n + 4) * 4
+                 : c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) >
+                           ws_cluster_slot_offset(c) + (c.split_k - 1) * c.tile_m * c.tile_n * 4
                      ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f))
-                     : c.tile_m * (c.tile_n + 4) * 4);
+                     : ws_cluster_slot_offset(c) + (c.split_k - 1) * c.tile_m * c.tile_n * 4);
 }
-/// wgmma_ws: fp32 partial-tile slots of the split-K / stream-K workspace for a grid of `blocks`: one per block
-/// (split_k >= 1: a block touches one tile), two for stream-K (a block's range can start and end inside a tile).
-KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) { return c.split_k == 0 ? 2 * blocks : blocks; }
+/// wgmma_ws: fp32 partial-tile slots of the stream-K workspace for a grid of `blocks`: two per block (a block's range
+/// can start and end inside a tile). split_k > 1 reduces through the cluster's shared memory instead: none.
+KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) { return c.split_k == 0 ? 2 * blocks : 0; }
 /// wgmma_ws: consumer registers per thread (ptxas, CUDA 13): 40 + accumulators (atoms x tile_m / 2) + for quantized
 /// weights 24 per atom (the double-buffered A fragments, partly reused), 20 more per atom for the table formats (their
 /// per-slice scales and fp32 fallback), 20 more per atom for stream-K (the segment walk and the partial reduction
@@ -337,7 +343,9 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
     if (c.tile_k != 64) return "wgmma_ws: tile_k must be 64";
     if (c.stages < 2 || c.stages > 8) return "wgmma_ws: stages must be 2..8";
-    if (c.split_k < 0 || c.split_k > 16) return "wgmma_ws: split_k must be 0 (stream-K) or 1..16";
+    if (c.split_k < 0 || c.split_k > 8)
+      return "wgmma_ws: split_k must be 0 (stream-K) or 1..8 (split_k > 1: a thread-block cluster of that many blocks, "
+             "at most the portable cluster size 8)";
     if (c.prefetch != 1) return "wgmma_ws: prefetch must be 1";
     if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
     if (ws_reg_estimate(c, f) > (ws_consumers(c) == 2 ? kWsConsumerRegs : 255))

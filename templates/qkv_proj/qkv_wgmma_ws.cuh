@@ -199,11 +199,17 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 /// floor(units b / G) <= u.
 __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK>
-__global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
+/// The kernel body. ClusterK > 1 (split_k > 1, qkv_wgmma_ws_cluster): the ClusterK blocks of a tile form a thread-block
+/// cluster (ranks = K slices); after every block's mainloop, ranks 1.. store their fp32 accumulators into partial slots
+/// of rank 0's shared memory (distributed shared memory, after its output tile), one cluster barrier, and rank 0 adds
+/// them in rank order (deterministic) before the epilogue: no workspace, no counters, no global round trips.
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
+          int ClusterK>
+__device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, 64, 4 * Consumers, 1, Stages, StreamK ? 0 : 1, 1, kMainloopWgmmaWs};
+  constexpr Config C{TileM, TileN, 64, 4 * Consumers, 1, Stages, StreamK ? 0 : ClusterK, 1, kMainloopWgmmaWs};
+  static_assert(ClusterK == 1 || !StreamK, "stream-K blocks do not form clusters");
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma_ws variant: see invalid_reason() in qkv_proj_config.h");
@@ -233,6 +239,9 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   float* sC = reinterpret_cast<float*>(smem + (StreamK ? Stages * (kXB + kWB) : 0));
 
   KT_WS_TRACE(0);
+  // Every block of the cluster is running before any writes into another's shared memory (waited on before the
+  // reduction; every thread arrives here, the producer warpgroup's before it exits).
+  if (ClusterK > 1) ptx::cluster_arrive_relaxed();
   const int tid = threadIdx.x, wg = tid / 128;
   const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
   const int n_tiles = (N + TileN - 1) / TileN;
@@ -394,8 +403,41 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
     if (lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + nks - 1) % Stages));  // the segment's last slot
     KT_WS_TRACE(2);
 
+    // ---- split-K over a cluster: partials through rank 0's shared memory ----
+    if (ClusterK > 1) {
+      constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
+      constexpr unsigned kSlotB = unsigned(TileM) * TileN * 4;
+      const unsigned slots = base + ws_cluster_slot_offset(C);  // after the fp32 output tile (over the ring)
+      const unsigned rank = ptx::cluster_rank();
+      ptx::cluster_wait();            // entry arrivals: every block of the cluster runs
+      ptx::cluster_arrive_release();  // this block's mainloop is over ...
+      ptx::cluster_wait();            // ... and every other block's: rank 0's ring is free for the slots
+      if (rank > 0) {
+#pragma unroll
+        for (int v = 0; v < kVec; ++v)
+          ptx::st_cluster_f4(ptx::cluster_map(slots + (rank - 1) * kSlotB + unsigned(v * kCThreads + ctid) * 16u, 0u),
+                             make_float4(acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)],
+                                         acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 1],
+                                         acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 2],
+                                         acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 3]));
+      }
+      ptx::cluster_arrive_release();
+      ptx::cluster_wait();
+      if (rank > 0) break;  // rank 0 has the partials; nothing reads this block's shared memory
+      for (int r = 1; r < ClusterK; ++r) {
+        const float4* part = reinterpret_cast<const float4*>(smem + ws_cluster_slot_offset(C) + (r - 1) * kSlotB);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) {
+          const float4 x = part[v * kCThreads + ctid];
+          float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
+          d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+        }
+      }
+      KT_WS_TRACE(4);
+    }
+
     // ---- a tile shared with other blocks: partials through the workspace, the last block reduces ----
-    if (nks != nk) {
+    if (ClusterK == 1 && nks != nk) {
       constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
       constexpr long long kSlot = (long long)TileM * TileN;
       auto slot_of = [&](int b) {  // b's slot: stream-K keeps a second one for a range that ends in another tile
@@ -499,6 +541,19 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const _
   KT_WS_TRACE_VAL(7, g_next);
 #endif
 #endif
+}
+
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK>
+__global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
+  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1>(wp);
+}
+
+/// split_k = ClusterK > 1: grid.x = tiles x ClusterK, cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain
+/// launch forms the clusters (the ClusterK K slices of one tile).
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK>
+__global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers + 1), 1)
+    qkv_wgmma_ws_cluster(const __grid_constant__ WsParams wp) {
+  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK>(wp);
 }
 
 }  // namespace qkv

@@ -168,9 +168,20 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p4, ws, 132).grid_y == 1);
     CHECK(workspace_bytes(p4, ws, 132) == 0);
     auto split = ws;
-    split.split_k = 2;  // one fp32 partial slot per block, one counter per tile
-    CHECK(workspace_bytes(p4, split, 132) == size_t(36) * 16 * 2 * 256 * 128 * 4);
-    CHECK(counter_bytes(p4, split) == size_t(36) * 16 * 4);
+    split.split_k = 2;  // a cluster of 2 blocks per tile: partials through rank 0's shared memory, no workspace
+    CHECK(workspace_bytes(p4, split, 132) == 0);
+    CHECK(counter_bytes(p4, split) == 0);
+    CHECK(!uses_workspace(split));
+    CHECK(variant_name(p4, split, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_cl2__sm_90a");
+    CHECK(name_expression(p4, split) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4, 2>");
+    CHECK(launch_dims(p4, split, 132).grid_x == 36 * 16 * 2);
+    // rank 0's shared memory: the ring, or the fp32 output tile + one partial slot when that is larger
+    CHECK(launch_dims(p4, split, 132).smem_bytes ==
+          1024u + std::max(4 * (256 * 128 + 128 * 32), 256 * 132 * 4 + 256 * 128 * 4));
+    auto split16 = ws;
+    split16.split_k = 16;  // beyond the portable cluster size
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, split16, arch)).find("cluster") !=
+          std::string::npos);
     // stream-K (split_k 0): its own name and template flag, one block per SM, two partial slots per block, the
     // output tile next to the ring in shared memory.
     const Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
