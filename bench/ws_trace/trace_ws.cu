@@ -1,7 +1,8 @@
 // Timeline experiment for the qkv_wgmma_ws kernel with 16-bit weights (not part of the build; NOTES.md, qkv_proj 17).
 //
 // Compiles one wgmma_ws variant with KT_WS_TRACE_ON, so consumer thread 0 of every block records %globaltimer at
-// entry (0), first slot full (1), last mainloop end (2), last partial counted (3), last reduction end (4) and end (5),
+// entry (0), first slot full (1), last mainloop end (2), last partial counted (3, stream-K), last reduction end (4;
+// split-K clusters: rank 0's partials added) and end (5),
 // plus its SM id (6) and ring steps (7); launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias,
 // RoPE) for M tokens and K (argv[1], argv[2]). fp16 activations and fp16 weights (arbitrary finite values) rotated
 // over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for 3 traced launches (each
@@ -24,7 +25,11 @@ using namespace kt::qkv;
 #ifndef KSPLIT
 #define KSPLIT 1
 #endif
+#if KSK == 0 && KSPLIT > 1  // split-K over a thread-block cluster of KSPLIT blocks per tile
+#define K_ kt::qkv::qkv_wgmma_ws_cluster<kt::DType::f16, 0, 128, true, true, KTM, KTN, KC, KS, KSPLIT>
+#else
 #define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, 0, 128, true, true, KTM, KTN, KC, KS, KSK == 1>
+#endif
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 
 static bool encode(TmaDescriptor* d, const void* base, long long inner, long long rows, int box_rows) {
