@@ -312,8 +312,11 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     int deepest = 0;
     for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 1)) deepest = std::max(deepest, c.stages);
     c300 = configs_of(big.problem, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages <= 3 || c.stages == deepest; });
-    c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaWs, 16, [&](const Config& c) { return c.stages == 3; });
-    c5 = configs_of(qwen(f, d, 5), kMainloopWgmmaWs, 16, [&](const Config& c) { return c.stages == 2; });
+    // (split_k 2 / 4, the cluster kernel, comes with rings of 4+ slots only)
+    c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaWs, 16,
+                     [&](const Config& c) { return c.stages == 3 || (c.split_k > 1 && c.stages == 4); });
+    c5 = configs_of(qwen(f, d, 5), kMainloopWgmmaWs, 16,
+                    [&](const Config& c) { return c.stages == 2 || (c.split_k > 1 && c.stages == 4); });
     REQUIRE(c300.size() >= 16);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c5.size() >= 4);
