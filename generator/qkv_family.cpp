@@ -229,7 +229,7 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
 }
 
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
-/// split_k > 1 only while the grid has fewer blocks than the SMs of an H100 (132), and split_k <= the K steps;
+/// split_k > 1 only while there are fewer output tiles than the SMs of an H100 (132), and split_k <= the K steps;
 /// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn up to
 /// M = 256.
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {

@@ -126,8 +126,10 @@ __device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s,
 ///  - epilogue: + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021; Llama/Qwen pairing
 ///    (i, i + D/2), angle = pos * theta^(-2i/D), angles reduced mod 2 pi in double), split into Q/K/V.
 /// Must be called by every thread of the block (it has barriers), or with kBarrierId > 0 by threads 0 .. kThreads - 1
-/// only (named barrier kBarrierId: the block's other warps have left).
-template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0>
+/// only (named barrier kBarrierId: the block's other warps have left). kMaxBatch: items per thread whose global loads
+/// (bias, positions) are issued together before their arithmetic (more registers, fewer dependent round trips).
+template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0,
+          int kMaxBatch = 1>
 __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0) {
   auto sync = [] {
     if (kBarrierId == 0) __syncthreads();
@@ -188,9 +190,9 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
   constexpr int kPairs = kCols / 4;
   constexpr int kItems = TileM * kHeadsPerTile * kPairs;
   constexpr int kIters = (kItems + kThreads - 1) / kThreads;
-  // Batches of 8 for the warp-specialized kernel (kBarrierId > 0), whose consumer warps have the registers to spare;
-  // one item at a time in the mma.sync / wgmma kernels, where 4 items made a register-capped variant spill.
-  constexpr int kBatch = kBarrierId == 0 ? 1 : kIters < 8 ? kIters : 8;
+  // kMaxBatch is the caller's: 1 (the default) in the mma.sync / wgmma kernels, where 4 items made a register-capped
+  // variant spill; up to 8 in the warp-specialized kernel where its accumulators leave room.
+  constexpr int kBatch = kIters < kMaxBatch ? kIters : kMaxBatch;
   struct Item {
     int r, m, col0, head, c1, c2, lc;
     bool valid, is_q, is_k, rotate;

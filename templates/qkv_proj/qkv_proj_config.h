@@ -236,13 +236,15 @@ KT_HD constexpr int ws_epilogue_rows(const Config& c) { return c.split_k == 0 &&
 /// tiles [tile_m x tile_n] in the accumulator layout) in its dynamic shared memory, after the fp32 output tile; both
 /// over the ring, which is free once every block of the cluster has finished its mainloop.
 KT_HD constexpr int ws_cluster_slot_offset(const Config& c) { return (c.tile_m * (c.tile_n + 4) * 4 + 15) / 16 * 16; }
-/// Stream-K (split_k 0) keeps the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32. Else
-/// max(ring, output tile (+ the cluster's partial slots for split_k > 1)).
+/// wgmma_ws: the ring, stages x (X tile [tile_m][64] + weight rows [tile_n][row bytes]).
+KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) { return c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)); }
+/// wgmma_ws dynamic shared memory (+ 1024 for the 1024-byte alignment of the swizzled tiles). Stream-K (split_k 0) keeps
+/// the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32. Else both over one region:
+/// max(ring, output tile + for split_k > 1 the cluster's split_k - 1 partial slots).
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + (c.split_k == 0 ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) + ws_epilogue_rows(c) * (c.tile_n + 4) * 4
-                 : c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)) >
-                           ws_cluster_slot_offset(c) + (c.split_k - 1) * c.tile_m * c.tile_n * 4
-                     ? c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f))
+  return 1024 + (c.split_k == 0 ? ws_ring_bytes(c, f) + ws_epilogue_rows(c) * (c.tile_n + 4) * 4
+                 : ws_ring_bytes(c, f) > ws_cluster_slot_offset(c) + (c.split_k - 1) * c.tile_m * c.tile_n * 4
+                     ? ws_ring_bytes(c, f)
                      : ws_cluster_slot_offset(c) + (c.split_k - 1) * c.tile_m * c.tile_n * 4);
 }
 /// wgmma_ws: fp32 partial-tile slots of the stream-K workspace for a grid of `blocks`: two per block (a block's range

@@ -24,7 +24,9 @@
 //           fp16's normal range take the fp32 path (code value x scale in fp32, one rounding) for the whole step.
 //   Work split: the block's contiguous range of (tile, K step) units (qkv_proj_config.h): one K slice of one tile
 //   (split_k >= 1) or, stream-K (split_k 0, one block per SM), a range that crosses tile boundaries, after whole-tile
-//   rounds when there are 2 or more waves of tiles; the producer's ring runs on across tiles. Tiles shared by several blocks are reduced through the workspace: fp32 partials in the
+//   rounds when there are 2 or more waves of tiles; the producer's ring runs on across tiles. split_k > 1: the split_k
+//   blocks of a tile are one thread-block cluster and reduce through rank 0's shared memory (qkv_wgmma_ws_cluster).
+//   Stream-K tiles shared by several blocks are reduced through the workspace: fp32 partials in the
 //   accumulator layout, a counter per tile, the last block adds all partials in block order.
 //   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (bias,
 //   RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
@@ -201,7 +203,7 @@ __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int
 
 /// The kernel body. ClusterK > 1 (split_k > 1, qkv_wgmma_ws_cluster): the ClusterK blocks of a tile form a thread-block
 /// cluster (ranks = K slices); after every block's mainloop, ranks 1.. store their fp32 accumulators into partial slots
-/// of rank 0's shared memory (distributed shared memory, after its output tile), one cluster barrier, and rank 0 adds
+/// of rank 0's shared memory (distributed shared memory, after its output tile), a cluster barrier, and rank 0 adds
 /// them in rank order (deterministic) before the epilogue: no workspace, no counters, no global round trips.
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
           int ClusterK>
@@ -319,6 +321,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
       for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
 
+    // Float4 v of the thread's accumulators (kAtoms x TileM / 2 floats): the unit of the partial tiles below.
+    auto acc4 = [&](int v) -> float* { return &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)]; };
     unsigned afrag[kWide ? 1 : 2][kAtoms][4][4];  // A fragments, double-buffered (step parity)
     WsScaleRaw sraw[2][kAtoms][2];                // scales of steps j, j + 1 (ring by step parity) x atom x (lo, hi)
     auto load_scales_of = [&](int buf, int j) {
@@ -416,10 +420,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
         for (int v = 0; v < kVec; ++v)
           ptx::st_cluster_f4(ptx::cluster_map(slots + (rank - 1) * kSlotB + unsigned(v * kCThreads + ctid) * 16u, 0u),
-                             make_float4(acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)],
-                                         acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 1],
-                                         acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 2],
-                                         acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 3]));
+                             make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]));
       }
       ptx::cluster_arrive_release();
       ptx::cluster_wait();
@@ -429,37 +430,31 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
         for (int v = 0; v < kVec; ++v) {
           const float4 x = part[v * kCThreads + ctid];
-          float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
+          float* d = acc4(v);
           d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
         }
       }
       KT_WS_TRACE(4);
     }
 
-    // ---- a tile shared with other blocks: partials through the workspace, the last block reduces ----
-    if (ClusterK == 1 && nks != nk) {
+    // ---- stream-K: a tile shared with other blocks: partials through the workspace, the last block reduces ----
+    if (StreamK && nks != nk) {
       constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
       constexpr long long kSlot = (long long)TileM * TileN;
-      auto slot_of = [&](int b) {  // b's slot: stream-K keeps a second one for a range that ends in another tile
-        return StreamK ? 2LL * b + ((dp_units + int((long long)units * b / G)) / nk == t ? 0 : 1) : (long long)b;
+      auto slot_of = [&](int b) {  // b's slot: a second one for a range that ends in another tile
+        return 2LL * b + ((dp_units + int((long long)units * b / G)) / nk == t ? 0 : 1);
       };
       float4* mine = reinterpret_cast<float4*>(p.workspace + slot_of(blk) * kSlot);
 #pragma unroll
       for (int v = 0; v < kVec; ++v)
-        __stcg(mine + v * kCThreads + ctid, make_float4(acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)],
-                                                       acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 1],
-                                                       acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 2],
-                                                       acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2) + 3]));
+        __stcg(mine + v * kCThreads + ctid, make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]));
       __threadfence();
       ptx::named_barrier(1, kCThreads);
       const int b_first = ws_block_of(t * nk - dp_units, units, G), b_last = ws_block_of((t + 1) * nk - 1 - dp_units, units, G);
       if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(b_last - b_first);
       ptx::named_barrier(1, kCThreads);
       KT_WS_TRACE(3);
-      if (!s_reduce) {
-        if (!StreamK) break;  // split-K: the block's only segment
-        continue;
-      }
+      if (!s_reduce) continue;
       __threadfence();
 #pragma unroll
       for (int a = 0; a < kAtoms; ++a)
@@ -476,7 +471,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
           for (int v = 0; v < kVec; ++v) {
             if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
             const float4 x = __ldcg(part + v * kCThreads + ctid);
-            float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
+            float* d = acc4(v);
             d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
           }
         } else {
@@ -493,7 +488,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
             if (b0 + u > b_last) break;
 #pragma unroll
             for (int v = 0; v < kVec; ++v) {
-              float* d = &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)];
+              float* d = acc4(v);
               d[0] += xv[u][v].x, d[1] += xv[u][v].y, d[2] += xv[u][v].z, d[3] += xv[u][v].w;
             }
           }
@@ -507,6 +502,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     // int8: times the row scale. Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the
     // previous chunk's epilogue has read sC. ----
     constexpr int kEpiRows = ws_epilogue_rows(C), kLd = TileN + 4;
+    // The epilogue's load batch (finish_tile): 8 items, or 1 for packed weights with 2 atoms of 96+ tokens, whose
+    // 96-128 accumulator registers plus the decode's left no room (int4 / int8 variants spilled 16-216 bytes).
+    constexpr int kEpiBatch = !kWide && kAtoms == 2 && TileM >= 96 ? 1 : 8;
     float rs[kAtoms][2];
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a)
@@ -529,7 +527,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
             for (int e = 0; e < 2; ++e)
               sC[(8 * i - c0 + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
       ptx::named_barrier(1, kCThreads);
-      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1>(p, sC, m0 + c0, n0);
+      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch>(p, sC, m0 + c0, n0);
     }
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }
