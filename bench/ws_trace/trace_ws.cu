@@ -2,15 +2,23 @@
 //
 // Compiles one wgmma_ws variant with KT_WS_TRACE_ON, so consumer thread 0 of every block records %globaltimer at
 // entry (0), first slot full (1), last mainloop end (2), last partial counted (3, stream-K), last reduction end (4;
-// split-K clusters: rank 0's partials added) and end (5),
-// plus its SM id (6) and ring steps (7); launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias,
+// split-K clusters: rank 0's partials added), the output tile in shared memory (9), finish_tile's table ready (10),
+// its first batch of rows done (11) and its end (12), and end (5); the producer thread its entry (13), barriers
+// initialized (14), first copy issued (8) and first ring of copies issued (15); plus the SM id (6) and ring steps
+// (7); positions are 3 i + 17, so RoPE does real work. KT_TRACE_FLAGS="-DKROPE=false" builds without RoPE. Launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias,
 // RoPE) for M tokens and K (argv[1], argv[2]). fp16 activations and fp16 weights (arbitrary finite values) rotated
 // over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for 3 traced launches (each
 // the second of two back to back), percentiles of each point over blocks (us from the first block's entry) and the
 // blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
 // Build: bench/ws_trace/build.sh TILE_M TILE_N CONSUMERS STAGES STREAMK(0|1) [SPLIT_K]
 #define KT_WS_TRACE_ON
-__device__ unsigned long long kt_ws_trace[1024 * 8];
+__device__ unsigned long long kt_ws_trace[1024 * 16];
+#define KT_EPI_TRACE(i)                                                    \
+  do {                                                                     \
+    unsigned long long t_;                                                 \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                 \
+    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = t_;         \
+  } while (0)
 #include "qkv_proj/qkv_wgmma_ws.cuh"
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -25,10 +33,16 @@ using namespace kt::qkv;
 #ifndef KSPLIT
 #define KSPLIT 1
 #endif
+#ifndef KBIAS  // bias and RoPE in the epilogue (KT_TRACE_FLAGS="-DKROPE=false" leaves RoPE out)
+#define KBIAS true
+#endif
+#ifndef KROPE
+#define KROPE true
+#endif
 #if KSK == 0 && KSPLIT > 1  // split-K over a thread-block cluster of KSPLIT blocks per tile
-#define K_ kt::qkv::qkv_wgmma_ws_cluster<kt::DType::f16, 0, 128, true, true, KTM, KTN, KC, KS, KSPLIT>
+#define K_ kt::qkv::qkv_wgmma_ws_cluster<kt::DType::f16, 0, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSPLIT>
 #else
-#define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, 0, 128, true, true, KTM, KTN, KC, KS, KSK == 1>
+#define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, 0, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSK == 1>
 #endif
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 
@@ -60,7 +74,9 @@ int main(int argc, char** argv) {
   unsigned short *dx, *db, *dq, *dk, *dv; int* dp; float* dws; unsigned* dcnt;
   CK(cudaMalloc(&dx, hx.size() * 2)); CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&db, N * 2)); CK(cudaMemcpy(db, hb.data(), N * 2, cudaMemcpyHostToDevice));
-  CK(cudaMalloc(&dp, M * 4)); CK(cudaMemset(dp, 0, M * 4));
+  std::vector<int> hp(M);
+  for (int i = 0; i < M; ++i) hp[i] = 3 * i + 17;  // nonzero positions: RoPE does real work
+  CK(cudaMalloc(&dp, M * 4)); CK(cudaMemcpy(dp, hp.data(), M * 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&dq, size_t(M) * Hq * D * 2)); CK(cudaMalloc(&dk, size_t(M) * Hkv * D * 2)); CK(cudaMalloc(&dv, size_t(M) * Hkv * D * 2));
   CK(cudaMalloc(&dws, size_t(ws_workspace_slots(C, grid)) * KTM * KTN * 4 + 16));
   CK(cudaMalloc(&dcnt, tiles * 4 + 16)); CK(cudaMemset(dcnt, 0, tiles * 4 + 16));
@@ -85,9 +101,12 @@ int main(int argc, char** argv) {
   for (int it = 0; it < 200; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
   cudaEventRecord(b); CK(cudaEventSynchronize(b));
   float ms; cudaEventElapsedTime(&ms, a, b);
-  std::vector<unsigned long long> tr(size_t(grid) * 8);
+  std::vector<unsigned long long> tr(size_t(grid) * 16);
   auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v.empty() ? -1.0 : v[std::min(v.size() - 1, size_t(q * v.size()))]; };
-  const char* names[6] = {"entry", "first full", "mainloop end", "partial counted", "reduced", "end"};
+  const char* names[14] = {"entry", "producer entry", "barriers init", "1st copy issued", "ring issued", "first full",
+                           "mainloop end", "partial counted", "reduced", "tile in smem", "inv_freq", "batch 0",
+                           "finish_tile end", "end"};
+  const int kIdx[14] = {0, 13, 14, 8, 15, 1, 2, 3, 4, 9, 10, 11, 12, 5};
   for (int rep = 0; rep < 3; ++rep) {
     K_<<<grid, block, smem>>>(wp[(rep + 7) % copies]);
     CK(cudaMemcpyToSymbol(kt_ws_trace, std::vector<unsigned long long>(tr.size(), 0).data(), tr.size() * 8));
@@ -95,16 +114,16 @@ int main(int argc, char** argv) {
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpyFromSymbol(tr.data(), kt_ws_trace, tr.size() * 8));
     unsigned long long t0 = ~0ull;
-    for (int bI = 0; bI < grid; ++bI) t0 = std::min(t0, tr[bI * 8]);
+    for (int bI = 0; bI < grid; ++bI) t0 = std::min(t0, tr[bI * 16]);
     printf("rep %d:", rep);
-    for (int pi = 0; pi < 6; ++pi) {
+    for (int pi = 0; pi < 14; ++pi) {
       std::vector<double> v;
       for (int bI = 0; bI < grid; ++bI)
-        if (tr[bI * 8 + pi] >= t0) v.push_back((tr[bI * 8 + pi] - t0) / 1000.0);
+        if (kIdx[pi] < 16 && tr[bI * 16 + kIdx[pi]] >= t0) v.push_back((tr[bI * 16 + kIdx[pi]] - t0) / 1000.0);
       if (!v.empty()) printf(" | %s n%zu p10 %.2f p50 %.2f p90 %.2f max %.2f", names[pi], v.size(), pct(v, .1), pct(v, .5), pct(v, .9), pct(v, 1));
     }
     std::map<int, int> per_sm;
-    for (int bI = 0; bI < grid; ++bI) per_sm[int(tr[bI * 8 + 6])]++;
+    for (int bI = 0; bI < grid; ++bI) per_sm[int(tr[bI * 16 + 6])]++;
     int most = 0;
     for (auto& kv : per_sm) most = std::max(most, kv.second);
     printf(" | SMs used %zu, most blocks on one SM %d\n", per_sm.size(), most);

@@ -85,6 +85,11 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
+/// Starts fetching a tensor map (a __grid_constant__ kernel parameter, generic address) into the TMA unit's
+/// descriptor cache, so the first copy that uses it does not wait for it (PTX ISA, prefetch.tensormap).
+__device__ __forceinline__ void prefetch_tensormap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
 /// 5-D TMA tile load: as tma_load_2d with coordinates (c0 innermost, .., c4).
 __device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4, unsigned bar) {
   asm volatile(

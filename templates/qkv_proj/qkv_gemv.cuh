@@ -27,7 +27,7 @@
 // Dequantization: decode_chunk2 below (quant_format.h's value rules in 16-bit-pair arithmetic; int4 and int8 give the
 // same operand values as the tiled mainloop's fp32 decode_chunk, the table formats round the code value and the scale
 // to the operand dtype first). RoPE: Su et al., RoFormer (2021), rotate-half
-// pairing (i, i + D/2) of Llama/Qwen, angle = pos * theta^(-2i/D) reduced mod 2 pi in double.
+// pairing (i, i + D/2) of Llama/Qwen, angle = pos * theta^(-2i/D) reduced mod 2 pi in fixed point (rope_sincos).
 #pragma once
 #include "qkv_proj/qkv_proj.cuh"
 
@@ -497,7 +497,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
   unsigned short bias_v[R][2] = {};  // the dtype's bits, converted in the epilogue (no wait on the load before the mainloop)
   float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums
-  double inv_freq[R] = {};
+  unsigned long long turns[R] = {};  // rope_turns of pair r
   int pos[NT][2] = {};
   if (wk == 0 && rank == 0) {
     const unsigned short* bias = static_cast<const unsigned short*>(p.bias);
@@ -511,7 +511,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         row_scale[r][0] = __ldg(static_cast<const float*>(p.w_scales) + row_of(r, 0));
         row_scale[r][1] = __ldg(static_cast<const float*>(p.w_scales) + row_of(r, 1));
       }
-      if (Rope) inv_freq[r] = exp2(-double(2 * pair[r]) / double(D) * p.rope_log2_theta);
+      if (Rope) turns[r] = rope_turns<D>(p, pair[r]);
     }
     if (Rope) {
 #pragma unroll
@@ -523,12 +523,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         }
     }
   }
-  // RoPE rotation (cos, sin) of pair r, token (t, i): angle pos * inv_freq reduced exactly to [-pi, pi] in double.
-  auto rope_cs = [&](int r, int t, int i, float& cs, float& sn) {
-    double ang = double(pos[t][i]) * inv_freq[r];
-    ang -= 6.283185307179586 * rint(ang * 0.15915494309189535);
-    __sincosf(float(ang), &sn, &cs);  // |error| < 2^-21 on [-pi, pi]
-  };
+  // RoPE rotation (cos, sin) of pair r, token (t, i): the angle reduced mod 2 pi in fixed point (rope_sincos).
+  auto rope_cs = [&](int r, int t, int i, float& cs, float& sn) { rope_sincos(pos[t][i], turns[r], sn, cs); };
   // Small tiles compute the rotations here, while the weight is in flight, rather than after the mainloop.
   constexpr bool kRopeEarly = Rope && R * NT <= 4 && !kStream;  // stages 2 starts decoding before positions land
   float rope_c[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2], rope_s[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2];

@@ -223,6 +223,23 @@ KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
          (quant::format_bits(f) == 16 ? 0 : 7 * c.prefetch * ((w_units(c, f) + c.tile_m * 2 - 1) / (c.tile_m * 2)));
 }
 
+/// RoPE angle reduction in fixed point (the qkv epilogues; RoFormer rotate-half, angle = pos x theta^(-2i/D)).
+/// turns = round(2^64 theta^(-2i/D) / (2 pi)), the angle per position unit as a 64-bit fraction of a turn (< 2^62).
+/// Returns the angle of integer position pos reduced mod 2 pi to [-pi, pi): the low 64 bits of pos (sign-extended)
+/// x turns are the angle's fraction of a turn, exactly; their top word t, as a signed 32-bit fraction, gives t 2 pi /
+/// 2^32 with |error| < 4e-7 rad (the int-to-float conversion 1e-7, the float constant's and the product's roundings
+/// 2e-7 and 1.2e-7 at |angle| near pi; the dropped low word < 2^-32 turns).
+KT_HD inline float rope_angle(int pos, unsigned long long turns) {
+  const unsigned lo = unsigned(turns), hi = unsigned(turns >> 32), up = unsigned(pos);
+#ifdef __CUDA_ARCH__
+  unsigned t = __umulhi(up, lo) + up * hi;  // bits 32..63 of (unsigned) pos x turns
+#else
+  unsigned t = unsigned((unsigned long long)up * lo >> 32) + up * hi;
+#endif
+  if (pos < 0) t -= lo;  // sign extension: pos - 2^32 adds -2^32 turns
+  return float(int(t)) * 1.4629180792671596e-09f;  // 2 pi / 2^32
+}
+
 /// wgmma_ws: consumer warpgroups, m64 atoms per consumer warpgroup, bytes of one weight row per K step (64 elements)
 /// in the shared-memory ring, and dynamic shared memory: 1024 bytes of alignment slack + max(ring = stages x (X tile
 /// [tile_m][64] + weight tile [tile_n][row bytes]), epilogue = fp32 output tile [tile_m][tile_n + 4]).
@@ -238,6 +255,11 @@ KT_HD constexpr int ws_epilogue_rows(const Config& c) { return c.split_k == 0 &&
 KT_HD constexpr int ws_cluster_slot_offset(const Config& c) { return (c.tile_m * (c.tile_n + 4) * 4 + 15) / 16 * 16; }
 /// wgmma_ws: the ring, stages x (X tile [tile_m][64] + weight rows [tile_n][row bytes]).
 KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) { return c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)); }
+/// wgmma_ws with split_k >= 1 (one tile per block, known before the mainloop): static shared memory that holds the
+/// epilogue's inputs, copied while the ring fills (bias pairs [tile_n / 2] and positions [tile_m]; the RoPE table of
+/// D / 2 words replaces finish_tile's own). Stream-K blocks, whose tiles change, read them in the epilogue: 0.
+KT_HD constexpr bool ws_epi_preload(const Config& c) { return c.split_k != 0; }
+KT_HD constexpr int ws_epi_pre_bytes(const Config& c) { return ws_epi_preload(c) ? c.tile_n * 2 + c.tile_m * 4 : 0; }
 /// wgmma_ws dynamic shared memory (+ 1024 for the 1024-byte alignment of the swizzled tiles). Stream-K (split_k 0) keeps
 /// the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32. Else both over one region:
 /// max(ring, output tile + for split_k > 1 the cluster's split_k - 1 partial slots).
@@ -352,7 +374,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
     if (ws_reg_estimate(c, f) > (ws_consumers(c) == 2 ? kWsConsumerRegs : 255))
       return "wgmma_ws: accumulators + A fragments exceed the register budget";
-    if (ws_smem_bytes(c, f) + table_bytes(f, kWsTableCopies) + 1024 > max_smem_per_block(arch.sm))
+    if (ws_smem_bytes(c, f) + table_bytes(f, kWsTableCopies) + ws_epi_pre_bytes(c) + 1024 > max_smem_per_block(arch.sm))
       return "shared memory exceeds the per-block limit";
     return nullptr;
   }

@@ -174,21 +174,32 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 }
 
 // Timeline experiments only (never defined by the generator): KT_WS_TRACE(i) records %globaltimer at point i of the
-// block into kt_ws_trace[block * 8 + i] (a global __device__ array the experiment defines before including this
+// block into kt_ws_trace[block * 16 + i] (a global __device__ array the experiment defines before including this
 // header), from consumer thread 0: 0 entry, 1 first slot full, 2 last mainloop end, 3 last partial counted, 4 last
-// reduction end, 5 end; 6 the SM id; 7 segments run.
+// reduction end, 5 end; 6 the SM id; 7 segments run; 8 the producer's first copy issued (producer thread); 9 the
+// output tile in shared memory; 10-12 finish_tile (KT_EPI_TRACE, qkv_proj.cuh); producer thread: 13 its entry, 14
+// barriers initialized, 15 the ring's first copies issued.
 #ifdef KT_WS_TRACE_ON
 #define KT_WS_TRACE(i)                                                                  \
   do {                                                                                  \
     unsigned long long t_;                                                              \
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                              \
-    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 8 + (i)] = t_;                       \
+    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = t_;                      \
   } while (0)
 #define KT_WS_TRACE_VAL(i, v)                                            \
   do {                                                                   \
-    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 8 + (i)] = (v);       \
+    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = (v);      \
+  } while (0)
+#define KT_WS_TRACE_THIS(i)                                               \
+  do {                                                                    \
+    unsigned long long t_;                                                \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                \
+    kt_ws_trace[blockIdx.x * 16 + (i)] = t_;                              \
   } while (0)
 #else
+#define KT_WS_TRACE_THIS(i) \
+  do {                      \
+  } while (0)
 #define KT_WS_TRACE(i) \
   do {                 \
   } while (0)
@@ -258,14 +269,49 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int dp_rounds = StreamK && tiles / G > 1 ? tiles / G - 1 : 0;
   const int dp_units = dp_rounds * G * nk;
   const int units = tiles * nk - dp_units;  // units of the split; < 2^31 (checked on the host)
-  const int u_begin = dp_units + int((long long)units * blk / G), u_end = dp_units + int((long long)units * (blk + 1) / G);
+  // Split-K: G = tiles x ClusterK, so that is K slice blk % ClusterK of tile blk / ClusterK, in 32-bit arithmetic by a
+  // constant (the 64-bit divisions by G are a slow subroutine on the path to the first copy).
+  const int u_begin = StreamK ? dp_units + int((long long)units * blk / G) : (blk / ClusterK) * nk + nk * (blk % ClusterK) / ClusterK;
+  const int u_end = StreamK ? dp_units + int((long long)units * (blk + 1) / G)
+                            : (blk / ClusterK) * nk + nk * (blk % ClusterK + 1) / ClusterK;
 
-  if (tid == 0) {
+  // The producer thread: the ring's steps j = 0 .. n_steps - 1, (tile t, K step kt) each, issued in order.
+  const int n_steps = dp_rounds * nk + u_end - u_begin;
+  int t_next = !StreamK ? blk / ClusterK : dp_rounds > 0 ? blk : u_begin / nk;
+  int kt_next = !StreamK ? u_begin - t_next * nk : dp_rounds > 0 ? 0 : u_begin % nk;
+  auto issue = [&](int j) {  // step j's two tensor copies into slot j % Stages (free), then the walk's next step
+    const int slot = j % Stages;
+    ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
+    ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar_full + 8 * slot);
+    ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * (kWide ? 64 : kRowB), (t_next % n_tiles) * TileN, bar_full + 8 * slot);
+    if (++kt_next == nk) {
+      kt_next = 0;
+      t_next = j + 1 < dp_rounds * nk ? t_next + G : j + 1 == dp_rounds * nk ? u_begin / nk : t_next + 1;
+      if (j + 1 == dp_rounds * nk) kt_next = u_begin % nk;
+    }
+  };
+  // The producer thread sets up the barriers and fills the empty ring at once, before the block-wide barrier (and the
+  // decode tables), so the weight stream starts as early as it can: the first copies' data is what the consumers wait
+  // for longest (NOTES qkv_proj 18). Its own arrivals and copies follow the inits in program order; the init fence
+  // makes them visible to the async proxy and, with __syncthreads, to the consumers.
+  const int n_first = n_steps < Stages ? n_steps : Stages;
+  if (tid == kCThreads) {
+    KT_WS_TRACE_THIS(13);
+    ptx::prefetch_tensormap(&wp.x_map);
+    ptx::prefetch_tensormap(&wp.w_map);
 #pragma unroll
     for (int s = 0; s < Stages; ++s) {
       ptx::mbarrier_init(bar_full + 8 * s, 1);               // the producer's arrive.expect_tx (+ the TMA bytes)
       ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp
     }
+    ptx::mbarrier_init_fence();
+    wgmma::fence_proxy_async();
+    KT_WS_TRACE_THIS(14);
+    for (int j = 0; j < n_first; ++j) {
+      issue(j);
+      if (j == 0) KT_WS_TRACE_THIS(8);
+    }
+    KT_WS_TRACE_THIS(15);
   }
   if (!kWide) build_decode_tables<DT, F, kWsTableCopies>(s_lut, s_tab, tid, kCThreads + 128);
   __syncthreads();
@@ -273,19 +319,10 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   if (wg == Consumers) {
     // ---------------- producer warpgroup ----------------
     if (Consumers == 2) wgmma::setmaxnreg_dec<kWsProducerRegs>();
-    if (tid == kCThreads) {  // one thread issues the tensor copies of every step of the block's range
-      int t = dp_rounds > 0 ? blk : u_begin / nk, kt = dp_rounds > 0 ? 0 : u_begin % nk;
-      for (int j = 0; j < dp_rounds * nk + u_end - u_begin; ++j) {
-        const int slot = j % Stages;
-        if (j >= Stages) ptx::mbarrier_wait(bar_empty + 8 * slot, ((j / Stages) & 1) ^ 1);  // the slot's last use retired
-        ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
-        ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt * 64, (t / n_tiles) * TileM, bar_full + 8 * slot);
-        ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt * (kWide ? 64 : kRowB), (t % n_tiles) * TileN, bar_full + 8 * slot);
-        if (++kt == nk) {
-          kt = 0;
-          t = j + 1 < dp_rounds * nk ? t + G : j + 1 == dp_rounds * nk ? u_begin / nk : t + 1;
-          if (j + 1 == dp_rounds * nk) kt = u_begin % nk;
-        }
+    if (tid == kCThreads) {  // the rest of the block's steps, each into a slot whose last use retired
+      for (int j = n_first; j < n_steps; ++j) {
+        ptx::mbarrier_wait(bar_empty + 8 * (j % Stages), ((j / Stages) & 1) ^ 1);
+        issue(j);
       }
     }
     return;  // the consumers' barriers below are named barriers over their own threads
@@ -296,6 +333,30 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int ctid = tid, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
   const int row_lo0 = wg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
   const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kWsTableCopies : 0);
+
+  // Epilogue inputs of the block's one tile (ws_epi_preload: split-K blocks), copied now with cp.async, so that
+  // nothing waits for them (a load under the weight stream takes 2-3 us), and waited for only before the epilogue,
+  // instead of loaded after the mainloop where their latency (and the frequency table) added to the time after the
+  // weight stream (NOTES qkv_proj 18). The epilogue's named barrier makes them visible to every consumer thread.
+  // Cluster ranks > 0 hand their partials to rank 0 and have no epilogue.
+  constexpr bool kPre = ws_epi_preload(C);
+  __shared__ unsigned s_pre_bias2[kPre ? TileN / 2 : 1];
+  __shared__ int s_pre_pos[kPre ? TileM : 1];
+  __shared__ unsigned long long s_pre_turns[kPre && Rope ? D / 2 : 1];
+  if (kPre && (ClusterK == 1 || ptx::cluster_rank() == 0)) {
+    const int t = blk / ClusterK, n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
+    for (int i = ctid; i < TileN / 2; i += kCThreads) {
+      if (HasBias && n0 + 2 * i < N) ptx::cp_async_4(ptx::smem_u32(s_pre_bias2 + i), static_cast<const unsigned*>(p.bias) + n0 / 2 + i);
+      else s_pre_bias2[i] = 0u;
+    }
+    if (Rope) {
+      for (int i = ctid; i < TileM; i += kCThreads) {
+        if (m0 + i < p.m) ptx::cp_async_4(ptx::smem_u32(s_pre_pos + i), p.positions + m0 + i);
+        else s_pre_pos[i] = 0;
+      }
+      for (int i = ctid; i < D / 2; i += kCThreads) s_pre_turns[i] = rope_turns<D>(p, i);
+    }
+  }
 
   // One segment per tile: the data-parallel rounds' whole tiles, then each tile the range touches: K steps
   // [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.
@@ -513,6 +574,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         const int f = n0 + row_lo0 + 64 * a + 8 * h;
         rs[a][h] = gemv_scale_mode(F) != kScaleRow ? 1.f : f < N ? __ldg(static_cast<const float*>(p.w_scales) + f) : 0.f;
       }
+    if (kPre) ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
 #pragma unroll
     for (int c0 = 0; c0 < TileM; c0 += kEpiRows) {
       if (m0 + c0 >= p.m) break;  // no tokens left in the tile (uniform over the block)
@@ -527,7 +589,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
             for (int e = 0; e < 2; ++e)
               sC[(8 * i - c0 + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
       ptx::named_barrier(1, kCThreads);
-      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch>(p, sC, m0 + c0, n0);
+      KT_WS_TRACE(9);
+      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(p, sC, m0 + c0, n0, s_pre_bias2,
+                                                                                    s_pre_pos + c0, s_pre_turns);
     }
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }

@@ -2,6 +2,7 @@
 // RoPE identity at position 0, pair norms preserved, V never rotated, bias added before RoPE.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <random>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv_proj/qkv_proj_config.h"
 #include "reference/qkv_ref.h"
 
 using kt::ref::QkvShape;
@@ -191,4 +193,33 @@ TEST_CASE("qkv reference rejects invalid shapes and missing inputs", "[quant]") 
   CHECK_THAT(msg(p.s, nullptr, p.pos.data()), Catch::Contains("bias"));
   CHECK_THAT(msg(p.s, p.bias.data(), nullptr), Catch::Contains("positions"));
   CHECK(kt::ref::qkv_out_features(p.s) == 64);
+}
+
+TEST_CASE("RoPE fixed-point angle reduction matches a long double reduction", "[quant]") {
+  // rope_angle (the qkv kernels' epilogues): pos x turns mod 2^64, turns = round(2^64 theta^(-2i/D) / (2 pi)).
+  const long double two_pi = 6.283185307179586476925286766559L;
+  const int positions[] = {0, 1, 2, 3, 17, 1000, 4095, 32767, 131071, 1 << 20, (1 << 24) - 1, 2000000000,
+                           -1, -5, -100000, -2000000000};
+  double worst = 0.0;
+  for (double theta : {10000.0, 1000000.0})
+    for (int d : {64, 128})
+      for (int i = 0; i < d / 2; ++i) {
+        const double inv_freq = std::exp2(-double(2 * i) / double(d) * std::log2(theta));
+        const unsigned long long turns = (unsigned long long)std::nearbyint(inv_freq * (18446744073709551616.0 / 6.283185307179586));
+        for (int pos : positions) {
+          const float got = kt::qkv::rope_angle(pos, turns);
+          REQUIRE(got >= -3.14159274f);
+          REQUIRE(got < 3.14159274f);
+          // the angle the double table entry stands for, pos x turns / 2^64 turns, reduced in long double
+          const long double want = std::remainder((long double)pos * inv_freq, two_pi);
+          long double diff = std::fabs((long double)got - want);
+          diff = std::min(diff, two_pi - diff);  // +pi and -pi are the same angle
+          // 4e-7 from rope_angle, plus the table entry's rounding: |pos| x 2^-52 relative of inv_freq
+          const double bound = 4e-7 + std::fabs(double(pos)) * inv_freq * 6e-16;
+          INFO("theta " << theta << " d " << d << " i " << i << " pos " << pos << " got " << got << " want " << double(want));
+          REQUIRE(double(diff) <= bound);
+          worst = std::max(worst, double(diff));
+        }
+      }
+  REQUIRE(worst > 0.0);  // the float result is not exact: the comparison is live
 }
