@@ -130,6 +130,14 @@ __device__ __forceinline__ void st_cluster_f4(unsigned addr, float4 v) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
 }
+/// An asynchronous float4 store into another block's shared memory that completes as 16 bytes of transactions on
+/// that block's mbarrier `bar` (both addresses from cluster_map; PTX ISA, st.async): the receiver waits on its own
+/// mbarrier, the sender needs no barrier after it.
+__device__ __forceinline__ void st_async_f4(unsigned addr, float4 v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+               : "memory");
+}
 #endif
 
 /// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).

@@ -249,25 +249,28 @@ KT_HD constexpr int ws_w_row_bytes(quant::Format f) { return 64 * quant::format_
 /// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m, or for
 /// stream-K (whose output tile sits beside the ring) chunks of 32.
 KT_HD constexpr int ws_epilogue_rows(const Config& c) { return c.split_k == 0 && c.tile_m > 32 ? 32 : c.tile_m; }
-/// wgmma_ws split_k > 1 (a cluster of split_k blocks per tile): byte offset of rank 0's partial slots (split_k - 1 fp32
-/// tiles [tile_m x tile_n] in the accumulator layout) in its dynamic shared memory, after the fp32 output tile; both
-/// over the ring, which is free once every block of the cluster has finished its mainloop.
-KT_HD constexpr int ws_cluster_slot_offset(const Config& c) { return (c.tile_m * (c.tile_n + 4) * 4 + 15) / 16 * 16; }
 /// wgmma_ws: the ring, stages x (X tile [tile_m][64] + weight rows [tile_n][row bytes]).
 KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) { return c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)); }
+/// wgmma_ws split_k >= 1: the ring and, over it, the fp32 output tile [tile_m][tile_n + 4]: the larger of the two.
+KT_HD constexpr int ws_ring_or_tile_bytes(const Config& c, quant::Format f) {
+  return ws_ring_bytes(c, f) > c.tile_m * (c.tile_n + 4) * 4 ? ws_ring_bytes(c, f) : c.tile_m * (c.tile_n + 4) * 4;
+}
+/// wgmma_ws split_k > 1 (a cluster of split_k blocks per tile): byte offset of rank 0's partial slots (split_k - 1 fp32
+/// tiles [tile_m x tile_n] in the accumulator layout) in its dynamic shared memory: after the ring and the output
+/// tile, so that the other ranks can store their partials while rank 0's mainloop still runs.
+KT_HD constexpr int ws_cluster_slot_offset(const Config& c, quant::Format f) { return (ws_ring_or_tile_bytes(c, f) + 15) / 16 * 16; }
 /// wgmma_ws with split_k >= 1 (one tile per block, known before the mainloop): static shared memory that holds the
 /// epilogue's inputs, copied while the ring fills (bias pairs [tile_n / 2] and positions [tile_m]; the RoPE table of
 /// D / 2 words replaces finish_tile's own). Stream-K blocks, whose tiles change, read them in the epilogue: 0.
 KT_HD constexpr bool ws_epi_preload(const Config& c) { return c.split_k != 0; }
 KT_HD constexpr int ws_epi_pre_bytes(const Config& c) { return ws_epi_preload(c) ? c.tile_n * 2 + c.tile_m * 4 : 0; }
 /// wgmma_ws dynamic shared memory (+ 1024 for the 1024-byte alignment of the swizzled tiles). Stream-K (split_k 0) keeps
-/// the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32. Else both over one region:
-/// max(ring, output tile + for split_k > 1 the cluster's split_k - 1 partial slots).
+/// the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32. Split-K: the output tile over the
+/// ring, and for split_k > 1 the cluster's split_k - 1 partial slots after both.
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + (c.split_k == 0 ? ws_ring_bytes(c, f) + ws_epilogue_rows(c) * (c.tile_n + 4) * 4
-                 : ws_ring_bytes(c, f) > ws_cluster_slot_offset(c) + (c.split_k - 1) * c.tile_m * c.tile_n * 4
-                     ? ws_ring_bytes(c, f)
-                     : ws_cluster_slot_offset(c) + (c.split_k - 1) * c.tile_m * c.tile_n * 4);
+  return 1024 + (c.split_k == 0   ? ws_ring_bytes(c, f) + ws_epilogue_rows(c) * (c.tile_n + 4) * 4
+                 : c.split_k == 1 ? ws_ring_or_tile_bytes(c, f)
+                                  : ws_cluster_slot_offset(c, f) + (c.split_k - 1) * c.tile_m * c.tile_n * 4);
 }
 /// wgmma_ws: fp32 partial-tile slots of the stream-K workspace for a grid of `blocks`: two per block (a block's range
 /// can start and end inside a tile). split_k > 1 reduces through the cluster's shared memory instead: none.

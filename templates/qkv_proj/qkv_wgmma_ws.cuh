@@ -241,6 +241,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kWsTableCopies : 4];
   __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
   __shared__ int s_reduce;                                        // this block adds up the tile's partials
+  __shared__ __align__(8) unsigned long long s_red_bar;            // split-K cluster: rank 0's partials have landed
   // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
@@ -252,9 +253,6 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   float* sC = reinterpret_cast<float*>(smem + (StreamK ? Stages * (kXB + kWB) : 0));
 
   KT_WS_TRACE(0);
-  // Every block of the cluster is running before any writes into another's shared memory (waited on before the
-  // reduction; every thread arrives here, the producer warpgroup's before it exits).
-  if (ClusterK > 1) ptx::cluster_arrive_relaxed();
   const int tid = threadIdx.x, wg = tid / 128;
   const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
   const int n_tiles = (N + TileN - 1) / TileN;
@@ -304,6 +302,11 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       ptx::mbarrier_init(bar_full + 8 * s, 1);               // the producer's arrive.expect_tx (+ the TMA bytes)
       ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp
     }
+    if (ClusterK > 1) {  // the other ranks' partials: (ClusterK - 1) x TileM x TileN fp32 of st.async transactions
+      ptx::mbarrier_init(ptx::smem_u32(&s_red_bar), 1);
+      if (ptx::cluster_rank() == 0)
+        ptx::mbarrier_arrive_expect_tx(ptx::smem_u32(&s_red_bar), unsigned(ClusterK - 1) * TileM * TileN * 4u);
+    }
     ptx::mbarrier_init_fence();
     wgmma::fence_proxy_async();
     KT_WS_TRACE_THIS(14);
@@ -313,6 +316,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     }
     KT_WS_TRACE_THIS(15);
   }
+  // Every block of the cluster is running, with its barriers initialized (the init fence above), before any block
+  // stores into another's shared memory (ranks > 0 wait on this before their stores; every thread arrives here).
+  if (ClusterK > 1) ptx::cluster_arrive_relaxed();
   if (!kWide) build_decode_tables<DT, F, kWsTableCopies>(s_lut, s_tab, tid, kCThreads + 128);
   __syncthreads();
 
@@ -469,25 +475,27 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     KT_WS_TRACE(2);
 
     // ---- split-K over a cluster: partials through rank 0's shared memory ----
+    // Ranks 1.. store their accumulators with st.async into their slots of rank 0's shared memory (beside its ring),
+    // completing on rank 0's reduction mbarrier, and leave; rank 0 waits on that barrier alone (no cluster barrier
+    // after the mainloops: the slower block's mainloop end is the only wait) and adds them in rank order.
     if (ClusterK > 1) {
       constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
       constexpr unsigned kSlotB = unsigned(TileM) * TileN * 4;
-      const unsigned slots = base + ws_cluster_slot_offset(C);  // after the fp32 output tile (over the ring)
+      constexpr int kSlotOff = ws_cluster_slot_offset(C, F);
       const unsigned rank = ptx::cluster_rank();
-      ptx::cluster_wait();            // entry arrivals: every block of the cluster runs
-      ptx::cluster_arrive_release();  // this block's mainloop is over ...
-      ptx::cluster_wait();            // ... and every other block's: rank 0's ring is free for the slots
       if (rank > 0) {
+        ptx::cluster_wait();  // entry arrivals: rank 0 runs and its reduction barrier is initialized
+        const unsigned dst = ptx::cluster_map(base + kSlotOff + (rank - 1) * kSlotB, 0u);
+        const unsigned bar = ptx::cluster_map(ptx::smem_u32(&s_red_bar), 0u);
 #pragma unroll
         for (int v = 0; v < kVec; ++v)
-          ptx::st_cluster_f4(ptx::cluster_map(slots + (rank - 1) * kSlotB + unsigned(v * kCThreads + ctid) * 16u, 0u),
-                             make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]));
+          ptx::st_async_f4(dst + unsigned(v * kCThreads + ctid) * 16u, make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]),
+                           bar);
+        break;  // rank 0 has (or will have) the partials; nothing reads this block's shared memory
       }
-      ptx::cluster_arrive_release();
-      ptx::cluster_wait();
-      if (rank > 0) break;  // rank 0 has the partials; nothing reads this block's shared memory
+      ptx::mbarrier_wait(ptx::smem_u32(&s_red_bar), 0u);
       for (int r = 1; r < ClusterK; ++r) {
-        const float4* part = reinterpret_cast<const float4*>(smem + ws_cluster_slot_offset(C) + (r - 1) * kSlotB);
+        const float4* part = reinterpret_cast<const float4*>(smem + kSlotOff + (r - 1) * kSlotB);
 #pragma unroll
         for (int v = 0; v < kVec; ++v) {
           const float4 x = part[v * kCThreads + ctid];
