@@ -66,14 +66,15 @@ __device__ __forceinline__ WsScaleRaw ws_load_scale(const QkvParams& p, int row,
   return r;
 }
 
-/// The fp32 scale of k16 slice sl (0..3) of a step (table formats and int4).
+/// The fp32 scale of k16 slice sl (0..3) of a step: int4, nf4, mxfp4 (nvfp4 converts its four E4M3 scales at once,
+/// ws_e4m3x4_scales).
 template <quant::Format F>
-__device__ __forceinline__ float ws_slice_scale(const WsScaleRaw& r, int sl, float tensor_scale) {
+__device__ __forceinline__ float ws_slice_scale(const WsScaleRaw& r, int sl) {
+  static_assert(F == quant::Format::int4 || F == quant::Format::nf4 || F == quant::Format::mxfp4,
+                "ws_slice_scale: int4, nf4 or mxfp4");
   if (F == quant::Format::int4) return ptx::to_float<DType::f16>((unsigned short)r.s);
   if (F == quant::Format::nf4) return __uint_as_float(r.s);
-  if (F == quant::Format::mxfp4) return e8m0_to_float((r.s >> (8 * (sl / 2))) & 255u);
-  if (F == quant::Format::nvfp4) return e4m3_to_float((r.s >> (8 * sl)) & 255u) * tensor_scale;
-  return 1.f;
+  return e8m0_to_float((r.s >> (8 * (sl / 2))) & 255u);
 }
 
 /// nvfp4: the four E4M3 scales of a step (byte sl of raw = k16 slice sl) times the tensor scale. cvt.rn.f16x2.e4m3x2
@@ -91,13 +92,13 @@ __device__ __forceinline__ void ws_e4m3x4_scales(unsigned raw, float tensor_scal
 
 /// A fragments of one m64 atom for one K step: a[sl] = the four registers of k16 slice sl (wgmma.cuh's layout) for
 /// this thread's rows lo = 16 w + l / 4 and hi = lo + 8. wlo / whi: the rows' packed bytes of the step (8 words for
-/// 4-bit, 16 for int8); q = lane % 4.
+/// 4-bit, 16 for int8); q = lane % 4. 16-bit weights are not decoded (wgmma reads them from shared memory): a no-op.
 template <DType DT, quant::Format F>
 __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant::format_bits(F) / 32],
                                                const unsigned (&whi)[64 * quant::format_bits(F) / 32], const WsScaleRaw& rlo,
                                                const WsScaleRaw& rhi, int q, const unsigned* tab, const float* lut,
                                                float tensor_scale, unsigned (&a)[4][4]) {
-  if (F == quant::Format::int8) {
+  if constexpr (F == quant::Format::int8) {
     const unsigned sel = unsigned(2 * q) | unsigned(2 * q + 1) << 4;  // bytes (2q, 2q + 1) of an 8-byte pair
 #pragma unroll
     for (int sl = 0; sl < 4; ++sl) {
@@ -106,11 +107,11 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
       a[sl][2] = int8_pair<DT>(ptx::prmt(wlo[4 * sl + 2], wlo[4 * sl + 3], sel), 0x4140u);
       a[sl][3] = int8_pair<DT>(ptx::prmt(whi[4 * sl + 2], whi[4 * sl + 3], sel), 0x4140u);
     }
-  } else if (F == quant::Format::int4) {
+  } else if constexpr (F == quant::Format::int4) {
     const unsigned sel = unsigned(q) | unsigned(q) << 4 | unsigned(4 + q) << 8 | unsigned(4 + q) << 12;  // byte q
     const float magic = DT == DType::f16 ? 1024.f : 128.f;
     const float mzl = -(magic + float(rlo.z)), mzh = -(magic + float(rhi.z));  // exact: z is 0..15
-    const float sl_ = ws_slice_scale<F>(rlo, 0, 1.f), sh_ = ws_slice_scale<F>(rhi, 0, 1.f);
+    const float sl_ = ws_slice_scale<F>(rlo, 0), sh_ = ws_slice_scale<F>(rhi, 0);
     const unsigned zzl = ptx::pack2<DT>(mzl, mzl), zzh = ptx::pack2<DT>(mzh, mzh);
     const unsigned scl = ptx::pack2<DT>(sl_, sl_), sch = ptx::pack2<DT>(sh_, sh_);
 #pragma unroll
@@ -120,18 +121,18 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
       a[sl][2] = int4_pair<DT>(wlo[2 * sl + 1], sel, zzl, scl);
       a[sl][3] = int4_pair<DT>(whi[2 * sl + 1], sel, zzh, sch);
     }
-  } else {  // table formats: byte q of each word indexes the pair table
+  } else if constexpr (gemv_uses_table(F)) {  // table formats: byte q of each word indexes the pair table
     const unsigned bsel = 0x4440u | unsigned(q);  // byte q, zero-extended
     float s[2][4];
     bool ok = true;
-    if (F == quant::Format::nvfp4) {
+    if constexpr (F == quant::Format::nvfp4) {
       ws_e4m3x4_scales(rlo.s, tensor_scale, s[0]);
       ws_e4m3x4_scales(rhi.s, tensor_scale, s[1]);
     } else {
 #pragma unroll
       for (int sl = 0; sl < 4; ++sl) {
-        s[0][sl] = ws_slice_scale<F>(rlo, sl, tensor_scale);
-        s[1][sl] = ws_slice_scale<F>(rhi, sl, tensor_scale);
+        s[0][sl] = ws_slice_scale<F>(rlo, sl);
+        s[1][sl] = ws_slice_scale<F>(rhi, sl);
       }
     }
 #pragma unroll
