@@ -5,8 +5,9 @@
 // split-K clusters: rank 0's partials added), the output tile in shared memory (9), finish_tile's table ready (10),
 // its first batch of rows done (11) and its end (12), and end (5); the producer thread its entry (13), barriers
 // initialized (14), first copy issued (8) and first ring of copies issued (15); plus the SM id (6) and ring steps
-// (7); positions are 3 i + 17, so RoPE does real work. KT_TRACE_FLAGS="-DKROPE=false" builds without RoPE. Launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias,
-// RoPE) for M tokens and K (argv[1], argv[2]). fp16 activations and fp16 weights (arbitrary finite values) rotated
+// (7); positions are 3 i + 17, so RoPE does real work. KT_TRACE_FLAGS="-DKROPE=false" builds without RoPE.
+// Launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias, RoPE) for M tokens and K (argv[1],
+// argv[2]). fp16 activations and fp16 weights (arbitrary finite values) rotated
 // over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for 3 traced launches (each
 // the second of two back to back), percentiles of each point over blocks (us from the first block's entry) and the
 // blocks per SM; then the batch time per launch in a stream and in a CUDA graph.

@@ -118,20 +118,6 @@ __device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s,
   }
 }
 
-/// The end of every qkv kernel, run by all kThreads threads of the block once sC [TileM, TileN + 4] (fp32, tokens x
-/// output features, shared memory) holds the block's partial product for tokens m0.. and features n0..:
-///  - split-K (gridDim.z > 1): the block writes its partial tile (valid token rows only) to the workspace; the last
-///    block of the tile to arrive (atomic counter, threadfence reduction) sums the partials in split order and goes
-///    on, the others return. The last block resets the counter for the next launch.
-///  - epilogue: + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021; Llama/Qwen pairing
-///    (i, i + D/2), angle = pos * theta^(-2i/D), reduced mod 2 pi in fixed point: rope_sincos), split into Q/K/V.
-/// Must be called by every thread of the block (it has barriers), or with kBarrierId > 0 by threads 0 .. kThreads - 1
-/// only (named barrier kBarrierId: the block's other warps have left). kMaxBatch: items per thread whose global loads
-/// (bias, positions) are issued together before their arithmetic (more registers, fewer dependent round trips).
-/// kPre (no split-K through the workspace): the caller has loaded the epilogue's inputs into shared memory before its
-/// mainloop -- pre_bias2 = bias pairs of columns n0 .. n0 + TileN - 1 (0 past N or without bias), pre_pos = positions
-/// of tokens m0 .. m0 + TileM - 1, pre_turns = rope_turns(i) for i < D/2 (Rope) -- and made them visible with
-/// the barrier after it wrote sC, so the epilogue has no global loads and no table to build.
 /// RoPE inverse frequency theta^(-2i/D) of rotation pair i < D/2, in double (RoFormer; Llama/Qwen rope_theta).
 template <int D>
 __device__ __forceinline__ double rope_inv_freq(const QkvParams& p, int i) {
@@ -159,6 +145,21 @@ __device__ __forceinline__ void rope_sincos(int pos, unsigned long long turns, f
   do {                  \
   } while (0)
 #endif
+
+/// The end of every qkv kernel, run by all kThreads threads of the block once sC [TileM, TileN + 4] (fp32, tokens x
+/// output features, shared memory) holds the block's partial product for tokens m0.. and features n0..:
+///  - split-K (gridDim.z > 1): the block writes its partial tile (valid token rows only) to the workspace; the last
+///    block of the tile to arrive (atomic counter, threadfence reduction) sums the partials in split order and goes
+///    on, the others return. The last block resets the counter for the next launch.
+///  - epilogue: + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021; Llama/Qwen pairing
+///    (i, i + D/2), angle = pos * theta^(-2i/D), reduced mod 2 pi in fixed point: rope_sincos), split into Q/K/V.
+/// Must be called by every thread of the block (it has barriers), or with kBarrierId > 0 by threads 0 .. kThreads - 1
+/// only (named barrier kBarrierId: the block's other warps have left). kMaxBatch: token rows per thread whose position
+/// loads are issued together before their arithmetic (more registers, fewer dependent round trips).
+/// kPre (no split-K through the workspace): the caller has loaded the epilogue's inputs into shared memory before its
+/// mainloop -- pre_bias2 = bias pairs of columns n0 .. n0 + TileN - 1 (0 past N or without bias), pre_pos = positions
+/// of tokens m0 .. m0 + TileM - 1, pre_turns = rope_turns(i) for i < D/2 (Rope) -- and made them visible with
+/// the barrier after it wrote sC, so the epilogue has no global loads and no table to build.
 template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0,
           int kMaxBatch = 1, bool kPre = false>
 __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0, const unsigned* pre_bias2 = nullptr,

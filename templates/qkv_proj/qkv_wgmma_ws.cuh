@@ -214,9 +214,10 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
 
 /// The kernel body. ClusterK > 1 (split_k > 1, qkv_wgmma_ws_cluster): the ClusterK blocks of a tile form a thread-block
-/// cluster (ranks = K slices); after every block's mainloop, ranks 1.. store their fp32 accumulators into partial slots
-/// of rank 0's shared memory (distributed shared memory, after its output tile), a cluster barrier, and rank 0 adds
-/// them in rank order (deterministic) before the epilogue: no workspace, no counters, no global round trips.
+/// cluster (ranks = K slices); after its mainloop each rank 1.. st.asyncs its fp32 accumulators into a partial slot of
+/// rank 0's shared memory (beside rank 0's ring and output tile), completing on rank 0's reduction mbarrier, and rank
+/// 0 adds them in rank order (deterministic) before the epilogue: no workspace, no counters, no global round trips,
+/// and no cluster barrier after the mainloops (only the entry one, before the first remote store).
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
           int ClusterK>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {

@@ -210,7 +210,7 @@ TEST_CASE("RoPE fixed-point angle reduction matches a long double reduction", "[
           const float got = kt::qkv::rope_angle(pos, turns);
           REQUIRE(got >= -3.14159274f);
           REQUIRE(got < 3.14159274f);
-          // the angle the double table entry stands for, pos x turns / 2^64 turns, reduced in long double
+          // the exact angle pos x inv_freq (inv_freq as the double the kernels start from), reduced in long double
           const long double want = std::remainder((long double)pos * inv_freq, two_pi);
           long double diff = std::fabs((long double)got - want);
           diff = std::min(diff, two_pi - diff);  // +pi and -pi are the same angle
