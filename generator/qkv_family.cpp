@@ -129,10 +129,12 @@ std::vector<Config> ws_config_space() {
     for (int wm : {4, 8})
       for (int atoms : {1, 2})
         for (int st : {2, 3, 4, 6, 8})
-          for (int sk : {0, 1, 2, 4}) {
-            // split_k 2 / 4 form clusters, one binary per split (not a launch dimension): offered with rings of 4 or
-            // more slots only (what won on the H100), which keeps the CI compile sweep's binary count in bounds
+          for (int sk : {0, 1, 2, 3, 4}) {
+            // split_k 2 / 3 / 4 form clusters, one binary per split (not a launch dimension): offered with rings of 4
+            // or more slots only (what won on the H100), which keeps the CI compile sweep's binary count in bounds;
+            // 3 (108 blocks for 36 tiles: M = 64 with tile_m 64, M = 256 with tile_m 256) from tile_m 64 up
             if (sk > 1 && st < 4) continue;
+            if (sk == 3 && tm < 64) continue;
             out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
           }
   return out;

@@ -160,10 +160,12 @@ __device__ __forceinline__ void rope_sincos(int pos, unsigned long long turns, f
 /// mainloop -- pre_bias2 = bias pairs of columns n0 .. n0 + TileN - 1 (0 past N or without bias), pre_pos = positions
 /// of tokens m0 .. m0 + TileM - 1, pre_turns = rope_turns(i) for i < D/2 (Rope) -- and made them visible with
 /// the barrier after it wrote sC, so the epilogue has no global loads and no table to build.
+/// row_limit (<= TileM): only token rows r < row_limit of sC are finished (a cluster rank's share of a tile).
 template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0,
           int kMaxBatch = 1, bool kPre = false>
 __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0, const unsigned* pre_bias2 = nullptr,
-                                            const int* pre_pos = nullptr, const unsigned long long* pre_turns = nullptr) {
+                                            const int* pre_pos = nullptr, const unsigned long long* pre_turns = nullptr,
+                                            int row_limit = TileM) {
   auto sync = [] {
     if (kBarrierId == 0) __syncthreads();
     else ptx::named_barrier(kBarrierId, kThreads);
@@ -266,12 +268,12 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
     for (int u = 0; u < kBatch; ++u) {
       const int r = r0 + (i0 + u) * kRowStep;
       pos[u] = 0;
-      if (rotate && i0 + u < kIters && r < TileM && m0 + r < p.m) pos[u] = kPre ? pre_pos[r] : __ldg(p.positions + m0 + r);
+      if (rotate && i0 + u < kIters && r < row_limit && m0 + r < p.m) pos[u] = kPre ? pre_pos[r] : __ldg(p.positions + m0 + r);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int r = r0 + (i0 + u) * kRowStep;
-      if (i0 + u >= kIters || r >= TileM || m0 + r >= p.m || !col_ok) continue;
+      if (i0 + u >= kIters || r >= row_limit || m0 + r >= p.m || !col_ok) continue;
       const float2 a = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c1);
       const float2 b = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c2);
       float y1[2] = {a.x + bias1[0], a.y + bias1[1]}, y2[2] = {b.x + bias2[0], b.y + bias2[1]};

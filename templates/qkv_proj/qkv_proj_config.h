@@ -246,31 +246,65 @@ KT_HD inline float rope_angle(int pos, unsigned long long turns) {
 KT_HD constexpr int ws_consumers(const Config& c) { return c.warps_m / 4; }
 KT_HD constexpr int ws_atoms(const Config& c) { return c.warps_m >= 4 ? c.tile_n / (16 * c.warps_m) : 0; }
 KT_HD constexpr int ws_w_row_bytes(quant::Format f) { return 64 * quant::format_bits(f) / 8; }
-/// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m, or for
-/// stream-K (whose output tile sits beside the ring) chunks of 32.
-KT_HD constexpr int ws_epilogue_rows(const Config& c) { return c.split_k == 0 && c.tile_m > 32 ? 32 : c.tile_m; }
+/// wgmma_ws split_k > 1 (a cluster of split_k blocks per tile): the most token rows one rank reduces and finishes.
+/// The tile's G = tile_m / 8 groups of 8 tokens are dealt out in contiguous ranges, rank r taking groups
+/// [G r / split_k, G (r + 1) / split_k) (ws_group_owner); with more ranks than groups some ranks own none.
+KT_HD constexpr int ws_cluster_rows(const Config& c) {
+  return c.split_k > 1 ? 8 * ((c.tile_m / 8 + c.split_k - 1) / c.split_k) : c.tile_m;
+}
+/// The cluster rank that owns 8-token group i of G groups split over `ranks` ranks (the largest r with G r / ranks <= i).
+KT_HD constexpr int ws_group_owner(int i, int G, int ranks) { return ((i + 1) * ranks - 1) / G; }
+/// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m, for stream-K
+/// (whose output tile sits beside the ring) chunks of 32, for a cluster (split_k > 1) the rank's own rows.
+KT_HD constexpr int ws_epilogue_rows(const Config& c) {
+  return c.split_k == 0 && c.tile_m > 32 ? 32 : c.split_k > 1 ? ws_cluster_rows(c) : c.tile_m;
+}
 /// wgmma_ws: the ring, stages x (X tile [tile_m][64] + weight rows [tile_n][row bytes]).
 KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) { return c.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)); }
-/// wgmma_ws split_k >= 1: the ring and, over it, the fp32 output tile [tile_m][tile_n + 4]: the larger of the two.
+/// wgmma_ws: the fp32 output tile [ws_epilogue_rows][tile_n + 4].
+KT_HD constexpr int ws_tile_bytes(const Config& c) { return ws_epilogue_rows(c) * (c.tile_n + 4) * 4; }
+/// wgmma_ws split_k >= 1: the ring and, over it, the fp32 output tile: the larger of the two.
 KT_HD constexpr int ws_ring_or_tile_bytes(const Config& c, quant::Format f) {
-  return ws_ring_bytes(c, f) > c.tile_m * (c.tile_n + 4) * 4 ? ws_ring_bytes(c, f) : c.tile_m * (c.tile_n + 4) * 4;
+  return ws_ring_bytes(c, f) > ws_tile_bytes(c) ? ws_ring_bytes(c, f) : ws_tile_bytes(c);
 }
-/// wgmma_ws split_k > 1 (a cluster of split_k blocks per tile): byte offset of rank 0's partial slots (split_k - 1 fp32
-/// tiles [tile_m x tile_n] in the accumulator layout) in its dynamic shared memory: after the ring and the output
-/// tile, so that the other ranks can store their partials while rank 0's mainloop still runs.
-KT_HD constexpr int ws_cluster_slot_offset(const Config& c, quant::Format f) { return (ws_ring_or_tile_bytes(c, f) + 15) / 16 * 16; }
+KT_HD constexpr int ws_align16(int b) { return (b + 15) / 16 * 16; }
+/// wgmma_ws split_k > 1: bytes of one partial slot, another rank's fp32 partial sums of this rank's token rows
+/// (ws_cluster_rows x tile_n, in the accumulator layout); a rank has split_k - 1 of them.
+KT_HD constexpr int ws_cluster_slot_bytes(const Config& c) { return ws_cluster_rows(c) * c.tile_n * 4; }
 /// wgmma_ws with split_k >= 1 (one tile per block, known before the mainloop): static shared memory that holds the
 /// epilogue's inputs, copied while the ring fills (bias pairs [tile_n / 2] and positions [tile_m]; the RoPE table of
 /// D / 2 words replaces finish_tile's own). Stream-K blocks, whose tiles change, read them in the epilogue: 0.
 KT_HD constexpr bool ws_epi_preload(const Config& c) { return c.split_k != 0; }
 KT_HD constexpr int ws_epi_pre_bytes(const Config& c) { return ws_epi_preload(c) ? c.tile_n * 2 + c.tile_m * 4 : 0; }
+/// wgmma_ws split_k > 1: a rank's split_k - 1 partial slots (the other ranks' partials of its rows, one per source
+/// rank, stored by st.async) and the fp32 output tile of its rows. The tile is written after the rank's own mainloop,
+/// so it lies over the ring. The slots lie beside the ring when they fit (the other ranks store into them while this
+/// rank's mainloop still runs); otherwise over it, first, with the tile after them, and the ranks pass a cluster
+/// barrier after their mainloops before any store.
+KT_HD constexpr int ws_cluster_area_bytes(const Config& c) { return (c.split_k - 1) * ws_cluster_slot_bytes(c); }
+KT_HD constexpr bool ws_cluster_slots_beside(const Config& c, quant::Format f) {
+  return 1024 + ws_align16(ws_ring_or_tile_bytes(c, f)) + ws_cluster_area_bytes(c) + table_bytes(f, kWsTableCopies) +
+             ws_epi_pre_bytes(c) + 1024 <=
+         max_smem_per_block(90);
+}
+/// Byte offsets from the 1024-aligned base: the partial slots, the output tile.
+KT_HD constexpr int ws_cluster_slot_offset(const Config& c, quant::Format f) {
+  return ws_cluster_slots_beside(c, f) ? ws_align16(ws_ring_or_tile_bytes(c, f)) : 0;
+}
+KT_HD constexpr int ws_cluster_tile_offset(const Config& c, quant::Format f) {
+  return ws_cluster_slots_beside(c, f) ? 0 : ws_cluster_area_bytes(c);
+}
 /// wgmma_ws dynamic shared memory (+ 1024 for the 1024-byte alignment of the swizzled tiles). Stream-K (split_k 0) keeps
 /// the ring and the output tile apart: ring + ws_epilogue_rows x (tile_n + 4) fp32. Split-K: the output tile over the
-/// ring, and for split_k > 1 the cluster's split_k - 1 partial slots after both.
+/// ring, and for split_k > 1 the cluster's split_k - 1 partial slots beside both or over the ring
+/// (ws_cluster_slots_beside).
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + (c.split_k == 0   ? ws_ring_bytes(c, f) + ws_epilogue_rows(c) * (c.tile_n + 4) * 4
+  return 1024 + (c.split_k == 0   ? ws_ring_bytes(c, f) + ws_tile_bytes(c)
                  : c.split_k == 1 ? ws_ring_or_tile_bytes(c, f)
-                                  : ws_cluster_slot_offset(c, f) + (c.split_k - 1) * c.tile_m * c.tile_n * 4);
+                 : ws_cluster_slots_beside(c, f)
+                     ? ws_cluster_slot_offset(c, f) + ws_cluster_area_bytes(c)
+                     : (ws_ring_bytes(c, f) > ws_cluster_area_bytes(c) + ws_tile_bytes(c) ? ws_ring_bytes(c, f)
+                                                                                           : ws_cluster_area_bytes(c) + ws_tile_bytes(c)));
 }
 /// wgmma_ws: fp32 partial-tile slots of the stream-K workspace for a grid of `blocks`: two per block (a block's range
 /// can start and end inside a tile). split_k > 1 reduces through the cluster's shared memory instead: none.

@@ -25,7 +25,8 @@
 //   Work split: the block's contiguous range of (tile, K step) units (qkv_proj_config.h): one K slice of one tile
 //   (split_k >= 1) or, stream-K (split_k 0, one block per SM), a range that crosses tile boundaries, after whole-tile
 //   rounds when there are 2 or more waves of tiles; the producer's ring runs on across tiles. split_k > 1: the split_k
-//   blocks of a tile are one thread-block cluster and reduce through rank 0's shared memory (qkv_wgmma_ws_cluster).
+//   blocks of a tile are one thread-block cluster (qkv_wgmma_ws_cluster); each rank reduces and finishes a contiguous
+//   range of the tile's 8-token groups, the other ranks' partials arriving in its shared memory by st.async.
 //   Stream-K tiles shared by several blocks are reduced through the workspace: fp32 partials in the
 //   accumulator layout, a counter per tile, the last block adds all partials in block order.
 //   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (bias,
@@ -176,8 +177,8 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 
 // Timeline experiments only (never defined by the generator): KT_WS_TRACE(i) records %globaltimer at point i of the
 // block into kt_ws_trace[block * 16 + i] (a global __device__ array the experiment defines before including this
-// header), from consumer thread 0: 0 entry, 1 first slot full, 2 last mainloop end, 3 last partial counted, 4 last
-// reduction end, 5 end; 6 the SM id; 7 segments run; 8 the producer's first copy issued (producer thread); 9 the
+// header), from consumer thread 0: 0 entry, 1 first slot full, 2 last mainloop end, 3 last partial counted (a cluster:
+// its cluster barrier passed), 4 last reduction end, 5 end; 6 the SM id; 7 segments run; 8 the producer's first copy issued (producer thread); 9 the
 // output tile in shared memory; 10-12 finish_tile (KT_EPI_TRACE, qkv_proj.cuh); producer thread: 13 its entry, 14
 // barriers initialized, 15 the ring's first copies issued.
 #ifdef KT_WS_TRACE_ON
@@ -214,10 +215,13 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
 
 /// The kernel body. ClusterK > 1 (split_k > 1, qkv_wgmma_ws_cluster): the ClusterK blocks of a tile form a thread-block
-/// cluster (ranks = K slices); after its mainloop each rank 1.. st.asyncs its fp32 accumulators into a partial slot of
-/// rank 0's shared memory (beside rank 0's ring and output tile), completing on rank 0's reduction mbarrier, and rank
-/// 0 adds them in rank order (deterministic) before the epilogue: no workspace, no counters, no global round trips,
-/// and no cluster barrier after the mainloops (only the entry one, before the first remote store).
+/// cluster (ranks = K slices). Rank r owns the tile's 8-token groups [G r / ClusterK, G (r + 1) / ClusterK) of G =
+/// TileM / 8 (ws_group_owner); after its mainloop each rank st.asyncs its fp32 partials of the other ranks' live groups
+/// into their partial slots (ws_cluster_slot_offset), completing on the owner's reduction mbarrier, waits on its own
+/// mbarrier, adds the partials of its groups in rank order (deterministic) and runs the epilogue on its rows only: no
+/// workspace, no counters, no global round trips, and each rank finishes 1 / ClusterK of the tile. Slots beside the
+/// ring (ws_cluster_slots_beside) need no cluster barrier after the mainloops (only the entry one, before the first
+/// remote store); slots over the ring, one after them.
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
           int ClusterK>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
@@ -251,8 +255,11 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const unsigned sX = base;                 // Stages x [TileM][64] (128-byte swizzle)
   const unsigned sW = base + Stages * kXB;  // Stages x [TileN][kRowB]
   const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
-  // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it.
-  float* sC = reinterpret_cast<float*>(smem + (StreamK ? Stages * (kXB + kWB) : 0));
+  // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it
+  // (a cluster whose partial slots lie over the ring: after the slots, ws_cluster_tile_offset).
+  constexpr int kTileOff = StreamK ? Stages * (kXB + kWB) : ClusterK > 1 ? ws_cluster_tile_offset(C, F) : 0;
+  float* sC = reinterpret_cast<float*>(smem + kTileOff);
+  constexpr int kGroups = TileM / 8;  // 8-token groups of the tile (cluster ranks own contiguous ranges of them)
 
   KT_WS_TRACE(0);
   const int tid = threadIdx.x, wg = tid / 128;
@@ -304,10 +311,13 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       ptx::mbarrier_init(bar_full + 8 * s, 1);               // the producer's arrive.expect_tx (+ the TMA bytes)
       ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp
     }
-    if (ClusterK > 1) {  // the other ranks' partials: (ClusterK - 1) x TileM x TileN fp32 of st.async transactions
+    if (ClusterK > 1) {  // the other ranks' partials of this rank's live token groups, as st.async transactions
+      const int rank = int(ptx::cluster_rank());
+      const int live = min(kGroups, (p.m - ((blk / ClusterK) / n_tiles) * TileM + 7) / 8);
+      const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
       ptx::mbarrier_init(ptx::smem_u32(&s_red_bar), 1);
-      if (ptx::cluster_rank() == 0)
-        ptx::mbarrier_arrive_expect_tx(ptx::smem_u32(&s_red_bar), unsigned(ClusterK - 1) * TileM * TileN * 4u);
+      ptx::mbarrier_arrive_expect_tx(ptx::smem_u32(&s_red_bar),
+                                     g_hi > g_lo ? unsigned((ClusterK - 1) * kAtoms * (g_hi - g_lo) * kCThreads * 16) : 0u);
     }
     ptx::mbarrier_init_fence();
     wgmma::fence_proxy_async();
@@ -319,7 +329,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     KT_WS_TRACE_THIS(15);
   }
   // Every block of the cluster is running, with its barriers initialized (the init fence above), before any block
-  // stores into another's shared memory (ranks > 0 wait on this before their stores; every thread arrives here).
+  // stores into another's shared memory (the consumers wait on this before their stores; every thread arrives here).
   if (ClusterK > 1) ptx::cluster_arrive_relaxed();
   if (!kWide) build_decode_tables<DT, F, kWsTableCopies>(s_lut, s_tab, tid, kCThreads + 128);
   __syncthreads();
@@ -346,12 +356,12 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // nothing waits for them (a load under the weight stream takes 2-3 us), and waited for only before the epilogue,
   // instead of loaded after the mainloop where their latency (and the frequency table) added to the time after the
   // weight stream (NOTES qkv_proj 18). The epilogue's named barrier makes them visible to every consumer thread.
-  // Cluster ranks > 0 hand their partials to rank 0 and have no epilogue.
+  // Every cluster rank finishes its own token rows, so every rank copies them.
   constexpr bool kPre = ws_epi_preload(C);
   __shared__ unsigned s_pre_bias2[kPre ? TileN / 2 : 1];
   __shared__ int s_pre_pos[kPre ? TileM : 1];
   __shared__ unsigned long long s_pre_turns[kPre && Rope ? D / 2 : 1];
-  if (kPre && (ClusterK == 1 || ptx::cluster_rank() == 0)) {
+  if (kPre) {
     const int t = blk / ClusterK, n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
     for (int i = ctid; i < TileN / 2; i += kCThreads) {
       if (HasBias && n0 + 2 * i < N) ptx::cp_async_4(ptx::smem_u32(s_pre_bias2 + i), static_cast<const unsigned*>(p.bias) + n0 / 2 + i);
@@ -476,35 +486,62 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     if (lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + nks - 1) % Stages));  // the segment's last slot
     KT_WS_TRACE(2);
 
-    // ---- split-K over a cluster: partials through rank 0's shared memory ----
-    // Ranks 1.. store their accumulators with st.async into their slots of rank 0's shared memory (beside its ring),
-    // completing on rank 0's reduction mbarrier, and leave; rank 0 waits on that barrier alone (no cluster barrier
-    // after the mainloops: the slower block's mainloop end is the only wait) and adds them in rank order.
+    // ---- split-K over a cluster: each rank reduces and finishes its own token rows ----
+    // The tile's 8-token groups are dealt out in contiguous ranges (ws_group_owner). Each rank st.asyncs its partial
+    // sums of the other ranks' live groups into their slots (ws_cluster_slot_offset), completing on the owner's
+    // reduction mbarrier, then waits on its own barrier alone and adds the ranks' partials of its groups in rank order
+    // (deterministic, the same order for every owner). Slots beside the ring: no cluster barrier after the mainloops
+    // (the slower block's mainloop end is the only wait); slots over the ring: one, so that no rank stores into a ring
+    // still being read. Each rank's epilogue then covers 1 / split_k of the tile. (A bulk copy per slot instead of
+    // the st.asyncs was no faster: NOTES qkv_proj 19.)
+    int e_lo = 0, e_rows = TileM;  // token rows [e_lo, e_lo + e_rows) of the tile this block finishes
     if (ClusterK > 1) {
-      constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
-      constexpr unsigned kSlotB = unsigned(TileM) * TileN * 4;
-      constexpr int kSlotOff = ws_cluster_slot_offset(C, F);
-      const unsigned rank = ptx::cluster_rank();
-      if (rank > 0) {
-        ptx::cluster_wait();  // entry arrivals: rank 0 runs and its reduction barrier is initialized
-        const unsigned dst = ptx::cluster_map(base + kSlotOff + (rank - 1) * kSlotB, 0u);
-        const unsigned bar = ptx::cluster_map(ptx::smem_u32(&s_red_bar), 0u);
+      constexpr int kOwnMax = ws_cluster_rows(C) / 8;
+      constexpr unsigned kSlotB = ws_cluster_slot_bytes(C);
+      constexpr unsigned kSlotOff = ws_cluster_slot_offset(C, F);
+      const int rank = int(ptx::cluster_rank());
+      const int live = min(kGroups, (p.m - m0 + 7) / 8);  // groups with a token < M (the others are neither sent nor used)
+      const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
+      ptx::cluster_wait();  // the entry arrivals: every rank runs, its reduction barrier initialized
+      if (!ws_cluster_slots_beside(C, F)) {  // the slots lie over the rings: every rank's wgmmas have retired
+        ptx::cluster_arrive_release();
+        ptx::cluster_wait();
+      }
+      KT_WS_TRACE(3);
 #pragma unroll
-        for (int v = 0; v < kVec; ++v)
-          ptx::st_async_f4(dst + unsigned(v * kCThreads + ctid) * 16u, make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]),
-                           bar);
-        break;  // rank 0 has (or will have) the partials; nothing reads this block's shared memory
+      for (int i = 0; i < kGroups; ++i) {
+        const int o = ws_group_owner(i, kGroups, ClusterK);
+        if (o == rank || i >= live) continue;
+        const unsigned dst = ptx::cluster_map(base + kSlotOff + unsigned(rank < o ? rank : rank - 1) * kSlotB, unsigned(o));
+        const unsigned bar = ptx::cluster_map(ptx::smem_u32(&s_red_bar), unsigned(o));
+#pragma unroll
+        for (int a = 0; a < kAtoms; ++a)
+          ptx::st_async_f4(dst + unsigned((a * kOwnMax + i - kGroups * o / ClusterK) * kCThreads + ctid) * 16u,
+                           make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]), bar);
       }
       ptx::mbarrier_wait(ptx::smem_u32(&s_red_bar), 0u);
-      for (int r = 1; r < ClusterK; ++r) {
-        const float4* part = reinterpret_cast<const float4*>(smem + kSlotOff + (r - 1) * kSlotB);
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          const float4 x = part[v * kCThreads + ctid];
-          float* d = acc4(v);
-          d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+      for (int i = 0; i < kGroups; ++i) {
+        if (i < g_lo || i >= g_hi) continue;
+#pragma unroll
+        for (int a = 0; a < kAtoms; ++a) {
+          float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+          for (int r = 0; r < ClusterK; ++r) {
+            float4 x;
+            if (r == rank) {
+              x = make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]);
+            } else {
+              const float4* part = reinterpret_cast<const float4*>(smem + kSlotOff + (r < rank ? r : r - 1) * kSlotB);
+              x = part[(a * kOwnMax + i - g_lo) * kCThreads + ctid];
+            }
+            if (r == 0) sum = x;
+            else sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+          }
+          acc[a][4 * i] = sum.x, acc[a][4 * i + 1] = sum.y, acc[a][4 * i + 2] = sum.z, acc[a][4 * i + 3] = sum.w;
         }
       }
+      e_lo = 8 * g_lo, e_rows = g_hi > g_lo ? 8 * (g_hi - g_lo) : 0;
       KT_WS_TRACE(4);
     }
 
@@ -569,9 +606,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       KT_WS_TRACE(4);
     }
 
-    // ---- accumulators (features x tokens) -> shared fp32 tile [kEpiRows tokens][TileN + 4], kEpiRows at a time;
-    // int8: times the row scale. Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the
-    // previous chunk's epilogue has read sC. ----
+    // ---- accumulators (features x tokens) -> shared fp32 tile [kEpiRows tokens][TileN + 4], kEpiRows at a time
+    // (a cluster rank: its own rows [e_lo, e_lo + e_rows) at once); int8: times the row scale. Split-K: every
+    // consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous chunk's epilogue has read sC. ----
     constexpr int kEpiRows = ws_epilogue_rows(C), kLd = TileN + 4;
     // The epilogue's load batch (finish_tile): 8 items, or 1 for packed weights with 2 atoms of 96+ tokens, whose
     // 96-128 accumulator registers plus the decode's left no room (int4 / int8 variants spilled 16-216 bytes).
@@ -587,21 +624,25 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     if (kPre) ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
 #pragma unroll
     for (int c0 = 0; c0 < TileM; c0 += kEpiRows) {
-      if (m0 + c0 >= p.m) break;  // no tokens left in the tile (uniform over the block)
+      const int lo = ClusterK > 1 ? e_lo : c0, rows = ClusterK > 1 ? e_rows : kEpiRows;
+      if (rows == 0 || m0 + lo >= p.m) break;  // no tokens left for this block (uniform over the block)
       ptx::named_barrier(1, kCThreads);
 #pragma unroll
       for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int i = c0 / 8; i < (c0 + kEpiRows) / 8; ++i)
+          for (int i = 0; i < kGroups; ++i) {
+            if (8 * i < lo || 8 * i >= lo + rows) continue;  // compile-time except for a cluster rank's range
 #pragma unroll
             for (int e = 0; e < 2; ++e)
-              sC[(8 * i - c0 + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
+              sC[(8 * i - lo + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
+          }
       ptx::named_barrier(1, kCThreads);
       KT_WS_TRACE(9);
-      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(p, sC, m0 + c0, n0, s_pre_bias2,
-                                                                                    s_pre_pos + c0, s_pre_turns);
+      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(p, sC, m0 + lo, n0, s_pre_bias2,
+                                                                                    s_pre_pos + lo, s_pre_turns, rows);
+      if (ClusterK > 1) break;
     }
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }

@@ -168,17 +168,41 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p4, ws, 132).grid_y == 1);
     CHECK(workspace_bytes(p4, ws, 132) == 0);
     auto split = ws;
-    split.split_k = 2;  // a cluster of 2 blocks per tile: partials through rank 0's shared memory, no workspace
+    split.split_k = 2;  // a cluster of 2 blocks per tile: partials through the ranks' shared memory, no workspace
     CHECK(workspace_bytes(p4, split, 132) == 0);
     CHECK(counter_bytes(p4, split) == 0);
     CHECK(!uses_workspace(split));
     CHECK(variant_name(p4, split, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_cl2__sm_90a");
     CHECK(name_expression(p4, split) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4, 2>");
     CHECK(launch_dims(p4, split, 132).grid_x == 36 * 16 * 2);
-    // rank 0's shared memory: the ring or the fp32 output tile over it, whichever is larger, then one partial slot
-    // beside them (written while rank 0's mainloop runs)
+    // Each rank finishes 128 of the 256 token rows. Its shared memory: the ring or its fp32 output tile over it,
+    // whichever is larger, then one partial slot of its rows beside them (stored into while its mainloop runs).
+    CHECK(ws_cluster_rows(split) == 128);
+    CHECK(ws_cluster_slots_beside(split, p4.format));
+    CHECK(ws_cluster_slot_offset(split, p4.format) == 4 * (256 * 128 + 128 * 32));
+    CHECK(ws_cluster_tile_offset(split, p4.format) == 0);  // the output tile over the ring
     CHECK(launch_dims(p4, split, 132).smem_bytes ==
-          1024u + std::max(4 * (256 * 128 + 128 * 32), 256 * 132 * 4) + 256 * 128 * 4);
+          1024u + std::max(4 * (256 * 128 + 128 * 32), 128 * 132 * 4) + 128 * 128 * 4);
+    // Token groups dealt out in contiguous ranges: 32 groups over 3 ranks -> 10, 11, 11; 1 group over 2 ranks -> rank 1.
+    CHECK(ws_group_owner(0, 32, 3) == 0);
+    CHECK(ws_group_owner(9, 32, 3) == 0);
+    CHECK(ws_group_owner(10, 32, 3) == 1);
+    CHECK(ws_group_owner(20, 32, 3) == 1);
+    CHECK(ws_group_owner(21, 32, 3) == 2);
+    CHECK(ws_group_owner(31, 32, 3) == 2);
+    CHECK(ws_group_owner(0, 1, 2) == 1);
+    // bf16 weights, split_k 3: a ring of 4 x 48 KB leaves no room for two slots of 88 rows beside it, so the slots lie
+    // over the ring (a cluster barrier after the mainloops) and the output tile after them.
+    const Problem pb16 = qwen(quant::Format::bf16, DType::bf16, 256);
+    auto split3 = ws;
+    split3.split_k = 3;
+    CHECK(invalid_reason(pb16.dtype, pb16.format, pb16.head_dim, pb16.rope, split3, arch) == nullptr);
+    CHECK(ws_cluster_rows(split3) == 88);
+    CHECK(!ws_cluster_slots_beside(split3, pb16.format));
+    CHECK(ws_cluster_slot_offset(split3, pb16.format) == 0);
+    CHECK(ws_cluster_tile_offset(split3, pb16.format) == 2 * 88 * 128 * 4);
+    CHECK(launch_dims(pb16, split3, 132).smem_bytes == 1024u + 4 * (256 * 128 + 128 * 128));
+    CHECK(launch_dims(pb16, split3, 132).grid_x == 36 * 3);
     auto split16 = ws;
     split16.split_k = 16;  // beyond the portable cluster size
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, split16, arch)).find("cluster") !=

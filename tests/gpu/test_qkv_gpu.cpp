@@ -312,7 +312,9 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     int deepest = 0;
     for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 1)) deepest = std::max(deepest, c.stages);
     c300 = configs_of(big.problem, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages <= 3 || c.stages == deepest; });
-    // (split_k 2 / 4, the cluster kernel, comes with rings of 4+ slots only)
+    // (split_k 2 / 3 / 4, the cluster kernel, comes with rings of 4+ slots only.) M = 37 / 5: ranks that own no
+    // live token group; M = 300, split_k 3: every rank owns live groups, partial slots beside or over the ring.
+    const auto c300k3 = configs_of(big.problem, kMainloopWgmmaWs, 3, [&](const Config& c) { return c.split_k == 3 && c.stages == 4; });
     c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaWs, 16,
                      [&](const Config& c) { return c.stages == 3 || (c.split_k > 1 && c.stages == 4); });
     c5 = configs_of(qwen(f, d, 5), kMainloopWgmmaWs, 16,
@@ -320,7 +322,8 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     REQUIRE(c300.size() >= 16);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c5.size() >= 4);
-    run_sets(big, {{300, c300, 40}, {37, c37, 37}, {5, c5, 5}});
+    REQUIRE(c300k3.size() >= 4);
+    run_sets(big, {{300, c300, 40}, {300, c300k3, 40}, {37, c37, 37}, {5, c5, 5}});
   }
   // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
   for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16}, {quant::Format::int8, DType::bf16}, {quant::Format::bf16, DType::bf16}}) {
