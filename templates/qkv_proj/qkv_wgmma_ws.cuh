@@ -178,9 +178,9 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 // Timeline experiments only (never defined by the generator): KT_WS_TRACE(i) records %globaltimer at point i of the
 // block into kt_ws_trace[block * 16 + i] (a global __device__ array the experiment defines before including this
 // header), from consumer thread 0: 0 entry, 1 first slot full, 2 last mainloop end, 3 last partial counted (a cluster:
-// its cluster barrier passed), 4 last reduction end, 5 end; 6 the SM id; 7 segments run; 8 the producer's first copy issued (producer thread); 9 the
-// output tile in shared memory; 10-12 finish_tile (KT_EPI_TRACE, qkv_proj.cuh); producer thread: 13 its entry, 14
-// barriers initialized, 15 the ring's first copies issued.
+// its cluster barrier passed), 4 last reduction end, 5 end; 6 the SM id; 7 segments run; 8 the producer's first copy
+// issued (producer thread); 9 the output tile in shared memory; 10-12 finish_tile (KT_EPI_TRACE, qkv_proj.cuh);
+// producer thread: 13 its entry, 14 barriers initialized, 15 the ring's first copies issued.
 #ifdef KT_WS_TRACE_ON
 #define KT_WS_TRACE(i)                                                                  \
   do {                                                                                  \
