@@ -132,9 +132,12 @@ std::vector<Config> ws_config_space() {
           for (int sk : {0, 1, 2, 3, 4}) {
             // split_k 2 / 3 / 4 form clusters, one binary per split (not a launch dimension): offered with rings of 4
             // or more slots only (what won on the H100), which keeps the CI compile sweep's binary count in bounds;
-            // 3 (108 blocks for 36 tiles: M = 64 with tile_m 64, M = 256 with tile_m 256) from tile_m 64 up
+            // 3 (108 blocks for 36 tiles of 128 features: M = 64 with tile_m 64, M = 256 with tile_m 256) from tile_m
+            // 16 up (packed weights at M = 16: the decode, not the stream, is the limit there, and 108 blocks of 128
+            // features split it over more SMs than 72 of 256 or 128; NOTES qkv_proj 20), not for tile_m 8 (M <= 8:
+            // the gemv kernel wins there)
             if (sk > 1 && st < 4) continue;
-            if (sk == 3 && tm < 64) continue;
+            if (sk == 3 && tm < 16) continue;
             out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
           }
   return out;

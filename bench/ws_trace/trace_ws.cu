@@ -1,4 +1,5 @@
-// Timeline experiment for the qkv_wgmma_ws kernel with 16-bit weights (not part of the build; NOTES.md, qkv_proj 17).
+// Timeline experiment for the qkv_wgmma_ws kernel with fp16, int8, int4 or nf4 weights (KFMT; not part of the build;
+// NOTES.md, qkv_proj 17).
 //
 // Compiles one wgmma_ws variant with KT_WS_TRACE_ON, so consumer thread 0 of every block records %globaltimer at
 // entry (0), first slot full (1), last mainloop end (2), last partial counted (3, stream-K), last reduction end (4;
@@ -7,7 +8,8 @@
 // initialized (14), first copy issued (8) and first ring of copies issued (15); plus the SM id (6) and ring steps
 // (7); positions are 3 i + 17, so RoPE does real work. KT_TRACE_FLAGS="-DKROPE=false" builds without RoPE.
 // Launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias, RoPE) for M tokens and K (argv[1],
-// argv[2]). fp16 activations and fp16 weights (arbitrary finite values) rotated
+// argv[2]). fp16 activations and KFMT weights (fp16: arbitrary finite values; int8 / int4 / nf4: arbitrary codes,
+// constant scales) rotated
 // over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for 3 traced launches (each
 // the second of two back to back), percentiles of each point over blocks (us from the first block's entry) and the
 // blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
@@ -40,19 +42,28 @@ using namespace kt::qkv;
 #ifndef KROPE
 #define KROPE true
 #endif
-#if KSK == 0 && KSPLIT > 1  // split-K over a thread-block cluster of KSPLIT blocks per tile
-#define K_ kt::qkv::qkv_wgmma_ws_cluster<kt::DType::f16, 0, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSPLIT>
-#else
-#define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, 0, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSK == 1>
+#ifndef KFMT  // weight format (quant::Format): 0 fp16 (default), 2 int8, 3 int4, 4 nf4 (KT_TRACE_FLAGS="-DKFMT=3")
+#define KFMT 0
 #endif
+#if KSK == 0 && KSPLIT > 1  // split-K over a thread-block cluster of KSPLIT blocks per tile
+#define K_ kt::qkv::qkv_wgmma_ws_cluster<kt::DType::f16, KFMT, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSPLIT>
+#else
+#define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, KFMT, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSK == 1>
+#endif
+static_assert(KFMT == 0 || KFMT == 2 || KFMT == 3 || KFMT == 4, "trace_ws: KFMT must be 0 (fp16), 2 (int8), 3 (int4) or 4 (nf4)");
+constexpr quant::Format kFmt = static_cast<quant::Format>(KFMT);
+constexpr int kBits = quant::format_bits(kFmt);
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 
-static bool encode(TmaDescriptor* d, const void* base, long long inner, long long rows, int box_rows) {
-  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};  // as runtime/qkv.cpp encode_2d (16-bit, swizzle 128)
-  const cuuint64_t strides[1] = {cuuint64_t(inner * 2)};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, es[2] = {1, 1};
-  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base),
-                                dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+// As runtime/qkv.cpp encode_2d: 16-bit elements with the 128-byte swizzle (box {64, box_rows}), or bytes with none
+// (packed weights: box {ws_w_row_bytes, box_rows}).
+static bool encode(TmaDescriptor* d, const void* base, long long inner, long long rows, int box_rows, bool wide = true) {
+  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(inner * (wide ? 2 : 1))};
+  const cuuint32_t box[2] = {wide ? 64u : cuuint32_t(ws_w_row_bytes(kFmt)), cuuint32_t(box_rows)}, es[2] = {1, 1};
+  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), wide ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                2, const_cast<void*>(base), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                wide ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -65,12 +76,25 @@ int main(int argc, char** argv) {
   const long long tiles = (long long)((M + KTM - 1) / KTM) * ((N + KTN - 1) / KTN);
   const long long units = tiles * (K / 64);
   const int grid = KSK == 1 ? int(std::min<long long>(sms, units)) : int(tiles) * KSPLIT;
-  const size_t wbytes = size_t(N) * K * 2;
+  const size_t wbytes = size_t(N) * K * kBits / 8;
   const int copies = 20;
-  std::vector<unsigned short> hw(size_t(N) * K);
-  for (size_t i = 0; i < hw.size(); ++i) hw[i] = 0x2000 + (unsigned short)((i * 2654435761u >> 13) & 0x3ff);  // small fp16
+  std::vector<unsigned short> hw(wbytes / 2);  // fp16: small values; packed: arbitrary codes
+  for (size_t i = 0; i < hw.size(); ++i)
+    hw[i] = kBits == 16 ? 0x2000 + (unsigned short)((i * 2654435761u >> 13) & 0x3ff) : (unsigned short)(i * 2654435761u >> 7);
   unsigned char* dw; CK(cudaMalloc(&dw, wbytes * copies));
   for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
+  // Scales (and int4 zero points) as quant_format.h lays them out: int4 fp16 [N][K / 128] + bytes [N][K / 128]; nf4
+  // fp32 absmax [N][K / 64]; int8 fp32 [N]. One copy shared by the weight copies (K / 64 of the row's bytes: small beside them).
+  void* dsc = nullptr; unsigned char* dz = nullptr;
+  if (kFmt == quant::Format::int4) {
+    std::vector<unsigned short> hs(size_t(N) * (K / 128), 0x2000);
+    std::vector<unsigned char> hz(size_t(N) * (K / 128), 8);
+    CK(cudaMalloc(&dsc, hs.size() * 2)); CK(cudaMemcpy(dsc, hs.data(), hs.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dz, hz.size())); CK(cudaMemcpy(dz, hz.data(), hz.size(), cudaMemcpyHostToDevice));
+  } else if (kFmt == quant::Format::nf4 || kFmt == quant::Format::int8) {  // nf4 [N][K / 64], int8 [N] fp32
+    std::vector<float> hs(kFmt == quant::Format::int8 ? size_t(N) : size_t(N) * (K / 64), 0.01f);
+    CK(cudaMalloc(&dsc, hs.size() * 4)); CK(cudaMemcpy(dsc, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+  }
   std::vector<unsigned short> hx(size_t(M) * K, 0x3800), hb(N, 0x2000);
   unsigned short *dx, *db, *dq, *dk, *dv; int* dp; float* dws; unsigned* dcnt;
   CK(cudaMalloc(&dx, hx.size() * 2)); CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
@@ -86,13 +110,13 @@ int main(int argc, char** argv) {
     WsParams& w = wp[c];
     w = WsParams{};
     QkvParams& p = w.p;
-    p.x = dx; p.w_data = dw + c * wbytes; p.w_scales = nullptr; p.w_zeros = nullptr; p.bias = db; p.positions = dp;
+    p.x = dx; p.w_data = dw + c * wbytes; p.w_scales = dsc; p.w_zeros = dz; p.bias = db; p.positions = dp;
     p.q = dq; p.k = dk; p.v = dv; p.workspace = dws; p.counters = dcnt;
     p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
     p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
-    if (!encode(&w.x_map, dx, K, M, KTM) || !encode(&w.w_map, p.w_data, K, N, KTN)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
+    if (!encode(&w.x_map, dx, K, M, KTM) || !encode(&w.w_map, p.w_data, kBits == 16 ? K : (long long)K * kBits / 8, N, KTN, kBits == 16)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
   }
-  const int smem = ws_smem_bytes(C, quant::Format::fp16);
+  const int smem = ws_smem_bytes(C, kFmt);
   CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int block = threads(C);
   for (int it = 0; it < 100; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
