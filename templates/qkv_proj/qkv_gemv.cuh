@@ -142,18 +142,22 @@ __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned
 }
 
 /// Fills s_lut (the 16 code values, lut_value) and, for the table formats, s_tab: entry b = the pair (value of nibble
-/// b & 15, value of nibble b >> 4) in the dtype, Copies interleaved copies (entry b, copy c at s_tab[b * Copies + c]). Called by all nthreads threads
-/// of the block; the caller's next barrier makes the tables visible.
+/// b & 15, value of nibble b >> 4) in the dtype, Copies interleaved copies (entry b, copy c at s_tab[b * Copies + c]).
+/// Called by all nthreads threads of the block; the caller's next barrier makes the tables visible. The table is
+/// written as 16-byte chunks in address order, thread t taking chunks t, t + nthreads, ..: a warp stores 512
+/// contiguous bytes, without bank conflicts. (One entry per thread, each storing its Copies / 4 chunks, put the 32
+/// lanes' stores Copies * 4 bytes apart, in the same few banks: a 32-way conflict for 32 copies.)
 template <DType DT, quant::Format F, int Copies = kGemvTableCopies>
 __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
   static_assert(Copies % 4 == 0, "table copies are written as uint4");
   if (tid < 16) s_lut[tid] = lut_value<F>(tid);
   if (gemv_uses_table(F)) {
     __syncthreads();  // s_lut
-    for (int b = tid; b < 256; b += nthreads) {
+    constexpr int kChunksPerEntry = Copies / 4;
+    for (int u = tid; u < 256 * kChunksPerEntry; u += nthreads) {
+      const int b = u / kChunksPerEntry;  // a power of two: a shift
       const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
-#pragma unroll
-      for (int cp = 0; cp < Copies; cp += 4) *reinterpret_cast<uint4*>(s_tab + b * Copies + cp) = make_uint4(v, v, v, v);
+      reinterpret_cast<uint4*>(s_tab)[u] = make_uint4(v, v, v, v);
     }
   }
 }

@@ -61,11 +61,33 @@ __device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, i
   return s;
 }
 
-/// Entry i (0..15) of the decode table in shared memory: the NF4 code value (nf4) or the signed E2M1 value (the
-/// other 4-bit formats).
-template <quant::Format F>
+/// Entry c (0..15) of the decode table as a compile-time constant: the NF4 code value (nf4) or the signed E2M1
+/// value (the other 4-bit formats).
+template <quant::Format F, int C>
+struct LutConst {
+  static constexpr float value = F == quant::Format::nf4 ? quant::nf4_code(C) : (C & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(C & 7);
+};
+
+/// a if i == C else b, as one setp + selp in inline PTX: opaque to the compiler, which turns a plain chain of
+/// compare-and-selects on one variable back into a switch (a branch tree).
+template <int C>
+__device__ __forceinline__ float select_if_eq(int i, float a, float b) {
+  float r;
+  asm("{ .reg .pred p; setp.eq.s32 p, %1, %2; selp.f32 %0, %3, %4, p; }" : "=f"(r) : "r"(i), "n"(C), "f"(a), "f"(b));
+  return r;
+}
+
+/// Entry i (0..15) of the decode table in shared memory (LutConst<F, i>), branch-free: 15 compare-and-selects on
+/// immediates that every lane runs alike. Indexing the switch of quant::nf4_code with the lane's i had compiled to a
+/// branch tree whose 16 leaves the lanes of a warp walked one after another, before any block could build its pair
+/// table (NOTES.md, qkv_proj 20).
+template <quant::Format F, int C = 15>
 __device__ __forceinline__ float lut_value(int i) {
-  return F == quant::Format::nf4 ? quant::nf4_code(i) : (i & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(i & 7);
+  if constexpr (C == 0) {
+    return LutConst<F, 0>::value;
+  } else {
+    return select_if_eq<C>(i, LutConst<F, C>::value, lut_value<F, C - 1>(i));
+  }
 }
 
 /// Dequantizes chunk c (compile-time after unrolling; 0 .. words per unit / 4 - 1) of one 16-byte unit into four
