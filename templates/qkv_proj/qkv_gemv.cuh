@@ -155,7 +155,7 @@ __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_ta
     __syncthreads();  // s_lut
     constexpr int kChunksPerEntry = Copies / 4;
     for (int u = tid; u < 256 * kChunksPerEntry; u += nthreads) {
-      const int b = u / kChunksPerEntry;  // a power of two: a shift
+      const int b = u / kChunksPerEntry;  // 4 or 8 (16 or 32 copies): a shift
       const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
       reinterpret_cast<uint4*>(s_tab)[u] = make_uint4(v, v, v, v);
     }

@@ -77,8 +77,8 @@ __device__ __forceinline__ float select_if_eq(int i, float a, float b) {
   return r;
 }
 
-/// Entry i (0..15) of the decode table in shared memory (LutConst<F, i>), branch-free: 15 compare-and-selects on
-/// immediates that every lane runs alike. Indexing the switch of quant::nf4_code with the lane's i had compiled to a
+/// Entry i (0..15; any other i gives entry 0) of the decode table in shared memory (LutConst<F, i>), branch-free: 15
+/// compare-and-selects on immediates that every lane runs alike. Indexing the switch of quant::nf4_code with the lane's i had compiled to a
 /// branch tree whose 16 leaves the lanes of a warp walked one after another, before any block could build its pair
 /// table (NOTES.md, qkv_proj 20).
 template <quant::Format F, int C = 15>

@@ -107,6 +107,17 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(has_ws);
     // Decode sizes try the weight-streaming kernel first.
     if (m <= 16) CHECK(cs.front().mainloop == kMainloopGemv);
+    // Packed weights at M = 16 are decode-bound: the 108 blocks of split_k 3 over 36 tiles of 128 features (NOTES
+    // qkv_proj 20) are among the first 24 candidates (the prefix a --max-candidates 24 tune measures); split_k 3
+    // never with tile_m 8 (M <= 8 is the gemv's).
+    bool ws_split3_m16 = false;
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const Config& c = cs[i];
+      if (c.mainloop != kMainloopWgmmaWs || c.split_k != 3) continue;
+      CHECK(c.tile_m >= 16);
+      ws_split3_m16 |= i < 24 && c.tile_m == 16 && c.tile_n == 128;
+    }
+    if (m == 16) CHECK(ws_split3_m16);
   }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
     const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
