@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the wgmma_ws timeline driver (trace_ws.cu) for one fp16-weight variant with nvcc, into build-gpu/trace/:
+# Builds the wgmma_ws timeline driver (trace_ws.cu) for one variant (fp16 weights unless KFMT) with nvcc, into build-gpu/trace/:
 #   bench/ws_trace/build.sh 64 128 2 6 1   # tile_m 64, tile_n 128, 2 consumer warpgroups, 6 stages, stream-K (0: split_k 1)
 # (SPLIT_K, default 1: split-K over that many blocks per tile when STREAMK is 0)
 # then on the GPU: build-gpu/trace/ws_64_128_2_6_1_1 M K. KT_TRACE_FLAGS adds compiler flags (-DKFMT=3: int4 weights,

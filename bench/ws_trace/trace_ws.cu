@@ -9,10 +9,9 @@
 // (7); positions are 3 i + 17, so RoPE does real work. KT_TRACE_FLAGS="-DKROPE=false" builds without RoPE.
 // Launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias, RoPE) for M tokens and K (argv[1],
 // argv[2]). fp16 activations and KFMT weights (fp16: arbitrary finite values; int8 / int4 / nf4: arbitrary codes,
-// constant scales) rotated
-// over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for 3 traced launches (each
-// the second of two back to back), percentiles of each point over blocks (us from the first block's entry) and the
-// blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
+// constant scales) rotated over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for
+// 3 traced launches (each the second of two back to back), percentiles of each point over blocks (us from the first
+// block's entry) and the blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
 // Build: bench/ws_trace/build.sh TILE_M TILE_N CONSUMERS STAGES STREAMK(0|1) [SPLIT_K]
 #define KT_WS_TRACE_ON
 __device__ unsigned long long kt_ws_trace[1024 * 16];

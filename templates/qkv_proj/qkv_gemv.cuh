@@ -145,8 +145,8 @@ __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned
 /// b & 15, value of nibble b >> 4) in the dtype, Copies interleaved copies (entry b, copy c at s_tab[b * Copies + c]).
 /// Called by all nthreads threads of the block; the caller's next barrier makes the tables visible. The table is
 /// written as 16-byte chunks in address order, thread t taking chunks t, t + nthreads, ..: a warp stores 512
-/// contiguous bytes, without bank conflicts. (One entry per thread, each storing its Copies / 4 chunks, put the 32
-/// lanes' stores Copies * 4 bytes apart, in the same few banks: a 32-way conflict for 32 copies.)
+/// contiguous bytes, without bank conflicts (one entry per thread would put a store's 32 lanes Copies x 4 bytes apart,
+/// in the same few banks; NOTES.md, qkv_proj 20).
 template <DType DT, quant::Format F, int Copies = kGemvTableCopies>
 __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
   static_assert(Copies % 4 == 0, "table copies are written as uint4");

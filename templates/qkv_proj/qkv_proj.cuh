@@ -65,7 +65,8 @@ __device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, i
 /// value (the other 4-bit formats).
 template <quant::Format F, int C>
 struct LutConst {
-  static constexpr float value = F == quant::Format::nf4 ? quant::nf4_code(C) : (C & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(C & 7);
+  static constexpr float value =
+      F == quant::Format::nf4 ? quant::nf4_code(C) : (C & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(C & 7);
 };
 
 /// a if i == C else b, as one setp + selp in inline PTX: opaque to the compiler, which turns a plain chain of
@@ -78,9 +79,9 @@ __device__ __forceinline__ float select_if_eq(int i, float a, float b) {
 }
 
 /// Entry i (0..15; any other i gives entry 0) of the decode table in shared memory (LutConst<F, i>), branch-free: 15
-/// compare-and-selects on immediates that every lane runs alike. Indexing the switch of quant::nf4_code with the lane's i had compiled to a
-/// branch tree whose 16 leaves the lanes of a warp walked one after another, before any block could build its pair
-/// table (NOTES.md, qkv_proj 20).
+/// compare-and-selects on immediates that every lane runs alike. (Indexing the switch of quant::nf4_code with the
+/// lane's i compiles to a branch tree whose 16 leaves the lanes of a warp walk one after another; NOTES.md, qkv_proj
+/// 20.)
 template <quant::Format F, int C = 15>
 __device__ __forceinline__ float lut_value(int i) {
   if constexpr (C == 0) {
