@@ -139,6 +139,12 @@ std::vector<Config> ws_config_space() {
             if (sk > 1 && st < 4) continue;
             if (sk == 3 && tm < 16) continue;
             out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
+            // Two K groups (warps_n 2: a twin of each consumer warpgroup takes every other K step; NOTES qkv_proj 21):
+            // for the decode-bound token tiles of 16 and 32 with one atom per warpgroup, rings of 6 or 8 slots (each
+            // group waits on every other slot, so 4 slots left each group 2 in flight and measured slower), split_k >= 1
+            if (tm == 16 || tm == 32)
+              if (atoms == 1 && (st == 6 || st == 8) && sk >= 1)
+                out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 2, st, sk, 1, kMainloopWgmmaWs});
           }
   return out;
 }
@@ -361,7 +367,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
     s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages
       << (c.split_k == 0  ? std::string("_streamk")
           : c.split_k > 1 ? "_cl" + std::to_string(c.split_k)  // split-K over a thread-block cluster
-                          : std::string("_sk1"));
+                          : std::string("_sk1"))
+      << (ws_kgroups(c) > 1 ? "_kg" + std::to_string(ws_kgroups(c)) : std::string());
   else if (c.mainloop == kMainloopWgmma)
     s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
       << c.prefetch;
@@ -390,7 +397,8 @@ std::string name_expression(const Problem& p, const Config& c) {
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << ws_consumers(c) << ", " << c.stages << ", "
-      << (c.split_k > 1 ? std::to_string(c.split_k) : c.split_k == 0 ? "true" : "false") << ">";
+      << (c.split_k > 1 ? std::to_string(c.split_k) : c.split_k == 0 ? "true" : "false")
+      << (ws_kgroups(c) > 1 ? ", " + std::to_string(ws_kgroups(c)) : std::string()) << ">";
     return s.str();
   }
   if (c.mainloop == kMainloopWgmma) {

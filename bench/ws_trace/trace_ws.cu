@@ -41,13 +41,19 @@ using namespace kt::qkv;
 #ifndef KROPE
 #define KROPE true
 #endif
+#ifndef KDT  // activation dtype: f16 (default) or bf16 (KT_TRACE_FLAGS="-DKDT=bf16"; X keeps the fp16 bits: timing only)
+#define KDT f16
+#endif
+#ifndef KKG  // K groups (Config::warps_n): 2 = two consumer warpgroups per feature warpgroup, alternate K steps
+#define KKG 1
+#endif
 #ifndef KFMT  // weight format (quant::Format): 0 fp16 (default), 2 int8, 3 int4, 4 nf4 (KT_TRACE_FLAGS="-DKFMT=3")
 #define KFMT 0
 #endif
 #if KSK == 0 && KSPLIT > 1  // split-K over a thread-block cluster of KSPLIT blocks per tile
-#define K_ kt::qkv::qkv_wgmma_ws_cluster<kt::DType::f16, KFMT, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSPLIT>
+#define K_ kt::qkv::qkv_wgmma_ws_cluster<kt::DType::KDT, KFMT, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSPLIT, KKG>
 #else
-#define K_ kt::qkv::qkv_wgmma_ws<kt::DType::f16, KFMT, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSK == 1>
+#define K_ kt::qkv::qkv_wgmma_ws<kt::DType::KDT, KFMT, 128, KBIAS, KROPE, KTM, KTN, KC, KS, KSK == 1, KKG>
 #endif
 static_assert(KFMT == 0 || KFMT == 2 || KFMT == 3 || KFMT == 4, "trace_ws: KFMT must be 0 (fp16), 2 (int8), 3 (int4) or 4 (nf4)");
 constexpr quant::Format kFmt = static_cast<quant::Format>(KFMT);
@@ -69,7 +75,7 @@ static bool encode(TmaDescriptor* d, const void* base, long long inner, long lon
 int main(int argc, char** argv) {
   const int M = argc > 1 ? atoi(argv[1]) : 64, K = argc > 2 ? atoi(argv[2]) : 3584, Hq = 28, Hkv = 4, D = 128;
   const int N = (Hq + 2 * Hkv) * D;
-  constexpr Config C{KTM, KTN, 64, 4 * KC, 1, KS, KSK == 1 ? 0 : KSPLIT, 1, kMainloopWgmmaWs};
+  constexpr Config C{KTM, KTN, 64, 4 * KC, KKG, KS, KSK == 1 ? 0 : KSPLIT, 1, kMainloopWgmmaWs};
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const long long tiles = (long long)((M + KTM - 1) / KTM) * ((N + KTN - 1) / KTN);

@@ -320,8 +320,19 @@ KT_HD constexpr int ws_reg_estimate(const Config& c, quant::Format f) {
          (c.split_k == 0 ? 20 * ws_atoms(c) : 0);
 }
 /// wgmma_ws: registers per thread a consumer warpgroup raises itself to (setmaxnreg) when there are two of them; the
-/// producer warpgroup drops to kWsProducerRegs. 128 x 40 + 256 x 232 <= 65536.
+/// producer warpgroup drops to kWsProducerRegs. The block keeps the registers it was launched with (the launch
+/// bounds' cap: 168 per thread for 384 threads, 96 for 640), so 128 x 40 + 256 x 232 <= 384 x 168; with four consumer
+/// warpgroups (two K groups of two) 128 x 24 + 512 x 112 <= 640 x 96 (24 is setmaxnreg's minimum). A larger request
+/// never returns (setmaxnreg.inc waits for registers the block does not have).
 constexpr int kWsConsumerRegs = 232, kWsProducerRegs = 40;
+constexpr int kWsConsumerRegs4 = 112, kWsProducerRegs4 = 24;
+static_assert(128 * kWsProducerRegs + 256 * kWsConsumerRegs <= 384 * 168, "wgmma_ws: setmaxnreg beyond the block's registers");
+static_assert(128 * kWsProducerRegs4 + 512 * kWsConsumerRegs4 <= 640 * 96, "wgmma_ws: setmaxnreg beyond the block's registers");
+/// wgmma_ws: K groups (Config::warps_n, 1 or 2): with 2, each feature warpgroup has a twin that takes every other K
+/// step of the block's range (twice the decode threads per SM for the same tile and grid); the twins' partial sums meet
+/// in shared memory over the ring after the mainloop (ws_kgroup_xfer_bytes).
+KT_HD constexpr int ws_kgroups(const Config& c) { return c.warps_n; }
+KT_HD constexpr int ws_kgroup_xfer_bytes(const Config& c) { return c.warps_n > 1 ? 128 * ws_consumers(c) * ws_atoms(c) * c.tile_m * 2 : 0; }
 
 /// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
 /// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
@@ -396,8 +407,11 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (c.tile_m != 8 && c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64 && c.tile_m != 96 && c.tile_m != 128 &&
         c.tile_m != 192 && c.tile_m != 256)
       return "wgmma_ws: tile_m (tokens, the wgmma N) must be 8, 16, 32, 64, 96, 128, 192 or 256";
-    if ((c.warps_m != 4 && c.warps_m != 8) || c.warps_n != 1)
-      return "wgmma_ws: warps must be 4 or 8 (one or two consumer warpgroups) x 1";
+    if ((c.warps_m != 4 && c.warps_m != 8) || (c.warps_n != 1 && c.warps_n != 2))
+      return "wgmma_ws: warps must be 4 or 8 (one or two consumer warpgroups) x 1 or 2 (K groups)";
+    if (c.warps_n == 2 && c.split_k == 0) return "wgmma_ws: two K groups need split_k >= 1 (not stream-K)";
+    if (c.warps_n == 2 && ws_kgroup_xfer_bytes(c) > ws_ring_or_tile_bytes(c, f))
+      return "wgmma_ws: the K groups' partial sums must fit over the ring";
     if (c.tile_n != 64 * ws_consumers(c) && c.tile_n != 128 * ws_consumers(c))
       return "wgmma_ws: tile_n must be 64 or 128 per consumer warpgroup (1 or 2 m64 atoms)";
     if (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0) return "tile_n and head_dim must divide one another";
@@ -409,7 +423,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
              "at most the portable cluster size 8)";
     if (c.prefetch != 1) return "wgmma_ws: prefetch must be 1";
     if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
-    if (ws_reg_estimate(c, f) > (ws_consumers(c) == 2 ? kWsConsumerRegs : 255))
+    if (ws_reg_estimate(c, f) > (ws_consumers(c) * c.warps_n == 4 ? kWsConsumerRegs4 : ws_consumers(c) * c.warps_n == 2 ? kWsConsumerRegs : 255))
       return "wgmma_ws: accumulators + A fragments exceed the register budget";
     if (ws_smem_bytes(c, f) + table_bytes(f, kWsTableCopies) + ws_epi_pre_bytes(c) + 1024 > max_smem_per_block(arch.sm))
       return "shared memory exceeds the per-block limit";

@@ -4,13 +4,21 @@
 //   tokens are its N (tile_m = 8 .. 256), so decode-sized M wastes no tensor-core rows and the dequantized weight never
 //   touches shared memory: it is decoded straight into A-fragment registers (wgmma.mma_async with A in registers).
 //
-//   Block: Consumers (1 or 2) consumer warpgroups, then one producer warpgroup (threads 128 Consumers ..). One
-//   producer thread streams each 64-wide K step -- the X tile [tile_m][64] in the 128-byte swizzle layout (the B
+//   Block: Consumers (1 or 2) consumer warpgroups per K group, then one producer warpgroup (threads 128 Consumers
+//   KGroups ..). One producer thread streams each 64-wide K step -- the X tile [tile_m][64] in the 128-byte swizzle
+//   layout (the B
 //   operand, K-major) and the weight rows [tile_n][64 elements] (packed bytes as stored; 16-bit weights in the
 //   128-byte swizzle layout, the A operand through a descriptor) -- into a ring of `stages` slots with two TMA tensor
 //   copies (WsParams' tensor maps; rows past M or N arrive as zeros) on slot s's full mbarrier (expect_tx); consumer
-//   warps release the slot on its empty mbarrier once the wgmma that read it retired. With two consumer warpgroups
-//   the producer warpgroup gives its registers to them (setmaxnreg).
+//   warps release the slot on its empty mbarrier once the wgmma that read it retired. With two or four consumer
+//   warpgroups the producer warpgroup gives its registers to them (setmaxnreg).
+//
+//   K groups (KGroups = Config::warps_n, 1 or 2; split_k >= 1): with 2, each consumer warpgroup has a twin (warpgroups
+//   Consumers .. 2 Consumers - 1) that takes the odd K steps of the block's range while the first group takes the even
+//   ones: twice the decode threads per SM for the same tiles and grid (packed weights at decode sizes are bound by the
+//   decode's instructions, NOTES qkv_proj 21). A slot is released by the warps of the group that read it. After the
+//   mainloops group 1 hands its fp32 partial sums to group 0 through shared memory over the ring (the ring is free once
+//   both groups have passed a named barrier) and exits; group 0 adds them and runs the rest as with one group.
 //
 //   Consumer warpgroup cw owns features (cw Atoms + a) 64 .. + 63 of the tile, a < Atoms. Per K step it waits for the
 //   slot, reads its weight rows (thread (warp w, lane l): rows 16 w + l / 4 and + 8 of each atom, the whole 64-element
@@ -223,11 +231,11 @@ __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int
 /// ring (ws_cluster_slots_beside) need no cluster barrier after the mainloops (only the entry one, before the first
 /// remote store); slots over the ring, one after them.
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
-          int ClusterK>
+          int ClusterK, int KGroups>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, 64, 4 * Consumers, 1, Stages, StreamK ? 0 : ClusterK, 1, kMainloopWgmmaWs};
+  constexpr Config C{TileM, TileN, 64, 4 * Consumers, KGroups, Stages, StreamK ? 0 : ClusterK, 1, kMainloopWgmmaWs};
   static_assert(ClusterK == 1 || !StreamK, "stream-K blocks do not form clusters");
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
@@ -240,7 +248,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   constexpr int kRowB = ws_w_row_bytes(F);       // bytes of one weight row per K step: 32, 64 or 128
   constexpr int kRowWords = kRowB / 4;
   constexpr unsigned kXB = TileM * 128, kWB = TileN * kRowB;
-  constexpr int kCThreads = 128 * Consumers;
+  constexpr int kCThreads = 128 * Consumers;     // the consumer threads of one K group (the epilogue's threads)
+  constexpr int kAllC = kCThreads * KGroups;      // every consumer thread; the producer warpgroup follows them
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_lut[16];
@@ -302,14 +311,14 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // for longest (NOTES qkv_proj 18). Its own arrivals and copies follow the inits in program order; the init fence
   // makes them visible to the async proxy and, with __syncthreads, to the consumers.
   const int n_first = n_steps < Stages ? n_steps : Stages;
-  if (tid == kCThreads) {
+  if (tid == kAllC) {
     KT_WS_TRACE_THIS(13);
     ptx::prefetch_tensormap(&wp.x_map);
     ptx::prefetch_tensormap(&wp.w_map);
 #pragma unroll
     for (int s = 0; s < Stages; ++s) {
       ptx::mbarrier_init(bar_full + 8 * s, 1);               // the producer's arrive.expect_tx (+ the TMA bytes)
-      ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp
+      ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp of the step's K group
     }
     if (ClusterK > 1) {  // the other ranks' partials of this rank's live token groups, as st.async transactions
       const int rank = int(ptx::cluster_rank());
@@ -331,13 +340,15 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // Every block of the cluster is running, with its barriers initialized (the init fence above), before any block
   // stores into another's shared memory (the consumers wait on this before their stores; every thread arrives here).
   if (ClusterK > 1) ptx::cluster_arrive_relaxed();
-  if (!kWide) build_decode_tables<DT, F, kWsTableCopies>(s_lut, s_tab, tid, kCThreads + 128);
+  if (!kWide) build_decode_tables<DT, F, kWsTableCopies>(s_lut, s_tab, tid, kAllC + 128);
   __syncthreads();
 
-  if (wg == Consumers) {
+  constexpr int kConsumerWgs = Consumers * KGroups;
+  if (wg == kConsumerWgs) {
     // ---------------- producer warpgroup ----------------
-    if (Consumers == 2) wgmma::setmaxnreg_dec<kWsProducerRegs>();
-    if (tid == kCThreads) {  // the rest of the block's steps, each into a slot whose last use retired
+    if (kConsumerWgs == 2) wgmma::setmaxnreg_dec<kWsProducerRegs>();
+    if (kConsumerWgs == 4) wgmma::setmaxnreg_dec<kWsProducerRegs4>();
+    if (tid == kAllC) {  // the rest of the block's steps, each into a slot whose last use retired
       for (int j = n_first; j < n_steps; ++j) {
         ptx::mbarrier_wait(bar_empty + 8 * (j % Stages), ((j / Stages) & 1) ^ 1);
         issue(j);
@@ -347,9 +358,12 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   }
 
   // ---------------- consumer warpgroups ----------------
-  if (Consumers == 2) wgmma::setmaxnreg_inc<kWsConsumerRegs>();
-  const int ctid = tid, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
-  const int row_lo0 = wg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
+  if (kConsumerWgs == 2) wgmma::setmaxnreg_inc<kWsConsumerRegs>();
+  if (kConsumerWgs == 4) wgmma::setmaxnreg_inc<kWsConsumerRegs4>();
+  // K group kgrp (KGroups > 1) takes the segment's K steps kgrp, kgrp + KGroups, ..; fwg: the feature warpgroup
+  const int kgrp = KGroups > 1 ? wg / Consumers : 0, fwg = KGroups > 1 ? wg % Consumers : wg;
+  const int ctid = tid % kCThreads, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
+  const int row_lo0 = fwg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
   const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kWsTableCopies : 0);
 
   // Epilogue inputs of the block's one tile (ws_epi_preload: split-K blocks), copied now with cp.async, so that
@@ -361,7 +375,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   __shared__ unsigned s_pre_bias2[kPre ? TileN / 2 : 1];
   __shared__ int s_pre_pos[kPre ? TileM : 1];
   __shared__ unsigned long long s_pre_turns[kPre && Rope ? D / 2 : 1];
-  if (kPre) {
+  if (kPre && kgrp == 0) {
     const int t = blk / ClusterK, n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
     for (int i = ctid; i < TileN / 2; i += kCThreads) {
       if (HasBias && n0 + 2 * i < N) ptx::cp_async_4(ptx::smem_u32(s_pre_bias2 + i), static_cast<const unsigned*>(p.bias) + n0 / 2 + i);
@@ -431,20 +445,23 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       }
     };
     auto full_parity = [&](int j) { return unsigned(((g0 + j) / Stages) & 1); };
+    // This K group's steps of the segment: local step i is segment step sj(i); nloc of them (a group may have none).
+    auto sj = [&](int i) { return KGroups * i + kgrp; };
+    const int nloc = (nks - kgrp + KGroups - 1) / KGroups;
 
-    if (!kWide) {
-      load_scales_of(0, 0);
-      load_scales_of(1, 1);
-      ptx::mbarrier_wait(bar_full + 8 * (g0 % Stages), full_parity(0));
-      decode(0, 0);
-      load_scales_of(0, 2);
+    if (!kWide && nloc > 0) {
+      load_scales_of(0, sj(0));
+      load_scales_of(1, sj(1));
+      ptx::mbarrier_wait(bar_full + 8 * ((g0 + sj(0)) % Stages), full_parity(sj(0)));
+      decode(0, sj(0));
+      load_scales_of(0, sj(2));
     }
-    // Unrolled by 2 so that the double buffers' index (step parity) is a compile-time constant.
-    for (int j0 = 0; j0 < nks; j0 += 2) {
+    // Unrolled by 2 so that the double buffers' index (local step parity) is a compile-time constant.
+    for (int i0 = 0; i0 < nloc; i0 += 2) {
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
-        const int j = j0 + b;
-        if (j < nks) {
+        const int i = i0 + b, j = sj(i);
+        if (i < nloc) {
           const int slot = (g0 + j) % Stages;
           if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, full_parity(j));
 #ifdef KT_WS_TRACE_ON
@@ -458,7 +475,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
             for (int a = 0; a < kAtoms; ++a) {
               const unsigned long long bdesc = wgmma::make_desc_sw128(xs + ks * 32);
               if (kWide)
-                wgmma::Mma<DT, TileM>::run(acc[a], wgmma::make_desc_sw128(sW + slot * kWB + (wg * kAtoms + a) * 64 * 128 + ks * 32), bdesc);
+                wgmma::Mma<DT, TileM>::run(acc[a], wgmma::make_desc_sw128(sW + slot * kWB + (fwg * kAtoms + a) * 64 * 128 + ks * 32), bdesc);
               else
                 wgmma::MmaRS<DT, TileM>::run(acc[a], afrag[kWide ? 0 : b][a][ks], bdesc);
             }
@@ -471,11 +488,11 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
               for (int ks = 0; ks < 4; ++ks) wgmma::fence_operands(afrag[kWide ? 0 : 1 - b][a][ks]);
           }
-          if (j >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + j - 1) % Stages));
-          if (!kWide && j + 1 < nks) {  // decode step j + 1 while the tensor cores work on step j
-            ptx::mbarrier_wait(bar_full + 8 * ((g0 + j + 1) % Stages), full_parity(j + 1));
-            decode(1 - b, j + 1);
-            load_scales_of(1 - b, j + 3);
+          if (i >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(i - 1)) % Stages));
+          if (!kWide && i + 1 < nloc) {  // decode the group's next step while the tensor cores work on step j
+            ptx::mbarrier_wait(bar_full + 8 * ((g0 + sj(i + 1)) % Stages), full_parity(sj(i + 1)));
+            decode(1 - b, sj(i + 1));
+            load_scales_of(1 - b, sj(i + 3));
           }
         }
       }
@@ -483,8 +500,30 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     wgmma::wait_group<0>();
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
-    if (lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + nks - 1) % Stages));  // the segment's last slot
+    if (nloc > 0 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(nloc - 1)) % Stages));  // its last slot
     KT_WS_TRACE(2);
+
+    // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 through shared memory
+    // over the ring (every step consumed once both groups passed the first barrier), then exits; group 0 adds them
+    // (one order: deterministic) and goes on as the block's only consumers. ----
+    if constexpr (KGroups > 1) {
+      static_assert(KGroups == 2 && !StreamK, "wgmma_ws: K groups are 1 or 2, with split_k >= 1");
+      constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread
+      float4* xfer = reinterpret_cast<float4*>(smem);
+      ptx::named_barrier(2, kAllC);
+      if (kgrp == 1) {
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) xfer[v * kCThreads + ctid] = make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]);
+      }
+      ptx::named_barrier(2, kAllC);
+      if (kgrp == 1) return;
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) {
+        const float4 x = xfer[v * kCThreads + ctid];
+        float* d = acc4(v);
+        d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+      }
+    }
 
     // ---- split-K over a cluster: each rank reduces and finishes its own token rows ----
     // The tile's 8-token groups are dealt out in contiguous ranges (ws_group_owner). Each rank st.asyncs its partial
@@ -656,17 +695,19 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK>
-__global__ void __launch_bounds__(128 * (Consumers + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1>(wp);
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
+          int KGroups = 1>
+__global__ void __launch_bounds__(128 * (Consumers * KGroups + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
+  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
 }
 
 /// split_k = ClusterK > 1: grid.x = tiles x ClusterK, cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain
 /// launch forms the clusters (the ClusterK K slices of one tile).
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK>
-__global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers + 1), 1)
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK,
+          int KGroups = 1>
+__global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
     qkv_wgmma_ws_cluster(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK>(wp);
+  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);
 }
 
 }  // namespace qkv

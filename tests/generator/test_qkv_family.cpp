@@ -67,7 +67,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       } else if (c.mainloop == kMainloopWgmmaWs) {
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 8 || m > c.tile_m / 2));  // a token tile more than half full
-        CHECK(d.block_x == unsigned(c.warps_m * 32 + 128));  // consumer warps + the producer warpgroup
+        CHECK(d.block_x == unsigned(c.warps_m * c.warps_n * 32 + 128));  // consumer warps (x K groups) + the producer
         const long long tiles = (long long)((4608 + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
         if (c.split_k > 1) CHECK(tiles < 132);
         if (c.split_k >= 1) CHECK(d.grid_x == unsigned(tiles * c.split_k));
@@ -118,6 +118,21 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       ws_split3_m16 |= i < 24 && c.tile_m == 16 && c.tile_n == 128;
     }
     if (m == 16) CHECK(ws_split3_m16);
+    // Two K groups (warps_n 2) only for the decode-bound token tiles 16 / 32, one atom per consumer warpgroup, rings of
+    // 6 or 8 slots, never stream-K; the M = 16 list holds one with split_k 3 among the first 60 (the decode tune's
+    // --max-candidates; NOTES qkv_proj 21).
+    bool kg2_m16 = false;
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const Config& c = cs[i];
+      if (c.mainloop != kMainloopWgmmaWs || c.warps_n == 1) continue;
+      CHECK(c.warps_n == 2);
+      CHECK((c.tile_m == 16 || c.tile_m == 32));
+      CHECK(ws_atoms(c) == 1);
+      CHECK((c.stages == 6 || c.stages == 8));
+      CHECK(c.split_k >= 1);
+      kg2_m16 |= i < 60 && c.split_k == 3 && c.tile_m == 16;
+    }
+    if (m == 16) CHECK(kg2_m16);
   }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
     const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
@@ -236,6 +251,32 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(ws_epilogue_rows(sk256) == 32);
     CHECK(ws_smem_bytes(sk256, pb.format) == 1024 + 4 * (256 * 128 + 128 * 128) + 32 * 132 * 4);
     CHECK(invalid_reason(pb.dtype, pb.format, pb.head_dim, pb.rope, sk256, arch) == nullptr);
+    // Two K groups: 4 consumer warpgroups + the producer (640 threads), named and instantiated with the group count;
+    // their partial sums meet over the ring, so the ring must hold them; not with stream-K.
+    const Config kg{16, 128, 64, 8, 2, 8, 3, 1, kMainloopWgmmaWs};
+    CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kg, arch) == nullptr);
+    CHECK(ws_kgroups(kg) == 2);
+    CHECK(launch_dims(p16, kg, 132).block_x == 640);
+    CHECK(launch_dims(p16, kg, 132).grid_x == 36 * 3);
+    CHECK(variant_name(p16, kg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_s8_cl3_kg2__sm_90a");
+    CHECK(name_expression(p16, kg) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, 3, 2>");
+    CHECK(same_config(config_from_json(config_to_json(kg)), kg));
+    CHECK(ws_kgroup_xfer_bytes(kg) == 256 * 8 * 4);  // 256 threads x 8 fp32 accumulators
+    auto kg1 = kg;
+    kg1.split_k = 1;
+    CHECK(name_expression(p16, kg1) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, false, 2>");
+    auto kgs = kg;
+    kgs.split_k = 0;
+    CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgs, arch)).find("K groups") !=
+          std::string::npos);
+    auto kg3 = kg;
+    kg3.warps_n = 3;
+    CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kg3, arch) != nullptr);
+    // split_k 2, tile_m 64: 2 slots of X [64][64] + int4 rows [128][32 bytes] = 24 KB (more than the rank's 32-row
+    // output tile) cannot hold the 256 threads x 32 fp32 partials (32 KB)
+    const Config kgsmall{64, 128, 64, 8, 2, 2, 2, 1, kMainloopWgmmaWs};
+    CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgsmall, arch)).find("over the ring") !=
+          std::string::npos);
     CHECK(workspace_bytes(p16, sk, 132) == size_t(2) * 132 * 16 * 128 * 4);
     CHECK(counter_bytes(p16, sk) == 36 * 4);
     CHECK_THROWS_WITH(launch_dims(p16, sk, 0), Catch::Contains("SM count"));

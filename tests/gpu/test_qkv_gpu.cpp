@@ -336,6 +336,36 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
   }
 }
 
+TEST_CASE("qkv_proj wgmma_ws: two K groups, every format and dtype, split_k 1..4, a K group with no step",
+          "[gpu][qkv]") {
+  if (!has_sm90a("the wgmma_ws mainloop")) return;
+  auto kg2 = [](const Config& c) { return c.warps_n == 2; };
+  for (const auto& [f, d] : format_dtypes()) {
+    // M = 37: tile_m 16 (3 token tiles) and 32 (2), partial last tiles; M = 16: one token tile. Qwen2.5-7B, K = 3584:
+    // 56 steps, so each rank's two K groups take 28 / 14-15 / 9-10 / 7 steps each at split_k 1 / 2 / 3 / 4.
+    const HostInputs big = make_inputs(qwen(f, d, 37), 81);
+    const auto c37 = configs_of(big.problem, kMainloopWgmmaWs, 4, kg2);
+    const auto c16 = configs_of(qwen(f, d, 16), kMainloopWgmmaWs, 4, kg2);
+    REQUIRE(c37.size() >= 8);
+    REQUIRE(c16.size() >= 8);
+    run_sets(big, {{37, c37, 37}, {16, c16, 16}});
+  }
+  // K = 128: 2 steps, so with split_k 2 each rank's second K group has none (it only hands over zeros); K = 384: 6
+  // steps over 1..4 ranks (1-2 per rank at split_k 4).
+  for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16}, {quant::Format::nvfp4, DType::f16},
+                      {quant::Format::nf4, DType::bf16}, {quant::Format::fp16, DType::f16}}) {
+    for (int k : {128, 384}) {
+      Problem p = qwen(f, d, 16);
+      p.k = k;
+      const HostInputs in = make_inputs(p, 83);
+      const auto cs = configs_of(p, kMainloopWgmmaWs, 4, kg2);
+      REQUIRE(cs.size() >= 4);
+      const auto kernels = load(p, cs);
+      run_and_check(in, cs, kernels, 16);
+    }
+  }
+}
+
 TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1..3 tile boundaries, deterministic",
           "[gpu][qkv]") {
   if (!has_sm90a("the wgmma_ws mainloop")) return;
