@@ -362,7 +362,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   if (kConsumerWgs == 4) wgmma::setmaxnreg_inc<kWsConsumerRegs4>();
   // K group kgrp (KGroups > 1) takes the segment's K steps kgrp, kgrp + KGroups, ..; fwg: the feature warpgroup
   const int kgrp = KGroups > 1 ? wg / Consumers : 0, fwg = KGroups > 1 ? wg % Consumers : wg;
-  const int ctid = tid % kCThreads, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
+  const int ctid = KGroups > 1 ? tid % kCThreads : tid, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
   const int row_lo0 = fwg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
   const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kWsTableCopies : 0);
 
@@ -449,7 +449,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     auto sj = [&](int i) { return KGroups * i + kgrp; };
     const int nloc = (nks - kgrp + KGroups - 1) / KGroups;
 
-    if (!kWide && nloc > 0) {
+    if (!kWide && (KGroups == 1 || nloc > 0)) {  // one group: every segment has a step
       load_scales_of(0, sj(0));
       load_scales_of(1, sj(1));
       ptx::mbarrier_wait(bar_full + 8 * ((g0 + sj(0)) % Stages), full_parity(sj(0)));
@@ -500,7 +500,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     wgmma::wait_group<0>();
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
-    if (nloc > 0 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(nloc - 1)) % Stages));  // its last slot
+    if ((KGroups == 1 || nloc > 0) && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(nloc - 1)) % Stages));  // its last slot
     KT_WS_TRACE(2);
 
     // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 through shared memory
