@@ -332,7 +332,13 @@ static_assert(128 * kWsProducerRegs4 + 512 * kWsConsumerRegs4 <= 640 * 96, "wgmm
 /// step of the block's range (twice the decode threads per SM for the same tile and grid); the twins' partial sums meet
 /// in shared memory over the ring after the mainloop (ws_kgroup_xfer_bytes).
 KT_HD constexpr int ws_kgroups(const Config& c) { return c.warps_n; }
-KT_HD constexpr int ws_kgroup_xfer_bytes(const Config& c) { return c.warps_n > 1 ? 128 * ws_consumers(c) * ws_atoms(c) * c.tile_m * 2 : 0; }
+KT_HD constexpr int ws_kgroup_xfer_bytes(const Config& c) {
+  return c.warps_n > 1 ? 128 * ws_consumers(c) * ws_atoms(c) * c.tile_m * 2 : 0;
+}
+/// wgmma_ws: registers per consumer thread: the setmaxnreg target for two or four consumer warpgroups, else 255.
+KT_HD constexpr int ws_consumer_reg_budget(const Config& c) {
+  return ws_consumers(c) * c.warps_n == 4 ? kWsConsumerRegs4 : ws_consumers(c) * c.warps_n == 2 ? kWsConsumerRegs : 255;
+}
 
 /// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
 /// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
@@ -423,7 +429,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
              "at most the portable cluster size 8)";
     if (c.prefetch != 1) return "wgmma_ws: prefetch must be 1";
     if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
-    if (ws_reg_estimate(c, f) > (ws_consumers(c) * c.warps_n == 4 ? kWsConsumerRegs4 : ws_consumers(c) * c.warps_n == 2 ? kWsConsumerRegs : 255))
+    if (ws_reg_estimate(c, f) > ws_consumer_reg_budget(c))
       return "wgmma_ws: accumulators + A fragments exceed the register budget";
     if (ws_smem_bytes(c, f) + table_bytes(f, kWsTableCopies) + ws_epi_pre_bytes(c) + 1024 > max_smem_per_block(arch.sm))
       return "shared memory exceeds the per-block limit";

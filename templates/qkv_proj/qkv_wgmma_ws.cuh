@@ -6,11 +6,10 @@
 //
 //   Block: Consumers (1 or 2) consumer warpgroups per K group, then one producer warpgroup (threads 128 Consumers
 //   KGroups ..). One producer thread streams each 64-wide K step -- the X tile [tile_m][64] in the 128-byte swizzle
-//   layout (the B
-//   operand, K-major) and the weight rows [tile_n][64 elements] (packed bytes as stored; 16-bit weights in the
-//   128-byte swizzle layout, the A operand through a descriptor) -- into a ring of `stages` slots with two TMA tensor
-//   copies (WsParams' tensor maps; rows past M or N arrive as zeros) on slot s's full mbarrier (expect_tx); consumer
-//   warps release the slot on its empty mbarrier once the wgmma that read it retired. With two or four consumer
+//   layout (the B operand, K-major) and the weight rows [tile_n][64 elements] (packed bytes as stored; 16-bit weights
+//   in the 128-byte swizzle layout, the A operand through a descriptor) -- into a ring of `stages` slots with two TMA
+//   tensor copies (WsParams' tensor maps; rows past M or N arrive as zeros) on slot s's full mbarrier (expect_tx);
+//   consumer warps release the slot on its empty mbarrier once the wgmma that read it retired. With two or four consumer
 //   warpgroups the producer warpgroup gives its registers to them (setmaxnreg).
 //
 //   K groups (KGroups = Config::warps_n, 1 or 2; split_k >= 1): with 2, each consumer warpgroup has a twin (warpgroups
@@ -500,7 +499,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     wgmma::wait_group<0>();
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
-    if ((KGroups == 1 || nloc > 0) && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(nloc - 1)) % Stages));  // its last slot
+    if ((KGroups == 1 || nloc > 0) && lane == 0)  // the group's last slot
+      ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(nloc - 1)) % Stages));
     KT_WS_TRACE(2);
 
     // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 through shared memory
@@ -513,7 +513,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       ptx::named_barrier(2, kAllC);
       if (kgrp == 1) {
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) xfer[v * kCThreads + ctid] = make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]);
+        for (int v = 0; v < kVec; ++v)
+          xfer[v * kCThreads + ctid] = make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]);
       }
       ptx::named_barrier(2, kAllC);
       if (kgrp == 1) return;

@@ -134,6 +134,17 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     }
     if (m == 16) CHECK(kg2_m16);
   }
+  {  // The GPU test's K = 128 case (2 K steps) holds a two-group split_k 2 config, where each rank's second group has
+     // no step, and K = 384 one with split_k 4.
+    for (auto [k, split] : {std::pair{128, 2}, {384, 4}}) {
+      auto p = qwen(quant::Format::int4, DType::bf16, 16);
+      p.k = k;
+      bool found = false;
+      for (const auto& c : valid_configs(p, arch))
+        found |= c.mainloop == kMainloopWgmmaWs && c.warps_n == 2 && c.split_k == split;
+      CHECK(found);
+    }
+  }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
     const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
     REQUIRE(cs.size() >= 2);
@@ -269,6 +280,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     kgs.split_k = 0;
     CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgs, arch)).find("K groups") !=
           std::string::npos);
+    CHECK(ws_consumer_reg_budget(kg) == kWsConsumerRegs4);
+    CHECK(ws_consumer_reg_budget(kg1) == kWsConsumerRegs4);
     auto kg3 = kg;
     kg3.warps_n = 3;
     CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kg3, arch) != nullptr);
