@@ -239,6 +239,38 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
   return out;
 }
 
+/// The wgmma_ws candidates `model_order` (ws_candidates' cost-model order) regrouped for 64 < M <= 256, where the cost
+/// model ranks tile shapes poorly. Whole-space probes on the H100 (Qwen2.5-7B, M = 256, NOTES qkv_proj 22): the
+/// fastest variant sat at model rank 55 (fp16), 22 (int4) and 12 (int8) of the ws list, behind rings of the
+/// model's favourite shapes. So: one shape class per (tile_m, tile_n, split_k, K groups), the classes in the order of
+/// their best-ranked member, and the list takes one config of each class in turn. Within a class: two consumer
+/// warpgroups first (they won every M >= 64 probe), then cluster partial slots that fit beside the ring (no cluster
+/// barrier before the reduction; the slots-over-the-ring rings lost to them: int4 / int8 / nf4 m256 cl3 s4 beat s6),
+/// then deeper rings.
+std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, quant::Format f) {
+  std::vector<std::vector<Config>> classes;
+  auto same_class = [](const Config& a, const Config& b) {
+    return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.split_k == b.split_k && ws_kgroups(a) == ws_kgroups(b);
+  };
+  for (const auto& c : model_order) {
+    auto it = std::find_if(classes.begin(), classes.end(), [&](const std::vector<Config>& k) { return same_class(k[0], c); });
+    if (it == classes.end()) classes.push_back({c});
+    else it->push_back(c);
+  }
+  for (auto& k : classes)
+    std::stable_sort(k.begin(), k.end(), [&](const Config& a, const Config& b) {
+      auto key = [&](const Config& c) {
+        return std::make_tuple(-ws_consumers(c), c.split_k > 1 && !ws_cluster_slots_beside(c, f) ? 1 : 0, -c.stages);
+      };
+      return key(a) < key(b);
+    });
+  std::vector<Config> out;
+  for (size_t i = 0; out.size() < model_order.size(); ++i)
+    for (const auto& k : classes)
+      if (i < k.size()) out.push_back(k[i]);
+  return out;
+}
+
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
 /// split_k > 1 only while there are fewer output tiles than the SMs of an H100 (132), and split_k <= the K steps;
 /// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn up to
@@ -280,6 +312,8 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
     if (it == modes.end()) modes.push_back({c});
     else it->push_back(c);
   }
+  if (p.m > 64)
+    for (auto& m : modes) m = ws_by_shape_class(m, p.format);
   auto sk1 = std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return m[0].split_k == 1; });
   if (sk1 != modes.end() && sk1 - modes.begin() > 1) std::rotate(modes.begin() + 1, sk1, sk1 + 1);  // second in turn
   std::vector<Config> mixed;
@@ -294,13 +328,15 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   // Up to M = 64 the gemv kernel and the tiled list alternate in the order (what --max-candidates keeps); beyond,
   // only the tiled list. On sm_90a the tiled list is the wgmma_ws candidates, then wgmma and mma.sync alternating,
-  // for M <= 64; beyond, wgmma_ws, wgmma and mma.sync alternate, in that order.
+  // for M <= 64; beyond, two wgmma_ws candidates, one wgmma and one mma.sync in turn (wgmma_ws won every tuned M > 64
+  // on the H100, so it gets half of a --max-candidates prefix; the other two stay in it as a check).
   const auto g = gemv_candidates(p, arch), ws = ws_candidates(p, arch), w = wgmma_candidates(p, arch),
              mm = mma_candidates(p, arch);
   std::vector<Config> m;
   if (p.m <= 64) m = ws;  // decode sizes: the weight-streaming ws variants (stream-K first) before wgmma / mma
-  for (size_t i = 0; i < std::max({p.m <= 64 ? 0 : ws.size(), w.size(), mm.size()}); ++i) {
-    if (p.m > 64 && i < ws.size()) m.push_back(ws[i]);
+  const size_t ws_rounds = p.m <= 64 ? 0 : (ws.size() + 1) / 2;
+  for (size_t i = 0; i < std::max({ws_rounds, w.size(), mm.size()}); ++i) {
+    for (size_t j = 2 * i; j < 2 * i + 2 && j < ws.size() && p.m > 64; ++j) m.push_back(ws[j]);
     if (i < w.size()) m.push_back(w[i]);
     if (i < mm.size()) m.push_back(mm[i]);
   }
