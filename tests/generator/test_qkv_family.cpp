@@ -183,6 +183,40 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
     }
   }
+  {  // gemv order: every fourth gemv candidate runs the register ring (stages 0), prefetch 1 first; the stages-0 winners of
+     // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1, NOTES qkv_proj 22) and the tuned int8 M = 16 winner
+     // (m16 w4 x 1 stages 2) lie in the decode tune's 60-candidate prefix.
+    auto pos = [&](const Problem& p, int tile_m, int warps_m, int stages, int prefetch) {
+      const auto cs = valid_configs(p, arch);
+      for (size_t i = 0; i < cs.size(); ++i)
+        if (cs[i].mainloop == kMainloopGemv && cs[i].tile_m == tile_m && cs[i].tile_n == 16 && cs[i].warps_m == warps_m &&
+            cs[i].warps_n == 1 && cs[i].stages == stages && cs[i].prefetch == prefetch && cs[i].split_k == 1)
+          return int(i);
+      return -1;
+    };
+    for (DType dt : {DType::bf16, DType::f16})
+      for (auto f : {quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4}) {
+        const int i = pos(qwen(f, dt, 1), 8, 7, 0, 1);
+        CHECK(i >= 0);
+        CHECK(i < 60);
+      }
+    const int i8 = pos(qwen(quant::Format::int8, DType::bf16, 16), 16, 4, 2, 1);
+    CHECK(i8 >= 0);
+    CHECK(i8 < 60);
+    const auto cs = valid_configs(qwen(quant::Format::nf4, DType::bf16, 1), arch);
+    std::vector<Config> gemv;
+    for (const auto& c : cs)
+      if (c.mainloop == kMainloopGemv) gemv.push_back(c);
+    size_t ring = 0;
+    for (const auto& c : gemv) ring += c.stages == 0;
+    REQUIRE(ring > 10);
+    for (size_t i = 0; i < 40; ++i) CHECK((gemv[i].stages == 0) == (i % 4 == 3));
+    int last_prefetch = 0;  // the ring's prefetch-1 configs that fit come before its deeper ones
+    for (size_t i = 3; i < 40; i += 4) {
+      if (gemv[i].prefetch < last_prefetch) FAIL_CHECK("stages-0 prefetch order: " << gemv[i].prefetch << " after " << last_prefetch);
+      last_prefetch = gemv[i].prefetch;
+    }
+  }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
     const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
     REQUIRE(cs.size() >= 2);
