@@ -156,6 +156,30 @@ long long output_tiles(const Problem& p, const Config& c) {
   return (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
 }
 
+/// `list` split into groups of configs that `same` puts together, the groups in order of first appearance and each in
+/// list order.
+template <class Same>
+std::vector<std::vector<Config>> group_in_order(const std::vector<Config>& list, Same same) {
+  std::vector<std::vector<Config>> groups;
+  for (const auto& c : list) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const std::vector<Config>& g) { return same(g[0], c); });
+    if (it == groups.end()) groups.push_back({c});
+    else it->push_back(c);
+  }
+  return groups;
+}
+
+/// The groups' configs taken in turn: every group's first, then every group's second, ..
+std::vector<Config> take_in_turn(const std::vector<std::vector<Config>>& groups) {
+  size_t longest = 0;
+  for (const auto& g : groups) longest = std::max(longest, g.size());
+  std::vector<Config> out;
+  for (size_t i = 0; i < longest; ++i)
+    for (const auto& g : groups)
+      if (i < g.size()) out.push_back(g[i]);
+  return out;
+}
+
 int next_pow2_at_least(int m, int lo, int hi) {
   int c = lo;
   while (c < m && c < hi) c *= 2;
@@ -266,15 +290,9 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
 /// barrier before the reduction: int4 m128 n256 c2 cl3 took 28.64 us with s4, slots beside, against 32.63 / 32.73
 /// with s6 / s8, slots over the ring), then deeper rings.
 std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, quant::Format f) {
-  std::vector<std::vector<Config>> classes;
-  auto same_class = [](const Config& a, const Config& b) {
+  auto classes = group_in_order(model_order, [](const Config& a, const Config& b) {
     return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.split_k == b.split_k && ws_kgroups(a) == ws_kgroups(b);
-  };
-  for (const auto& c : model_order) {
-    auto it = std::find_if(classes.begin(), classes.end(), [&](const std::vector<Config>& k) { return same_class(k[0], c); });
-    if (it == classes.end()) classes.push_back({c});
-    else it->push_back(c);
-  }
+  });
   for (auto& k : classes)
     std::stable_sort(k.begin(), k.end(), [&](const Config& a, const Config& b) {
       auto key = [&](const Config& c) {
@@ -282,17 +300,13 @@ std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, qu
       };
       return key(a) < key(b);
     });
-  std::vector<Config> out;
-  for (size_t i = 0; out.size() < model_order.size(); ++i)
-    for (const auto& k : classes)
-      if (i < k.size()) out.push_back(k[i]);
-  return out;
+  return take_in_turn(classes);
 }
 
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
 /// split_k > 1 only while there are fewer output tiles than the SMs of an H100 (132), and split_k <= the K steps;
 /// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn up to
-/// M = 256.
+/// M = 256 (beyond M = 64 each mode's list by shape class, ws_by_shape_class).
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
@@ -324,21 +338,12 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   // remaining config of each split mode in turn (the mode of the model's best config, then split_k 1, then the others in
   // the order of their best config; the model's order within a mode).
   if (p.m > 256) return out;  // beyond, the model's order won (M = 1024 lost 14% when the modes were mixed there)
-  std::vector<std::vector<Config>> modes;
-  for (const auto& c : out) {
-    auto it = std::find_if(modes.begin(), modes.end(), [&](const std::vector<Config>& m) { return m[0].split_k == c.split_k; });
-    if (it == modes.end()) modes.push_back({c});
-    else it->push_back(c);
-  }
+  auto modes = group_in_order(out, [](const Config& a, const Config& b) { return a.split_k == b.split_k; });
   if (p.m > 64)
     for (auto& m : modes) m = ws_by_shape_class(m, p.format);
   auto sk1 = std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return m[0].split_k == 1; });
   if (sk1 != modes.end() && sk1 - modes.begin() > 1) std::rotate(modes.begin() + 1, sk1, sk1 + 1);  // second in turn
-  std::vector<Config> mixed;
-  for (size_t i = 0; mixed.size() < out.size(); ++i)
-    for (const auto& m : modes)
-      if (i < m.size()) mixed.push_back(m[i]);
-  return mixed;
+  return take_in_turn(modes);
 }
 
 }  // namespace
