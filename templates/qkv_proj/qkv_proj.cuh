@@ -163,6 +163,11 @@ __device__ __forceinline__ void rope_sincos(int pos, unsigned long long turns, f
   __sincosf(rope_angle(pos, turns), &s, &c);
 }
 
+/// d[0..3] += v, and s += v: a float4 partial sum added to four accumulators, component by component (one order, so
+/// the split-K, stream-K, cluster and K-group reductions stay deterministic).
+__device__ __forceinline__ void add_f4(float* d, const float4& v) { d[0] += v.x, d[1] += v.y, d[2] += v.z, d[3] += v.w; }
+__device__ __forceinline__ void add_f4(float4& s, const float4& v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
+
 #ifndef KT_EPI_TRACE  // timeline experiments only (bench/ws_trace): points 10-12 of finish_tile
 #define KT_EPI_TRACE(i) \
   do {                  \
@@ -219,11 +224,7 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
     for (int e = tid * 4; e < rows * TileN; e += kThreads * 4) {
       float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int s = 0; s < SplitK; ++s) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(base + (long long)s * TileM * TileN + e));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
+        add_f4(sum, __ldcg(reinterpret_cast<const float4*>(base + (long long)s * TileM * TileN + e)));
       }
       const int r = e / TileN, c = e % TileN;
       *reinterpret_cast<float4*>(sC + r * kLd + c) = sum;

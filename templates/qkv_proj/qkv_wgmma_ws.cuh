@@ -520,9 +520,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       if (kgrp == 1) return;
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
-        const float4 x = xfer[v * kCThreads + ctid];
-        float* d = acc4(v);
-        d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+        add_f4(acc4(v), xfer[v * kCThreads + ctid]);
       }
     }
 
@@ -576,7 +574,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
               x = part[(a * kOwnMax + i - g_lo) * kCThreads + ctid];
             }
             if (r == 0) sum = x;
-            else sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+            else add_f4(sum, x);
           }
           acc[a][4 * i] = sum.x, acc[a][4 * i + 1] = sum.y, acc[a][4 * i + 2] = sum.z, acc[a][4 * i + 3] = sum.w;
         }
@@ -618,9 +616,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
           for (int v = 0; v < kVec; ++v) {
             if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
-            const float4 x = __ldcg(part + v * kCThreads + ctid);
-            float* d = acc4(v);
-            d[0] += x.x, d[1] += x.y, d[2] += x.z, d[3] += x.w;
+            add_f4(acc4(v), __ldcg(part + v * kCThreads + ctid));
           }
         } else {
           float4 xv[kPer][kVec];
@@ -635,10 +631,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
           for (int u = 0; u < kPer; ++u) {
             if (b0 + u > b_last) break;
 #pragma unroll
-            for (int v = 0; v < kVec; ++v) {
-              float* d = acc4(v);
-              d[0] += xv[u][v].x, d[1] += xv[u][v].y, d[2] += xv[u][v].z, d[3] += xv[u][v].w;
-            }
+            for (int v = 0; v < kVec; ++v) add_f4(acc4(v), xv[u][v]);
           }
         }
       }
