@@ -9,7 +9,8 @@
 // (7); positions are 3 i + 17, so RoPE does real work. KT_TRACE_FLAGS="-DKROPE=false" builds without RoPE.
 // Launches it on the Qwen2.5-7B projection shape (28 / 4 heads of 128, bias, RoPE) for M tokens and K (argv[1],
 // argv[2]). fp16 activations and KFMT weights (fp16: arbitrary finite values; int8 / int4 / nf4: arbitrary codes,
-// constant scales) rotated over 20 copies (cold L2); no correctness check here (the [gpu] tests do that). Prints, for
+// constant scales) rotated over 20 copies (cold L2); no correctness check here (the [gpu] tests do that), but a
+// checksum of the outputs, so that two builds of one variant (an experiment against its base) can be compared. Prints, for
 // 3 traced launches (each the second of two back to back), percentiles of each point over blocks (us from the first
 // block's entry) and the blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
 // Build: bench/ws_trace/build.sh TILE_M TILE_N CONSUMERS STAGES STREAMK(0|1) [SPLIT_K]
@@ -126,6 +127,16 @@ int main(int argc, char** argv) {
   const int block = threads(C);
   for (int it = 0; it < 100; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
   CK(cudaDeviceSynchronize());
+  {  // a checksum of the outputs of the last launch (copy 99 % copies), to compare builds of one variant
+    std::vector<unsigned short> hq(size_t(M) * Hq * D), hk(size_t(M) * Hkv * D), hv(size_t(M) * Hkv * D);
+    CK(cudaMemcpy(hq.data(), dq, hq.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hk.data(), dk, hk.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hv.data(), dv, hv.size() * 2, cudaMemcpyDeviceToHost));
+    unsigned long long h = 1469598103934665603ull;
+    for (auto* v : {&hq, &hk, &hv})
+      for (unsigned short e : *v) h = (h ^ e) * 1099511628211ull;
+    printf("output checksum %016llx\n", h);
+  }
   cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
   cudaEventRecord(a);
   for (int it = 0; it < 200; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
