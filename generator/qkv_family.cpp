@@ -281,7 +281,7 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
   return out;
 }
 
-/// The wgmma_ws candidates `model_order` (ws_candidates' cost-model order) regrouped for 64 < M <= 256, where the cost
+/// The wgmma_ws candidates `model_order` (ws_candidates' cost-model order) regrouped for 64 < M <= 1024, where the cost
 /// model ranks tile shapes poorly. Whole-space probes on the H100 (Qwen2.5-7B, M = 256, NOTES qkv_proj 22): the
 /// fastest variant sat at model rank 55 (fp16), 22 (int4) and 12 (int8) of the ws list, behind rings of the
 /// model's favourite shapes. So: one shape class per (tile_m, tile_n, split_k, K groups), the classes in the order of
@@ -306,7 +306,7 @@ std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, qu
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
 /// split_k > 1 only while there are fewer output tiles than the SMs of an H100 (132), and split_k <= the K steps;
 /// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn up to
-/// M = 256 (beyond M = 64 each mode's list by shape class, ws_by_shape_class).
+/// M = 1024 (beyond M = 64 each mode's list by shape class, ws_by_shape_class).
 std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : ws_config_space()) {
@@ -334,10 +334,14 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   // The model ranks stream-K far ahead of split_k 1 at decode-ish M, but measured (H100, Qwen2.5-7B, NOTES qkv_proj 17)
   // split_k 1 wins for 16-bit weights at M = 16..256 (fewer blocks, no partials: the stream-K fix-up tail costs
-  // 5-10 us) while stream-K wins for 4-bit. So up to M = 256 a --max-candidates prefix must hold both: the list takes the best
+  // 5-10 us) while stream-K wins for 4-bit. So up to M = 1024 a --max-candidates prefix must hold both: the list takes the best
   // remaining config of each split mode in turn (the mode of the model's best config, then split_k 1, then the others in
-  // the order of their best config; the model's order within a mode).
-  if (p.m > 256) return out;  // beyond, the model's order won (M = 1024 lost 14% when the modes were mixed there)
+  // the order of their best config; the model's order within a mode). Up to M = 1024 since session 16: the whole-space
+  // probe at M = 1024 (NOTES qkv_proj 22) found m192 n128 c2 sk1 2-5% ahead of the tuned m256 stream-K for the packed
+  // formats, at model rank 65-85; with modes in turn and shape classes it is 5th, and the stream-K winners stay in the
+  // 24-candidate prefix (packed m256 first, fp16 m96 n256 9th). Beyond M = 1024 the model's order holds the winners (the
+  // same change there pushed the M = 4096 / 16384 sk1 winners to 33rd-41st, checked on the CPU).
+  if (p.m > 1024) return out;
   auto modes = group_in_order(out, [](const Config& a, const Config& b) { return a.split_k == b.split_k; });
   if (p.m > 64)
     for (auto& m : modes) m = ws_by_shape_class(m, p.format);

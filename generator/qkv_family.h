@@ -68,7 +68,7 @@ std::vector<Config> ws_config_space();
 ///    wave efficiency on 132 SMs, then larger tiles, then deeper X rings.
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
 ///    stream-K (split_k 0) with more units than SMs; ordered by a cost model (whole waves x K steps x tile work x operand
-///    traffic per FLOP).
+///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn.
 /// The tiled list: for M <= 64 the wgmma_ws candidates, then wgmma and mma alternating; beyond, wgmma_ws, wgmma and
 /// mma alternate (in that order). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
 /// --max-candidates keeps first.

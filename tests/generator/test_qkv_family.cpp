@@ -183,6 +183,24 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
     }
   }
+  {  // M = 1024 (modes in turn and shape classes up to M = 1024, NOTES qkv_proj 22-23): the whole-space probe's winner of
+     // the packed formats (m192 n128 c2 sk1) and the stream-K winners of the tune (packed m256 n128 c2 s4, fp16 m96 n256
+     // c2 s4) are all in the 24-candidate prefix.
+    auto in_prefix = [&](quant::Format f, DType dt, int tile_m, int tile_n, int split_k, int stages) {
+      const auto cs = valid_configs(qwen(f, dt, 1024), arch);
+      for (size_t i = 0; i < std::min<size_t>(24, cs.size()); ++i)
+        if (cs[i].mainloop == kMainloopWgmmaWs && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n && ws_consumers(cs[i]) == 2 &&
+            cs[i].split_k == split_k && (stages == 0 || cs[i].stages == stages))
+          return true;
+      return false;
+    };
+    for (auto f : {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4}) {
+      INFO("format " << int(f));
+      CHECK(in_prefix(f, DType::bf16, 192, 128, 1, 0));
+      CHECK(in_prefix(f, DType::bf16, 256, 128, 0, 4));
+    }
+    CHECK(in_prefix(quant::Format::fp16, DType::f16, 96, 256, 0, 4));
+  }
   {  // gemv order: every fourth gemv candidate runs the register ring (stages 0), prefetch 1 first; the stages-0 winners of
      // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1, NOTES qkv_proj 22) and the tuned int8 M = 16 winner
      // (m16 w4 x 1 stages 2) lie in the decode tune's 60-candidate prefix.
