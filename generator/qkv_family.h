@@ -60,7 +60,9 @@ std::vector<Config> ws_config_space();
 ///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m x split_k <= K
 ///    steps, shared memory (stages 1: grows with K;
 ///    stages 2: a ring, only the mbarriers grow with K) within the per-block limit. Ordered by the share
-///    of the weight requested at once while every block fits on a 132-SM GPU, then fewer registers.
+///    of the weight requested at once while every block fits on a 132-SM GPU, then fewer registers; every fourth
+///    candidate is a register-ring (stages 0) config, in an order of its own (blocks that fit, then prefetch 1 first,
+///    then fewer registers).
 ///  - mma: tile_m <= max(16, next power of two >= M); stages 3 only for tile_m >= 64; split_k > 1 only while the
 ///    grid has fewer than 2 blocks per SM of an H100-class GPU (264), and split_k <= K / tile_k. Ordered by grid
 ///    closest to 264 blocks, then larger tiles.
@@ -69,8 +71,8 @@ std::vector<Config> ws_config_space();
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
 ///    stream-K (split_k 0) with more units than SMs; ordered by a cost model (whole waves x K steps x tile work x operand
 ///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn.
-/// The tiled list: for M <= 64 the wgmma_ws candidates, then wgmma and mma alternating; beyond, wgmma_ws, wgmma and
-/// mma alternate (in that order). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
+/// The tiled list: for M <= 64 the wgmma_ws candidates, then wgmma and mma alternating; beyond, two wgmma_ws, one wgmma
+/// and one mma in turn. M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
 /// --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
