@@ -149,11 +149,27 @@ std::vector<Config> ws_config_space() {
   return out;
 }
 
+std::vector<Config> pairs_config_space() {
+  std::vector<Config> out;
+  for (int tm : {64, 128})
+    for (int tn : {40, 48, 56, 64, 72, 80, 96, 128})
+      for (int st : {4, 6, 8, 12}) out.push_back(Config{tm, tn, 64, tm / 16, 1, st, 1, 1, kMainloopWgmmaPairs});
+  return out;
+}
+
 namespace {
 
-/// Output tiles of a tiled config: token tiles x feature tiles.
+/// Feature tiles of a config: wgmma_pairs (D/2 / box pairs) pair chunks x groups of box_heads heads; the others
+/// ceil(n / tile_n).
+long long pairs_feature_tiles_or_n(const Problem& p, const Config& c) {
+  if (c.mainloop != kMainloopWgmmaPairs) return (p.n() + c.tile_n - 1) / c.tile_n;
+  const int heads = p.num_heads + 2 * p.num_kv_heads;
+  return (long long)(p.head_dim / 2 / wp_box_pairs(c)) * ((heads + wp_box_heads(c) - 1) / wp_box_heads(c));
+}
+
+/// Output tiles of a tiled config: token tiles x feature tiles (wgmma_pairs: pair chunks x head groups).
 long long output_tiles(const Problem& p, const Config& c) {
-  return (long long)((p.m + c.tile_m - 1) / c.tile_m) * ((p.n() + c.tile_n - 1) / c.tile_n);
+  return (long long)((p.m + c.tile_m - 1) / c.tile_m) * pairs_feature_tiles_or_n(p, c);
 }
 
 /// `list` split into groups of configs that `same` puts together, the groups in order of first appearance and each in
@@ -350,6 +366,30 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   return take_in_turn(modes);
 }
 
+
+/// wgmma_pairs candidates (sm_90a, 16-bit weights, M > 16): tile_m above 64 only once M fills more than half of it.
+/// Ordered by a cost model fitted to the H100 probe (NOTES qkv_proj 25) -- whole waves on 132 SMs x tile work x
+/// (1 + 64 / tile_n + 64 / tile_m) for the operand traffic per FLOP of smaller tiles, x 1.1 / 1.25 for 8- / 4-pair
+/// boxes (their 16- / 8-byte output pieces cost L2 write throughput), x 1.25 for one consumer warpgroup (tile_m 64)
+/// where two fit (M > 64) -- then regrouped by tile shape, one config of each shape in turn (deepest ring first), so
+/// that a --max-candidates prefix holds several shapes.
+std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
+  std::vector<Config> out;
+  if (p.m <= 16) return out;  // 64-token tiles mostly idle: the weight-streaming kernels win (NOTES qkv_proj 25)
+  for (const auto& c : pairs_config_space()) {
+    if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
+    if (c.tile_m > 64 && p.m <= c.tile_m / 2) continue;
+    out.push_back(c);
+  }
+  auto score = [&](const Config& c) {
+    const double waves = std::ceil(double(output_tiles(p, c)) / 132.0);
+    const double pieces = wp_box_pairs(c) == 16 ? 1.0 : wp_box_pairs(c) == 8 ? 1.1 : 1.25;
+    const double one_wg = c.tile_m == 64 && p.m > 64 ? 1.25 : 1.0;
+    return std::make_pair(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg, -c.stages);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
+  return take_in_turn(group_in_order(out, [](const Config& a, const Config& b) { return a.tile_m == b.tile_m && a.tile_n == b.tile_n; }));
+}
 }  // namespace
 
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
@@ -358,11 +398,16 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   // for M <= 64; beyond, two wgmma_ws candidates, one wgmma and one mma.sync in turn (wgmma_ws won every tuned M > 64
   // on the H100, so it gets half of a --max-candidates prefix; the other two stay in it as a check).
   const auto g = gemv_candidates(p, arch), ws = ws_candidates(p, arch), w = wgmma_candidates(p, arch),
-             mm = mma_candidates(p, arch);
+             mm = mma_candidates(p, arch), pr = pairs_candidates(p, arch);
   std::vector<Config> m;
-  if (p.m <= 64) m = ws;  // decode sizes: the weight-streaming ws variants (stream-K first) before wgmma / mma
-  const size_t ws_rounds = p.m <= 64 ? 0 : (ws.size() + 1) / 2;
+  if (p.m <= 64)  // decode sizes: the weight-streaming ws variants (stream-K first), with the pairs kernel's in turn
+    for (size_t i = 0; i < std::max(ws.size(), pr.size()); ++i) {
+      if (i < ws.size()) m.push_back(ws[i]);
+      if (i < pr.size()) m.push_back(pr[i]);
+    }
+  const size_t ws_rounds = p.m <= 64 ? 0 : std::max((ws.size() + 1) / 2, pr.size());
   for (size_t i = 0; i < std::max({ws_rounds, w.size(), mm.size()}); ++i) {
+    if (i < pr.size() && p.m > 64) m.push_back(pr[i]);
     for (size_t j = 2 * i; j < 2 * i + 2 && j < ws.size() && p.m > 64; ++j) m.push_back(ws[j]);
     if (i < w.size()) m.push_back(w[i]);
     if (i < mm.size()) m.push_back(mm[i]);
@@ -432,6 +477,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
           : c.split_k > 1 ? "_cl" + std::to_string(c.split_k)  // split-K over a thread-block cluster
                           : std::string("_sk1"))
       << (ws_kgroups(c) > 1 ? "_kg" + std::to_string(ws_kgroups(c)) : std::string());
+  else if (c.mainloop == kMainloopWgmmaPairs)
+    s << "wgmma_pairs_m" << c.tile_m << "_n" << c.tile_n << "_s" << c.stages;
   else if (c.mainloop == kMainloopWgmma)
     s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
       << c.prefetch;
@@ -464,6 +511,13 @@ std::string name_expression(const Problem& p, const Config& c) {
       << (ws_kgroups(c) > 1 ? ", " + std::to_string(ws_kgroups(c)) : std::string()) << ">";
     return s.str();
   }
+  if (c.mainloop == kMainloopWgmmaPairs) {
+    s << "kt::qkv::qkv_wgmma_pairs<kt::DType::"
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
+      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
+      << ", " << c.stages << ">";
+    return s.str();
+  }
   if (c.mainloop == kMainloopWgmma) {
     s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
       << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
@@ -485,12 +539,14 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.source = c.mainloop == kMainloopGemv    ? "#include \"qkv_proj/qkv_gemv.cuh\"\n"
              : c.mainloop == kMainloopWgmma ? "#include \"qkv_proj/qkv_wgmma.cuh\"\n"
              : c.mainloop == kMainloopWgmmaWs ? "#include \"qkv_proj/qkv_wgmma_ws.cuh\"\n"
+             : c.mainloop == kMainloopWgmmaPairs ? "#include \"qkv_proj/qkv_wgmma_pairs.cuh\"\n"
                                             : "#include \"qkv_proj/qkv_proj.cuh\"\n";
   k.arch = arch;
   // gemv stages 1: shared memory grows with K (set at launch); allow the whole per-block maximum.
   k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages >= 1 ? gemv_smem_cap(arch.sm)
                                   : c.mainloop == kMainloopWgmma              ? wgmma_smem_bytes(c, p.format)
                                   : c.mainloop == kMainloopWgmmaWs            ? ws_smem_bytes(c, p.format)
+                                  : c.mainloop == kMainloopWgmmaPairs         ? wp_smem_bytes(c)
                                                                               : smem_bytes(c));
   return k;
 }
@@ -524,10 +580,13 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
     return d;
   }
   d.grid_x = unsigned((p.n() + c.tile_n - 1) / c.tile_n);
+  if (c.mainloop == kMainloopWgmmaPairs) d.grid_x = unsigned(pairs_feature_tiles_or_n(p, c));  // pair chunks x head groups
   d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
   d.grid_z = unsigned(c.split_k);
   d.block_x = unsigned(threads(c));
-  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma ? wgmma_smem_bytes(c, p.format) : smem_bytes(c));
+  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma        ? wgmma_smem_bytes(c, p.format)
+                          : c.mainloop == kMainloopWgmmaPairs ? wp_smem_bytes(c)
+                                                              : smem_bytes(c));
   return d;
 }
 
@@ -578,6 +637,7 @@ nlohmann::json config_to_json(const Config& c) {
   return {{"mainloop", c.mainloop == kMainloopGemv      ? "gemv"
                       : c.mainloop == kMainloopWgmma   ? "wgmma"
                       : c.mainloop == kMainloopWgmmaWs ? "wgmma_ws"
+                      : c.mainloop == kMainloopWgmmaPairs ? "wgmma_pairs"
                                                        : "mma"},
           {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
           {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch}};
@@ -586,11 +646,15 @@ nlohmann::json config_to_json(const Config& c) {
 Config config_from_json(const nlohmann::json& j) {
   try {
     const std::string ml = j.value("mainloop", std::string("mma"));
-    if (ml != "mma" && ml != "gemv" && ml != "wgmma" && ml != "wgmma_ws")
-      fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma, gemv, wgmma or wgmma_ws)");
+    if (ml != "mma" && ml != "gemv" && ml != "wgmma" && ml != "wgmma_ws" && ml != "wgmma_pairs")
+      fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma, gemv, wgmma, wgmma_ws or wgmma_pairs)");
     return Config{j.at("tile_m"), j.at("tile_n"), j.at("tile_k"), j.at("warps_m"),
                   j.at("warps_n"), j.at("stages"), j.at("split_k"), j.value("prefetch", 1),
-                  ml == "gemv" ? kMainloopGemv : ml == "wgmma" ? kMainloopWgmma : ml == "wgmma_ws" ? kMainloopWgmmaWs : kMainloopMma};
+                  ml == "gemv"          ? kMainloopGemv
+                  : ml == "wgmma"       ? kMainloopWgmma
+                  : ml == "wgmma_ws"    ? kMainloopWgmmaWs
+                  : ml == "wgmma_pairs" ? kMainloopWgmmaPairs
+                                        : kMainloopMma};
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("config JSON: ") + e.what());
   }

@@ -56,6 +56,11 @@ std::vector<Config> wgmma_config_space(quant::Format f);
 /// atoms, stages 2..8, split_k 0 (stream-K), 1, 2, 4, 8, 16.
 std::vector<Config> ws_config_space();
 
+/// The RoPE-paired wgmma space (sm_90a, 16-bit weights; qkv_wgmma_pairs.cuh): tile_m {64, 128, 256} tokens (one consumer
+/// warpgroup per 64) x tile_n {32, 40, 48, 56, 64, 72, 80, 96, 128} features (tile_n / 2 RoPE pairs) x stages
+/// {3, 4, 6, 8}; split_k 1.
+std::vector<Config> pairs_config_space();
+
 /// Valid configs for the problem.
 ///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m x split_k <= K
 ///    steps, shared memory (stages 1: grows with K;
@@ -82,6 +87,7 @@ bool same_config(const Config& a, const Config& b);
 /// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N), with "_cl4" after the
 /// prefetch for K split over a cluster of 4 blocks (split_k 4);
 /// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a".
+/// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6__sm_90a".
 /// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups), or
 /// "..._wgmma_ws_m16_n128_c2_s8_streamk__sm_90a" for stream-K.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);

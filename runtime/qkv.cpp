@@ -51,6 +51,24 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
   return d;
 }
 
+/// The 16-bit weight of wgmma_pairs as a 4-D tensor (qkv_wgmma_pairs.cuh) {K, head_dim / 2 pairs i, 2 halves, heads},
+/// strides {1 row, head_dim / 2 rows, head_dim rows}, box {64, box_pairs, 2, 1}: rows i .. i + box_pairs - 1 of both
+/// halves of one head for one 64-wide K step, 128-byte swizzle. CUDA Driver API cuTensorMapEncodeTiled.
+TmaDescriptor encode_pair_rows(const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads) {
+  TmaDescriptor d;
+  const long long row_bytes = k * 2;
+  const cuuint64_t dims[4] = {cuuint64_t(k), cuuint64_t(head_dim / 2), 2, cuuint64_t(heads)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * (head_dim / 2)), cuuint64_t(row_bytes * head_dim)};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads)};
+  const cuuint32_t estrides[4] = {1, 1, 1, 1};
+  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 4,
+                                                 const_cast<void*>(base), dims, strides, box, estrides,
+                                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "cuTensorMapEncodeTiled (pair rows)");
+  return d;
+}
+
 /// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; gemv
 /// stages 2 has only the weight's map (the weight pointer, K, N, head_dim), so new activation buffers or token counts
 /// reuse it. The last 64 encodings are kept (the tuner rotates over up to about 20 weight copies), so repeated launches
@@ -102,7 +120,10 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
     w.w_map = encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
   } else {
     w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
-    w.w_map = bits == 16 ? encode_2d(a.w_data, 2, a.k_dim, problem.n(), (long long)a.k_dim * 2, 64, c.tile_n, true)
+    w.w_map = c.mainloop == kMainloopWgmmaPairs
+                  ? encode_pair_rows(a.w_data, a.k_dim, problem.head_dim, problem.n() / problem.head_dim, wp_box_pairs(c),
+                                     wp_box_heads(c))
+              : bits == 16 ? encode_2d(a.w_data, 2, a.k_dim, problem.n(), (long long)a.k_dim * 2, 64, c.tile_n, true)
                          : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(), (long long)a.k_dim * bits / 8,
                                      ws_w_row_bytes(problem.format), c.tile_n, false);
   }
@@ -119,7 +140,8 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
             CUstream stream) {
   check_params(problem, config, params);
   const attn::LaunchDims d = launch_dims(problem, config, config.split_k == 0 ? cuda::current_sm_count() : 0);
-  if (config.mainloop == kMainloopWgmmaWs || (config.mainloop == kMainloopGemv && config.stages == 2)) {
+  if (config.mainloop == kMainloopWgmmaWs || config.mainloop == kMainloopWgmmaPairs ||
+      (config.mainloop == kMainloopGemv && config.stages == 2)) {
     const WsParams w = ws_params(problem, config, params);
     kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w);
     return;

@@ -62,6 +62,17 @@
 //        its own shared-memory region, 32 token rows at a time (ws_epilogue_rows). A tile covered by several blocks is reduced through the workspace: each
 //        contributor stores its fp32 partial (in the accumulator register layout), and the last to arrive (counter)
 //        adds all partials in block order -- deterministic -- and runs the epilogue.
+//   wgmma_pairs (qkv_wgmma_pairs.cuh, sm_90a, 16-bit weights only): warp-specialized wgmma with the tokens as the A
+//        operand (64 per consumer warpgroup) and RoPE-paired feature tiles as B. A feature tile holds tile_n / 2 RoPE
+//        pairs (rows i and i + D/2 of a head, counted head by head over [Q | K | V]); a tile may cross heads, so
+//        tile_n is free of head_dim (any multiple of 8 whose pair count is a multiple of 4: 32 .. 128), which lets
+//        the grid fill the SMs without split-K (Qwen2.5-7B M = 256: 2 x 58 tiles of 80 features, as cuBLAS's 80-wide
+//        tiles). A producer warp loads each 64-wide K step -- X [tile_m][64] and the weight rows by boxes of 4 or 8
+//        pairs x both halves (a 4-D tensor map {K, D/2, 2, heads}) -- into a `stages`-deep ring (full / empty
+//        mbarriers); the epilogue (bias, RoPE, split into Q/K/V) runs in registers, each thread holding both halves
+//        of its pairs (or its partner lane holding the other half), then leaves through a per-warp shared-memory tile
+//        in 8- or 16-byte chunks. Fields: tile_m 64 / 128 / 256 (one consumer warpgroup per 64 tokens), tile_n,
+//        tile_k 64, warps_m tile_m / 16, warps_n 1, stages 2..8, split_k 1, prefetch 1.
 #pragma once
 #include "common/kt_types.h"
 #include "qkv_proj/quant_format.h"
@@ -70,7 +81,7 @@ namespace kt {
 namespace qkv {
 
 /// Config::mainloop values.
-enum : int { kMainloopMma = 0, kMainloopGemv = 1, kMainloopWgmma = 2, kMainloopWgmmaWs = 3 };
+enum : int { kMainloopMma = 0, kMainloopGemv = 1, kMainloopWgmma = 2, kMainloopWgmmaWs = 3, kMainloopWgmmaPairs = 4 };
 
 struct Config {
   int tile_m;   ///< tokens per block
@@ -81,7 +92,7 @@ struct Config {
   int stages;   ///< X tiles in flight (cp.async ring)
   int split_k;  ///< blocks sharing one output tile along K (reduction through a workspace); wgmma_ws: 0 = stream-K
   int prefetch; ///< K tiles of packed weight in flight per thread (register ring): hides HBM latency at small M
-  int mainloop = kMainloopMma;  ///< kMainloopMma, kMainloopGemv, kMainloopWgmma or kMainloopWgmmaWs (top of this file)
+  int mainloop = kMainloopMma;  ///< kMainloopMma, kMainloopGemv, kMainloopWgmma, kMainloopWgmmaWs or kMainloopWgmmaPairs (top of this file)
 };
 
 /// gemv: K elements per warp step (4 lanes of the mma quad x one 16-byte unit each).
@@ -189,7 +200,9 @@ struct WsParams {
 };
 
 /// Threads per block: the compute warps, plus the producer warpgroup of wgmma_ws.
-KT_HD constexpr int threads(const Config& c) { return c.warps_m * c.warps_n * 32 + (c.mainloop == kMainloopWgmmaWs ? 128 : 0); }
+KT_HD constexpr int threads(const Config& c) {
+  return c.warps_m * c.warps_n * 32 + (c.mainloop == kMainloopWgmmaWs ? 128 : c.mainloop == kMainloopWgmmaPairs ? 32 : 0);
+}
 
 /// Shared memory: max(mainloop = stages X tiles + 2 decoded W tiles, epilogue = fp32 output tile + pad);
 /// gemv: the K-independent part (partial sums of K slices 1..); see gemv_smem_bytes for the whole.
@@ -340,6 +353,20 @@ KT_HD constexpr int ws_consumer_reg_budget(const Config& c) {
   return ws_consumers(c) * c.warps_n == 4 ? kWsConsumerRegs4 : ws_consumers(c) * c.warps_n == 2 ? kWsConsumerRegs : 255;
 }
 
+/// wgmma_pairs: RoPE pairs of a feature tile (tile_n / 2), pairs per TMA box (8 where they divide the tile's pairs,
+/// else 4; both divide D/2, so a box never crosses a head), bytes of one row of a warp's output staging tile (both
+/// halves' 16-bit values, + 16 bytes against bank conflicts), the ring (stages x (X [tile_m][64] + W [tile_n][64],
+/// 16-bit, 128-byte rows)) and the dynamic shared memory (1024 bytes of alignment slack + ring + staging tile
+/// [tile_m][row bytes]).
+KT_HD constexpr int wp_pairs(const Config& c) { return c.tile_n / 2; }
+KT_HD constexpr int wp_box_pairs(const Config& c) { return c.tile_n % 32 == 0 ? 16 : c.tile_n % 16 == 0 ? 8 : 4; }
+KT_HD constexpr int wp_box_heads(const Config& c) { return c.tile_n / (2 * wp_box_pairs(c)); }
+KT_HD constexpr int wp_stage_row_bytes(const Config& c) { return 2 * c.tile_n + 16; }
+KT_HD constexpr int wp_ring_bytes(const Config& c) { return c.stages * (c.tile_m + c.tile_n) * 128; }
+KT_HD constexpr int wp_smem_bytes(const Config& c) { return 1024 + wp_ring_bytes(c) + c.tile_m * wp_stage_row_bytes(c); }
+/// wgmma_pairs static shared memory: 2 x stages mbarriers, bias [tile_n] 16-bit, positions [tile_m], RoPE turns [D/2].
+KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) { return 16 * c.stages + 2 * c.tile_n + 4 * c.tile_m + 4 * head_dim; }
+
 /// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
 /// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
 /// 16 + accumulators (6 per row tile x n-tile; int4's step partials 8 more) + the stages-0 weight ring (12 per row
@@ -435,7 +462,22 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
       return "shared memory exceeds the per-block limit";
     return nullptr;
   }
-  if (c.mainloop != kMainloopMma) return "mainloop must be mma (0), gemv (1), wgmma (2) or wgmma_ws (3)";
+  if (c.mainloop == kMainloopWgmmaPairs) {
+    if (arch.sm != 90 || !arch.arch_specific) return "wgmma_pairs: needs sm_90a (wgmma.mma_async)";
+    if (quant::format_bits(f) != 16) return "wgmma_pairs: 16-bit (fp16 / bf16) weights only (copied by TMA straight into the B operand)";
+    if (c.tile_m != 64 && c.tile_m != 128) return "wgmma_pairs: tile_m must be 64 or 128 (64 tokens per consumer warpgroup)";
+    if (c.tile_n < 32 || c.tile_n > 256 || c.tile_n % 8 != 0)
+      return "wgmma_pairs: tile_n must be 32..256 features, a multiple of 8 (4 RoPE pairs)";
+    if (c.tile_k != 64) return "wgmma_pairs: tile_k must be 64";
+    if (c.warps_m != c.tile_m / 16 || c.warps_n != 1) return "wgmma_pairs: warps must be tile_m / 16 x 1 (4 per consumer warpgroup)";
+    if (c.stages < 2 || c.stages > 16) return "wgmma_pairs: stages must be 2..16";
+    if (c.split_k != 1) return "wgmma_pairs: split_k must be 1";
+    if (c.prefetch != 1) return "wgmma_pairs: prefetch must be 1";
+    if (wp_smem_bytes(c) + wp_static_bytes(c, head_dim) + 1024 > max_smem_per_block(arch.sm))
+      return "shared memory exceeds the per-block limit";
+    return nullptr;
+  }
+  if (c.mainloop != kMainloopMma) return "mainloop must be mma (0), gemv (1), wgmma (2), wgmma_ws (3) or wgmma_pairs (4)";
   // every head of a tile lies in one of Q, K, V: tile_n a multiple of head_dim, or smaller and dividing it.
   if (c.tile_n <= 0 || (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0)) return "tile_n and head_dim must divide one another";
   // RoPE pairs (i, i + D/2) of a head must be in one block: tile_n a multiple of head_dim.

@@ -437,3 +437,40 @@ TEST_CASE("qkv_proj wgmma_ws: steps whose scale fp16 cannot hold take the fp32 d
     run_and_check(in, cs, kernels, 70);
   }
 }
+
+TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16, partial token tiles, tiles across heads, other head layouts",
+          "[gpu][qkv]") {
+  if (!has_sm90a("the wgmma_pairs mainloop")) return;
+  for (auto [f, d] : {std::pair{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
+    // Qwen2.5-7B (36 heads of 64 RoPE pairs): M = 300 runs every binary (tile_m 64 / 128: 44-token partial last
+    // tiles; boxes of 4 / 8 / 16 pairs of 2..8 heads, head groups across the Q / K / V boundaries, the last group
+    // partly past the weight for 5, 6 and 8 heads); M = 37 every tile_m 64 variant with a 4-slot ring (mbarrier phases
+    // flip every 4 steps), M = 17 (the smallest M the space is offered for) with 8.
+    const HostInputs big = make_inputs(qwen(f, d, 300), 91);
+    const auto c300 = configs_of(big.problem, kMainloopWgmmaPairs, 1);
+    const auto c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 4; });
+    const auto c17 = configs_of(qwen(f, d, 17), kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 8; });
+    REQUIRE(c300.size() >= 45);
+    REQUIRE(c37.size() >= 8);
+    REQUIRE(c17.size() >= 8);
+    run_sets(big, {{300, c300, 48}, {37, c37, 37}, {17, c17, 17}});
+  }
+  // 32/8 heads (48), K = 4096, without bias and RoPE; head_dim 64 (32 pairs per head, so chunks of 4 / 8 / 16 pairs
+  // are a half to an eighth of a head) with bias and RoPE, K = 1024.
+  for (auto [f, d] : {std::pair{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
+    const Problem p = heads_32_8(f, d, 130);
+    const HostInputs in = make_inputs(p, 93);
+    const auto cs = configs_of(p, kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 4; });
+    REQUIRE(cs.size() >= 14);
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 40);
+    Problem p64 = qwen(f, d, 70);
+    p64.head_dim = 64;
+    p64.k = 1024;
+    const HostInputs in64 = make_inputs(p64, 95);
+    const auto cs64 = configs_of(p64, kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 6; });
+    REQUIRE(cs64.size() >= 14);
+    const auto kernels64 = load(p64, cs64);
+    run_and_check(in64, cs64, kernels64, 70);
+  }
+}

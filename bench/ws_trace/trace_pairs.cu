@@ -1,0 +1,135 @@
+// Timeline experiment for the qkv_wgmma_pairs kernel (fp16 weights and activations; not part of the build; NOTES.md,
+// qkv_proj 25). Compiles one variant with KT_WP_TRACE_ON, so thread 0 of every block records %globaltimer at entry
+// (0), first slot full (1), mainloop end (2), epilogue staged (3), end (4), after the block-wide barrier (6), and the
+// producer thread after issuing the first ring (5); plus the SM id (7). Launches it on the Qwen2.5-7B projection
+// shape (28 / 4 heads of 128, bias, RoPE at positions 3 i + 17) for M tokens and K (argv[1], argv[2]), the weight
+// rotated over 20 copies (cold L2). No correctness check (the [gpu] tests do that) but an output checksum, so two
+// builds of one variant can be compared. Prints, for 3 traced launches (each the second of two back to back),
+// percentiles of each point over blocks (us from the first block's entry), then the time per launch in a stream and
+// in a CUDA graph.
+// Build: bench/ws_trace/build_pairs.sh TILE_M TILE_N STAGES
+#define KT_WP_TRACE_ON
+__device__ unsigned long long kt_wp_trace[2048 * 16];
+#include "qkv_proj/qkv_wgmma_pairs.cuh"
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <vector>
+using namespace kt;
+using namespace kt::qkv;
+#define K_ kt::qkv::qkv_wgmma_pairs<kt::DType::f16, 0, 128, true, true, KTM, KTN, KS>
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+
+static bool encode_x(TmaDescriptor* d, const void* base, long long k, long long rows, int box_rows) {
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k * 2)};
+  const cuuint32_t box[2] = {64u, cuuint32_t(box_rows)}, es[2] = {1, 1};
+  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
+                                strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// As runtime/qkv.cpp encode_pair_rows.
+static bool encode_w(TmaDescriptor* d, const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads) {
+  const cuuint64_t dims[4] = {cuuint64_t(k), cuuint64_t(head_dim / 2), 2, cuuint64_t(heads)};
+  const cuuint64_t strides[3] = {cuuint64_t(k * 2), cuuint64_t(k * 2 * (head_dim / 2)), cuuint64_t(k * 2 * head_dim)};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads)}, es[4] = {1, 1, 1, 1};
+  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
+                                strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+int main(int argc, char** argv) {
+  const int M = argc > 1 ? atoi(argv[1]) : 256, K = argc > 2 ? atoi(argv[2]) : 3584, Hq = 28, Hkv = 4, D = 128;
+  const int heads = Hq + 2 * Hkv, N = heads * D;
+  constexpr Config C{KTM, KTN, 64, KTM / 16, 1, KS, 1, 1, kMainloopWgmmaPairs};
+  const int hn = wp_box_heads(C), pb = wp_box_pairs(C);
+  const int gx = D / 2 / pb * ((heads + hn - 1) / hn);
+  const dim3 grid(gx, (M + KTM - 1) / KTM);
+  const int nblocks = int(grid.x * grid.y);
+  const size_t wbytes = size_t(N) * K * 2;
+  const int copies = 20;
+  std::vector<unsigned short> hw(wbytes / 2);
+  for (size_t i = 0; i < hw.size(); ++i) hw[i] = 0x2000 + (unsigned short)((i * 2654435761u >> 13) & 0x3ff);
+  unsigned char* dw; CK(cudaMalloc(&dw, wbytes * copies));
+  for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
+  std::vector<unsigned short> hx(size_t(M) * K), hb(N, 0x2000);
+  for (size_t i = 0; i < hx.size(); ++i) hx[i] = 0x3400 + (unsigned short)((i * 40503u >> 7) & 0x3ff);
+  unsigned short *dx, *db, *dq, *dk, *dv; int* dp;
+  CK(cudaMalloc(&dx, hx.size() * 2)); CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&db, N * 2)); CK(cudaMemcpy(db, hb.data(), N * 2, cudaMemcpyHostToDevice));
+  std::vector<int> hp(M);
+  for (int i = 0; i < M; ++i) hp[i] = 3 * i + 17;
+  CK(cudaMalloc(&dp, M * 4)); CK(cudaMemcpy(dp, hp.data(), M * 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&dq, size_t(M) * Hq * D * 2));
+  CK(cudaMalloc(&dk, size_t(M) * Hkv * D * 2)); CK(cudaMalloc(&dv, size_t(M) * Hkv * D * 2));
+  std::vector<WsParams> wp(copies);
+  for (int c = 0; c < copies; ++c) {
+    WsParams& w = wp[c];
+    w = WsParams{};
+    QkvParams& p = w.p;
+    p.x = dx; p.w_data = dw + c * wbytes; p.bias = db; p.positions = dp; p.q = dq; p.k = dk; p.v = dv;
+    p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
+    p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
+    if (!encode_x(&w.x_map, dx, K, M, KTM) || !encode_w(&w.w_map, p.w_data, K, D, heads, pb, hn)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
+  }
+  const int smem = wp_smem_bytes(C);
+  CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int block = threads(C);
+  for (int it = 0; it < 100; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
+  CK(cudaDeviceSynchronize());
+  {
+    std::vector<unsigned short> hq(size_t(M) * Hq * D), hk(size_t(M) * Hkv * D), hv(size_t(M) * Hkv * D);
+    CK(cudaMemcpy(hq.data(), dq, hq.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hk.data(), dk, hk.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hv.data(), dv, hv.size() * 2, cudaMemcpyDeviceToHost));
+    unsigned long long h = 1469598103934665603ull;
+    for (auto* v : {&hq, &hk, &hv})
+      for (unsigned short e : *v) h = (h ^ e) * 1099511628211ull;
+    printf("output checksum %016llx\n", h);
+  }
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  cudaEventRecord(a);
+  for (int it = 0; it < 200; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
+  cudaEventRecord(b); CK(cudaEventSynchronize(b));
+  float ms; cudaEventElapsedTime(&ms, a, b);
+  std::vector<unsigned long long> tr(size_t(nblocks) * 16);
+  auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v.empty() ? -1.0 : v[std::min(v.size() - 1, size_t(q * v.size()))]; };
+  const char* names[7] = {"entry", "ring issued", "syncthreads", "first full", "mainloop end", "staged", "end"};
+  const int kIdx[7] = {0, 5, 6, 1, 2, 3, 4};
+  for (int rep = 0; rep < 3; ++rep) {
+    K_<<<grid, block, smem>>>(wp[(rep + 7) % copies]);
+    CK(cudaMemcpyToSymbol(kt_wp_trace, std::vector<unsigned long long>(tr.size(), 0).data(), tr.size() * 8));
+    K_<<<grid, block, smem>>>(wp[(rep + 3) % copies]);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpyFromSymbol(tr.data(), kt_wp_trace, tr.size() * 8));
+    unsigned long long t0 = ~0ull;
+    for (int bI = 0; bI < nblocks; ++bI) t0 = std::min(t0, tr[bI * 16]);
+    printf("rep %d:", rep);
+    for (int pi = 0; pi < 7; ++pi) {
+      std::vector<double> v;
+      for (int bI = 0; bI < nblocks; ++bI)
+        if (tr[bI * 16 + kIdx[pi]] >= t0) v.push_back((tr[bI * 16 + kIdx[pi]] - t0) / 1000.0);
+      if (!v.empty()) printf(" | %s p10 %.2f p50 %.2f p90 %.2f max %.2f", names[pi], pct(v, .1), pct(v, .5), pct(v, .9), pct(v, 1));
+    }
+    std::map<int, int> per_sm;
+    for (int bI = 0; bI < nblocks; ++bI) per_sm[int(tr[bI * 16 + 7])]++;
+    printf(" | SMs used %zu\n", per_sm.size());
+  }
+  cudaStream_t st; cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  cudaGraph_t gr; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int it = 0; it < 40; ++it) K_<<<grid, block, smem, st>>>(wp[it % copies]);
+  CK(cudaStreamEndCapture(st, &gr));
+  CK(cudaGraphInstantiate(&ge, gr, 0));
+  CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+  cudaEventRecord(a, st);
+  for (int r = 0; r < 5; ++r) CK(cudaGraphLaunch(ge, st));
+  cudaEventRecord(b, st); CK(cudaEventSynchronize(b));
+  float mg; cudaEventElapsedTime(&mg, a, b);
+  printf("%s M=%d K=%d grid %dx%d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch\n", argv[0], M, K, grid.x,
+         grid.y, block, smem, ms * 1000 / 200, mg * 1000 / 200);
+  return 0;
+}
