@@ -394,9 +394,10 @@ std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
 
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   // Up to M = 64 the gemv kernel and the tiled list alternate in the order (what --max-candidates keeps); beyond,
-  // only the tiled list. On sm_90a the tiled list is the wgmma_ws candidates, then wgmma and mma.sync alternating,
-  // for M <= 64; beyond, two wgmma_ws candidates, one wgmma and one mma.sync in turn (wgmma_ws won every tuned M > 64
-  // on the H100, so it gets half of a --max-candidates prefix; the other two stay in it as a check).
+  // only the tiled list. On sm_90a the tiled list is the wgmma_ws and wgmma_pairs candidates in turn, then wgmma and
+  // mma.sync alternating, for M <= 64; beyond, one wgmma_pairs, two wgmma_ws, one wgmma and one mma.sync candidate in
+  // turn (the two warp-specialized kernels won every tuned M > 64 on the H100, so they get three fifths of a
+  // --max-candidates prefix; the other two stay in it as a check).
   const auto g = gemv_candidates(p, arch), ws = ws_candidates(p, arch), w = wgmma_candidates(p, arch),
              mm = mma_candidates(p, arch), pr = pairs_candidates(p, arch);
   std::vector<Config> m;

@@ -56,9 +56,9 @@ std::vector<Config> wgmma_config_space(quant::Format f);
 /// atoms, stages 2..8, split_k 0 (stream-K), 1, 2, 4, 8, 16.
 std::vector<Config> ws_config_space();
 
-/// The RoPE-paired wgmma space (sm_90a, 16-bit weights; qkv_wgmma_pairs.cuh): tile_m {64, 128, 256} tokens (one consumer
-/// warpgroup per 64) x tile_n {32, 40, 48, 56, 64, 72, 80, 96, 128} features (tile_n / 2 RoPE pairs) x stages
-/// {3, 4, 6, 8}; split_k 1.
+/// The RoPE-paired wgmma space (sm_90a, 16-bit weights; qkv_wgmma_pairs.cuh): tile_m {64, 128} tokens (one consumer
+/// warpgroup per 64) x tile_n {40, 48, 56, 64, 72, 80, 96, 128} features (tile_n / 2 RoPE pairs: wp_box_pairs of each
+/// of wp_box_heads heads) x stages {4, 6, 8, 12}; split_k 1.
 std::vector<Config> pairs_config_space();
 
 /// Valid configs for the problem.
@@ -76,8 +76,12 @@ std::vector<Config> pairs_config_space();
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
 ///    stream-K (split_k 0) with more units than SMs; ordered by a cost model (whole waves x K steps x tile work x operand
 ///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn.
-/// The tiled list: for M <= 64 the wgmma_ws candidates, then wgmma and mma alternating; beyond, two wgmma_ws, one wgmma
-/// and one mma in turn. M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
+///  - wgmma_pairs (sm_90a, 16-bit weights, M > 16): tile_m 128 only for M > 64; ordered by a cost model (whole waves x
+///    tile work x operand traffic per FLOP x output piece size x one-warpgroup tiles where two fit), one config per
+///    tile shape in turn, deepest ring first.
+/// The tiled list: for M <= 64 the wgmma_ws and wgmma_pairs candidates in turn, then wgmma and mma alternating;
+/// beyond, one wgmma_pairs, two wgmma_ws, one wgmma and one mma in turn (the Hopper kernels won every tuned M > 64 on
+/// the H100). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
 /// --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);

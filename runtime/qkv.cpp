@@ -52,8 +52,9 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
 }
 
 /// The 16-bit weight of wgmma_pairs as a 4-D tensor (qkv_wgmma_pairs.cuh) {K, head_dim / 2 pairs i, 2 halves, heads},
-/// strides {1 row, head_dim / 2 rows, head_dim rows}, box {64, box_pairs, 2, 1}: rows i .. i + box_pairs - 1 of both
-/// halves of one head for one 64-wide K step, 128-byte swizzle. CUDA Driver API cuTensorMapEncodeTiled.
+/// strides {1 row, head_dim / 2 rows, head_dim rows}, box {64, box_pairs, 2, box_heads}: rows i .. i + box_pairs - 1
+/// of both halves of box_heads heads for one 64-wide K step (a whole feature tile), 128-byte swizzle; heads past the
+/// last read as zeros. CUDA Driver API cuTensorMapEncodeTiled.
 TmaDescriptor encode_pair_rows(const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads) {
   TmaDescriptor d;
   const long long row_bytes = k * 2;

@@ -63,16 +63,16 @@
 //        contributor stores its fp32 partial (in the accumulator register layout), and the last to arrive (counter)
 //        adds all partials in block order -- deterministic -- and runs the epilogue.
 //   wgmma_pairs (qkv_wgmma_pairs.cuh, sm_90a, 16-bit weights only): warp-specialized wgmma with the tokens as the A
-//        operand (64 per consumer warpgroup) and RoPE-paired feature tiles as B. A feature tile holds tile_n / 2 RoPE
-//        pairs (rows i and i + D/2 of a head, counted head by head over [Q | K | V]); a tile may cross heads, so
-//        tile_n is free of head_dim (any multiple of 8 whose pair count is a multiple of 4: 32 .. 128), which lets
-//        the grid fill the SMs without split-K (Qwen2.5-7B M = 256: 2 x 58 tiles of 80 features, as cuBLAS's 80-wide
-//        tiles). A producer warp loads each 64-wide K step -- X [tile_m][64] and the weight rows by boxes of 4 or 8
-//        pairs x both halves (a 4-D tensor map {K, D/2, 2, heads}) -- into a `stages`-deep ring (full / empty
-//        mbarriers); the epilogue (bias, RoPE, split into Q/K/V) runs in registers, each thread holding both halves
-//        of its pairs (or its partner lane holding the other half), then leaves through a per-warp shared-memory tile
-//        in 8- or 16-byte chunks. Fields: tile_m 64 / 128 / 256 (one consumer warpgroup per 64 tokens), tile_n,
-//        tile_k 64, warps_m tile_m / 16, warps_n 1, stages 2..8, split_k 1, prefetch 1.
+//        operand (64 per consumer warpgroup) and RoPE-paired feature tiles as B. A feature tile is PB RoPE pairs
+//        (rows i and i + D/2 of a head) of each of HN consecutive heads (counted over [Q | K | V]; wp_box_pairs,
+//        wp_box_heads: 2 PB HN = tile_n), one TMA box of a 4-D tensor map {K, D/2, 2, heads} per K step, so tile_n is
+//        free of head_dim (any multiple of 8: 32 .. 256) and the grid can fill the SMs without split-K (Qwen2.5-7B
+//        M = 256: 2 x 48 tiles of 96 features). A producer warp loads each 64-wide K step -- X [tile_m][64] and the
+//        weight box -- into a `stages`-deep ring (full / empty mbarriers); the epilogue (bias, RoPE, split into
+//        Q/K/V) runs in registers, each thread holding both halves of its pairs (PB = 4: its partner lane the other
+//        half), then leaves through a per-warp shared-memory tile in 16- or 8-byte pieces. Fields: tile_m 64 / 128
+//        (one consumer warpgroup per 64 tokens), tile_n, tile_k 64, warps_m tile_m / 16, warps_n 1, stages 2..16,
+//        split_k 1, prefetch 1.
 #pragma once
 #include "common/kt_types.h"
 #include "qkv_proj/quant_format.h"
@@ -353,8 +353,9 @@ KT_HD constexpr int ws_consumer_reg_budget(const Config& c) {
   return ws_consumers(c) * c.warps_n == 4 ? kWsConsumerRegs4 : ws_consumers(c) * c.warps_n == 2 ? kWsConsumerRegs : 255;
 }
 
-/// wgmma_pairs: RoPE pairs of a feature tile (tile_n / 2), pairs per TMA box (8 where they divide the tile's pairs,
-/// else 4; both divide D/2, so a box never crosses a head), bytes of one row of a warp's output staging tile (both
+/// wgmma_pairs: RoPE pairs of a feature tile (tile_n / 2); pairs of each head in the tile (PB: the widest of 16 / 8 /
+/// 4 that fits tile_n, so output pieces are as long as possible; all divide D/2 = 32 or 64) and heads in the tile
+/// (HN = tile_n / 2 PB): one TMA box {64, PB, 2 halves, HN}; bytes of one row of a warp's output staging tile (both
 /// halves' 16-bit values, + 16 bytes against bank conflicts), the ring (stages x (X [tile_m][64] + W [tile_n][64],
 /// 16-bit, 128-byte rows)) and the dynamic shared memory (1024 bytes of alignment slack + ring + staging tile
 /// [tile_m][row bytes]).

@@ -1,33 +1,37 @@
 // Fused Q/K/V projection, warp-specialized Hopper mainloop with RoPE-paired feature tiles ("wgmma_pairs",
-// Config::mainloop = kMainloopWgmmaPairs; sm_90a; 16-bit weights only).
+// Config::mainloop = kMainloopWgmmaPairs; sm_90a; 16-bit weights only; NOTES.md qkv_proj 23 and 25).
 //
 //   Y[m, n] = sum_k X[m, k] W[n, k] with the tokens as wgmma's A operand (64 per consumer warpgroup, tile_m = 64 x
-//   consumers) and the features as its N (tile_n = 32 .. 128). The features are not taken in their natural order:
-//   RoPE rotates pair (i, i + D/2) of a head (rotate-half; Su et al., RoFormer, 2021; Llama / Qwen pairing), so the
-//   weight rows are counted by pair -- pair g = (head g / (D/2), i = g % (D/2)) -- and a tile holds pairs
-//   [g0, g0 + tile_n / 2), both rows of each. Tiles may cross heads, and their width is free of head_dim, so the grid
-//   can fill the GPU without split-K (Qwen2.5-7B, 2304 pairs: 58 tiles of 40 pairs x 2 token tiles of 128 = 116
-//   blocks at M = 256; the swap-AB kernels need whole heads of 128 features per tile).
+//   consumers) and the features as its N (tile_n 40 .. 128). RoPE rotates pair (i, i + D/2) of a head (rotate-half;
+//   Su et al., RoFormer, 2021; the Llama / Qwen pairing), so a tile must hold both rows of each of its pairs. A tile is
+//   PB pairs (i0 .. i0 + PB - 1, PB = wp_box_pairs: 16 if tile_n % 32 == 0, else 8 if tile_n % 16 == 0, else 4) of
+//   each of HN = tile_n / (2 PB) consecutive heads (h0 .. h0 + HN - 1, counted over [Q | K | V]): tile_n is free of
+//   head_dim, so the grid -- (D/2 / PB) pair chunks x ceil(heads / HN) head groups, x token tiles -- can fill the GPU
+//   without split-K (Qwen2.5-7B at M = 256: 48 x 2 blocks of 96 features, or 64 x 2 of 80; the swap-AB kernels need
+//   whole heads of 128 features per tile: 36 x 2).
 //
-//   Weight tile layout in shared memory: boxes of PB pairs (PB = 8 where it divides the tile's pairs, else 4), one
-//   TMA copy each from a 4-D tensor map {K, D/2, 2 halves, heads} with box {64, PB, 1 ... 2, 1}: rows [box][half][PB]
-//   of 128 bytes (64 elements along K), 128-byte swizzled -- the K-major B operand of wgmma (wgmma.cuh), whose column
-//   c is then pair (c / 2PB) PB + c % PB, half (c % 2PB) / PB of the tile. Boxes past the last head are not copied
-//   (their columns are never stored).
+//   Weight tile: ONE TMA copy per K step of a 4-D tensor map over the weight {K, D/2 pairs, 2 halves, heads} with box
+//   {64, PB, 2, HN} (runtime/qkv.cpp encode_pair_rows): rows [head][half][PB] of 128 bytes (64 elements along K),
+//   128-byte swizzled -- the K-major B operand of wgmma (wgmma.cuh), whose 8-column chunk c is (head c / (2 PB / 8),
+//   half, 8 pairs) of the tile. Every extra TMA copy per step holds the SM's copy engine some 60-85 cycles (NOTES 23),
+//   which is why the tile is one box; heads past the last are zero-filled by the TMA and never stored.
 //
 //   Block: consumer warpgroups 0 .. tile_m / 64 - 1, then one producer warp. Its lane 0 fills a `stages`-deep ring
 //   (full / empty mbarriers, expect_tx) with each 64-wide K step: X [tile_m][64] (2-D tensor map, rows past M read as
-//   zeros) and the weight boxes. Each consumer warpgroup issues 4 wgmma.mma_async m64n{tile_n}k16 per step with both
+//   zeros) and the weight box. Each consumer warpgroup issues 4 wgmma.mma_async m64n{tile_n}k16 per step with both
 //   operands in shared memory, keeps one step in flight (wait_group 1), and each of its warps releases the step's
 //   slot once the wgmma that read it retired. The epilogue inputs (bias of the tile's columns, positions of its
 //   tokens, the RoPE turns per pair) are copied by cp.async before the mainloop and waited for after it.
 //
 //   Epilogue, in registers (accumulator layout: thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8), columns
-//   8 i + 2 (l % 4) + e): + bias, then RoPE on Q and K pairs -- with PB = 8 a thread holds both halves of its pairs
-//   (column chunks 2b and 2b + 1 of box b), with PB = 4 lanes l and l ^ 2 hold the two halves and exchange them by
-//   shuffle --, rounded to the activation dtype into the warp's staging tile [16 rows][2 halves][pairs] in shared
-//   memory, then written to Q / K / V in chunks of PB pairs (16 or 8 bytes, contiguous in the output and never
-//   crossing a head). The RoPE angle: rope_sincos (qkv_proj.cuh), the same fixed-point reduction as every qkv kernel.
+//   8 c + 2 (l % 4) + e): + bias, then RoPE on Q and K pairs -- with PB >= 8 a thread holds both halves of its pairs
+//   (chunks of the two halves of a box), with PB = 4 lanes l and l ^ 2 hold the two halves and exchange them by
+//   shuffle; every box is a head at the same pairs, so a thread's sin / cos are computed once, not per box --,
+//   rounded to the activation dtype into the warp's staging tile [16 rows][2 halves][pairs] in shared memory, then
+//   written to Q / K / V in pieces of min(PB, 8) pairs (16 or 8 bytes, contiguous in the output) from neighbouring
+//   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput (NOTES 25: M = 256,
+//   the same bytes written densely took 1.3 us less with 16-byte pieces, 4 us less with 8-byte ones). The RoPE angle:
+//   rope_sincos (qkv_proj.cuh), the same fixed-point reduction as every qkv kernel.
 //
 // Sources: PTX ISA 8.x (wgmma.mma_async, matrix descriptors, mbarrier, cp.async.bulk.tensor); CUDA Driver API
 // cuTensorMapEncodeTiled (the maps are encoded in qkv::launch, runtime/qkv.cpp).
