@@ -66,7 +66,7 @@
 //        operand (64 per consumer warpgroup) and RoPE-paired feature tiles as B. A feature tile is PB RoPE pairs
 //        (rows i and i + D/2 of a head) of each of HN consecutive heads (counted over [Q | K | V]; wp_box_pairs,
 //        wp_box_heads: 2 PB HN = tile_n), one TMA box of a 4-D tensor map {K, D/2, 2, heads} per K step, so tile_n is
-//        free of head_dim (any multiple of 8: 32 .. 256) and the grid can fill the SMs without split-K (Qwen2.5-7B
+//        free of head_dim (32 .. 128, multiples of 8) and the grid can fill the SMs without split-K (Qwen2.5-7B
 //        M = 256: 2 x 48 tiles of 96 features). A producer warp loads each 64-wide K step -- X [tile_m][64] and the
 //        weight box -- into a `stages`-deep ring (full / empty mbarriers); the epilogue (bias, RoPE, split into
 //        Q/K/V) runs in registers, each thread holding both halves of its pairs (PB = 4: its partner lane the other
@@ -467,8 +467,9 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (arch.sm != 90 || !arch.arch_specific) return "wgmma_pairs: needs sm_90a (wgmma.mma_async)";
     if (quant::format_bits(f) != 16) return "wgmma_pairs: 16-bit (fp16 / bf16) weights only (copied by TMA straight into the B operand)";
     if (c.tile_m != 64 && c.tile_m != 128) return "wgmma_pairs: tile_m must be 64 or 128 (64 tokens per consumer warpgroup)";
-    if (c.tile_n < 32 || c.tile_n > 256 || c.tile_n % 8 != 0)
-      return "wgmma_pairs: tile_n must be 32..256 features, a multiple of 8 (4 RoPE pairs)";
+    if (c.tile_n != 32 && c.tile_n != 40 && c.tile_n != 48 && c.tile_n != 56 && c.tile_n != 64 && c.tile_n != 72 &&
+        c.tile_n != 80 && c.tile_n != 96 && c.tile_n != 128)
+      return "wgmma_pairs: tile_n must be 32, 40, 48, 56, 64, 72, 80, 96 or 128 (a wgmma N of wgmma.cuh; 4+ RoPE pairs)";
     if (c.tile_k != 64) return "wgmma_pairs: tile_k must be 64";
     if (c.warps_m != c.tile_m / 16 || c.warps_n != 1) return "wgmma_pairs: warps must be tile_m / 16 x 1 (4 per consumer warpgroup)";
     if (c.stages < 2 || c.stages > 16) return "wgmma_pairs: stages must be 2..16";

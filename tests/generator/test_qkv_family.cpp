@@ -640,7 +640,9 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   refused(b, quant::Format::fp16, "sm_90a", "tile_m");
   b = c, b.tile_n = 36;
   refused(b, quant::Format::fp16, "sm_90a", "tile_n");
-  b = c, b.tile_n = 264;
+  b = c, b.tile_n = 88;  // no wgmma N of that width in wgmma.cuh
+  refused(b, quant::Format::fp16, "sm_90a", "tile_n");
+  b = c, b.tile_n = 160;
   refused(b, quant::Format::fp16, "sm_90a", "tile_n");
   b = c, b.warps_m = 4;
   refused(b, quant::Format::fp16, "sm_90a", "warps");
@@ -754,4 +756,19 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   const auto bad_gemv = compiler.compile(kernel_source(qwen(), Config{8, 32, 128, 3, 1, 0, 1, 2, kMainloopGemv}, arch));
   CHECK_FALSE(bad_gemv.ok);
   CHECK_THAT(bad_gemv.error, Catch::Contains("invalid qkv_gemv variant"));
+  // wgmma_pairs (16-bit weights only, so not in the nvfp4 class): every binary of the fp16 class compiles without
+  // spills, and its template rejects a tile_n with no wgmma N (88) itself.
+  std::vector<KernelSource> pairs;
+  const Problem pf = qwen(quant::Format::fp16, DType::f16, 256);
+  for (const auto& c : valid_configs(pf, arch))
+    if (c.mainloop == kMainloopWgmmaPairs) pairs.push_back(kernel_source(pf, c, arch));
+  REQUIRE(pairs.size() >= 45);
+  for (const auto& r : compiler.compile_all(pairs)) {
+    INFO(r.kernel.variant_name << "\n" << r.error);
+    CHECK(r.ok);
+    CHECK(r.report.spill_store_bytes == 0);
+  }
+  const auto bad_pairs = compiler.compile(kernel_source(pf, Config{128, 88, 64, 8, 1, 6, 1, 1, kMainloopWgmmaPairs}, arch));
+  CHECK_FALSE(bad_pairs.ok);
+  CHECK_THAT(bad_pairs.error, Catch::Contains("invalid qkv_wgmma_pairs variant"));
 }
