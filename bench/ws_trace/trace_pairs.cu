@@ -11,13 +11,13 @@
 #define KT_WP_TRACE_ON
 __device__ unsigned long long kt_wp_trace[2048 * 16];
 #include "qkv_proj/qkv_wgmma_pairs.cuh"
+#include "trace_common.h"
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <vector>
 using namespace kt;
 using namespace kt::qkv;
@@ -80,23 +80,13 @@ int main(int argc, char** argv) {
   const int block = threads(C);
   for (int it = 0; it < 100; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
   CK(cudaDeviceSynchronize());
-  {
-    std::vector<unsigned short> hq(size_t(M) * Hq * D), hk(size_t(M) * Hkv * D), hv(size_t(M) * Hkv * D);
-    CK(cudaMemcpy(hq.data(), dq, hq.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hk.data(), dk, hk.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hv.data(), dv, hv.size() * 2, cudaMemcpyDeviceToHost));
-    unsigned long long h = 1469598103934665603ull;
-    for (auto* v : {&hq, &hk, &hv})
-      for (unsigned short e : *v) h = (h ^ e) * 1099511628211ull;
-    printf("output checksum %016llx\n", h);
+  if (!trace::print_checksum(dq, dk, dv, size_t(M) * Hq * D, size_t(M) * Hkv * D)) return 1;
+  float stream_us = 0.f, graph_us = 0.f;
+  if (!trace::time_launches([&](int i, cudaStream_t s) { K_<<<grid, block, smem, s>>>(wp[i % copies]); }, stream_us, graph_us)) {
+    printf("timing failed\n");
+    return 1;
   }
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  cudaEventRecord(a);
-  for (int it = 0; it < 200; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
-  cudaEventRecord(b); CK(cudaEventSynchronize(b));
-  float ms; cudaEventElapsedTime(&ms, a, b);
   std::vector<unsigned long long> tr(size_t(nblocks) * 16);
-  auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v.empty() ? -1.0 : v[std::min(v.size() - 1, size_t(q * v.size()))]; };
   const char* names[7] = {"entry", "ring issued", "syncthreads", "first full", "mainloop end", "staged", "end"};
   const int kIdx[7] = {0, 5, 6, 1, 2, 3, 4};
   for (int rep = 0; rep < 3; ++rep) {
@@ -105,31 +95,10 @@ int main(int argc, char** argv) {
     K_<<<grid, block, smem>>>(wp[(rep + 3) % copies]);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpyFromSymbol(tr.data(), kt_wp_trace, tr.size() * 8));
-    unsigned long long t0 = ~0ull;
-    for (int bI = 0; bI < nblocks; ++bI) t0 = std::min(t0, tr[bI * 16]);
     printf("rep %d:", rep);
-    for (int pi = 0; pi < 7; ++pi) {
-      std::vector<double> v;
-      for (int bI = 0; bI < nblocks; ++bI)
-        if (tr[bI * 16 + kIdx[pi]] >= t0) v.push_back((tr[bI * 16 + kIdx[pi]] - t0) / 1000.0);
-      if (!v.empty()) printf(" | %s p10 %.2f p50 %.2f p90 %.2f max %.2f", names[pi], pct(v, .1), pct(v, .5), pct(v, .9), pct(v, 1));
-    }
-    std::map<int, int> per_sm;
-    for (int bI = 0; bI < nblocks; ++bI) per_sm[int(tr[bI * 16 + 7])]++;
-    printf(" | SMs used %zu\n", per_sm.size());
+    trace::print_trace(tr, nblocks, names, kIdx, 7, 7);
   }
-  cudaStream_t st; cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-  cudaGraph_t gr; cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int it = 0; it < 40; ++it) K_<<<grid, block, smem, st>>>(wp[it % copies]);
-  CK(cudaStreamEndCapture(st, &gr));
-  CK(cudaGraphInstantiate(&ge, gr, 0));
-  CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
-  cudaEventRecord(a, st);
-  for (int r = 0; r < 5; ++r) CK(cudaGraphLaunch(ge, st));
-  cudaEventRecord(b, st); CK(cudaEventSynchronize(b));
-  float mg; cudaEventElapsedTime(&mg, a, b);
   printf("%s M=%d K=%d grid %dx%d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch\n", argv[0], M, K, grid.x,
-         grid.y, block, smem, ms * 1000 / 200, mg * 1000 / 200);
+         grid.y, block, smem, stream_us, graph_us);
   return 0;
 }

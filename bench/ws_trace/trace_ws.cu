@@ -23,13 +23,13 @@ __device__ unsigned long long kt_ws_trace[1024 * 16];
     if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = t_;         \
   } while (0)
 #include "qkv_proj/qkv_wgmma_ws.cuh"
+#include "trace_common.h"
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <vector>
 using namespace kt;
 using namespace kt::qkv;
@@ -127,23 +127,14 @@ int main(int argc, char** argv) {
   const int block = threads(C);
   for (int it = 0; it < 100; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
   CK(cudaDeviceSynchronize());
-  {  // a checksum of the outputs of the last launch (copy 99 % copies), to compare builds of one variant
-    std::vector<unsigned short> hq(size_t(M) * Hq * D), hk(size_t(M) * Hkv * D), hv(size_t(M) * Hkv * D);
-    CK(cudaMemcpy(hq.data(), dq, hq.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hk.data(), dk, hk.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hv.data(), dv, hv.size() * 2, cudaMemcpyDeviceToHost));
-    unsigned long long h = 1469598103934665603ull;
-    for (auto* v : {&hq, &hk, &hv})
-      for (unsigned short e : *v) h = (h ^ e) * 1099511628211ull;
-    printf("output checksum %016llx\n", h);
+  // a checksum of the outputs of the last launch (copy 99 % copies), to compare builds of one variant
+  if (!trace::print_checksum(dq, dk, dv, size_t(M) * Hq * D, size_t(M) * Hkv * D)) return 1;
+  float stream_us = 0.f, graph_us = 0.f;
+  if (!trace::time_launches([&](int i, cudaStream_t s) { K_<<<grid, block, smem, s>>>(wp[i % copies]); }, stream_us, graph_us)) {
+    printf("timing failed\n");
+    return 1;
   }
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  cudaEventRecord(a);
-  for (int it = 0; it < 200; ++it) K_<<<grid, block, smem>>>(wp[it % copies]);
-  cudaEventRecord(b); CK(cudaEventSynchronize(b));
-  float ms; cudaEventElapsedTime(&ms, a, b);
   std::vector<unsigned long long> tr(size_t(grid) * 16);
-  auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v.empty() ? -1.0 : v[std::min(v.size() - 1, size_t(q * v.size()))]; };
   const char* names[14] = {"entry", "producer entry", "barriers init", "1st copy issued", "ring issued", "first full",
                            "mainloop end", "partial counted", "reduced", "tile in smem", "inv_freq", "batch 0",
                            "finish_tile end", "end"};
@@ -154,33 +145,10 @@ int main(int argc, char** argv) {
     K_<<<grid, block, smem>>>(wp[(rep + 3) % copies]);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpyFromSymbol(tr.data(), kt_ws_trace, tr.size() * 8));
-    unsigned long long t0 = ~0ull;
-    for (int bI = 0; bI < grid; ++bI) t0 = std::min(t0, tr[bI * 16]);
     printf("rep %d:", rep);
-    for (int pi = 0; pi < 14; ++pi) {
-      std::vector<double> v;
-      for (int bI = 0; bI < grid; ++bI)
-        if (kIdx[pi] < 16 && tr[bI * 16 + kIdx[pi]] >= t0) v.push_back((tr[bI * 16 + kIdx[pi]] - t0) / 1000.0);
-      if (!v.empty()) printf(" | %s n%zu p10 %.2f p50 %.2f p90 %.2f max %.2f", names[pi], v.size(), pct(v, .1), pct(v, .5), pct(v, .9), pct(v, 1));
-    }
-    std::map<int, int> per_sm;
-    for (int bI = 0; bI < grid; ++bI) per_sm[int(tr[bI * 16 + 6])]++;
-    int most = 0;
-    for (auto& kv : per_sm) most = std::max(most, kv.second);
-    printf(" | SMs used %zu, most blocks on one SM %d\n", per_sm.size(), most);
+    trace::print_trace(tr, grid, names, kIdx, 14, 6);
   }
-  cudaStream_t st; cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-  cudaGraph_t gr; cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int it = 0; it < 40; ++it) K_<<<grid, block, smem, st>>>(wp[it % copies]);
-  CK(cudaStreamEndCapture(st, &gr));
-  CK(cudaGraphInstantiate(&ge, gr, 0));
-  CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
-  cudaEventRecord(a, st);
-  for (int r = 0; r < 5; ++r) CK(cudaGraphLaunch(ge, st));
-  cudaEventRecord(b, st); CK(cudaEventSynchronize(b));
-  float mg; cudaEventElapsedTime(&mg, a, b);
   printf("%s M=%d K=%d grid %d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch\n", argv[0], M, K, grid, block,
-         smem, ms * 1000 / 200, mg * 1000 / 200);
+         smem, stream_us, graph_us);
   return 0;
 }
