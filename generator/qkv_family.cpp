@@ -153,7 +153,7 @@ std::vector<Config> pairs_config_space() {
   std::vector<Config> out;
   for (int tm : {64, 128})
     for (int tn : {40, 48, 56, 64, 72, 80, 96, 128})
-      for (int st : {4, 6, 8, 12}) out.push_back(Config{tm, tn, 64, tm / 16, 1, st, 1, 1, kMainloopWgmmaPairs});
+      for (int st : {4, 6, 8, 12, 16}) out.push_back(Config{tm, tn, 64, tm / 16, 1, st, 1, 1, kMainloopWgmmaPairs});
   return out;
 }
 
@@ -371,8 +371,8 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
 /// Ordered by a cost model fitted to the H100 probe (NOTES qkv_proj 25) -- whole waves on 132 SMs x tile work x
 /// (1 + 64 / tile_n + 64 / tile_m) for the operand traffic per FLOP of smaller tiles, x 1.1 / 1.25 for 8- / 4-pair
 /// boxes (their 16- / 8-byte output pieces cost L2 write throughput), x 1.25 for one consumer warpgroup (tile_m 64)
-/// where two fit (M > 64) -- then regrouped by tile shape, one config of each shape in turn (deepest ring first), so
-/// that a --max-candidates prefix holds several shapes.
+/// where two fit (M > 64) -- then regrouped by tile shape, one config of each shape in turn (deepest ring of up to 12
+/// slots first), so that a --max-candidates prefix holds several shapes.
 std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   if (p.m <= 16) return out;  // 64-token tiles mostly idle: the weight-streaming kernels win (NOTES qkv_proj 25)
@@ -385,7 +385,10 @@ std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
     const double waves = std::ceil(double(output_tiles(p, c)) / 132.0);
     const double pieces = wp_box_pairs(c) == 16 ? 1.0 : wp_box_pairs(c) == 8 ? 1.1 : 1.25;
     const double one_wg = c.tile_m == 64 && p.m > 64 ? 1.25 : 1.0;
-    return std::make_pair(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg, -c.stages);
+    // Ties (one shape): deeper rings first up to 12 slots, 16 last (M = 64: m64 n48 s16 16.95 us vs s12 16.47 in
+    // autotune timing; the m128 rings of 8 slots beat 6: M = 256 22.36 vs 24.01, NOTES qkv_proj 26).
+    return std::make_pair(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg,
+                          c.stages > 12 ? 0 : -c.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   return take_in_turn(group_in_order(out, [](const Config& a, const Config& b) { return a.tile_m == b.tile_m && a.tile_n == b.tile_n; }));

@@ -58,7 +58,7 @@ std::vector<Config> ws_config_space();
 
 /// The RoPE-paired wgmma space (sm_90a, 16-bit weights; qkv_wgmma_pairs.cuh): tile_m {64, 128} tokens (one consumer
 /// warpgroup per 64) x tile_n {40, 48, 56, 64, 72, 80, 96, 128} features (tile_n / 2 RoPE pairs: wp_box_pairs of each
-/// of wp_box_heads heads) x stages {4, 6, 8, 12}; split_k 1.
+/// of wp_box_heads heads) x stages {4, 6, 8, 12, 16} (those that fit shared memory); split_k 1.
 std::vector<Config> pairs_config_space();
 
 /// Valid configs for the problem.

@@ -27,7 +27,8 @@
 //   8 c + 2 (l % 4) + e): + bias, then RoPE on Q and K pairs -- with PB >= 8 a thread holds both halves of its pairs
 //   (chunks of the two halves of a box), with PB = 4 lanes l and l ^ 2 hold the two halves and exchange them by
 //   shuffle; every box is a head at the same pairs, so a thread's sin / cos are computed once, not per box --,
-//   rounded to the activation dtype into the warp's staging tile [16 rows][2 halves][pairs] in shared memory, then
+//   rounded to the activation dtype into the warp's staging tile [16 rows][2 halves][pairs] in shared memory (over
+//   the ring, which is free by then: the ring can be as deep as shared memory allows; NOTES qkv_proj 26), then
 //   written to Q / K / V in pieces of min(PB, 8) pairs (16 or 8 bytes, contiguous in the output) from neighbouring
 //   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput (NOTES 25: M = 256,
 //   the same bytes written densely took 1.3 us less with 16-byte pieces, 4 us less with 8-byte ones). The RoPE angle:
@@ -93,7 +94,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   const unsigned base = (raw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
   const unsigned sX = base, sW = base + Stages * kXB;  // Stages x [TileM][64], Stages x [TileN][64]
-  unsigned char* stage_tile = smem + Stages * (kXB + kWB);  // [TileM][kStRow]: 16 rows per consumer warp
+  unsigned char* stage_tile = smem;  // [TileM][kStRow], 16 rows per consumer warp, over the ring (wp_smem_bytes)
   const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
 
   const int tid = threadIdx.x;
@@ -181,7 +182,8 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   KT_WP_TRACE(2, tid == 0);
   wgmma::fence_operands(acc);
   ptx::cp_async_wait_all();          // this thread's copies of the epilogue inputs
-  ptx::named_barrier(1, kCT);        // ... and every consumer thread's
+  ptx::named_barrier(1, kCT);        // ... and every consumer thread's; every wgmma has retired (the staging tile
+                                     // below overwrites the ring, whose every step has landed)
 
   // ---- epilogue: + bias, RoPE, rounded into the staging tile [TileM rows][2 halves][P pairs] ----
   // Accumulator chunk c (8 columns) is weight-tile row group c: with PB >= 8, box b = c / (2 kSub), half
