@@ -13,61 +13,55 @@ namespace {
 static_assert(sizeof(TmaDescriptor) == sizeof(CUtensorMap) && alignof(TmaDescriptor) == alignof(CUtensorMap),
               "TmaDescriptor must mirror CUtensorMap");
 
-/// Encodes a 2-D tiled tensor map over `rows` rows of `inner` elements (elem_bytes each) with `row_bytes` between rows;
-/// box {box_inner, box_rows}; swizzle 128 B (16-bit operands) or none (packed bytes). CUDA Driver API,
-/// cuTensorMapEncodeTiled; out-of-bounds elements read as zeros.
-TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long long rows, long long row_bytes, int box_inner,
-                        int box_rows, bool swizzle128) {
+/// Encodes a tiled tensor map of `rank` dimensions (CUDA Driver API cuTensorMapEncodeTiled): dims[0] innermost,
+/// strides[i] = bytes between consecutive indices of dimension i + 1, box = the elements copied per dimension, element
+/// strides 1, no interleave, L2 promotion 256 B; out-of-bounds elements read as zeros. `what` names the map in the
+/// error cuda::check throws.
+TmaDescriptor encode_tiled(const void* base, CUtensorMapDataType type, int rank, const cuuint64_t* dims,
+                           const cuuint64_t* strides, const cuuint32_t* box, bool swizzle128, const char* what) {
   TmaDescriptor d;
-  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
-  const cuuint32_t box[2] = {cuuint32_t(box_inner), cuuint32_t(box_rows)};
-  const cuuint32_t estrides[2] = {1, 1};
-  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d),
-                                                 elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                                                 2, const_cast<void*>(base), dims, strides, box, estrides,
+  const cuuint32_t estrides[5] = {1, 1, 1, 1, 1};
+  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d), type, cuuint32_t(rank),
+                                                 const_cast<void*>(base), dims, strides, box, estrides,
                                                  CU_TENSOR_MAP_INTERLEAVE_NONE,
                                                  swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-              "cuTensorMapEncodeTiled");
+              what);
   return d;
+}
+
+/// A 2-D map over `rows` rows of `inner` elements (elem_bytes 2 or 1) with `row_bytes` between rows; box {box_inner,
+/// box_rows}; swizzle 128 B (16-bit operands) or none (packed bytes).
+TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long long rows, long long row_bytes, int box_inner,
+                        int box_rows, bool swizzle128) {
+  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
+  const cuuint32_t box[2] = {cuuint32_t(box_inner), cuuint32_t(box_rows)};
+  return encode_tiled(base, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, dims, strides,
+                      box, swizzle128, "cuTensorMapEncodeTiled");
 }
 
 /// The weight of gemv stages 2 as a 5-D byte tensor (qkv_gemv_tma in qkv_gemv.cuh): {row bytes, 8 rows g, 2 halves h,
 /// head_dim / 16 tiles, heads}, strides {1 row, head_dim / 2 rows, 8 rows, head_dim rows}, box {64, 8, 2, 1, 1}: the 16
-/// RoPE-paired rows (g, g + head_dim / 2) of one m16 tile for one 64-byte warp step. CUDA Driver API cuTensorMapEncodeTiled.
+/// RoPE-paired rows (g, g + head_dim / 2) of one m16 tile for one 64-byte warp step.
 TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_dim, int heads) {
-  TmaDescriptor d;
   const cuuint64_t dims[5] = {cuuint64_t(row_bytes), 8, 2, cuuint64_t(head_dim / 16), cuuint64_t(heads)};
   const cuuint64_t strides[4] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * (head_dim / 2)), cuuint64_t(row_bytes * 8),
                                  cuuint64_t(row_bytes * head_dim)};
   const cuuint32_t box[5] = {64, 8, 2, 1, 1};
-  const cuuint32_t estrides[5] = {1, 1, 1, 1, 1};
-  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d), CU_TENSOR_MAP_DATA_TYPE_UINT8, 5,
-                                                 const_cast<void*>(base), dims, strides, box, estrides,
-                                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-              "cuTensorMapEncodeTiled (gemv rows)");
-  return d;
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv rows)");
 }
 
 /// The 16-bit weight of wgmma_pairs as a 4-D tensor (qkv_wgmma_pairs.cuh) {K, head_dim / 2 pairs i, 2 halves, heads},
 /// strides {1 row, head_dim / 2 rows, head_dim rows}, box {64, box_pairs, 2, box_heads}: rows i .. i + box_pairs - 1
 /// of both halves of box_heads heads for one 64-wide K step (a whole feature tile), 128-byte swizzle; heads past the
-/// last read as zeros. CUDA Driver API cuTensorMapEncodeTiled.
+/// last read as zeros.
 TmaDescriptor encode_pair_rows(const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads) {
-  TmaDescriptor d;
   const long long row_bytes = k * 2;
   const cuuint64_t dims[4] = {cuuint64_t(k), cuuint64_t(head_dim / 2), 2, cuuint64_t(heads)};
   const cuuint64_t strides[3] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * (head_dim / 2)), cuuint64_t(row_bytes * head_dim)};
   const cuuint32_t box[4] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads)};
-  const cuuint32_t estrides[4] = {1, 1, 1, 1};
-  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 4,
-                                                 const_cast<void*>(base), dims, strides, box, estrides,
-                                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-              "cuTensorMapEncodeTiled (pair rows)");
-  return d;
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, dims, strides, box, true, "cuTensorMapEncodeTiled (pair rows)");
 }
 
 /// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; gemv
