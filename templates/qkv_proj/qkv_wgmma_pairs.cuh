@@ -21,7 +21,8 @@
 //   zeros) and the weight box. Each consumer warpgroup issues 4 wgmma.mma_async m64n{tile_n}k16 per step with both
 //   operands in shared memory, keeps one step in flight (wait_group 1), and each of its warps releases the step's
 //   slot once the wgmma that read it retired. The epilogue inputs (bias of the tile's columns, positions of its
-//   tokens, the RoPE turns per pair) are copied by cp.async before the mainloop and waited for after it.
+//   tokens, the RoPE turns per pair) are copied by cp.async before the block-wide barrier; the consumers wait for them
+//   while the ring's first step is in flight and compute their RoPE angles then (NOTES qkv_proj 26).
 //
 //   Epilogue, in registers (accumulator layout: thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8), columns
 //   8 c + 2 (l % 4) + e): + bias, then RoPE on Q and K pairs -- with PB >= 8 a thread holds both halves of its pairs
@@ -125,7 +126,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
     for (int j = 0; j < n_first; ++j) issue(j);
   }
   KT_WP_TRACE(5, tid == kCT);
-  // Epilogue inputs, copied now so that nothing waits for them (waited for after the mainloop): bias words of the
+  // Epilogue inputs, copied now (waited for while the ring's first step is in flight): bias words of the
   // tile's columns (word w: half w / (P / 2), pairs pit = 2 (w % (P / 2)), + 1 of box pit / PB), positions, RoPE
   // turns per pair.
   if (tid < kCT) {
@@ -159,6 +160,32 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
 
   // ---------------- consumer warpgroups ----------------
   const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
+  const int rw = wg * 64 + warp * 16;  // the warp's first token row of the tile
+  // The epilogue inputs have landed by now (copied before the block-wide barrier, while the ring's first step is in
+  // flight), so the RoPE angles are computed before the mainloop instead of after it. Every box of the tile is a head
+  // at the same pairs i0 .. i0 + PB - 1, so a thread's angles -- row h, its pairs -- are the same in every box: one
+  // set per thread, in registers across the mainloop.
+  ptx::cp_async_wait_all();    // this thread's copies of the epilogue inputs
+  ptx::named_barrier(1, kCT);  // ... and every consumer thread's
+  constexpr int kSub = PB >= 8 ? PB / 8 : 1;
+  auto pair_of = [&](int sb) { return PB >= 8 ? 8 * sb + 2 * q : 2 * (q % 2); };  // the thread's first pair in the box
+  float sn[kSub][2][2], cs[kSub][2][2];
+  const bool any_rot = Rope && h0 < p.num_heads + p.num_kv_heads;  // the tile has a Q or K head
+  {
+    int pos[2] = {0, 0};
+    if (Rope)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) pos[h] = s_pos[rw + lane / 4 + 8 * h];
+#pragma unroll
+    for (int sb = 0; sb < kSub; ++sb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          sn[sb][h][e] = 0.f, cs[sb][h][e] = 1.f;
+          if (any_rot) rope_sincos(pos[h], s_turns[i0 + pair_of(sb) + e], sn[sb][h][e], cs[sb][h][e]);
+        }
+  }
   float acc[TileN / 2];
 #pragma unroll
   for (int i = 0; i < TileN / 2; ++i) acc[i] = 0.f;
@@ -181,39 +208,17 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   wgmma::wait_group<0>();
   KT_WP_TRACE(2, tid == 0);
   wgmma::fence_operands(acc);
-  ptx::cp_async_wait_all();          // this thread's copies of the epilogue inputs
-  ptx::named_barrier(1, kCT);        // ... and every consumer thread's; every wgmma has retired (the staging tile
-                                     // below overwrites the ring, whose every step has landed)
+  ptx::named_barrier(1, kCT);  // every consumer's wgmmas have retired: the staging tile below overwrites the ring
 
   // ---- epilogue: + bias, RoPE, rounded into the staging tile [TileM rows][2 halves][P pairs] ----
   // Accumulator chunk c (8 columns) is weight-tile row group c: with PB >= 8, box b = c / (2 kSub), half
   // (c / kSub) % 2, pairs 8 (c % kSub) + 2 q + e (kSub = PB / 8 groups of 8 pairs per box half); with PB = 4, box c,
   // half q / 2, pairs 2 (q % 2) + e.
-  const int rw = wg * 64 + warp * 16;  // the warp's first token row of the tile
   unsigned char* st = stage_tile + rw * kStRow;
-  int pos[2] = {0, 0};
-  if (Rope)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) pos[h] = s_pos[rw + lane / 4 + 8 * h];
   auto bias_of = [&](int hf, int pit) { return HasBias ? ptx::to_float<DT>(s_bias[hf * P + pit]) : 0.f; };
   auto put = [&](int r, int hf, int pit, float y0, float y1) {  // pairs pit, pit + 1 of half hf, local row r
     *reinterpret_cast<unsigned*>(st + r * kStRow + hf * 2 * P + pit * 2) = ptx::pack2<DT>(y0, y1);
   };
-  // RoPE angles: every box of the tile is a head at the same pairs i0 .. i0 + PB - 1, so a thread's angles -- row h,
-  // its pairs -- are the same in every box and are computed once.
-  constexpr int kSub = PB >= 8 ? PB / 8 : 1;
-  auto pair_of = [&](int sb) { return PB >= 8 ? 8 * sb + 2 * q : 2 * (q % 2); };  // the thread's first pair in the box
-  float sn[kSub][2][2], cs[kSub][2][2];
-  const bool any_rot = Rope && h0 < p.num_heads + p.num_kv_heads;  // the tile has a Q or K head
-#pragma unroll
-  for (int sb = 0; sb < kSub; ++sb)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        sn[sb][h][e] = 0.f, cs[sb][h][e] = 1.f;
-        if (any_rot) rope_sincos(pos[h], s_turns[i0 + pair_of(sb) + e], sn[sb][h][e], cs[sb][h][e]);
-      }
 #pragma unroll
   for (int b = 0; b < kBoxes; ++b) {
     const bool rot = Rope && h0 + b < p.num_heads + p.num_kv_heads;  // box b = head h0 + b: a Q or K head
