@@ -624,7 +624,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   CHECK(config_to_json(c).at("mainloop") == "wgmma_pairs");
   CHECK(same_config(config_from_json(config_to_json(c)), c));
   // 6 slots of X [128][64] + W [96][64] (16-bit, 128-byte rows) + 1024 alignment; the staging tile [128][2 x 96 + 16]
-  // lies over the ring (smaller here; a 1-slot ring would be the staging tile's size).
+  // lies over the ring (and is smaller here).
   CHECK(wp_smem_bytes(c) == 1024 + 6 * (128 + 96) * 128);
   auto one = c;  // n128 with a 1-slot ring: the staging tile [128][2 x 128 + 16] is the larger
   one.tile_n = 128, one.stages = 1;
