@@ -98,6 +98,17 @@ int main(int argc, char** argv) {
     printf("rep %d:", rep);
     trace::print_trace(tr, nblocks, names, kIdx, 7, 7);
   }
+  if (std::getenv("KT_TRACE_DUMP")) {  // the last traced launch, one row per block: us from the first block's entry
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < nblocks; ++b) t0 = std::min(t0, tr[size_t(b) * 16]);
+    printf("block bx by smid entry first_full mainloop_end staged end\n");
+    for (int b = 0; b < nblocks; ++b) {
+      const unsigned long long* r = &tr[size_t(b) * 16];
+      auto us = [&](int i) { return r[i] >= t0 ? (r[i] - t0) / 1000.0 : -1.0; };
+      printf("%d %d %d %llu %.3f %.3f %.3f %.3f %.3f\n", b, b % int(grid.x), b / int(grid.x), r[7], us(0), us(1), us(2), us(3),
+             us(4));
+    }
+  }
   printf("%s M=%d K=%d grid %dx%d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch\n", argv[0], M, K, grid.x,
          grid.y, block, smem, stream_us, graph_us);
   return 0;
