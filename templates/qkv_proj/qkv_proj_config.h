@@ -70,7 +70,7 @@
 //        M = 256: 2 x 48 tiles of 96 features). A producer warp loads each 64-wide K step -- X [tile_m][64] and the
 //        weight box -- into a `stages`-deep ring (full / empty mbarriers); the epilogue (bias, RoPE, split into
 //        Q/K/V) runs in registers, each thread holding both halves of its pairs (PB = 4: its partner lane the other
-//        half), then leaves through a per-warp shared-memory tile in 16- or 8-byte pieces. Fields: tile_m 64 / 128
+//        half), then leaves through a per-warp shared-memory tile (over the ring) in 16- or 8-byte pieces. Fields: tile_m 64 / 128
 //        (one consumer warpgroup per 64 tokens), tile_n, tile_k 64, warps_m tile_m / 16, warps_n 1, stages 2..16,
 //        split_k 1, prefetch 1.
 #pragma once
@@ -357,8 +357,8 @@ KT_HD constexpr int ws_consumer_reg_budget(const Config& c) {
 /// 4 that fits tile_n, so output pieces are as long as possible; all divide D/2 = 32 or 64) and heads in the tile
 /// (HN = tile_n / 2 PB): one TMA box {64, PB, 2 halves, HN}; bytes of one row of a warp's output staging tile (both
 /// halves' 16-bit values, + 16 bytes against bank conflicts), the ring (stages x (X [tile_m][64] + W [tile_n][64],
-/// 16-bit, 128-byte rows)) and the dynamic shared memory (1024 bytes of alignment slack + ring + staging tile
-/// [tile_m][row bytes]).
+/// 16-bit, 128-byte rows)) and the dynamic shared memory (1024 bytes of alignment slack + the larger of the ring and
+/// the staging tile [tile_m][row bytes], which lies over it).
 KT_HD constexpr int wp_pairs(const Config& c) { return c.tile_n / 2; }
 KT_HD constexpr int wp_box_pairs(const Config& c) { return c.tile_n % 32 == 0 ? 16 : c.tile_n % 16 == 0 ? 8 : 4; }
 KT_HD constexpr int wp_box_heads(const Config& c) { return c.tile_n / (2 * wp_box_pairs(c)); }
