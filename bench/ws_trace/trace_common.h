@@ -1,6 +1,7 @@
 // Shared host parts of the timeline drivers trace_ws.cu and trace_pairs.cu (experiments, not part of the build):
-// an output checksum, the per-block trace percentiles, and the time per launch back to back in a stream and in a CUDA
-// graph (40 launches captured, 5 replays: the benchmark's graph method, cold L2 by the caller's rotated copies).
+// an output checksum, the per-block trace percentiles, the time per launch back to back in a stream and in a CUDA
+// graph (40 launches captured, 5 replays: the benchmark's graph method, cold L2 by the caller's rotated copies), and
+// the run that chains warm-up, checksum and timing.
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -79,6 +80,24 @@ bool time_launches(Launch launch, float& stream_us, float& graph_us) {
   if (cudaEventSynchronize(b) != cudaSuccess) return false;
   cudaEventElapsedTime(&ms, a, b);
   graph_us = ms * 1000 / 200;
+  return true;
+}
+
+/// The drivers' common run: 100 launches of launch(i, stream) (warm-up, the caller rotating its copies), the output
+/// checksum of the last, then time_launches. Prints a message and returns false on a CUDA error.
+template <class Launch>
+bool warm_check_time(Launch launch, const unsigned short* dq, const unsigned short* dk, const unsigned short* dv, size_t nq,
+                     size_t nkv, float& stream_us, float& graph_us) {
+  for (int it = 0; it < 100; ++it) launch(it, cudaStream_t(0));
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    printf("warm-up launches: %s\n", cudaGetErrorString(e));
+    return false;
+  }
+  if (!print_checksum(dq, dk, dv, nq, nkv)) return false;
+  if (!time_launches(launch, stream_us, graph_us)) {
+    printf("timing failed\n");
+    return false;
+  }
   return true;
 }
 
