@@ -366,7 +366,6 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
   return take_in_turn(modes);
 }
 
-
 /// wgmma_pairs candidates (sm_90a, 16-bit weights, M > 16): tile_m above 64 only once M fills more than half of it.
 /// Ordered by a cost model fitted to the H100 probe (NOTES qkv_proj 25) -- whole waves on 132 SMs x tile work x
 /// (1 + 64 / tile_n + 64 / tile_m) for the operand traffic per FLOP of smaller tiles, x 1.1 / 1.25 for 8- / 4-pair
@@ -583,8 +582,7 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
     d.smem_bytes = unsigned(ws_smem_bytes(c, p.format));
     return d;
   }
-  d.grid_x = unsigned((p.n() + c.tile_n - 1) / c.tile_n);
-  if (c.mainloop == kMainloopWgmmaPairs) d.grid_x = unsigned(pairs_feature_tiles_or_n(p, c));  // pair chunks x head groups
+  d.grid_x = unsigned(pairs_feature_tiles_or_n(p, c));  // ceil(n / tile_n); wgmma_pairs: pair chunks x head groups
   d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
   d.grid_z = unsigned(c.split_k);
   d.block_x = unsigned(threads(c));
