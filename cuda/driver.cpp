@@ -106,6 +106,7 @@ void load(Loader& l) {
   KT_RESOLVE(cuFuncSetAttribute, "cuFuncSetAttribute");
   KT_RESOLVE(cuFuncGetAttribute, "cuFuncGetAttribute");
   KT_RESOLVE(cuLaunchKernel, "cuLaunchKernel");
+  KT_RESOLVE(cuLaunchKernelEx, "cuLaunchKernelEx");
   KT_RESOLVE(cuMemAlloc, "cuMemAlloc_v2");
   KT_RESOLVE(cuMemFree, "cuMemFree_v2");
   KT_RESOLVE(cuMemcpyHtoD, "cuMemcpyHtoD_v2");

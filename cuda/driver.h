@@ -57,6 +57,7 @@ struct Api {
   decltype(&::cuFuncSetAttribute) cuFuncSetAttribute = nullptr;
   decltype(&::cuFuncGetAttribute) cuFuncGetAttribute = nullptr;
   decltype(&::cuLaunchKernel) cuLaunchKernel = nullptr;
+  decltype(&::cuLaunchKernelEx) cuLaunchKernelEx = nullptr;  // launches with attributes (clusters; driver >= 12.0)
   decltype(&::cuMemAlloc) cuMemAlloc = nullptr;
   decltype(&::cuMemFree) cuMemFree = nullptr;
   decltype(&::cuMemcpyHtoD) cuMemcpyHtoD = nullptr;

@@ -70,10 +70,12 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 
 /// Grid (m_blocks, num_heads, batch) for raster 0 or (num_heads, batch, m_blocks) for raster 1, with
 /// m_blocks = ceil(seqlen_q / tile_m); block warps * 32 threads; dynamic smem bytes.
+/// cluster_y: blocks along grid y per thread-block cluster (1: no cluster; qkv wgmma_pairs' cluster_m).
 struct LaunchDims {
   unsigned grid_x, grid_y, grid_z;
   unsigned block_x;
   unsigned smem_bytes;
+  unsigned cluster_y = 1;
 };
 LaunchDims launch_dims(const Problem& p, const Config& c);
 

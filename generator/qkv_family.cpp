@@ -153,7 +153,8 @@ std::vector<Config> pairs_config_space() {
   std::vector<Config> out;
   for (int tm : {64, 128})
     for (int tn : {40, 48, 56, 64, 72, 80, 96, 128})
-      for (int st : {4, 6, 8, 12, 16}) out.push_back(Config{tm, tn, 64, tm / 16, 1, st, 1, 1, kMainloopWgmmaPairs});
+      for (int st : {4, 6, 8, 12, 16})
+        for (int cm : {1, 2, 4}) out.push_back(Config{tm, tn, 64, tm / 16, 1, st, 1, 1, kMainloopWgmmaPairs, cm});
   return out;
 }
 
@@ -370,24 +371,28 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
 /// Ordered by a cost model fitted to the H100 probe (NOTES qkv_proj 25) -- whole waves on 132 SMs x tile work x
 /// (1 + 64 / tile_n + 64 / tile_m) for the operand traffic per FLOP of smaller tiles, x 1.1 / 1.25 for 8- / 4-pair
 /// boxes (their 16- / 8-byte output pieces cost L2 write throughput), x 1.25 for one consumer warpgroup (tile_m 64)
-/// where two fit (M > 64) -- then regrouped by tile shape, one config of each shape in turn (deepest ring of up to 12
-/// slots first), so that a --max-candidates prefix holds several shapes.
+/// where two fit (M > 64) -- then regrouped by tile shape, one config of each shape in turn, so that a
+/// --max-candidates prefix holds several shapes. Within a shape: clusters of 2 token tiles first, then 4, then none
+/// (cluster_m at most the token tiles), each with the deepest ring of up to 12 slots first.
 std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   if (p.m <= 16) return out;  // 64-token tiles mostly idle: the weight-streaming kernels win (NOTES qkv_proj 25)
   for (const auto& c : pairs_config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 64 && p.m <= c.tile_m / 2) continue;
+    if (c.cluster_m > (p.m + c.tile_m - 1) / c.tile_m) continue;  // a cluster of token tiles past M
     out.push_back(c);
   }
   auto score = [&](const Config& c) {
     const double waves = std::ceil(double(output_tiles(p, c)) / 132.0);
     const double pieces = wp_box_pairs(c) == 16 ? 1.0 : wp_box_pairs(c) == 8 ? 1.1 : 1.25;
     const double one_wg = c.tile_m == 64 && p.m > 64 ? 1.25 : 1.0;
-    // Ties (one shape): deeper rings first up to 12 slots, 16 last (M = 64: m64 n48 s16 16.95 us vs s12 16.47 in
-    // autotune timing; the m128 rings of 8 slots beat 6: M = 256 22.36 vs 24.01, NOTES qkv_proj 26).
-    return std::make_pair(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg,
-                          c.stages > 12 ? 0 : -c.stages);
+    // Ties (one shape): clusters of 2 token tiles, then 4, then none (CUDA graphs, m128 n96 s8: M = 256 cm2 18.0 us
+    // vs none 19.9; M = 512 cm4 32.2, cm2 34.8, none 40.0; M = 1024 cm2 57.4, cm4 64.3, none 66.1; NOTES qkv_proj 27);
+    // then deeper rings first up to 12 slots, 16 last (M = 64: m64 n48 s16 16.95 us vs s12 16.47 in autotune timing;
+    // the m128 rings of 8 slots beat 6: M = 256 22.36 vs 24.01, NOTES qkv_proj 26).
+    return std::make_tuple(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg,
+                           c.cluster_m == 2 ? 0 : c.cluster_m == 4 ? 1 : 2, c.stages > 12 ? 0 : -c.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   return take_in_turn(group_in_order(out, [](const Config& a, const Config& b) { return a.tile_m == b.tile_m && a.tile_n == b.tile_n; }));
@@ -464,7 +469,7 @@ Config default_config(ArchId arch, const Problem& p) {
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.tile_k == b.tile_k && a.warps_m == b.warps_m &&
          a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k && a.prefetch == b.prefetch &&
-         a.mainloop == b.mainloop;
+         a.mainloop == b.mainloop && a.cluster_m == b.cluster_m;
 }
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
@@ -481,7 +486,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
                           : std::string("_sk1"))
       << (ws_kgroups(c) > 1 ? "_kg" + std::to_string(ws_kgroups(c)) : std::string());
   else if (c.mainloop == kMainloopWgmmaPairs)
-    s << "wgmma_pairs_m" << c.tile_m << "_n" << c.tile_n << "_s" << c.stages;
+    s << "wgmma_pairs_m" << c.tile_m << "_n" << c.tile_n << "_s" << c.stages
+      << (c.cluster_m > 1 ? "_cm" + std::to_string(c.cluster_m) : std::string());
   else if (c.mainloop == kMainloopWgmma)
     s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
       << c.prefetch;
@@ -583,7 +589,9 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
     return d;
   }
   d.grid_x = unsigned(pairs_feature_tiles_or_n(p, c));  // ceil(n / tile_n); wgmma_pairs: pair chunks x head groups
-  d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
+  // Token tiles; wgmma_pairs: rounded up to whole clusters of cluster_m (the blocks past M exit at once).
+  d.grid_y = unsigned(((p.m + c.tile_m - 1) / c.tile_m + c.cluster_m - 1) / c.cluster_m * c.cluster_m);
+  d.cluster_y = unsigned(c.cluster_m);
   d.grid_z = unsigned(c.split_k);
   d.block_x = unsigned(threads(c));
   d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma        ? wgmma_smem_bytes(c, p.format)
@@ -642,7 +650,8 @@ nlohmann::json config_to_json(const Config& c) {
                       : c.mainloop == kMainloopWgmmaPairs ? "wgmma_pairs"
                                                        : "mma"},
           {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
-          {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch}};
+          {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch},
+          {"cluster_m", c.cluster_m}};
 }
 
 Config config_from_json(const nlohmann::json& j) {
@@ -656,7 +665,8 @@ Config config_from_json(const nlohmann::json& j) {
                   : ml == "wgmma"       ? kMainloopWgmma
                   : ml == "wgmma_ws"    ? kMainloopWgmmaWs
                   : ml == "wgmma_pairs" ? kMainloopWgmmaPairs
-                                        : kMainloopMma};
+                                        : kMainloopMma,
+                  j.value("cluster_m", 1)};
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("config JSON: ") + e.what());
   }

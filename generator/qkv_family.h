@@ -58,7 +58,8 @@ std::vector<Config> ws_config_space();
 
 /// The RoPE-paired wgmma space (sm_90a, 16-bit weights; qkv_wgmma_pairs.cuh): tile_m {64, 128} tokens (one consumer
 /// warpgroup per 64) x tile_n {40, 48, 56, 64, 72, 80, 96, 128} features (tile_n / 2 RoPE pairs: wp_box_pairs of each
-/// of wp_box_heads heads) x stages {4, 6, 8, 12, 16} (those that fit shared memory); split_k 1.
+/// of wp_box_heads heads) x stages {4, 6, 8, 12, 16} (those that fit shared memory) x cluster_m {1, 2, 4} (token
+/// tiles per thread-block cluster: a launch attribute, so the cluster_m variants of a shape share one binary); split_k 1.
 std::vector<Config> pairs_config_space();
 
 /// Valid configs for the problem.
@@ -78,7 +79,7 @@ std::vector<Config> pairs_config_space();
 ///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn.
 ///  - wgmma_pairs (sm_90a, 16-bit weights, M > 16): tile_m 128 only for M > 64; ordered by a cost model (whole waves x
 ///    tile work x operand traffic per FLOP x output piece size x one-warpgroup tiles where two fit), one config per
-///    tile shape in turn, deepest ring first.
+///    tile shape in turn; cluster_m at most the token tiles, 2 first, then 4, then 1; deepest ring first.
 /// The tiled list: for M <= 64 the wgmma_ws and wgmma_pairs candidates in turn, then wgmma and mma alternating;
 /// beyond, one wgmma_pairs, two wgmma_ws, one wgmma and one mma in turn (the Hopper kernels won every tuned M > 64 on
 /// the H100). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
@@ -91,7 +92,8 @@ bool same_config(const Config& a, const Config& b);
 /// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N), with "_cl4" after the
 /// prefetch for K split over a cluster of 4 blocks (split_k 4);
 /// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a".
-/// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6__sm_90a".
+/// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6__sm_90a", with "_cm2" / "_cm4" after
+/// the stages for clusters of 2 / 4 token tiles (cluster_m).
 /// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups), or
 /// "..._wgmma_ws_m16_n128_c2_s8_streamk__sm_90a" for stream-K.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
@@ -109,7 +111,8 @@ long long ws_units(const Problem& p, const Config& c);
 int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
 /// Grid, block and dynamic shared memory of a launch. sm_count: the GPU's SMs (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
 /// read only for a stream-K config (wgmma_ws split_k 0), whose grid is one block per SM; wgmma_ws grids are 1-D
-/// (tiles x split_k blocks). Throws for stream-K with sm_count < 1.
+/// (tiles x split_k blocks); wgmma_pairs: (feature tiles, token tiles rounded up to a multiple of cluster_m) with
+/// cluster_y = cluster_m. Throws for stream-K with sm_count < 1.
 attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
 /// true when the config reduces partial tiles through a workspace: split_k > 1 of mma.sync / wgmma, or stream-K
 /// (split_k 0); never for gemv or wgmma_ws with split_k > 1 (their split_k blocks form a cluster and reduce in

@@ -1,5 +1,7 @@
 #include "runtime/loaded_kernel.h"
 
+#include <cstring>
+
 namespace kt {
 
 LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& lowered_name, unsigned max_dynamic_smem_bytes)
@@ -13,10 +15,28 @@ LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& lowered_
 }
 
 void LoadedKernel::launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
-                          CUstream stream, const void* params) const {
+                          CUstream stream, const void* params, unsigned cluster_y) const {
   void* args[] = {const_cast<void*>(params)};
-  cuda::check(cuda::api().cuLaunchKernel(fn_, grid_x, grid_y, grid_z, block_x, 1, 1, smem_bytes, stream, args, nullptr),
-              "cuLaunchKernel");
+  if (cluster_y <= 1) {
+    cuda::check(cuda::api().cuLaunchKernel(fn_, grid_x, grid_y, grid_z, block_x, 1, 1, smem_bytes, stream, args, nullptr),
+                "cuLaunchKernel");
+    return;
+  }
+  CUlaunchAttribute cluster;
+  std::memset(&cluster, 0, sizeof cluster);
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = 1;
+  cluster.value.clusterDim.y = cluster_y;
+  cluster.value.clusterDim.z = 1;
+  CUlaunchConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = grid_x, cfg.gridDimY = grid_y, cfg.gridDimZ = grid_z;
+  cfg.blockDimX = block_x, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = smem_bytes;
+  cfg.hStream = stream;
+  cfg.attrs = &cluster;
+  cfg.numAttrs = 1;
+  cuda::check(cuda::api().cuLaunchKernelEx(&cfg, fn_, args, nullptr), "cuLaunchKernelEx (thread-block clusters)");
 }
 
 }  // namespace kt

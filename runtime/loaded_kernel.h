@@ -17,9 +17,10 @@ class LoadedKernel {
   CUfunction function() const { return fn_; }
   const std::string& lowered_name() const { return name_; }
 
-  /// cuLaunchKernel with one by-value parameter struct. Throws cuda::CudaError.
+  /// cuLaunchKernel with one by-value parameter struct; with cluster_y > 1, cuLaunchKernelEx with thread-block
+  /// clusters of 1 x cluster_y x 1 (grid_y must be a multiple of it). Throws cuda::CudaError.
   void launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
-              CUstream stream, const void* params) const;
+              CUstream stream, const void* params, unsigned cluster_y = 1) const;
 
  private:
   cuda::Module module_;

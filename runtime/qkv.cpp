@@ -138,7 +138,7 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
   if (config.mainloop == kMainloopWgmmaWs || config.mainloop == kMainloopWgmmaPairs ||
       (config.mainloop == kMainloopGemv && config.stages == 2)) {
     const WsParams w = ws_params(problem, config, params);
-    kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w);
+    kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w, d.cluster_y);
     return;
   }
   kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &params);

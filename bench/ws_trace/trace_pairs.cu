@@ -79,16 +79,29 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int block = threads(C);
   float stream_us = 0.f, graph_us = 0.f;  // (the checksum: outputs of launch 99, copy 99 % copies)
-  if (!trace::warm_check_time([&](int i, cudaStream_t s) { K_<<<grid, block, smem, s>>>(wp[i % copies]); }, dq, dk, dv,
+  // KT_TRACE_CLUSTER=cx,cy launches with thread-block clusters of cx x cy (placement only: the kernel does not use them).
+  unsigned cx = 1, cy = 1;
+  if (const char* e = std::getenv("KT_TRACE_CLUSTER")) sscanf(e, "%u,%u", &cx, &cy);
+  auto launch = [&](const WsParams& w, cudaStream_t s) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3(block), cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cudaLaunchAttribute a[1];
+    a[0].id = cudaLaunchAttributeClusterDimension;
+    a[0].val.clusterDim.x = cx, a[0].val.clusterDim.y = cy, a[0].val.clusterDim.z = 1;
+    cfg.attrs = a, cfg.numAttrs = cx * cy > 1 ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, K_, w);
+    if (e != cudaSuccess) printf("launch (cluster %ux%u): %s\n", cx, cy, cudaGetErrorString(e));
+  };
+  if (!trace::warm_check_time([&](int i, cudaStream_t s) { launch(wp[i % copies], s); }, dq, dk, dv,
                               size_t(M) * Hq * D, size_t(M) * Hkv * D, stream_us, graph_us))
     return 1;
   std::vector<unsigned long long> tr(size_t(nblocks) * 16);
   const char* names[7] = {"entry", "ring issued", "syncthreads", "first full", "mainloop end", "staged", "end"};
   const int kIdx[7] = {0, 5, 6, 1, 2, 3, 4};
   for (int rep = 0; rep < 3; ++rep) {
-    K_<<<grid, block, smem>>>(wp[(rep + 7) % copies]);
+    launch(wp[(rep + 7) % copies], 0);
     CK(cudaMemcpyToSymbol(kt_wp_trace, std::vector<unsigned long long>(tr.size(), 0).data(), tr.size() * 8));
-    K_<<<grid, block, smem>>>(wp[(rep + 3) % copies]);
+    launch(wp[(rep + 3) % copies], 0);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpyFromSymbol(tr.data(), kt_wp_trace, tr.size() * 8));
     printf("rep %d:", rep);

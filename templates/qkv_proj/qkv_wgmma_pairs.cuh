@@ -16,6 +16,12 @@
 //   half, 8 pairs) of the tile. Every extra TMA copy per step holds the SM's copy engine some 60-85 cycles (NOTES 23),
 //   which is why the tile is one box; heads past the last are zero-filled by the TMA and never stored.
 //
+//   Grid: (feature tiles, token tiles rounded up to a multiple of cluster_m), launched in thread-block clusters of
+//   1 x cluster_m (runtime/qkv.cpp): the blocks of a feature tile's cluster_m token tiles read the same weight boxes,
+//   and as one cluster they run on one GPC, start together and keep pace. Launched without clusters, the blocks of
+//   the lowest block indices started their first step 0.4-0.8 us late and ended last, whatever their tile (NOTES
+//   qkv_proj 27). The kernel itself uses no cluster feature.
+//
 //   Block: consumer warpgroups 0 .. tile_m / 64 - 1, then one producer warp. Its lane 0 fills a `stages`-deep ring
 //   (full / empty mbarriers, expect_tx) with each 64-wide K step: X [tile_m][64] (2-D tensor map, rows past M read as
 //   zeros) and the weight box. Each consumer warpgroup issues 4 wgmma.mma_async m64n{tile_n}k16 per step with both
@@ -79,6 +85,9 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const QkvParams& p = wp.p;
+  // A token tile past M: the grid's token tiles are rounded up to whole clusters (Config::cluster_m, a launch
+  // attribute; nothing here waits on the cluster).
+  if (int(blockIdx.y) * TileM >= p.m) return;
   constexpr int kCT = TileM * 2;  // consumer threads (one warpgroup per 64 tokens); the producer warp follows
   constexpr int P = wp_pairs(C), PB = wp_box_pairs(C), kBoxes = wp_box_heads(C), kHalf = D / 2;
   constexpr unsigned kXB = TileM * 128, kWB = TileN * 128;

@@ -587,7 +587,15 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
       CHECK(pb == (c.tile_n % 32 == 0 ? 16 : c.tile_n % 16 == 0 ? 8 : 4));  // the widest box: fewer output pieces
       const auto d = launch_dims(p, c, 132);
       CHECK(d.grid_x == unsigned(half / pb * ((heads + hn - 1) / hn)));
-      CHECK(d.grid_y == unsigned((p.m + c.tile_m - 1) / c.tile_m));
+      // Token tiles rounded up to whole clusters of cluster_m, never more than one cluster's worth past M, and a
+      // cluster of more token tiles than M has is not offered.
+      const int token_tiles = (p.m + c.tile_m - 1) / c.tile_m;
+      CHECK((c.cluster_m == 1 || c.cluster_m == 2 || c.cluster_m == 4));
+      CHECK(c.cluster_m <= token_tiles);
+      CHECK(d.cluster_y == unsigned(c.cluster_m));
+      CHECK(d.grid_y % d.cluster_y == 0);
+      CHECK(d.grid_y >= unsigned(token_tiles));
+      CHECK(d.grid_y < unsigned(token_tiles + c.cluster_m));
       CHECK(d.block_x == unsigned(c.tile_m * 2 + 32));  // a consumer warpgroup per 64 tokens + the producer warp
       CHECK(d.smem_bytes == unsigned(wp_smem_bytes(c)));
       CHECK(!uses_workspace(c));
@@ -623,6 +631,29 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   CHECK(kernel_source(pf, c, arch).source.find("qkv_wgmma_pairs.cuh") != std::string::npos);
   CHECK(config_to_json(c).at("mainloop") == "wgmma_pairs");
   CHECK(same_config(config_from_json(config_to_json(c)), c));
+  // Clusters of token tiles: a launch attribute, so the name changes and the binary does not; JSON round trip; a
+  // database entry written before the field existed reads as cluster_m 1.
+  auto cm2 = c;
+  cm2.cluster_m = 2;
+  CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, cm2, arch) == nullptr);
+  CHECK(variant_name(pf, cm2, arch) == "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n96_s6_cm2__sm_90a");
+  CHECK(name_expression(pf, cm2) == name_expression(pf, c));
+  CHECK(!same_config(cm2, c));
+  CHECK(same_config(config_from_json(config_to_json(cm2)), cm2));
+  auto old_json = config_to_json(c);
+  old_json.erase("cluster_m");
+  CHECK(config_from_json(old_json).cluster_m == 1);
+  const auto d2 = launch_dims(pf, cm2, 132);
+  CHECK(d2.grid_y == 2u);
+  CHECK(d2.cluster_y == 2u);
+  Problem p300 = pf;  // 3 token tiles of 128: clusters of 2 round the grid up to 4, of 4 to 4
+  p300.m = 300;
+  CHECK(launch_dims(p300, cm2, 132).grid_y == 4u);
+  auto cm4 = c;
+  cm4.cluster_m = 4;
+  CHECK(launch_dims(p300, cm4, 132).grid_y == 4u);
+  CHECK(launch_dims(p300, c, 132).grid_y == 3u);
+  CHECK(launch_dims(p300, c, 132).cluster_y == 1u);
   // 6 slots of X [128][64] + W [96][64] (16-bit, 128-byte rows) + 1024 alignment; the staging tile [128][2 x 96 + 16]
   // lies over the ring (and is smaller here).
   CHECK(wp_smem_bytes(c) == 1024 + 6 * (128 + 96) * 128);
@@ -657,24 +688,36 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   refused(b, quant::Format::fp16, "sm_90a", "split_k");
   b = c, b.stages = 12;  // 12 x 28 KB ring: over the 227 KB per block
   refused(b, quant::Format::fp16, "sm_90a", "shared memory");
+  b = c, b.cluster_m = 3;
+  refused(b, quant::Format::fp16, "sm_90a", "cluster_m");
+  b = c, b.cluster_m = 8;
+  refused(b, quant::Format::fp16, "sm_90a", "cluster_m");
+  // cluster_m is a wgmma_pairs field only.
+  Config ws{128, 128, 64, 8, 1, 6, 1, 1, kMainloopWgmmaWs};
+  REQUIRE(invalid_reason(DType::f16, quant::Format::fp16, 128, true, ws, arch) == nullptr);
+  ws.cluster_m = 2;
+  refused(ws, quant::Format::fp16, "sm_90a", "cluster_m");
 
   // Order: the tuned winner shapes of the probe (NOTES qkv_proj 25) lie in the 24-candidate prefix a tune measures,
   // with the rings of 8 slots that the m128 shapes could not have before the staging tile moved over the ring
   // (faster at M = 256 in the session-18 tune, NOTES qkv_proj 26); M = 64 keeps 12 slots (16 measured slower).
-  auto in_prefix = [&](int m, int tile_m, int tile_n, int stages) {
+  // With clusters of 2 token tiles wherever M has 2 or more (NOTES qkv_proj 27: m128 n96 s8 at M = 256 18.0 vs 19.9
+  // us in CUDA graphs; M = 1024 57.4 vs 66.1).
+  auto in_prefix = [&](int m, int tile_m, int tile_n, int stages, int cluster_m) {
     const auto cs = valid_configs(qwen(quant::Format::fp16, DType::f16, m), arch);
     for (size_t i = 0; i < std::min<size_t>(24, cs.size()); ++i)
-      if (cs[i].mainloop == kMainloopWgmmaPairs && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n && cs[i].stages == stages)
+      if (cs[i].mainloop == kMainloopWgmmaPairs && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n &&
+          cs[i].stages == stages && cs[i].cluster_m == cluster_m)
         return true;
     return false;
   };
-  CHECK(in_prefix(64, 64, 48, 12));
-  CHECK(in_prefix(64, 64, 64, 12));
-  CHECK(in_prefix(128, 128, 64, 8));
-  CHECK(in_prefix(128, 128, 48, 8));
-  CHECK(in_prefix(256, 128, 96, 8));
-  CHECK(in_prefix(256, 128, 80, 8));
-  CHECK(in_prefix(1024, 128, 96, 8));
+  CHECK(in_prefix(64, 64, 48, 12, 1));
+  CHECK(in_prefix(64, 64, 64, 12, 1));
+  CHECK(in_prefix(128, 128, 64, 8, 1));
+  CHECK(in_prefix(128, 64, 96, 8, 2));
+  CHECK(in_prefix(256, 128, 96, 8, 2));
+  CHECK(in_prefix(256, 128, 80, 8, 2));
+  CHECK(in_prefix(1024, 128, 96, 8, 2));
 }
 
 TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
