@@ -376,8 +376,11 @@ KT_HD constexpr int wp_stage_bytes(const Config& c) { return c.tile_m * wp_stage
 KT_HD constexpr int wp_smem_bytes(const Config& c) {
   return 1024 + (wp_ring_bytes(c) > wp_stage_bytes(c) ? wp_ring_bytes(c) : wp_stage_bytes(c));
 }
-/// wgmma_pairs static shared memory: 2 x stages mbarriers, bias [tile_n] 16-bit, positions [tile_m], RoPE turns [D/2].
-KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) { return 16 * c.stages + 2 * c.tile_n + 4 * c.tile_m + 4 * head_dim; }
+/// wgmma_pairs static shared memory: 2 x stages mbarriers, bias [tile_n] 16-bit, positions [tile_m], RoPE turns [D/2] (8
+/// bytes each), and per box an output pointer and row stride.
+KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
+  return 16 * c.stages + 2 * c.tile_n + 4 * c.tile_m + 4 * head_dim + 16 * wp_box_heads(c);
+}
 
 /// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
 /// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
