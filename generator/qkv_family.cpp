@@ -389,8 +389,9 @@ std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
     const double one_wg = c.tile_m == 64 && p.m > 64 ? 1.25 : 1.0;
     // Ties (one shape): clusters of 2 token tiles, then 4, then none (CUDA graphs, m128 n96 s8: M = 256 cm2 18.0 us
     // vs none 19.9; M = 512 cm4 32.2, cm2 34.8, none 40.0; M = 1024 cm2 57.4, cm4 64.3, none 66.1; NOTES qkv_proj 27);
-    // then deeper rings first up to 12 slots, 16 last (M = 64: m64 n48 s16 16.95 us vs s12 16.47 in autotune timing;
-    // the m128 rings of 8 slots beat 6: M = 256 22.36 vs 24.01, NOTES qkv_proj 26).
+    // then deeper rings first up to 12 slots, 16 last (M = 64: m64 n48 s16 16.95 us vs s12 16.47 in autotune timing,
+    // NOTES qkv_proj 26, and 15.26 vs 14.31 in CUDA graphs, NOTES 27; the m128 rings of 8 slots beat 6: M = 256 22.36
+    // vs 24.01 in autotune timing, cm2 17.98 vs 19.86 in graphs).
     return std::make_tuple(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg,
                            c.cluster_m == 2 ? 0 : c.cluster_m == 4 ? 1 : 2, c.stages > 12 ? 0 : -c.stages);
   };
