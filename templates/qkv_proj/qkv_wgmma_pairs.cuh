@@ -65,13 +65,20 @@
 namespace kt {
 namespace qkv {
 
-/// The D outputs of token m of head `head` (counted over [Q | K | V]) in Q, K or V (16-bit elements).
+/// Head `head` (counted over [Q | K | V]) in Q, K or V (16-bit elements): its D outputs of token 0, and in
+/// `row_stride` the elements between tokens.
 template <int D>
-__device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int head, int m) {
-  if (head < p.num_heads) return static_cast<unsigned short*>(p.q) + m * p.q_row_stride + (long long)head * D;
-  head -= p.num_heads;
-  if (head < p.num_kv_heads) return static_cast<unsigned short*>(p.k) + m * p.k_row_stride + (long long)head * D;
-  return static_cast<unsigned short*>(p.v) + m * p.v_row_stride + (long long)(head - p.num_kv_heads) * D;
+__device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int head, long long& row_stride) {
+  void* base = p.v;
+  row_stride = p.v_row_stride;
+  if (head < p.num_heads) {
+    base = p.q, row_stride = p.q_row_stride;
+  } else if ((head -= p.num_heads) < p.num_kv_heads) {
+    base = p.k, row_stride = p.k_row_stride;
+  } else {
+    head -= p.num_kv_heads;
+  }
+  return static_cast<unsigned short*>(base) + (long long)head * D;
 }
 
 /// The kernel body (one block per output tile; the header comment describes it).
@@ -161,8 +168,9 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
     }
     if (tid < kBoxes) {
       const int head = h0 + tid;
-      s_out[tid] = head < heads ? wp_head_out<D>(p, head, 0) : nullptr;
-      s_out_stride[tid] = head < p.num_heads ? p.q_row_stride : head < qk_heads ? p.k_row_stride : p.v_row_stride;
+      long long stride = 0;
+      s_out[tid] = head < heads ? wp_head_out<D>(p, head, stride) : nullptr;
+      s_out_stride[tid] = stride;
     }
   }
   __syncthreads();
