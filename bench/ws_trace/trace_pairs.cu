@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   const int block = threads(C);
   float stream_us = 0.f, graph_us = 0.f;  // (the checksum: outputs of launch 99, copy 99 % copies)
   // KT_TRACE_CLUSTER=cx,cy launches with thread-block clusters of cx x cy (placement only: the kernel does not use them).
+  // Unlike the runtime (launch_dims), the grid is not rounded up to whole clusters: cx and cy must divide it.
   unsigned cx = 1, cy = 1;
   if (const char* e = std::getenv("KT_TRACE_CLUSTER")) sscanf(e, "%u,%u", &cx, &cy);
   auto launch = [&](const WsParams& w, cudaStream_t s) {
