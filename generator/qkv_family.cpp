@@ -19,6 +19,8 @@ const char* format_tag(quant::Format f) {
     case quant::Format::nf4: return "nf4";
     case quant::Format::mxfp4: return "mxfp4";
     case quant::Format::nvfp4: return "nvfp4";
+    case quant::Format::fp16_kb64: return "fp16_kb64";
+    case quant::Format::bf16_kb64: return "bf16_kb64";
   }
   return "?";
 }
@@ -30,7 +32,7 @@ const char* dt_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
 [[noreturn]] void fail(const std::string& m) { throw ProblemError(std::string(kFamily) + ": " + m); }
 
 quant::Format parse_fmt(const std::string& s) {
-  for (int i = 0; i <= 6; ++i)
+  for (int i = 0; i < quant::kFormatCount; ++i)
     if (s == fmt_tag(quant::Format(i))) return quant::Format(i);
   fail("unknown weight format '" + s + "'");
 }
@@ -55,7 +57,7 @@ double Problem::min_bytes() const {
 
 void check_problem(const Problem& p) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) fail("unknown activation dtype (expected fp16 or bf16)");
-  if (int(p.format) < 0 || int(p.format) > 6) fail("unknown weight format");
+  if (int(p.format) < 0 || int(p.format) >= quant::kFormatCount) fail("unknown weight format");
   if (p.m < 1) fail("m (tokens) must be >= 1, got " + std::to_string(p.m));
   if (p.k < 1) fail("k must be >= 1, got " + std::to_string(p.k));
   if (p.num_heads < 1 || p.num_kv_heads < 1) fail("num_heads and num_kv_heads must be >= 1");
@@ -68,8 +70,9 @@ void check_problem(const Problem& p) {
   const int g = quant::format_group(p.format);
   if (g > 0 && p.k % g != 0)
     fail("k = " + std::to_string(p.k) + " is not a multiple of the " + fmt_tag(p.format) + " block of " + std::to_string(g));
-  if ((p.format == quant::Format::fp16 && p.dtype != DType::f16) || (p.format == quant::Format::bf16 && p.dtype != DType::bf16))
-    fail(std::string(fmt_tag(p.format)) + " weights need " + fmt_tag(p.format) + " activations");
+  const quant::Format el = quant::format_element(p.format);
+  if ((el == quant::Format::fp16 && p.dtype != DType::f16) || (el == quant::Format::bf16 && p.dtype != DType::bf16))
+    fail(std::string(fmt_tag(p.format)) + " weights need " + fmt_tag(el) + " activations");
   if (p.m > 65535 * 16) fail("m too large for the grid");
 }
 
@@ -505,7 +508,7 @@ std::string name_expression(const Problem& p, const Config& c) {
     s << (c.split_k > 1 ? "kt::qkv::qkv_gemv_cluster<kt::DType::"
           : c.stages == 2 ? "kt::qkv::qkv_gemv_tma<kt::DType::"
                           : "kt::qkv::qkv_gemv<kt::DType::")
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch;
     if (c.split_k > 1 || c.stages != 2) s << ", " << (c.split_k > 1 ? c.split_k : c.stages);
@@ -514,7 +517,7 @@ std::string name_expression(const Problem& p, const Config& c) {
   }
   if (c.mainloop == kMainloopWgmmaWs) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
     s << (c.split_k > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << ws_consumers(c) << ", " << c.stages << ", "
       << (c.split_k > 1 ? std::to_string(c.split_k) : c.split_k == 0 ? "true" : "false")
@@ -523,18 +526,18 @@ std::string name_expression(const Problem& p, const Config& c) {
   }
   if (c.mainloop == kMainloopWgmmaPairs) {
     s << "kt::qkv::qkv_wgmma_pairs<kt::DType::"
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << c.stages << ">";
     return s.str();
   }
   if (c.mainloop == kMainloopWgmma) {
-    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
+    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
       << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
       << c.tile_m << ", " << c.tile_n << ", " << c.tile_k << ", " << c.stages << ", " << c.prefetch << ">";
     return s.str();
   }
-  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(p.format) << ", "
+  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
     << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
     << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ", "
     << c.prefetch << ">";

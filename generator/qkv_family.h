@@ -14,7 +14,8 @@ namespace qkv {
 
 constexpr const char* kFamily = "qkv_proj";
 
-/// Canonical weight-format name used in keys and variant names: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4".
+/// Canonical weight-format name used in keys and variant names: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4",
+/// "fp16_kb64", "bf16_kb64".
 const char* format_tag(quant::Format f);
 
 /// Result-defining key of one projection: X [m, k] dtype, W [(Hq + 2 Hkv) * head_dim, k] in `format`.
@@ -36,7 +37,7 @@ struct Problem {
 };
 
 /// Throws ProblemError naming the rule: sizes >= 1, Hq % Hkv == 0, head_dim 64/128, k a multiple of 64 and of
-/// the format's group, fp16/bf16 weights matching the activation dtype.
+/// the format's group, 16-bit weights (fp16 / bf16 and their K-blocked twins) matching the activation dtype.
 void check_problem(const Problem& p);
 
 /// Raw axes of the tiled (mma) mainloop: tile_m {16, 32, 64, 128} x tile_n {64, 128, 256} x tile_k {64, 128} x
@@ -101,7 +102,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 /// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,
 /// prefetch, stages) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with split_k > 1: ..., prefetch,
 /// cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
-/// binary.
+/// binary. The format argument is quant::format_element(format): a K-blocked 16-bit format names the binary of its
+/// row-major twin (the TMA kernels read either through the tensor map the host encodes; runtime/qkv.cpp).
 std::string name_expression(const Problem& p, const Config& c);
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 /// wgmma_ws: (output tile, K step) units of the problem: tiles x K / 64.

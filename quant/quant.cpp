@@ -44,6 +44,13 @@ uint8_t get_nibble(const std::vector<uint8_t>& data, size_t row_bytes, int r, in
 }
 
 size_t row_bytes(Format f, int k) { return static_cast<size_t>(k) * format_bits(f) / 8; }
+/// Byte offset of 16-bit element (r, c) of an n x k weight: r * 2k + 2c (fp16 / bf16) or, K-blocked,
+/// ((c / 64) n + r) 128 + 2 (c % 64) (quant_format.h).
+size_t u16_offset(Format f, int n, int k, int r, int c) {
+  if (format_k_blocked(f))
+    return ((static_cast<size_t>(c / 64) * n + r) * 64 + static_cast<size_t>(c % 64)) * 2;
+  return (static_cast<size_t>(r) * k + c) * 2;
+}
 int groups_per_row(Format f, int k) {
   const int g = format_group(f);
   return g > 0 ? k / g : g < 0 ? 1 : 0;
@@ -83,28 +90,29 @@ const char* format_name(Format f) {
     case Format::nf4: return "nf4";
     case Format::mxfp4: return "mxfp4";
     case Format::nvfp4: return "nvfp4";
+    case Format::fp16_kb64: return "fp16_kb64";
+    case Format::bf16_kb64: return "bf16_kb64";
   }
   throw std::invalid_argument("format_name: invalid Format value " + std::to_string(static_cast<int>(f)));
 }
 
 Format parse_format(const std::string& name) {
-  for (Format f : {Format::fp16, Format::bf16, Format::int8, Format::int4, Format::nf4, Format::mxfp4,
-                   Format::nvfp4})
-    if (name == format_name(f)) return f;
+  for (int i = 0; i < kFormatCount; ++i)
+    if (name == format_name(Format(i))) return Format(i);
   throw std::invalid_argument("unknown weight format '" + name +
-                              "' (expected fp16, bf16, int8, int4, nf4, mxfp4 or nvfp4)");
+                              "' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)");
 }
 
 std::string describe(const PackedWeight& pw) {
   const int fi = static_cast<int>(pw.format);
-  const std::string fname = fi >= 0 && fi <= 6 ? format_name(pw.format) : "format " + std::to_string(fi);
+  const std::string fname = fi >= 0 && fi < kFormatCount ? format_name(pw.format) : "format " + std::to_string(fi);
   return "PackedWeight(" + fname + ", n=" + std::to_string(pw.n) + ", k=" + std::to_string(pw.k) + ")";
 }
 
 void validate(const PackedWeight& pw) {
   const std::string pre = describe(pw) + ": ";
   const int fi = static_cast<int>(pw.format);
-  if (fi < 0 || fi > 6) throw std::invalid_argument(pre + "format is not a valid Format");
+  if (fi < 0 || fi >= kFormatCount) throw std::invalid_argument(pre + "format is not a valid Format");
   if (pw.n < 1) throw std::invalid_argument(pre + "n must be >= 1");
   if (pw.k < 1) throw std::invalid_argument(pre + "k must be >= 1");
   if (pw.k % 64 != 0) throw std::invalid_argument(pre + "k must be a multiple of 64");
@@ -159,7 +167,7 @@ void validate(const PackedWeight& pw) {
 
 PackedWeight quantize(Format f, const float* w, int n, int k) {
   const int fi = static_cast<int>(f);
-  if (fi < 0 || fi > 6) throw std::invalid_argument("quantize: invalid Format value " + std::to_string(fi));
+  if (fi < 0 || fi >= kFormatCount) throw std::invalid_argument("quantize: invalid Format value " + std::to_string(fi));
   check_shape("quantize", f, n, k);
   const std::string pre =
       std::string("quantize(") + format_name(f) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + "): ";
@@ -190,16 +198,20 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
   switch (f) {
     case Format::fp16:
     case Format::bf16:
+    case Format::fp16_kb64:
+    case Format::bf16_kb64: {
+      const bool half = format_element(f) == Format::fp16;
       for (int r = 0; r < n; ++r)
         for (int c = 0; c < k; ++c) {
-          const uint16_t h = f == Format::fp16 ? float_to_half(W(r, c)) : float_to_bf16(W(r, c));
-          const float back = f == Format::fp16 ? half_to_float(h) : bf16_to_float(h);
+          const uint16_t h = half ? float_to_half(W(r, c)) : float_to_bf16(W(r, c));
+          const float back = half ? half_to_float(h) : bf16_to_float(h);
           if (!std::isfinite(back))
             throw std::invalid_argument(pre + "w[" + std::to_string(r) + ", " + std::to_string(c) + "] = " +
                                         fmt_double(W(r, c)) + " overflows " + format_name(f));
-          put_u16(&pw.data[static_cast<size_t>(r) * rb + 2 * static_cast<size_t>(c)], h);
+          put_u16(&pw.data[u16_offset(f, n, k, r, c)], h);
         }
       break;
+    }
     case Format::int8:
       for (int r = 0; r < n; ++r) {
         const float s = block_absmax(r, 0, k) / 127.f;
@@ -317,6 +329,8 @@ void dequantize(const PackedWeight& pw, double* out) {
       switch (f) {
         case Format::fp16: o[c] = half_to_float(get_u16(d + 2 * c)); break;
         case Format::bf16: o[c] = bf16_to_float(get_u16(d + 2 * c)); break;
+        case Format::fp16_kb64: o[c] = half_to_float(get_u16(&pw.data[u16_offset(f, n, k, r, c)])); break;
+        case Format::bf16_kb64: o[c] = bf16_to_float(get_u16(&pw.data[u16_offset(f, n, k, r, c)])); break;
         case Format::int8: o[c] = static_cast<int8_t>(d[c]) * static_cast<double>(get_f32(&pw.scales[si * 4])); break;
         case Format::int4:
           o[c] = (static_cast<int>(get_nibble(pw.data, rb, r, c)) - static_cast<int>(pw.zeros[si])) *

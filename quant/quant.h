@@ -24,10 +24,11 @@ namespace kt::quant {
 
 /// A packed weight in kerntune's layout (quant_format.h). n = output features, k = input features.
 ///   data   : [n, k * format_bits(format) / 8] bytes. 4-bit: element k in byte k/2, LOW nibble for even k.
-///            int8: two's complement bytes. fp16/bf16: little-endian 16-bit values.
+///            int8: two's complement bytes. fp16/bf16: little-endian 16-bit values. fp16_kb64 / bf16_kb64: the
+///            same n x k 16-bit values K-blocked, [k/64][n][64] (element (r, c) at ((c/64) n + r) 64 + c % 64).
 ///   scales : [n, k / format_group(format)] entries of scale_bytes(format) bytes, little-endian, row-major:
 ///            int4 fp16, nf4 fp32 absmax, mxfp4 E8M0, nvfp4 E4M3; int8: [n] fp32 (one per row);
-///            fp16/bf16: empty.
+///            16-bit formats: empty.
 ///   zeros  : int4 only, [n, k / 128] bytes, each a zero point in 0..15; empty for every other format.
 ///   tensor_scale : nvfp4 per-tensor fp32 scale; 1 for every other format.
 struct PackedWeight {
@@ -39,17 +40,19 @@ struct PackedWeight {
   float tensor_scale = 1.f;
 };
 
-/// Canonical name: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4" (shape files, variant names, DB).
+/// Canonical name: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64" (shape files,
+/// variant names, DB).
 /// Throws std::invalid_argument for a value outside the enum.
 const char* format_name(Format f);
 
 /// Inverse of format_name (exact, case-sensitive). Throws std::invalid_argument
-/// "unknown weight format 'x' (expected fp16, bf16, int8, int4, nf4, mxfp4 or nvfp4)".
+/// "unknown weight format 'x' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)".
 Format parse_format(const std::string& name);
 
 /// Quantizes a float weight w [n, k] (row-major, n = output features, k = input features) with
 /// round-to-nearest into kerntune's packed layout:
-///   fp16 / bf16 : round-to-nearest-even conversion (throws if an element overflows fp16 to inf).
+///   fp16 / bf16 : round-to-nearest-even conversion (throws if an element overflows fp16 to inf); fp16_kb64 /
+///           bf16_kb64: the same values in the K-blocked layout.
 ///   int8  : s = absmax(row) / 127 (fp32), q = clamp(round(w / s), -127, 127); an all-zero row gets s = 0, q = 0.
 ///   int4  : per group of 128 along K: min/max widened to include 0 (as the GPTQ quantizer does, so 0 is exact
 ///           and the zero point never clamps), s = (max - min) / 15 rounded to fp16 (rounded up one fp16 step

@@ -98,9 +98,9 @@ kt_status to_qkv_problem(const kt_qkv_problem* in, kt::qkv::Problem* out, const 
   if (in->dtype != KT_DTYPE_FP16 && in->dtype != KT_DTYPE_BF16)
     return fail(KT_ERROR_INVALID_ARGUMENT,
                 where + "unknown dtype " + std::to_string(in->dtype) + " (KT_DTYPE_FP16 = 0, KT_DTYPE_BF16 = 1)");
-  if (in->weight_format < KT_WEIGHT_FP16 || in->weight_format > KT_WEIGHT_NVFP4)
+  if (in->weight_format < KT_WEIGHT_FP16 || in->weight_format > KT_WEIGHT_BF16_KB64)
     return fail(KT_ERROR_INVALID_ARGUMENT, where + "unknown weight_format " + std::to_string(in->weight_format) +
-                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_NVFP4 = 6)");
+                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_BF16_KB64 = 8)");
   const struct {
     const char* name;
     int32_t v;
@@ -137,7 +137,9 @@ kt_status to_qkv_problem(const kt_qkv_problem* in, kt::qkv::Problem* out, const 
 static_assert(KT_WEIGHT_FP16 == int(kt::quant::Format::fp16) && KT_WEIGHT_BF16 == int(kt::quant::Format::bf16) &&
                   KT_WEIGHT_INT8 == int(kt::quant::Format::int8) && KT_WEIGHT_INT4 == int(kt::quant::Format::int4) &&
                   KT_WEIGHT_NF4 == int(kt::quant::Format::nf4) && KT_WEIGHT_MXFP4 == int(kt::quant::Format::mxfp4) &&
-                  KT_WEIGHT_NVFP4 == int(kt::quant::Format::nvfp4),
+                  KT_WEIGHT_NVFP4 == int(kt::quant::Format::nvfp4) &&
+                  KT_WEIGHT_FP16_KB64 == int(kt::quant::Format::fp16_kb64) &&
+                  KT_WEIGHT_BF16_KB64 == int(kt::quant::Format::bf16_kb64) && kt::quant::kFormatCount == 9,
               "kt_weight_format must equal kt::quant::Format");
 static_assert(sizeof(int32_t) == sizeof(int), "positions are passed to the kernel as int");
 
@@ -156,9 +158,9 @@ struct QuantSizes {
 };
 kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* out, const char* fn) {
   const std::string where = std::string(fn) + ": ";
-  if (weight_format < KT_WEIGHT_FP16 || weight_format > KT_WEIGHT_NVFP4)
+  if (weight_format < KT_WEIGHT_FP16 || weight_format > KT_WEIGHT_BF16_KB64)
     return fail(KT_ERROR_INVALID_ARGUMENT, where + "unknown weight_format " + std::to_string(weight_format) +
-                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_NVFP4 = 6)");
+                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_BF16_KB64 = 8)");
   const auto f = static_cast<kt::quant::Format>(weight_format);
   const std::string pre = where + kt::quant::format_name(f) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + ": ";
   if (n < 1) return fail(KT_ERROR_INVALID_ARGUMENT, pre + "n must be >= 1 (got " + std::to_string(n) + ")");

@@ -52,16 +52,37 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv rows)");
 }
 
-/// The 16-bit weight of wgmma_pairs as a 4-D tensor (qkv_wgmma_pairs.cuh) {K, head_dim / 2 pairs i, 2 halves, heads},
-/// strides {1 row, head_dim / 2 rows, head_dim rows}, box {64, box_pairs, 2, box_heads}: rows i .. i + box_pairs - 1
-/// of both halves of box_heads heads for one 64-wide K step (a whole feature tile), 128-byte swizzle; heads past the
-/// last read as zeros.
-TmaDescriptor encode_pair_rows(const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads) {
-  const long long row_bytes = k * 2;
-  const cuuint64_t dims[4] = {cuuint64_t(k), cuuint64_t(head_dim / 2), 2, cuuint64_t(heads)};
-  const cuuint64_t strides[3] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * (head_dim / 2)), cuuint64_t(row_bytes * head_dim)};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads)};
-  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, dims, strides, box, true, "cuTensorMapEncodeTiled (pair rows)");
+/// Byte strides of a 16-bit [N, K] weight seen as {64 elements of a K step, row, K step}: between rows and between K
+/// steps. Row-major (fp16 / bf16): {2 K, 128}; K-blocked ([K / 64][N][64], fp16_kb64 / bf16_kb64): {128, 128 N}.
+struct Wide16Strides {
+  long long row, step;
+};
+Wide16Strides wide16_strides(quant::Format f, long long k, long long n) {
+  return quant::format_k_blocked(f) ? Wide16Strides{128, 128 * n} : Wide16Strides{2 * k, 128};
+}
+
+/// The 16-bit weight of wgmma_ws as a 3-D tensor {64, N rows, K / 64 steps} (strides: wide16_strides), box {64,
+/// tile_n, 1}, 128-byte swizzle: one K step of tile_n rows.
+TmaDescriptor encode_wide_rows(const void* base, quant::Format f, long long k, long long n, int tile_n) {
+  const Wide16Strides s = wide16_strides(f, k, n);
+  const cuuint64_t dims[3] = {64, cuuint64_t(n), cuuint64_t(k / 64)};
+  const cuuint64_t strides[2] = {cuuint64_t(s.row), cuuint64_t(s.step)};
+  const cuuint32_t box[3] = {64, cuuint32_t(tile_n), 1};
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, dims, strides, box, true, "cuTensorMapEncodeTiled (wide rows)");
+}
+
+/// The 16-bit weight of wgmma_pairs as a 5-D tensor (qkv_wgmma_pairs.cuh) {64, head_dim / 2 pairs i, 2 halves, heads,
+/// K / 64 steps}, strides {1 row, head_dim / 2 rows, head_dim rows, 1 step} (wide16_strides), box {64, box_pairs, 2,
+/// box_heads, 1}: rows i .. i + box_pairs - 1 of both halves of box_heads heads for one 64-wide K step (a whole feature
+/// tile), 128-byte swizzle; heads past the last read as zeros.
+TmaDescriptor encode_pair_rows(const void* base, quant::Format f, long long k, int head_dim, int heads, int box_pairs,
+                               int box_heads) {
+  const Wide16Strides s = wide16_strides(f, k, (long long)heads * head_dim);
+  const cuuint64_t dims[5] = {64, cuuint64_t(head_dim / 2), 2, cuuint64_t(heads), cuuint64_t(k / 64)};
+  const cuuint64_t strides[4] = {cuuint64_t(s.row), cuuint64_t(s.row * (head_dim / 2)), cuuint64_t(s.row * head_dim),
+                                 cuuint64_t(s.step)};
+  const cuuint32_t box[5] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads), 1};
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, dims, strides, box, true, "cuTensorMapEncodeTiled (pair rows)");
 }
 
 /// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; gemv
@@ -116,9 +137,9 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
   } else {
     w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
     w.w_map = c.mainloop == kMainloopWgmmaPairs
-                  ? encode_pair_rows(a.w_data, a.k_dim, problem.head_dim, problem.n() / problem.head_dim, wp_box_pairs(c),
-                                     wp_box_heads(c))
-              : bits == 16 ? encode_2d(a.w_data, 2, a.k_dim, problem.n(), (long long)a.k_dim * 2, 64, c.tile_n, true)
+                  ? encode_pair_rows(a.w_data, problem.format, a.k_dim, problem.head_dim, problem.n() / problem.head_dim,
+                                     wp_box_pairs(c), wp_box_heads(c))
+              : bits == 16 ? encode_wide_rows(a.w_data, problem.format, a.k_dim, problem.n(), c.tile_n)
                          : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(), (long long)a.k_dim * bits / 8,
                                      ws_w_row_bytes(problem.format), c.tile_n, false);
   }

@@ -42,8 +42,12 @@ std::vector<qkv::Problem> qkv_proj_problems(const ShapesFile& s) {
         qkv::Problem p;
         p.dtype = dt;
         p.format = quant::parse_format(fname);
+        // 16-bit weights are stored in the activation dtype: "fp16" / "bf16" (and "fp16_kb64" / "bf16_kb64") name
+        // the format of that width and layout in the dtype at hand.
         if (p.format == quant::Format::fp16 || p.format == quant::Format::bf16)
           p.format = dt == DType::f16 ? quant::Format::fp16 : quant::Format::bf16;
+        if (quant::format_k_blocked(p.format))
+          p.format = dt == DType::f16 ? quant::Format::fp16_kb64 : quant::Format::bf16_kb64;
         p.m = m;
         p.k = s.model.hidden_size;
         p.num_heads = s.model.num_heads;

@@ -257,7 +257,7 @@ class Parser {
     const int prefill[][2] = {{1, 512}, {4, 1024}, {1, 2048}, {8, 2048}, {1, 8192}, {2, 16384}};
     for (const auto& p : prefill) out.prefill.push_back({p[0], p[1], p[1], true});
     out.qkv_tokens = {1, 16, 64, 256, 1024, 4096, 16384};
-    out.qkv_formats = {"fp16", "int8", "int4", "nf4", "mxfp4", "nvfp4"};
+    out.qkv_formats = {"fp16", "fp16_kb64", "int8", "int4", "nf4", "mxfp4", "nvfp4"};
     out.decode = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
     return out;
   }
@@ -269,7 +269,8 @@ class Parser {
 }  // namespace
 
 const std::vector<std::string>& known_weight_formats() {
-  static const std::vector<std::string> formats = {"fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4"};
+  static const std::vector<std::string> formats = {"fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64",
+                                                    "bf16_kb64"};
   return formats;
 }
 

@@ -22,7 +22,8 @@
 //       "qkv_proj": {                      // optional
 //         "tokens": [1, 16, 64],           //   M values (tokens per call): positive integers, required
 //         "formats": ["fp16", "int4"]      //   weight formats, required: fp16, bf16, int8, int4, nf4,
-//       },                                 //   mxfp4, nvfp4 (see quant/ and ANCHORS.md "Format definitions")
+//       },                                 //   mxfp4, nvfp4, fp16_kb64, bf16_kb64 (see quant/quant_format.h
+//                                          //   and ANCHORS.md "Format definitions")
 //       "attention_decode": [              // optional list (one query token per sequence)
 //         {"batch": 1, "kv_len": 4096}     //   positive integers, required
 //       ]

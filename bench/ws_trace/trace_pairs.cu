@@ -31,12 +31,13 @@ static bool encode_x(TmaDescriptor* d, const void* base, long long k, long long 
                                 strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
-// As runtime/qkv.cpp encode_pair_rows.
-static bool encode_w(TmaDescriptor* d, const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads) {
-  const cuuint64_t dims[4] = {cuuint64_t(k), cuuint64_t(head_dim / 2), 2, cuuint64_t(heads)};
-  const cuuint64_t strides[3] = {cuuint64_t(k * 2), cuuint64_t(k * 2 * (head_dim / 2)), cuuint64_t(k * 2 * head_dim)};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads)}, es[4] = {1, 1, 1, 1};
-  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
+// As runtime/qkv.cpp encode_pair_rows: 5-D {64, D/2, 2, heads, K/64}; kb: the K-blocked layout's strides.
+static bool encode_w(TmaDescriptor* d, const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads, bool kb) {
+  const long long n = (long long)heads * head_dim, row = kb ? 128 : k * 2, step = kb ? 128 * n : 128;
+  const cuuint64_t dims[5] = {64, cuuint64_t(head_dim / 2), 2, cuuint64_t(heads), cuuint64_t(k / 64)};
+  const cuuint64_t strides[4] = {cuuint64_t(row), cuuint64_t(row * (head_dim / 2)), cuuint64_t(row * head_dim), cuuint64_t(step)};
+  const cuuint32_t box[5] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads), 1}, es[5] = {1, 1, 1, 1, 1};
+  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, const_cast<void*>(base), dims,
                                 strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -53,6 +54,14 @@ int main(int argc, char** argv) {
   const int copies = 20;
   std::vector<unsigned short> hw(wbytes / 2);
   for (size_t i = 0; i < hw.size(); ++i) hw[i] = 0x2000 + (unsigned short)((i * 2654435761u >> 13) & 0x3ff);
+  // KT_TRACE_KB=1: the same weight K-blocked ([K/64][N][64], fp16_kb64), so the checksum must equal the row-major one.
+  const bool kb = getenv("KT_TRACE_KB") && atoi(getenv("KT_TRACE_KB")) != 0;
+  if (kb) {
+    std::vector<unsigned short> t(hw.size());
+    for (size_t n = 0; n < size_t(N); ++n)
+      for (size_t k = 0; k < size_t(K); ++k) t[((k / 64) * N + n) * 64 + k % 64] = hw[n * K + k];
+    hw.swap(t);
+  }
   unsigned char* dw; CK(cudaMalloc(&dw, wbytes * copies));
   for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
   std::vector<unsigned short> hx(size_t(M) * K), hb(N, 0x2000);
@@ -73,7 +82,7 @@ int main(int argc, char** argv) {
     p.x = dx; p.w_data = dw + c * wbytes; p.bias = db; p.positions = dp; p.q = dq; p.k = dk; p.v = dv;
     p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
     p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
-    if (!encode_x(&w.x_map, dx, K, M, KTM) || !encode_w(&w.w_map, p.w_data, K, D, heads, pb, hn)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
+    if (!encode_x(&w.x_map, dx, K, M, KTM) || !encode_w(&w.w_map, p.w_data, K, D, heads, pb, hn, kb)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
   }
   const int smem = wp_smem_bytes(C);
   CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

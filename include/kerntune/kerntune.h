@@ -121,7 +121,10 @@ KT_API kt_status kt_attention_explain(kt_runtime* rt, const kt_attention_problem
  *  each (data bytes, scales, int4 zero points, nibble order, scale encodings, group sizes) is specified
  *  in templates/qkv_proj/quant_format.h; quant/quant.h quantizes float weights to it and imports
  *  GPTQ int4 and bitsandbytes NF4 checkpoints. Group (block) sizes along k: int4 128, nf4 64,
- *  mxfp4 32, nvfp4 16; int8 has one fp32 scale per output row; fp16/bf16 have no scales. */
+ *  mxfp4 32, nvfp4 16; int8 has one fp32 scale per output row; fp16/bf16 have no scales.
+ *  FP16_KB64 / BF16_KB64: the fp16 / bf16 values K-blocked, data [k/64][n][64] (element (r, c) at
+ *  ((c/64) n + r) 64 + c % 64), read by the TMA kernels only (faster weight streaming on sm_90a; the
+ *  tuner and kt_qkv_proj treat them as formats of their own: kt_quantize packs them). */
 typedef enum {
   KT_WEIGHT_FP16 = 0,
   KT_WEIGHT_BF16 = 1,
@@ -129,7 +132,9 @@ typedef enum {
   KT_WEIGHT_INT4 = 3,
   KT_WEIGHT_NF4 = 4,
   KT_WEIGHT_MXFP4 = 5,
-  KT_WEIGHT_NVFP4 = 6
+  KT_WEIGHT_NVFP4 = 6,
+  KT_WEIGHT_FP16_KB64 = 7,
+  KT_WEIGHT_BF16_KB64 = 8
 } kt_weight_format;
 
 /** What defines the result of a fused Q/K/V projection (the tuning database key):

@@ -194,12 +194,14 @@ struct QkvParams {
 struct alignas(128) TmaDescriptor {
   unsigned long long opaque[16];
 };
-/// Kernel arguments of wgmma_ws and of gemv stages 2 (passed __grid_constant__): the QkvParams plus two tensor maps,
-/// written by qkv::launch (runtime/qkv.cpp); gemv stages 2 uses only w_map, described at qkv_gemv_tma (qkv_gemv.cuh).
+/// Kernel arguments of wgmma_ws, wgmma_pairs and gemv stages 2 (passed __grid_constant__): the QkvParams plus two
+/// tensor maps, written by qkv::launch (runtime/qkv.cpp); gemv stages 2 uses only w_map, described at qkv_gemv_tma
+/// (qkv_gemv.cuh); wgmma_pairs' w_map: qkv_wgmma_pairs.cuh.
 ///   x_map  X as a 2-D tensor of 16-bit elements {K, M} (row stride x_row_stride), box {64, tile_m}, 128-byte swizzle;
 ///          rows past M read as zeros.
-///   w_map  the packed weight data: 16-bit formats as {K, N} elements, box {64, tile_n}, 128-byte swizzle; the others
-///          as bytes {K bits / 8, N}, box {64 bits / 8, tile_n}, no swizzle (the rows' K-step bytes, densely).
+///   w_map  the packed weight data: 16-bit formats as {64, N, K / 64} elements (a K step's 64 elements, rows, K
+///          steps; the strides of row-major or K-blocked data), box {64, tile_n, 1}, 128-byte swizzle; the others as
+///          bytes {K bits / 8, N}, box {64 bits / 8, tile_n}, no swizzle (the rows' K-step bytes, densely).
 struct WsParams {
   TmaDescriptor x_map, w_map;
   QkvParams p;
@@ -400,8 +402,12 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   // activations: fp16 or bf16.
   if (dt != DType::f16 && dt != DType::bf16) return "activation dtype must be fp16 or bf16";
   // 16-bit weights are stored in the activation dtype.
-  if ((f == quant::Format::fp16 && dt != DType::f16) || (f == quant::Format::bf16 && dt != DType::bf16))
+  if ((quant::format_element(f) == quant::Format::fp16 && dt != DType::f16) ||
+      (quant::format_element(f) == quant::Format::bf16 && dt != DType::bf16))
     return "fp16/bf16 weights must match the activation dtype";
+  // K-blocked 16-bit weights ([K / 64][N][64]) are read through TMA tensor maps only.
+  if (quant::format_k_blocked(f) && c.mainloop != kMainloopWgmmaWs && c.mainloop != kMainloopWgmmaPairs)
+    return "K-blocked 16-bit weights (fp16_kb64 / bf16_kb64): wgmma_ws or wgmma_pairs only (read through TMA tensor maps)";
   // head_dim: 64 or 128.
   if (head_dim != 64 && head_dim != 128) return "head_dim must be 64 or 128";
   // mma.sync m16n8k16 needs sm_80+.

@@ -10,8 +10,10 @@
 //   without split-K (Qwen2.5-7B at M = 256: 48 x 2 blocks of 96 features, or 64 x 2 of 80; the swap-AB kernels need
 //   whole heads of 128 features per tile: 36 x 2).
 //
-//   Weight tile: ONE TMA copy per K step of a 4-D tensor map over the weight {K, D/2 pairs, 2 halves, heads} with box
-//   {64, PB, 2, HN} (runtime/qkv.cpp encode_pair_rows): rows [head][half][PB] of 128 bytes (64 elements along K),
+//   Weight tile: ONE TMA copy per K step of a 5-D tensor map over the weight {64, D/2 pairs, 2 halves, heads, K / 64}
+//   with box {64, PB, 2, HN, 1} at (0, i0, 0, h0, step) (runtime/qkv.cpp encode_pair_rows; the K slices as the outer
+//   dimension, so the host's strides alone say whether the weight is row-major [N][K] or K-blocked [K / 64][N][64]
+//   and one binary reads both): rows [head][half][PB] of 128 bytes (64 elements along K),
 //   128-byte swizzled -- the K-major B operand of wgmma (wgmma.cuh), whose 8-column chunk c is (head c / (2 PB / 8),
 //   half, 8 pairs) of the tile. Every extra TMA copy per step holds the SM's copy engine some 60-85 cycles (NOTES 23),
 //   which is why the tile is one box; heads past the last are zero-filled by the TMA and never stored.
@@ -131,7 +133,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
     const unsigned slot = unsigned(j % Stages), bar = bar_full + 8 * slot;
     ptx::mbarrier_arrive_expect_tx(bar, kXB + kWB);  // (rows past M and heads past the last arrive as zeros)
     ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, j * 64, m0, bar);
-    ptx::tma_load_4d(sW + slot * kWB, &wp.w_map, j * 64, i0, 0, h0, bar);
+    ptx::tma_load_5d(sW + slot * kWB, &wp.w_map, 0, i0, 0, h0, j, bar);
   };
   const int n_first = nk < Stages ? nk : Stages;
   if (tid == kCT) {  // the producer sets up the barriers and fills the empty ring before the block-wide barrier

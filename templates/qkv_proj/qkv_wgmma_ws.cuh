@@ -298,7 +298,10 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     const int slot = j % Stages;
     ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
     ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar_full + 8 * slot);
-    ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * (kWide ? 64 : kRowB), (t_next % n_tiles) * TileN, bar_full + 8 * slot);
+    if (kWide)  // 16-bit: the 3-D map {64, N, K / 64} (row-major or K-blocked: the host's strides say which)
+      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar_full + 8 * slot);
+    else
+      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar_full + 8 * slot);
     if (++kt_next == nk) {
       kt_next = 0;
       t_next = j + 1 < dp_rounds * nk ? t_next + G : j + 1 == dp_rounds * nk ? u_begin / nk : t_next + 1;

@@ -6,13 +6,18 @@
 //   data   [N, K * bits / 8] bytes, elements in K order. 4-bit: element k in byte k / 2, the LOW nibble
 //          for even k and the HIGH nibble for odd k. 8-bit: one two's-complement byte per element.
 //          16-bit: little-endian fp16 / bf16.
+//   fp16_kb64 / bf16_kb64 (K-blocked 16-bit): the same values, stored as [K / 64][N][64]: element (n, k) at
+//          element offset ((k / 64) N + n) 64 + k % 64. Each 64-wide K slice of all N rows is one contiguous
+//          N x 128-byte block, so a TMA box of a K step over consecutive rows is one contiguous run (kerntune's
+//          own layout, for the TMA mainloops wgmma_ws and wgmma_pairs; the cp.async / register kernels read the
+//          row-major formats only). Same bytes in all, N x K x 2.
 //   scales [N, K / group] of the format's scale encoding, row-major (int8: [N], one per row).
 //   zeros  [N, K / group] bytes, int4 only (zero point 0..15, one per byte).
 // Row strides are the natural ones (K * bits / 8 bytes, K / group scales). K must be a multiple of the
 // group size (and of 64, the kernels' k step); pointers must be 16-byte aligned.
 //
 // Element value w[n, k] = decode(q) * scale(group) per format:
-//   fp16 / bf16 : w = the stored value (no scale).
+//   fp16 / bf16 (and their K-blocked twins) : w = the stored value (no scale).
 //   int8  : symmetric per output channel, w = q * s, q in [-127, 127], s fp32 per row.
 //   int4  : asymmetric, group 128 along K (GPTQ/AWQ style), w = (q - z) * s, q, z in [0, 15], s fp16.
 //   nf4   : NormalFloat4 (Dettmers et al., "QLoRA", 2023; bitsandbytes), w = NF4[q] * absmax, absmax fp32 per
@@ -27,11 +32,21 @@
 namespace kt {
 namespace quant {
 
-enum class Format : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, nf4 = 4, mxfp4 = 5, nvfp4 = 6 };
+enum class Format : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, nf4 = 4, mxfp4 = 5, nvfp4 = 6, fp16_kb64 = 7, bf16_kb64 = 8 };
+/// Number of Format values (0 .. kFormatCount - 1).
+constexpr int kFormatCount = 9;
+
+/// True for the K-blocked 16-bit layouts ([K / 64][N][64]).
+KT_HD constexpr bool format_k_blocked(Format f) { return f == Format::fp16_kb64 || f == Format::bf16_kb64; }
+/// The element encoding of f: fp16 for fp16_kb64, bf16 for bf16_kb64, f itself otherwise. The TMA kernels are
+/// instantiated with it (the layout lives only in the host's tensor map, runtime/qkv.cpp).
+KT_HD constexpr Format format_element(Format f) {
+  return f == Format::fp16_kb64 ? Format::fp16 : f == Format::bf16_kb64 ? Format::bf16 : f;
+}
 
 /// Bits per stored element.
 KT_HD constexpr int format_bits(Format f) {
-  return f == Format::fp16 || f == Format::bf16 ? 16 : f == Format::int8 ? 8 : 4;
+  return format_element(f) == Format::fp16 || format_element(f) == Format::bf16 ? 16 : f == Format::int8 ? 8 : 4;
 }
 
 /// Elements per scale along K (0: no scale; -1: one scale per row).

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <tuple>
 
 #include "generator/arch.h"
 #include "generator/qkv_family.h"
@@ -718,6 +719,50 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   CHECK(in_prefix(256, 128, 96, 8, 2));
   CHECK(in_prefix(256, 128, 80, 8, 2));
   CHECK(in_prefix(1024, 128, 96, 8, 2));
+}
+
+TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major twin's binaries", "[generator][qkv]") {
+  const ArchId arch = parse_arch("sm_90a");
+  // The element encoding must match the activations, as for fp16 / bf16.
+  CHECK_NOTHROW(check_problem(qwen(quant::Format::fp16_kb64, DType::f16)));
+  CHECK_NOTHROW(check_problem(qwen(quant::Format::bf16_kb64, DType::bf16)));
+  CHECK_THROWS_WITH(check_problem(qwen(quant::Format::fp16_kb64, DType::bf16)),
+                    Catch::Contains("fp16_kb64 weights need fp16 activations"));
+  CHECK_THROWS_WITH(check_problem(qwen(quant::Format::bf16_kb64, DType::f16)),
+                    Catch::Contains("bf16_kb64 weights need bf16 activations"));
+  CHECK(qwen(quant::Format::fp16_kb64, DType::f16, 256).key() == "qkv_proj/fp16/fp16_kb64/m256/k3584/h28/kv4/d128/bias/rope");
+  CHECK(problem_from_json(problem_to_json(qwen(quant::Format::bf16_kb64, DType::bf16, 7))).format == quant::Format::bf16_kb64);
+  for (const auto& [kb, rm, dt] : {std::make_tuple(quant::Format::fp16_kb64, quant::Format::fp16, DType::f16),
+                                   std::make_tuple(quant::Format::bf16_kb64, quant::Format::bf16, DType::bf16)})
+    for (int m : {1, 16, 64, 256, 4096}) {
+      INFO(format_tag(kb) << " m=" << m);
+      const Problem pk = qwen(kb, dt, m), pr = qwen(rm, dt, m);
+      const auto ck = valid_configs(pk, arch), cr = valid_configs(pr, arch);
+      REQUIRE(!ck.empty());
+      std::set<int> mainloops;
+      for (const auto& c : ck) {
+        mainloops.insert(c.mainloop);
+        // the same kernel as the row-major twin (the layout is in the host's tensor map), a name of its own
+        CHECK(name_expression(pk, c) == name_expression(pr, c));
+        CHECK(variant_name(pk, c, arch) != variant_name(pr, c, arch));
+        CHECK(variant_name(pk, c, arch).find(std::string("_") + format_tag(kb) + "_d128") != std::string::npos);
+      }
+      CHECK(mainloops.count(kMainloopWgmmaWs) == 1);
+      CHECK(mainloops.count(kMainloopGemv) + mainloops.count(kMainloopMma) + mainloops.count(kMainloopWgmma) == 0);
+      if (m >= 64) CHECK(mainloops.count(kMainloopWgmmaPairs) == 1);
+      // exactly the twin's TMA configs, in the twin's order
+      std::vector<Config> tma;
+      for (const auto& c : cr)
+        if (c.mainloop == kMainloopWgmmaWs || c.mainloop == kMainloopWgmmaPairs) tma.push_back(c);
+      REQUIRE(tma.size() == ck.size());
+      for (size_t i = 0; i < tma.size(); ++i) CHECK(same_config(tma[i], ck[i]));
+      // the default config is valid for the format
+      CHECK(invalid_reason(pk.dtype, pk.format, pk.head_dim, pk.rope, default_config(arch, pk), arch) == nullptr);
+    }
+  const Problem p = qwen(quant::Format::fp16_kb64, DType::f16, 16);
+  for (const auto& c : {Config{16, 128, 64, 1, 4, 2, 1, 1, kMainloopMma}, Config{8, 16, 32, 8, 1, 1, 1, 1, kMainloopGemv},
+                        Config{64, 128, 64, 4, 1, 3, 1, 1, kMainloopWgmma}})
+    CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked"));
 }
 
 TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {

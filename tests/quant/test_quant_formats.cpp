@@ -21,8 +21,9 @@ using kt::quant::PackedWeight;
 
 namespace {
 
-const Format kAllFormats[] = {Format::fp16, Format::bf16, Format::int8, Format::int4,
-                              Format::nf4,  Format::mxfp4, Format::nvfp4};
+const Format kAllFormats[] = {Format::fp16, Format::bf16,  Format::int8,      Format::int4,     Format::nf4,
+                              Format::mxfp4, Format::nvfp4, Format::fp16_kb64, Format::bf16_kb64};
+static_assert(sizeof(kAllFormats) / sizeof(kAllFormats[0]) == kt::quant::kFormatCount, "every format is tested");
 
 // bitsandbytes functional.py, get_4bit_type("nf4") (copied independently of quant_format.h).
 const double kBnbNf4[16] = {-1.0,
@@ -99,13 +100,13 @@ std::vector<float> normal_weights(int n, int k, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("format names round trip and unknown names are rejected", "[quant]") {
-  const char* names[] = {"fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4"};
-  for (int i = 0; i < 7; ++i) {
+  const char* names[] = {"fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64"};
+  for (int i = 0; i < kt::quant::kFormatCount; ++i) {
     CHECK(std::string(kt::quant::format_name(kAllFormats[i])) == names[i]);
     CHECK(kt::quant::parse_format(names[i]) == kAllFormats[i]);
   }
   CHECK(error_of([] { kt::quant::parse_format("fp8"); }) ==
-        "unknown weight format 'fp8' (expected fp16, bf16, int8, int4, nf4, mxfp4 or nvfp4)");
+        "unknown weight format 'fp8' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)");
   CHECK_THROWS_AS(kt::quant::parse_format("NF4"), std::invalid_argument);
 }
 
@@ -362,8 +363,10 @@ TEST_CASE("round trip error bounds per format on normal weights", "[quant]") {
         const size_t si = static_cast<size_t>(r) * gpr + (g > 0 ? c / g : 0);
         double bound = 0;
         switch (f) {
-          case Format::fp16: bound = std::max(std::ldexp(std::fabs(x), -11), std::ldexp(1.0, -25)); break;
-          case Format::bf16: bound = std::ldexp(std::fabs(x), -8); break;
+          case Format::fp16:
+          case Format::fp16_kb64: bound = std::max(std::ldexp(std::fabs(x), -11), std::ldexp(1.0, -25)); break;
+          case Format::bf16:
+          case Format::bf16_kb64: bound = std::ldexp(std::fabs(x), -8); break;
           case Format::int8: bound = f32_le(&pw.scales[si * 4]) / 2.0 * (1 + 1e-9); break;
           case Format::int4: bound = kt::half_to_float(u16_le(&pw.scales[si * 2])) / 2.0 * (1 + 1e-9); break;
           case Format::nf4: bound = f32_le(&pw.scales[si * 4]) * (nf4_gap / 2 + 1e-6); break;
@@ -387,7 +390,8 @@ TEST_CASE("round trip error bounds per format on normal weights", "[quant]") {
     std::cout << "quantization error (relative Frobenius, N(0, 0.02^2) weights 64x512) "
               << kt::quant::format_name(f) << ": " << rel << std::endl;
     // Sanity ceilings (a quantizer that lost its scale or its rounding would exceed them).
-    const double ceiling = f == Format::fp16 ? 5e-4 : f == Format::bf16 ? 4e-3 : f == Format::int8 ? 0.015
+    const Format el = kt::quant::format_element(f);
+    const double ceiling = el == Format::fp16 ? 5e-4 : el == Format::bf16 ? 4e-3 : f == Format::int8 ? 0.015
                          : f == Format::mxfp4 ? 0.15 : 0.13;
     CHECK(rel < ceiling);
     CHECK(rel > 0);
@@ -416,6 +420,45 @@ TEST_CASE("round trip error bounds per format on normal weights", "[quant]") {
   }
 }
 
+TEST_CASE("K-blocked 16-bit layout: element (r, c) at ((c / 64) n + r) 64 + c % 64, same values as row-major",
+          "[quant]") {
+  // n = 5 rows, k = 192 (three K blocks): every element distinct, so a misplaced element is caught.
+  const int n = 5, k = 192;
+  std::vector<float> w(static_cast<size_t>(n) * k);
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < k; ++c) w[static_cast<size_t>(r) * k + c] = static_cast<float>(r * 1000 + c);
+  for (const auto& pair : {std::make_pair(Format::fp16, Format::fp16_kb64), std::make_pair(Format::bf16, Format::bf16_kb64)}) {
+    INFO(kt::quant::format_name(pair.second));
+    const PackedWeight rm = kt::quant::quantize(pair.first, w.data(), n, k);
+    const PackedWeight kb = kt::quant::quantize(pair.second, w.data(), n, k);
+    REQUIRE(kb.data.size() == rm.data.size());
+    CHECK(kb.scales.empty());
+    CHECK(kb.zeros.empty());
+    CHECK(kt::quant::format_bits(pair.second) == 16);
+    CHECK(kt::quant::format_element(pair.second) == pair.first);
+    CHECK(kt::quant::format_k_blocked(pair.second));
+    CHECK_FALSE(kt::quant::format_k_blocked(pair.first));
+    size_t moved = 0;
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) {
+        const size_t at_rm = (static_cast<size_t>(r) * k + c) * 2, at_kb = ((static_cast<size_t>(c / 64) * n + r) * 64 + c % 64) * 2;
+        CHECK(kb.data[at_kb] == rm.data[at_rm]);
+        CHECK(kb.data[at_kb + 1] == rm.data[at_rm + 1]);
+        moved += at_kb != at_rm;
+      }
+    CHECK(moved > 0);
+    // Known bytes: element (r = 1, c = 64) = 1064 = fp16 0x6428 / bf16 0x4485 sits at the start of K block 1, row 1:
+    // byte ((1 * 5 + 1) * 64) * 2 = 768, little-endian.
+    const uint16_t want = pair.first == Format::fp16 ? 0x6428 : 0x4485;
+    CHECK((kb.data[768] | (kb.data[769] << 8)) == want);
+    // dequantize reads the layout back: equal to the row-major twin's values.
+    std::vector<double> a(static_cast<size_t>(n) * k), b(a.size());
+    kt::quant::dequantize(rm, a.data());
+    kt::quant::dequantize(kb, b.data());
+    CHECK(a == b);
+  }
+}
+
 TEST_CASE("packed layout: sizes, nibble order, row-major scales and zeros", "[quant]") {
   const int n = 3, k = 256;
   std::vector<float> w(static_cast<size_t>(n) * k, 0.f);
@@ -424,7 +467,7 @@ TEST_CASE("packed layout: sizes, nibble order, row-major scales and zeros", "[qu
     INFO(kt::quant::format_name(f));
     const size_t bits = kt::quant::format_bits(f);
     CHECK(pw.data.size() == n * k * bits / 8);
-    const size_t want_scales = f == Format::fp16 || f == Format::bf16 ? 0
+    const size_t want_scales = bits == 16                             ? 0
                                : f == Format::int8                    ? n * 4
                                : f == Format::int4                    ? n * (k / 128) * 2
                                : f == Format::nf4                     ? n * (k / 64) * 4

@@ -17,8 +17,8 @@ using kt::quant::Format;
 
 namespace {
 
-const Format kAllFormats[] = {Format::fp16, Format::bf16,  Format::int8, Format::int4,
-                              Format::nf4,  Format::mxfp4, Format::nvfp4};
+const Format kAllFormats[] = {Format::fp16, Format::bf16,  Format::int8,      Format::int4,     Format::nf4,
+                              Format::mxfp4, Format::nvfp4, Format::fp16_kb64, Format::bf16_kb64};
 
 /// Random weights with a spread of magnitudes (and some exact zeros) so every scale path is exercised.
 std::vector<float> random_weights(int n, int k, uint32_t seed) {
@@ -78,7 +78,9 @@ TEST_CASE("C ABI kt_quantize_sizes: every format matches kt::quant::quantize's b
       CHECK(db == n * k * kt::quant::format_bits(f) / 8);
       switch (f) {
         case Format::fp16:
-        case Format::bf16: CHECK(sb == 0); break;
+        case Format::bf16:
+        case Format::fp16_kb64:
+        case Format::bf16_kb64: CHECK(sb == 0); break;
         case Format::int8: CHECK(sb == n * 4); break;
         case Format::int4: CHECK(sb == n * (k / 128) * 2); break;
         case Format::nf4: CHECK(sb == n * (k / 64) * 4); break;
@@ -124,7 +126,7 @@ TEST_CASE("C ABI kt_quantize: bytes equal kt::quant::quantize; kt_dequantize equ
       norm += double(w[i]) * w[i];
     }
     CHECK(std::sqrt(err / norm) < 0.2);  // 4-bit formats: about 0.1 on this data; fp16/bf16: < 0.01
-    if (f == Format::fp16 || f == Format::bf16) CHECK(std::sqrt(err / norm) < 0.01);
+    if (kt::quant::format_bits(f) == 16) CHECK(std::sqrt(err / norm) < 0.01);
   }
 }
 
@@ -159,7 +161,7 @@ TEST_CASE("C ABI quantization: bad input -> KT_ERROR_INVALID_ARGUMENT naming the
            {"kt_dequantize", "group size 128"});
   }
   SECTION("unknown format") {
-    expect(kt_quantize_sizes(7, n, k, &db, &sb, &zb), {"unknown weight_format 7"});
+    expect(kt_quantize_sizes(9, n, k, &db, &sb, &zb), {"unknown weight_format 9", "KT_WEIGHT_BF16_KB64 = 8"});
     expect(kt_quantize(-1, w.data(), n, k, data.data(), scales.data(), zeros.data(), &ts),
            {"kt_quantize", "unknown weight_format -1"});
     expect(kt_dequantize(99, n, k, data.data(), scales.data(), zeros.data(), 1.f, out.data()),
