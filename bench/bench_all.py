@@ -646,7 +646,8 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16):
 
     # ---- kerntune, per format -------------------------------------------------------------------------------
     for fmt in formats:
-        aname = fmt if fmt in ("fp16", "bf16") else quant_act
+        # 16-bit weights run in their own dtype (the K-blocked fp16_kb64 / bf16_kb64 too); the others in quant_act
+        aname = fmt[:4] if fmt in ("fp16", "bf16", "fp16_kb64", "bf16_kb64") else quant_act
         dt = dtype_of(aname)
         tol = QKV_TOL[aname]
         prep_error, note, copies = None, None, None
@@ -807,7 +808,7 @@ def print_qkv_table(rows):
     anc = {(r["impl"], r["dtype"], r["m"]): r for r in rows if r["impl"] != "kerntune"}
     log("\nQ/K/V projection (us per call; ratio = anchor time / kerntune time, > 1 = kerntune faster;"
         " anchors in the kerntune row's activation dtype; kerntune includes bias + RoPE + split, anchors GEMM(+bias))")
-    log(f"{'format':6} {'act':4} {'M':>6} {'kerntune':>9} {'rel_err':>8} {'cuBLAS':>8} {'3xlin':>8} {'tinygemm':>9}"
+    log(f"{'format':9} {'act':4} {'M':>6} {'kerntune':>9} {'rel_err':>8} {'cuBLAS':>8} {'3xlin':>8} {'tinygemm':>9}"
         f" {'vs_cuBLAS':>9} {'vs_3xlin':>8} {'vs_tiny':>8}")
     for r in rows:
         if r["impl"] != "kerntune":
@@ -816,7 +817,7 @@ def print_qkv_table(rows):
         cb = anc.get(("cublas_fused", r["dtype"], r["m"]), {}).get("us")
         l3 = anc.get(("linear_x3", r["dtype"], r["m"]), {}).get("us")
         tg = anc.get(("tinygemm_int4", "bf16", r["m"]), {}).get("us")
-        log(f"{r['format']:6} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('rel_err'), '.1e', 8)}"
+        log(f"{r['format']:9} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('rel_err'), '.1e', 8)}"
             f" {_fmt(cb, '.1f', 8)} {_fmt(l3, '.1f', 8)} {_fmt(tg, '.1f', 9)} {_rfmt(_ratio(cb, us), 9)}"
             f" {_rfmt(_ratio(l3, us), 8)} {_rfmt(_ratio(tg, us), 8)}"
             + ("" if us else "  FAILED: " + short(r.get("error"), 80)))
@@ -832,13 +833,13 @@ def print_qkv_table(rows):
     if flushed:
         log("\ndo_bench-style (the method of ../shared/ANCHORS.md: L2 flushed, one call between events; us; ratio ="
             " anchor / kerntune):")
-        log(f"{'format':6} {'act':4} {'M':>6} {'kerntune':>9} {'p80':>6} {'host':>6} {'cuBLAS':>8} {'tinygemm':>9}"
+        log(f"{'format':9} {'act':4} {'M':>6} {'kerntune':>9} {'p80':>6} {'host':>6} {'cuBLAS':>8} {'tinygemm':>9}"
             f" {'vs_cuBLAS':>9} {'vs_tiny':>8}   (host: median host time of one call)")
         for r in flushed:
             us = r["flush_us"]
             cb = anc.get(("cublas_fused", r["dtype"], r["m"]), {}).get("flush_us")
             tg = anc.get(("tinygemm_int4", "bf16", r["m"]), {}).get("flush_us")
-            log(f"{r['format']:6} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('flush_p80_us'), '.1f', 6)}"
+            log(f"{r['format']:9} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('flush_p80_us'), '.1f', 6)}"
                 f" {_fmt(r.get('flush_host_us'), '.0f', 6)} {_fmt(cb, '.1f', 8)} {_fmt(tg, '.1f', 9)}"
                 f" {_rfmt(_ratio(cb, us), 9)} {_rfmt(_ratio(tg, us), 8)}")
         cbf = {m: anc.get(("cublas_fused", "fp16", m), {}).get("flush_us") for m in sorted({r["m"] for r in flushed})}

@@ -41,6 +41,8 @@ KT_WEIGHT_INT4 = 3
 KT_WEIGHT_NF4 = 4
 KT_WEIGHT_MXFP4 = 5
 KT_WEIGHT_NVFP4 = 6
+KT_WEIGHT_FP16_KB64 = 7
+KT_WEIGHT_BF16_KB64 = 8
 
 #: Weight format names (kt::quant::format_name) -> kt_weight_format.
 WEIGHT_FORMATS = {
@@ -51,6 +53,8 @@ WEIGHT_FORMATS = {
     "nf4": KT_WEIGHT_NF4,
     "mxfp4": KT_WEIGHT_MXFP4,
     "nvfp4": KT_WEIGHT_NVFP4,
+    "fp16_kb64": KT_WEIGHT_FP16_KB64,
+    "bf16_kb64": KT_WEIGHT_BF16_KB64,
 }
 
 
@@ -308,7 +312,8 @@ def version():
 
 
 def format_id(fmt):
-    """Weight format name ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4") -> kt_weight_format.
+    """Weight format name ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64") ->
+    kt_weight_format.
     Raises TypeError (not a str) or ValueError (unknown name)."""
     if not isinstance(fmt, str):
         raise TypeError(f"format must be a str, one of {', '.join(WEIGHT_FORMATS)}; got {type(fmt).__name__}")

@@ -28,11 +28,13 @@ class PackedWeight:
     (templates/qkv_proj/quant_format.h), as kt_qkv_proj reads it.
 
     Attributes:
-        format (str): "fp16", "bf16", "int8", "int4", "nf4", "mxfp4" or "nvfp4".
+        format (str): "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64" or "bf16_kb64".
         n, k (int): the logical shape of W.
         data (torch.uint8 tensor): [n, k * bits / 8] bytes, row-major. fp16/bf16: little-endian 16-bit values
             (data.view(torch.float16) is W); int8: two's complement; 4-bit formats: element k in byte k // 2,
-            LOW nibble for even k.
+            LOW nibble for even k. fp16_kb64 / bf16_kb64: the same n * k 16-bit values K-blocked, [k / 64][n][64]
+            (element (r, c) at ((c // 64) * n + r) * 64 + c % 64; read by the TMA kernels, wgmma_ws and
+            wgmma_pairs, on sm_90a).
         scales (torch.uint8 tensor): [n, (k / group) * scale_bytes] bytes, row-major little-endian entries: int4
             fp16 per 128, nf4 fp32 absmax per 64, mxfp4 E8M0 per 32, nvfp4 E4M3 per 16; int8 [n, 4] (one fp32 per
             row). Empty (shape [0]) for fp16/bf16.
@@ -127,7 +129,8 @@ def quantize(w, format):
             heads, key heads, value heads). It is converted to float32 on the CPU for the library.
         format: "fp16", "bf16" (round-to-nearest-even conversion), "int8" (per-row absmax), "int4" (asymmetric,
             group 128, fp16 scales), "nf4" (absmax per 64), "mxfp4" (E8M0 per 32), "nvfp4" (E4M3 per 16 + fp32
-            tensor scale). quant/quant.h documents each rule.
+            tensor scale), "fp16_kb64" / "bf16_kb64" (the 16-bit values K-blocked, [K / 64][N][64]: faster weight
+            streaming for the sm_90a TMA kernels). quant/quant.h documents each rule.
 
     Returns:
         PackedWeight on w's device (pw.to(device) moves it).

@@ -502,8 +502,9 @@ class Runtime:
             raise ValueError(f"weight is [{weight.n}, {weight.k}], expected [N, K] = [{N}, {K}] with N = "
                              f"(num_heads + 2 * num_kv_heads) * head_dim and K = x.shape[-1]")
         wfmt = weight.format
-        if (wfmt == "fp16" or wfmt == "bf16") and wfmt != ("fp16" if dtype == KT_DTYPE_FP16 else "bf16"):
-            raise ValueError(f"{wfmt} weights need {wfmt} activations, but x is {xdt}")
+        welem = wfmt[:4] if wfmt in ("fp16", "bf16", "fp16_kb64", "bf16_kb64") else None  # 16-bit element dtype
+        if welem is not None and welem != ("fp16" if dtype == KT_DTYPE_FP16 else "bf16"):
+            raise ValueError(f"{wfmt} weights need {welem} activations, but x is {xdt}")
         for name, t in (("data", wd), ("scales", wsc), ("zeros", wz)):
             if not t.is_contiguous():
                 raise ValueError(f"weight.{name} must be contiguous")

@@ -29,10 +29,13 @@ HEADER = (REPO / "include" / "kerntune" / "kerntune.h").read_text()
 LIB_PATH = os.environ.get("KERNTUNE_LIB") or str(REPO / "build" / "runtime" / "libkerntune.so")
 LIB = kt.load_library(LIB_PATH)
 
-FORMATS = ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4")
-GROUP = {"fp16": 0, "bf16": 0, "int8": -1, "int4": 128, "nf4": 64, "mxfp4": 32, "nvfp4": 16}
-SCALE_BYTES = {"fp16": 0, "bf16": 0, "int8": 4, "int4": 2, "nf4": 4, "mxfp4": 1, "nvfp4": 1}
-BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "nf4": 4, "mxfp4": 4, "nvfp4": 4}
+FORMATS = ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64")
+GROUP = {"fp16": 0, "bf16": 0, "int8": -1, "int4": 128, "nf4": 64, "mxfp4": 32, "nvfp4": 16, "fp16_kb64": 0,
+         "bf16_kb64": 0}
+SCALE_BYTES = {"fp16": 0, "bf16": 0, "int8": 4, "int4": 2, "nf4": 4, "mxfp4": 1, "nvfp4": 1, "fp16_kb64": 0,
+               "bf16_kb64": 0}
+BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "nf4": 4, "mxfp4": 4, "nvfp4": 4, "fp16_kb64": 16,
+        "bf16_kb64": 16}
 
 
 def raises(exc_type, fn, *args, **kwargs):
@@ -123,7 +126,8 @@ def test_quantize_round_trip_every_format():
     n, k = 6, 256
     w = _weights(n, k)
     norm = math.sqrt(sum(v * v for v in w))
-    limits = {"fp16": 1e-3, "bf16": 5e-3, "int8": 2e-2, "int4": 0.15, "nf4": 0.15, "mxfp4": 0.25, "nvfp4": 0.2}
+    limits = {"fp16": 1e-3, "bf16": 5e-3, "int8": 2e-2, "int4": 0.15, "nf4": 0.15, "mxfp4": 0.25, "nvfp4": 0.2,
+              "fp16_kb64": 1e-3, "bf16_kb64": 5e-3}
     for fmt in FORMATS:
         data, scales, zeros, ts = _quant.quantize_buffer(fmt, w, n, k)
         assert (len(data), len(scales), len(zeros)) == kt.quantize_sizes(fmt, n, k), fmt
@@ -145,6 +149,23 @@ def test_quantize_exact_values():
     assert data[:2] == b"\x00\xc8"  # -8.0 = fp16 0xC800, little-endian
     assert data[128:130] == b"\x00\x00"  # element 64: 0.0
     assert _quant.dequantize_buffer("fp16", 1, 128, data, scales, zeros, ts) == list(vals)
+
+
+def test_quantize_k_blocked_layout():
+    # fp16_kb64 holds the fp16 bytes of W [n, k] as [k / 64][n][64]: element (r, c) at ((c // 64) * n + r) * 64 + c % 64.
+    n, k = 3, 128
+    w = _weights(n, k)
+    for fmt, twin in (("fp16_kb64", "fp16"), ("bf16_kb64", "bf16")):
+        rm = _quant.quantize_buffer(twin, w, n, k)[0]
+        kb, scales, zeros, ts = _quant.quantize_buffer(fmt, w, n, k)
+        assert scales == b"" and zeros == b"" and ts == 1.0 and len(kb) == len(rm) == 2 * n * k
+        for r in range(n):
+            for c in range(k):
+                a, b = 2 * (r * k + c), 2 * (((c // 64) * n + r) * 64 + c % 64)
+                assert kb[b:b + 2] == rm[a:a + 2], (fmt, r, c)
+        assert kb != rm
+        assert _quant.dequantize_buffer(fmt, n, k, kb, scales, zeros, ts) == _quant.dequantize_buffer(
+            twin, n, k, rm, b"", b"", 1.0)
 
 
 def test_quantize_errors_carry_the_library_message():

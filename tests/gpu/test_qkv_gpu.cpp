@@ -96,7 +96,8 @@ void run_sets(const HostInputs& big, const std::vector<MSet>& sets) {
 }
 
 std::vector<std::pair<quant::Format, DType>> format_dtypes() {
-  std::vector<std::pair<quant::Format, DType>> out = {{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16}};
+  std::vector<std::pair<quant::Format, DType>> out = {{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16},
+                                                     {quant::Format::fp16_kb64, DType::f16}, {quant::Format::bf16_kb64, DType::bf16}};
   for (auto f : {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4})
     for (auto d : {DType::f16, DType::bf16}) out.push_back({f, d});
   return out;
@@ -438,10 +439,13 @@ TEST_CASE("qkv_proj wgmma_ws: steps whose scale fp16 cannot hold take the fp32 d
   }
 }
 
-TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16, partial token tiles, tiles across heads, other head layouts",
+TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and K-blocked), partial token tiles, tiles "
+          "across heads, other head layouts",
           "[gpu][qkv]") {
   if (!has_sm90a("the wgmma_pairs mainloop")) return;
-  for (auto [f, d] : {std::pair{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
+  const std::pair<quant::Format, DType> wide[] = {{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16},
+                                                  {quant::Format::fp16_kb64, DType::f16}, {quant::Format::bf16_kb64, DType::bf16}};
+  for (auto [f, d] : wide) {
     // Qwen2.5-7B (36 heads of 64 RoPE pairs): M = 300 runs every binary (tile_m 64 / 128: 44-token partial last
     // tiles; boxes of 4 / 8 / 16 pairs of 2..8 heads, head groups across the Q / K / V boundaries, the last group
     // partly past the weight for 5, 6 and 8 heads); M = 37 every tile_m 64 variant with a 4-slot ring (mbarrier phases
@@ -457,7 +461,7 @@ TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16, partial token 
   }
   // 32/8 heads (48), K = 4096, without bias and RoPE; head_dim 64 (32 pairs per head, so chunks of 4 / 8 / 16 pairs
   // are a half to an eighth of a head) with bias and RoPE, K = 1024.
-  for (auto [f, d] : {std::pair{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
+  for (auto [f, d] : wide) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 93);
     const auto cs = configs_of(p, kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 4; });

@@ -270,6 +270,20 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     const auto mid2 = run_and_verify(mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
     CHECK(mid1 == mid2);  // same inputs: the same bits (partials added in block order)
     CHECK(rt.resolved_qkv_problems() == 8);
+
+    // K-blocked 16-bit weights (fp16_kb64): the defaults on sm_90a are wgmma_ws configs, which read the layout through
+    // the tensor map the runtime encodes for the format.
+    if (rt.arch().sm == 90 && rt.arch().arch_specific) {
+      for (int m : {1, 200}) {
+        const Problem kp = small(m, quant::Format::fp16_kb64, DType::f16);
+        const auto kch = rt.explain_qkv(kp);
+        INFO(kch.variant_name);
+        CHECK(kch.step == "default");
+        CHECK(kch.config.mainloop == kMainloopWgmmaWs);
+        run_and_verify(kp, [&](const QkvParams& a, double) { rt.qkv_proj(kp, a, stream.get()); }, 9 + m);
+      }
+      CHECK(rt.resolved_qkv_problems() == 10);
+    }
   }
 
   SECTION("bad arguments are rejected before anything is resolved") {
