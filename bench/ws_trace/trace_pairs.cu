@@ -5,8 +5,10 @@
 // shape (28 / 4 heads of 128, bias, RoPE at positions 3 i + 17) for M tokens and K (argv[1], argv[2]), the weight
 // rotated over 20 copies (cold L2). No correctness check (the [gpu] tests do that) but an output checksum, so two
 // builds of one variant can be compared. Prints, for 3 traced launches (each the second of two back to back),
-// percentiles of each point over blocks (us from the first block's entry), then the time per launch in a stream and
-// in a CUDA graph.
+// percentiles of each point over blocks (us from the first block's entry), then the time per launch in a stream, in
+// a CUDA graph, and do_bench-style after an L2 flush (trace_common.h flushed_time: KT_TRACE_FLUSH=read flushes with
+// reads, leaving the L2 clean; the default memset leaves it dirty, as do_bench does). KT_TRACE_KB=1 / 2 / 3 lays the
+// weight out K-blocked (fp16_kb64) or in one of the row-blocked layouts measured against it (trace_common.h).
 // Build: bench/ws_trace/build_pairs.sh TILE_M TILE_N STAGES
 #define KT_WP_TRACE_ON
 __device__ unsigned long long kt_wp_trace[2048 * 16];
@@ -31,11 +33,13 @@ static bool encode_x(TmaDescriptor* d, const void* base, long long k, long long 
                                 strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
-// As runtime/qkv.cpp encode_pair_rows: 5-D {64, D/2, 2, heads, K/64}; kb: the K-blocked layout's strides.
-static bool encode_w(TmaDescriptor* d, const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads, bool kb) {
-  const long long n = (long long)heads * head_dim, row = kb ? 128 : k * 2, step = kb ? 128 * n : 128;
+// As runtime/qkv.cpp encode_pair_rows: 5-D {64, D/2, 2, heads, K/64} with the strides of the KT_TRACE_KB layout
+// (trace_common.h; layouts 2 and 3 need a half-head within one row block).
+static bool encode_w(TmaDescriptor* d, const void* base, long long k, int head_dim, int heads, int box_pairs, int box_heads, int layout) {
+  const long long n = (long long)heads * head_dim;
   const cuuint64_t dims[5] = {64, cuuint64_t(head_dim / 2), 2, cuuint64_t(heads), cuuint64_t(k / 64)};
-  const cuuint64_t strides[4] = {cuuint64_t(row), cuuint64_t(row * (head_dim / 2)), cuuint64_t(row * head_dim), cuuint64_t(step)};
+  const cuuint64_t strides[4] = {cuuint64_t(trace::wide_row_span(layout, n, k, 1)), cuuint64_t(trace::wide_row_span(layout, n, k, head_dim / 2)),
+                                 cuuint64_t(trace::wide_row_span(layout, n, k, head_dim)), cuuint64_t(trace::wide_step_span(layout, n))};
   const cuuint32_t box[5] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads), 1}, es[5] = {1, 1, 1, 1, 1};
   return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, const_cast<void*>(base), dims,
                                 strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -54,14 +58,9 @@ int main(int argc, char** argv) {
   const int copies = 20;
   std::vector<unsigned short> hw(wbytes / 2);
   for (size_t i = 0; i < hw.size(); ++i) hw[i] = 0x2000 + (unsigned short)((i * 2654435761u >> 13) & 0x3ff);
-  // KT_TRACE_KB=1: the same weight K-blocked ([K/64][N][64], fp16_kb64), so the checksum must equal the row-major one.
-  const bool kb = getenv("KT_TRACE_KB") && atoi(getenv("KT_TRACE_KB")) != 0;
-  if (kb) {
-    std::vector<unsigned short> t(hw.size());
-    for (size_t n = 0; n < size_t(N); ++n)
-      for (size_t k = 0; k < size_t(K); ++k) t[((k / 64) * N + n) * 64 + k % 64] = hw[n * K + k];
-    hw.swap(t);
-  }
+  // KT_TRACE_KB: the same weight in another 16-bit layout (trace_common.h wide_layout), so the checksum must not change.
+  const int kb = trace::wide_layout();
+  trace::permute_wide(hw, N, K, kb);
   unsigned char* dw; CK(cudaMalloc(&dw, wbytes * copies));
   for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
   std::vector<unsigned short> hx(size_t(M) * K), hb(N, 0x2000);
@@ -128,7 +127,9 @@ int main(int argc, char** argv) {
              us(4));
     }
   }
-  printf("%s M=%d K=%d grid %dx%d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch\n", argv[0], M, K, grid.x,
-         grid.y, block, smem, stream_us, graph_us);
+  float flush_med = 0.f, flush_p80 = 0.f;
+  if (!trace::flushed_time([&](int i, cudaStream_t st) { launch(wp[i % copies], st); }, flush_med, flush_p80)) return 1;
+  printf("%s M=%d K=%d grid %dx%d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch, flushed %.2f (p80 %.2f)\n",
+         argv[0], M, K, grid.x, grid.y, block, smem, stream_us, graph_us, flush_med, flush_p80);
   return 0;
 }

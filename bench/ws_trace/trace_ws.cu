@@ -12,7 +12,9 @@
 // constant scales) rotated over 20 copies (cold L2); no correctness check here (the [gpu] tests do that), but a
 // checksum of the outputs, so that two builds of one variant (an experiment against its base) can be compared. Prints, for
 // 3 traced launches (each the second of two back to back), percentiles of each point over blocks (us from the first
-// block's entry) and the blocks per SM; then the batch time per launch in a stream and in a CUDA graph.
+// block's entry) and the blocks per SM; then the batch time per launch in a stream, in a CUDA graph and do_bench-style
+// after an L2 flush (trace_common.h flushed_time, KT_TRACE_FLUSH). 16-bit weights: KT_TRACE_KB=1 lays them out
+// K-blocked (fp16_kb64).
 // Build: bench/ws_trace/build.sh TILE_M TILE_N CONSUMERS STAGES STREAMK(0|1) [SPLIT_K]
 #define KT_WS_TRACE_ON
 __device__ unsigned long long kt_ws_trace[1024 * 16];
@@ -62,7 +64,7 @@ constexpr int kBits = quant::format_bits(kFmt);
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 
 // As runtime/qkv.cpp encode_2d: 16-bit elements with the 128-byte swizzle (box {64, box_rows}), or bytes with none
-// (packed weights: box {ws_w_row_bytes, box_rows}).
+// (packed weights: box {ws_w_row_bytes, box_rows}). X, and the packed weights.
 static bool encode(TmaDescriptor* d, const void* base, long long inner, long long rows, int box_rows, bool wide = true) {
   const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(inner * (wide ? 2 : 1))};
@@ -70,6 +72,17 @@ static bool encode(TmaDescriptor* d, const void* base, long long inner, long lon
   return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), wide ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
                                 2, const_cast<void*>(base), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                 wide ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// As runtime/qkv.cpp encode_wide_rows: a 16-bit weight as {64, N rows, K / 64} with the strides of the KT_TRACE_KB
+// layout (trace_common.h; 0 or 1: rows evenly spaced), box {64, box_rows, 1}.
+static bool encode_wide(TmaDescriptor* d, const void* base, long long k, long long n, int box_rows, int layout) {
+  const cuuint64_t dims[3] = {64, cuuint64_t(n), cuuint64_t(k / 64)};
+  const cuuint64_t strides[2] = {cuuint64_t(trace::wide_row_span(layout, n, k, 1)), cuuint64_t(trace::wide_step_span(layout, n))};
+  const cuuint32_t box[3] = {64, cuuint32_t(box_rows), 1}, es[3] = {1, 1, 1};
+  return cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(d), CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(base), dims,
+                                strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -87,6 +100,10 @@ int main(int argc, char** argv) {
   std::vector<unsigned short> hw(wbytes / 2);  // fp16: small values; packed: arbitrary codes
   for (size_t i = 0; i < hw.size(); ++i)
     hw[i] = kBits == 16 ? 0x2000 + (unsigned short)((i * 2654435761u >> 13) & 0x3ff) : (unsigned short)(i * 2654435761u >> 7);
+  // KT_TRACE_KB (16-bit weights): the same weight in another layout (trace_common.h), so the checksum must not change.
+  const int layout = kBits == 16 ? trace::wide_layout() : 0;
+  if (layout < 0 || layout > 1) { printf("trace_ws: KT_TRACE_KB must be 0 or 1\n"); return 1; }
+  trace::permute_wide(hw, N, K, layout);
   unsigned char* dw; CK(cudaMalloc(&dw, wbytes * copies));
   for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
   // Scales (and int4 zero points) as quant_format.h lays them out: int4 fp16 [N][K / 128] + bytes [N][K / 128]; nf4
@@ -120,7 +137,9 @@ int main(int argc, char** argv) {
     p.q = dq; p.k = dk; p.v = dv; p.workspace = dws; p.counters = dcnt;
     p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
     p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
-    if (!encode(&w.x_map, dx, K, M, KTM) || !encode(&w.w_map, p.w_data, kBits == 16 ? K : (long long)K * kBits / 8, N, KTN, kBits == 16)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
+    const bool wmap = kBits == 16 ? encode_wide(&w.w_map, p.w_data, K, N, KTN, layout)
+                                  : encode(&w.w_map, p.w_data, (long long)K * kBits / 8, N, KTN, false);
+    if (!encode(&w.x_map, dx, K, M, KTM) || !wmap) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
   }
   const int smem = ws_smem_bytes(C, kFmt);
   CK(cudaFuncSetAttribute(K_, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -143,7 +162,10 @@ int main(int argc, char** argv) {
     printf("rep %d:", rep);
     trace::print_trace(tr, grid, names, kIdx, 14, 6);
   }
-  printf("%s M=%d K=%d grid %d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch\n", argv[0], M, K, grid, block,
-         smem, stream_us, graph_us);
+  float flush_med = 0.f, flush_p80 = 0.f;
+  if (!trace::flushed_time([&](int i, cudaStream_t s) { K_<<<grid, block, smem, s>>>(wp[i % copies]); }, flush_med, flush_p80))
+    return 1;
+  printf("%s M=%d K=%d grid %d, %d threads, smem %d: stream batch %.2f us, graph %.2f us per launch, flushed %.2f (p80 %.2f)\n",
+         argv[0], M, K, grid, block, smem, stream_us, graph_us, flush_med, flush_p80);
   return 0;
 }
