@@ -210,7 +210,7 @@ def qkv_section(rows):
            "K %s -> N %s (%s query + 2 x %s KV heads of %s). kerntune: one kernel = GEMM with the packed weight + bias + "
            "RoPE + split into Q/K/V. Anchors do the GEMM (+ bias) only: cuBLAS = one `F.linear` on the concatenated "
            "weight, 3x F.linear = separate q/k/v calls, tinygemm int4 = `torch.ops.aten._weight_int4pack_mm` (bf16, "
-           "group 128, no bias; compared with the 4-bit formats only). Activations: fp16 for the fp16 format, bf16 "
+           "group 128, no bias; compared with the 4-bit formats only). Activations: fp16 for the fp16 formats (fp16, fp16_kb64), bf16 "
            "otherwise; each row's anchors use the same activation dtype. us per call; vs = anchor time / kerntune "
            "time (> 1: kerntune faster)." % (first.get("k", "?"), first.get("n", "?"), first.get("num_heads", "?"),
                                             first.get("num_kv_heads", "?"), first.get("head_dim", "?")),

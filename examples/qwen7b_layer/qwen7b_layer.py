@@ -2,7 +2,7 @@
 """One Qwen2.5-7B attention layer (prefill) through kerntune, checked against float32 PyTorch, per weight format.
 
     python3 examples/qwen7b_layer/qwen7b_layer.py --db qwen7b-h100.db [--seqlen 2048] [--dtype bf16|fp16]
-                                                 [--formats fp16,int8,int4,nf4,mxfp4,nvfp4] [--iters 20]
+                                                 [--formats fp16,fp16_kb64,int8,int4,nf4,mxfp4,nvfp4] [--iters 20]
 
 Needs a CUDA GPU, torch, and the kerntune Python package (python/kerntune, ctypes over libkerntune.so).
 
@@ -37,7 +37,7 @@ the dtype weight + torch RoPE on q and k, cos/sin precomputed); kerntune attenti
 (FlashAttention-2) on transposed views. "x" = PyTorch time / kerntune time (> 1: kerntune faster).
 
 16-bit weights must match the activation dtype: with --dtype bf16 the "fp16" format runs as "bf16" (said in the
-output), and the other way round.
+output), and the other way round; likewise "fp16_kb64" / "bf16_kb64" (the K-blocked 16-bit layout).
 """
 import argparse
 import os
@@ -47,7 +47,7 @@ import sys
 HIDDEN, HQ, HKV, D, THETA = 3584, 28, 4, 128, 1_000_000.0
 NQ, NKV = HQ * D, HKV * D
 N = NQ + 2 * NKV
-ALL_FORMATS = ["fp16", "int8", "int4", "nf4", "mxfp4", "nvfp4"]
+ALL_FORMATS = ["fp16", "fp16_kb64", "int8", "int4", "nf4", "mxfp4", "nvfp4"]
 TOL = {  # rel L2 tolerances, see the docstring
     "bf16": dict(qkv=1e-2, attn=1e-2, e2e=2e-2),
     "fp16": dict(qkv=5e-3, attn=5e-3, e2e=1e-2),
@@ -142,9 +142,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     formats = [f for item in a.formats for f in item.split(",") if f]
-    bad = [f for f in formats if f not in ALL_FORMATS + ["bf16"]]
+    bad = [f for f in formats if f not in ALL_FORMATS + ["bf16", "bf16_kb64"]]
     if bad or not formats:
-        print("error: --formats: unknown %s (choose from %s, bf16)" % (bad or "(empty)", ",".join(ALL_FORMATS)),
+        print("error: --formats: unknown %s (choose from %s, bf16, bf16_kb64)" % (bad or "(empty)", ",".join(ALL_FORMATS)),
               file=sys.stderr)
         return 2
     if a.seqlen < 1:
@@ -206,8 +206,8 @@ def main():
     results, failed = [], False
     for fmt in formats:
         eff = fmt
-        if fmt in ("fp16", "bf16") and fmt != a.dtype:
-            eff = a.dtype
+        if fmt in ("fp16", "bf16", "fp16_kb64", "bf16_kb64") and fmt[:4] != a.dtype:
+            eff = a.dtype + fmt[4:]
             print("note: 16-bit weights follow the activation dtype: format %s runs as %s" % (fmt, eff))
         r = dict(format=eff)
         try:

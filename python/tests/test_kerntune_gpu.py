@@ -248,7 +248,8 @@ def qkv_reference(x, pw, bias, pos, hq, hkv, d, theta):
 # Activation dtype per format: fp16/bf16 weights need their own dtype; the quantized formats alternate so both
 # activation dtypes are covered without doubling the kernels to compile.
 QKV_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.bfloat16, "int4": torch.float16,
-             "nf4": torch.bfloat16, "mxfp4": torch.float16, "nvfp4": torch.bfloat16}
+             "nf4": torch.bfloat16, "mxfp4": torch.float16, "nvfp4": torch.bfloat16, "fp16_kb64": torch.float16,
+             "bf16_kb64": torch.bfloat16}
 HQ, HKV, D, K = 8, 2, 128, 512
 _weights = {}
 
@@ -314,7 +315,7 @@ def test_qkv_proj_no_bias_no_rope_3d_int64_positions(rt):
         assert rel_err(t.reshape(r.shape), r) <= TOL[torch.float16]
 
 
-@pytest.mark.parametrize("fmt", ["int4", "nvfp4"])
+@pytest.mark.parametrize("fmt", ["int4", "nvfp4", "fp16_kb64"])
 def test_qkv_proj_qwen_geometry(rt, fmt):
     """Qwen2.5-7B: hidden 3584, 28 query heads, 4 KV heads, head_dim 128 (N = 4608)."""
     dtype = QKV_DTYPE[fmt]
@@ -349,7 +350,8 @@ def test_packed_weight_round_trip():
 # ---- qkv refusals: raised before any launch -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", ["cpu_x", "wrong_dtype", "noncontig_last", "weight_on_cpu", "weight_not_packed",
-                                  "weight_shape", "bias_dtype", "missing_positions", "fp16_weight_bf16_x"])
+                                  "weight_shape", "bias_dtype", "missing_positions", "fp16_weight_bf16_x",
+                                  "fp16_kb64_weight_bf16_x"])
 def test_qkv_proj_refusals(rt, case):
     pw_cpu, pw, bias32 = packed("int4")
     x = torch.randn(16, K, device=DEV, dtype=torch.float16)
@@ -373,8 +375,8 @@ def test_qkv_proj_refusals(rt, case):
         bias, expect = bias.float(), TypeError
     elif case == "missing_positions":
         pos = None
-    elif case == "fp16_weight_bf16_x":
-        pw, x = packed("fp16")[1], x.bfloat16()
+    elif case in ("fp16_weight_bf16_x", "fp16_kb64_weight_bf16_x"):
+        pw, x = packed(case[:case.index("_weight")])[1], x.bfloat16()
         bias = bias.bfloat16()
     m = x.shape[0]
     dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.float16
