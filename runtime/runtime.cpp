@@ -214,9 +214,12 @@ QkvChoice resolve_qkv(const std::vector<db::Winner>& winners, const std::string&
       [&](const qkv::Config& c) { return qkv_unusable(p, c, arch); }, &rejected_invalid);
   auto fill = [](QkvChoice& ch, const QkvCandidate& c) { fill_from_row(ch, c); };
 
-  // 1. exact problem key; 2. nearest token count in log space, ties to the smaller m', then key, then id.
+  // 1. exact problem key; 2. nearest token count in log space, ties to the larger m', then key, then id. (A config
+  // tuned for more tokens runs fewer token tiles here, so its grid stays within the waves it was tuned for; one tuned
+  // for fewer may need more: on the H100, fp16 weights at M = 128 took 24.0 us in CUDA graphs with the M = 64 winner
+  // (two waves) and 17.7 with the M = 256 one; 15.4 tuned for 128. NOTES qkv_proj 28.)
   auto rank = [&](const QkvCandidate& c) {
-    return std::make_tuple(quantized(std::fabs(std::log(double(p.m) / c.p.m))), c.p.m, c.w->problem_key,
+    return std::make_tuple(quantized(std::fabs(std::log(double(p.m) / c.p.m))), -c.p.m, c.w->problem_key,
                            c.w->measurement_id);
   };
   QkvChoice found;

@@ -67,7 +67,8 @@ struct QkvChoice {
 /// 2. exact: a winner of family qkv_proj on `device_name` whose problem_key == p.key().
 /// 3. nearest: among winners of the same family and device class with the same dtype, weight format, k,
 ///    num_heads, num_kv_heads, head_dim, bias and RoPE flags, the one minimising |ln(m / m')| (tokens; ties,
-///    within 1e-9, broken by the smaller m', then by problem key).
+///    within 1e-9, broken by the larger m' -- its grid has no more token tiles here than where it was tuned --, then
+///    by problem key).
 /// In steps 2 and 3 a winner is skipped when its problem/config JSON does not parse, when its family or device
 /// class differs, or when its config cannot run p on `arch`: qkv::invalid_reason() rejects it, or split_k > 1
 /// with split_k > k / tile_k (every split needs a K tile). A tuned config is not required to be among

@@ -403,15 +403,15 @@ TEST_CASE("resolve_qkv: nearest by log distance of m", "[runtime]") {
   CHECK(resolve_qkv(ws, kH100, kSm90a, qkvp(20)).why.find("log distance 0.22") != std::string::npos);
 }
 
-TEST_CASE("resolve_qkv: nearest ties go to the smaller tuned m, whatever the key order", "[runtime]") {
-  // 16 is |ln 2| from both 8 and 32; the key of m32 sorts before m8, the smaller m wins anyway.
+TEST_CASE("resolve_qkv: nearest ties go to the larger tuned m, whatever the key order", "[runtime]") {
+  // 16 is |ln 2| from both 8 and 32; the key of m8 sorts after m32, the larger m wins either way.
   REQUIRE(qkvp(32).key() < qkvp(8).key());
-  std::vector<db::Winner> ws = {qwin(qkvp(32), q256), qwin(qkvp(8), q16)};
+  std::vector<db::Winner> ws = {qwin(qkvp(8), q16), qwin(qkvp(32), q256)};
   for (int t = 0; t < 2; ++t) {
     const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(16));
     CHECK(ch.step == "nearest");
-    CHECK(ch.tuned_problem_key == qkvp(8).key());
-    CHECK(qkv::same_config(ch.config, q16));
+    CHECK(ch.tuned_problem_key == qkvp(32).key());
+    CHECK(qkv::same_config(ch.config, q256));
     std::swap(ws[0], ws[1]);
   }
 }
