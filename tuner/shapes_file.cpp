@@ -171,7 +171,8 @@ class Parser {
         const std::string name = string(formats[i], f);
         const auto& known = known_weight_formats();
         if (std::find(known.begin(), known.end(), name) == known.end())
-          fail_field(f, "unknown weight format '" + name + "' (expected fp16, bf16, int8, int4, nf4, mxfp4 or nvfp4)");
+          fail_field(f, "unknown weight format '" + name +
+                            "' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)");
         if (std::find(out.qkv_formats.begin(), out.qkv_formats.end(), name) != out.qkv_formats.end())
           fail_field(f, "duplicate weight format '" + name + "'");
         out.qkv_formats.push_back(name);

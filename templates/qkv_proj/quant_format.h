@@ -10,7 +10,9 @@
 //          element offset ((k / 64) N + n) 64 + k % 64. Each 64-wide K slice of all N rows is one contiguous
 //          N x 128-byte block, so a TMA box of a K step over consecutive rows is one contiguous run (kerntune's
 //          own layout, for the TMA mainloops wgmma_ws and wgmma_pairs; the cp.async / register kernels read the
-//          row-major formats only). Same bytes in all, N x K x 2.
+//          row-major formats only). Same bytes in all, N x K x 2. Measured on the H100 (NOTES.md qkv_proj 28): the
+//          weight streams faster than row-major in CUDA graphs and after a clean L2 flush at every M; after a flush
+//          that leaves the L2 dirty (do_bench's) it is 2-3% slower from M = 256.
 //   scales [N, K / group] of the format's scale encoding, row-major (int8: [N], one per row).
 //   zeros  [N, K / group] bytes, int4 only (zero point 0..15, one per byte).
 // Row strides are the natural ones (K * bits / 8 bytes, K / group scales). K must be a multiple of the
