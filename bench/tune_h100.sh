@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tuning behind bench/results (H100): a quick tune of every family, a deeper qkv_proj tune of the tiled sizes
-# (fp16 weights with fp16 activations, quantized weights with bf16 activations, as the benchmark's rows) and of the
+# (fp16 weights, row-major and K-blocked, with fp16 activations; quantized weights with bf16 activations: the
+# benchmark's rows) and of the
 # decode sizes, merged into $DB_DIR/merged.db. Then: KT_BENCH_DB=$DB_DIR/merged.db KT_BENCH_ARGS=--quick
 # scripts/gpu_all.sh bench example. Binaries from build-gpu/ (scripts/stage_gpu.sh); logs under $OUT.
 # PARTS (default all: "quick qkv_tiled_fp16 qkv_tiled_quant qkv_decode merge") runs a subset, e.g. to split the tune
