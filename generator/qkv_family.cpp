@@ -604,6 +604,14 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   return d;
 }
 
+bool weight_evict_first(const Problem& p, const Config& c) {
+  const bool one_token_tile = p.m <= c.tile_m;
+  if (c.mainloop == kMainloopWgmmaPairs) return true;
+  if (c.mainloop == kMainloopWgmmaWs) return quant::format_bits(p.format) == 16 && one_token_tile;
+  if (c.mainloop == kMainloopGemv) return one_token_tile;
+  return false;  // mma / wgmma: cp.async loads without a policy
+}
+
 bool uses_workspace(const Config& c) {
   if (c.mainloop == kMainloopWgmmaWs) return c.split_k == 0;  // split_k > 1 reduces through the cluster's shared memory
   return c.mainloop != kMainloopGemv && c.split_k != 1;

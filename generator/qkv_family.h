@@ -116,6 +116,15 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
 /// (tiles x split_k blocks); wgmma_pairs: (feature tiles, token tiles rounded up to a multiple of cluster_m) with
 /// cluster_y = cluster_m. Throws for stream-K with sm_count < 1.
 attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
+/// true when the config loads the weight with the L2 policy evict_first (qkv::launch sets QkvParams::w_evict_first):
+/// wgmma_pairs always; wgmma_ws with 16-bit weights and one token tile (ceil(m / tile_m) == 1); gemv with one token
+/// tile. The weight stream then replaces its own L2 lines rather than other data. Measured on the H100 against no hint
+/// (NOTES qkv_proj 28, bench/results/h100_qkv_weight_l2_policy_probe.txt): after do_bench's flush, which leaves the L2
+/// dirty, wgmma_pairs M = 256 27.0 -> 22.2 us, wgmma_ws fp16 M = 1 21.2 -> 19.0, gemv int8 M = 1 15.7 -> 14.4; in CUDA
+/// graphs no slower (wgmma_pairs M = 256 17.9 -> 17.5, M = 1024 56.8 -> 54.7). Not where it measured slower: wgmma_ws
+/// with packed weights (int4 M = 16 +0.2 us) or with several token tiles (int4 M = 4096 +1%: the other token tiles
+/// re-read the weight from the L2), gemv with two token tiles (the second reads the rows from the L2).
+bool weight_evict_first(const Problem& p, const Config& c);
 /// true when the config reduces partial tiles through a workspace: split_k > 1 of mma.sync / wgmma, or stream-K
 /// (split_k 0); never for gemv or wgmma_ws with split_k > 1 (their split_k blocks form a cluster and reduce in
 /// distributed shared memory).

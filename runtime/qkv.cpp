@@ -156,13 +156,15 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
             CUstream stream) {
   check_params(problem, config, params);
   const attn::LaunchDims d = launch_dims(problem, config, config.split_k == 0 ? cuda::current_sm_count() : 0);
+  QkvParams a = params;
+  a.w_evict_first = weight_evict_first(problem, config) ? 1 : 0;
   if (config.mainloop == kMainloopWgmmaWs || config.mainloop == kMainloopWgmmaPairs ||
       (config.mainloop == kMainloopGemv && config.stages == 2)) {
-    const WsParams w = ws_params(problem, config, params);
+    const WsParams w = ws_params(problem, config, a);
     kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w, d.cluster_y);
     return;
   }
-  kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &params);
+  kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &a);
 }
 
 }  // namespace qkv

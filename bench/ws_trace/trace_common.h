@@ -108,6 +108,9 @@ bool warm_check_time(Launch launch, const unsigned short* dq, const unsigned sho
 /// 64 x 64 tiles [N/64][K/64][64][64], 3 [N/128][K/64][128][64] (N a multiple of 128); 2 and 3 were measured against 1
 /// and not kept (NOTES.md qkv_proj 28).
 inline int wide_layout() { return std::getenv("KT_TRACE_KB") ? std::atoi(std::getenv("KT_TRACE_KB")) : 0; }
+/// KT_TRACE_EVICT=1: QkvParams::w_evict_first (the weight loaded with the L2 policy evict_first; qkv::launch sets it by
+/// weight_evict_first), default 0.
+inline int evict_first() { return std::getenv("KT_TRACE_EVICT") ? std::atoi(std::getenv("KT_TRACE_EVICT")) : 0; }
 /// hw (row-major [n][k]) rearranged into `layout`; the same values, so outputs (checksums) must not change.
 inline void permute_wide(std::vector<unsigned short>& hw, size_t n, size_t k, int layout) {
   if (layout == 0) return;

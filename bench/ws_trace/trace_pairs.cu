@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
     p.x = dx; p.w_data = dw + c * wbytes; p.bias = db; p.positions = dp; p.q = dq; p.k = dk; p.v = dv;
     p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
     p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
+    p.w_evict_first = trace::evict_first();
     if (!encode_x(&w.x_map, dx, K, M, KTM) || !encode_w(&w.w_map, p.w_data, K, D, heads, pb, hn, kb)) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }
   }
   const int smem = wp_smem_bytes(C);

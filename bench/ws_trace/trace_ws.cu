@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
     p.q = dq; p.k = dk; p.v = dv; p.workspace = dws; p.counters = dcnt;
     p.x_row_stride = K; p.q_row_stride = Hq * D; p.k_row_stride = Hkv * D; p.v_row_stride = Hkv * D;
     p.m = M; p.k_dim = K; p.num_heads = Hq; p.num_kv_heads = Hkv; p.tensor_scale = 1.f; p.rope_log2_theta = std::log2(1e6);
+    p.w_evict_first = trace::evict_first();
     const bool wmap = kBits == 16 ? encode_wide(&w.w_map, p.w_data, K, N, KTN, layout)
                                   : encode(&w.w_map, p.w_data, (long long)K * kBits / 8, N, KTN, false);
     if (!encode(&w.x_map, dx, K, M, KTM) || !wmap) { printf("cuTensorMapEncodeTiled failed\n"); return 1; }

@@ -45,6 +45,31 @@ __device__ __forceinline__ void named_barrier(unsigned id, unsigned count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// ---- sm_80: L2 cache policies (PTX ISA "createpolicy"; the ".L2::cache_hint" qualifier of ld and cp.async.bulk)
+/// An optional L2 cache policy for a load: `on` false = no hint (the plain instruction), else `policy`.
+struct L2Hint {
+  unsigned long long policy;
+  bool on;
+};
+/// evict_first for the whole access (createpolicy.fractional, fraction 1.0: the lines are the first candidates for
+/// eviction, so a stream read once replaces its own lines rather than other data) when `first`, else no hint. (An
+/// explicit evict_normal policy is not the same as none: on the H100 wgmma_pairs ran 10-20% slower with it than
+/// without a hint, NOTES.md qkv_proj 28.)
+__device__ __forceinline__ L2Hint l2_evict_first_if(bool first) {
+  L2Hint h{0ull, first};
+  if (first) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(h.policy));
+  return h;
+}
+/// A read-only 16-byte global load (ld.global.nc, as __ldg), with the hint's L2 policy when it has one.
+__device__ __forceinline__ uint4 ldg_u4(const void* src, L2Hint h) {
+  if (!h.on) return __ldg(static_cast<const uint4*>(src));
+  uint4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(src), "l"(h.policy));
+  return v;
+}
+
 // ---- sm_90: mbarrier with transaction counts + bulk (TMA) copies (PTX ISA 9.7.13.15 mbarrier, 9.7.9.25.4 cp.async.bulk)
 #if __CUDA_ARCH__ >= 900
 /// Initializes a shared-memory mbarrier expecting `count` arrivals per phase.
@@ -90,28 +115,52 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c
 __device__ __forceinline__ void prefetch_tensormap(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
-/// 3-D TMA tile load: as tma_load_2d with coordinates (c0 innermost, c1, c2).
-__device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c0, int c1, int c2, unsigned bar) {
+/// tma_load_2d with the hint's L2 policy when it has one; and the 3-D and 5-D tile loads (coordinates c0 innermost),
+/// likewise.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c0, int c1, unsigned bar, L2Hint h) {
+  if (!h.on) return tma_load_2d(dst, map, c0, c1, bar);
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar), "l"(h.policy)
       : "memory");
 }
-/// 5-D TMA tile load: as tma_load_2d with coordinates (c0 innermost, .., c4).
-__device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4, unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
-      : "memory");
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c0, int c1, int c2, unsigned bar, L2Hint h) {
+  if (h.on)
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(h.policy)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4, unsigned bar,
+                                            L2Hint h) {
+  if (h.on)
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar), "l"(h.policy)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+        : "memory");
 }
 /// Bulk copy of `bytes` (a multiple of 16; 16-byte aligned addresses) global -> shared, completing as transactions
-/// on the mbarrier.
-__device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+/// on the mbarrier, with the hint's L2 policy when it has one.
+__device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar, L2Hint h) {
+  if (h.on)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(h.policy)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
 }
-
 // ---- sm_90: thread-block clusters and distributed shared memory (PTX ISA "barrier.cluster", "mapa", state space
 //      .shared::cluster; CUDA Programming Guide, "Thread Block Clusters")
 /// This block's rank in its cluster (%cluster_ctarank).

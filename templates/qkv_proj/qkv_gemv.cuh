@@ -330,6 +330,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // ---- stages 1 / 2: request the block's rows (data by bulk copies / per-warp TMA boxes, scales / zero points by
   //      4-byte cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
   const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster), srow_bytes = row_scale_bytes(F, p.k_dim),
             zrow_bytes = row_zero_bytes(F, p.k_dim);  // row_bytes: the shared-memory row stride
@@ -366,7 +368,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
       const int T = (bx * WarpsN + wn) * R + r;
       if (tile_in[r])  // box {64 bytes of K, rows g 0..7, half h 0..1} of tile T % (D / 16) of head T / (D / 16)
         ptx::tma_load_5d(ptx::smem_u32(s_data + ((warp * kRing + (st - s_begin) % kRing) * R + r) * 1024), wmap, st * 64, 0, 0,
-                         T % kTilesPerHead, T / kTilesPerHead, b);
+                         T % kTilesPerHead, T / kTilesPerHead, b, wl2);
     }
 #endif
   };
@@ -414,7 +416,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             const int T = tile0 + bt;
             const int row0 = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + h * (D / 2);
             ptx::bulk_copy_g2s(ptx::smem_u32(s_data + (bt * 16 + 8 * h) * row_bytes), wdata + row0 * w_row_bytes,
-                               unsigned(8 * row_bytes), bar);
+                               unsigned(8 * row_bytes), bar, wl2);
           }
       }
     } else if (warp == 0) {  // the block's K range of each row: one bulk copy per row, issued by the lanes of warp 0
@@ -423,7 +425,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         for (int i = lane; i < tiles_here * 16; i += 32) {
           const int bt = i / 16, lr = i % 16, T = tile0 + bt;  // shared-memory row lr = 8 h + g of tile bt
           const int row = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + (lr / 8) * (D / 2) + lr % 8;
-          ptx::bulk_copy_g2s(ptx::smem_u32(s_data + i * row_bytes), wdata + row * w_row_bytes + kb0, unsigned(seg_bytes), bar);
+          ptx::bulk_copy_g2s(ptx::smem_u32(s_data + i * row_bytes), wdata + row * w_row_bytes + kb0, unsigned(seg_bytes), bar, wl2);
         }
     }
 #endif
@@ -478,8 +480,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         for (int h = 0; h < 2; ++h) {
           const int row = row_of(r, h);
           if (k0 < p.k_dim && tile_in[r]) {
-            wreg[kSmem ? 0 : slot][r][h] =
-                __ldg(reinterpret_cast<const uint4*>(wdata + row * w_row_bytes + (long long)k0 * kBits / 8));
+            wreg[kSmem ? 0 : slot][r][h] = ptx::ldg_u4(wdata + row * w_row_bytes + (long long)k0 * kBits / 8, wl2);
             if (kScale != kScaleRow) sreg[kSmem ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
@@ -794,13 +795,17 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 }
 
 /// gemv with K split over the Cluster blocks of a thread-block cluster (stages 1, sm_90): grid.x = row blocks x
-/// Cluster, cluster dims (Cluster, 1, 1) fixed at compile time, so a plain launch forms the clusters.
+/// Cluster, cluster dims (Cluster, 1, 1) fixed at compile time, so a plain launch forms the clusters. Defined for
+/// sm_90 only: NVRTC rejects __cluster_dims__ when compiling for an older arch, even in a template nobody instantiates
+/// (every gemv binary for sm_80 failed to compile).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Cluster>
 __global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
     qkv_gemv_cluster(const QkvParams p) {
   gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p, nullptr);
 }
+#endif
 
 }  // namespace qkv
 }  // namespace kt

@@ -187,6 +187,9 @@ struct QkvParams {
   int m, k_dim, num_heads, num_kv_heads;
   float tensor_scale;       ///< nvfp4 per-tensor scale (1 otherwise)
   double rope_log2_theta;   ///< log2(rope_theta), double: inverse frequencies must be exact to ~1e-12 for positions ~1e5
+  /// 1: wgmma_pairs, wgmma_ws and gemv load the weight with the L2 policy evict_first (ptx::l2_evict_first_if), so
+  /// its stream does not displace other data from the L2; 0: no hint. Written by qkv::launch (qkv::weight_evict_first).
+  int w_evict_first;
 };
 
 /// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the host by

@@ -129,11 +129,13 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   const int i0 = int(blockIdx.x % unsigned(kHalf / PB)) * PB, h0 = int(blockIdx.x / unsigned(kHalf / PB)) * kBoxes;
   const int m0 = blockIdx.y * TileM;
   const int nk = p.k_dim / 64;
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   auto issue = [&](int j) {  // K step j into slot j % Stages: X [TileM][64] and the weight tile, one TMA copy each
     const unsigned slot = unsigned(j % Stages), bar = bar_full + 8 * slot;
     ptx::mbarrier_arrive_expect_tx(bar, kXB + kWB);  // (rows past M and heads past the last arrive as zeros)
     ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, j * 64, m0, bar);
-    ptx::tma_load_5d(sW + slot * kWB, &wp.w_map, 0, i0, 0, h0, j, bar);
+    ptx::tma_load_5d(sW + slot * kWB, &wp.w_map, 0, i0, 0, h0, j, bar, wl2);
   };
   const int n_first = nk < Stages ? nk : Stages;
   if (tid == kCT) {  // the producer sets up the barriers and fills the empty ring before the block-wide barrier

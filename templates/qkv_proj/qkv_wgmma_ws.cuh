@@ -294,14 +294,16 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int n_steps = dp_rounds * nk + u_end - u_begin;
   int t_next = !StreamK ? blk / ClusterK : dp_rounds > 0 ? blk : u_begin / nk;
   int kt_next = !StreamK ? u_begin - t_next * nk : dp_rounds > 0 ? 0 : u_begin % nk;
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   auto issue = [&](int j) {  // step j's two tensor copies into slot j % Stages (free), then the walk's next step
     const int slot = j % Stages;
     ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
     ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar_full + 8 * slot);
     if (kWide)  // 16-bit: the 3-D map {64, N, K / 64} (row-major or K-blocked: the host's strides say which)
-      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar_full + 8 * slot);
+      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar_full + 8 * slot, wl2);
     else
-      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar_full + 8 * slot);
+      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar_full + 8 * slot, wl2);
     if (++kt_next == nk) {
       kt_next = 0;
       t_next = j + 1 < dp_rounds * nk ? t_next + G : j + 1 == dp_rounds * nk ? u_begin / nk : t_next + 1;

@@ -765,6 +765,23 @@ TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major 
     CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked"));
 }
 
+TEST_CASE("qkv_proj weight L2 policy: evict_first where it measured faster", "[generator][qkv]") {
+  const Config pairs{128, 96, 64, 8, 1, 8, 1, 1, kMainloopWgmmaPairs, 2}, ws8{8, 128, 64, 4, 1, 8, 2, 1, kMainloopWgmmaWs},
+      ws256{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs}, gemv8{8, 16, 128, 4, 1, 1, 1, 1, kMainloopGemv},
+      mma{64, 128, 64, 2, 4, 2, 1, 1, kMainloopMma}, wgmma{128, 128, 64, 8, 1, 3, 1, 1, kMainloopWgmma};
+  for (int m : {1, 64, 256, 1024, 4096}) CHECK(weight_evict_first(qwen(quant::Format::fp16, DType::f16, m), pairs));
+  CHECK(weight_evict_first(qwen(quant::Format::fp16_kb64, DType::f16, 1), ws8));
+  CHECK(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 8), ws8));
+  CHECK_FALSE(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 9), ws8));   // two token tiles
+  CHECK_FALSE(weight_evict_first(qwen(quant::Format::int4, DType::bf16, 1), ws8));  // packed weights
+  CHECK(weight_evict_first(qwen(quant::Format::bf16, DType::bf16, 256), ws256));
+  CHECK_FALSE(weight_evict_first(qwen(quant::Format::bf16, DType::bf16, 4096), ws256));
+  CHECK(weight_evict_first(qwen(quant::Format::int8, DType::bf16, 8), gemv8));
+  CHECK_FALSE(weight_evict_first(qwen(quant::Format::int8, DType::bf16, 16), gemv8));  // the half-M tile: two token tiles
+  CHECK_FALSE(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 16), mma));
+  CHECK_FALSE(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 256), wgmma));
+}
+
 TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   const Problem p = qwen(quant::Format::int4, DType::f16, 16);
   const Config c{16, 128, 64, 1, 4, 2, 4, 1};
