@@ -161,6 +161,7 @@ __device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, uns
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
+
 // ---- sm_90: thread-block clusters and distributed shared memory (PTX ISA "barrier.cluster", "mapa", state space
 //      .shared::cluster; CUDA Programming Guide, "Thread Block Clusters")
 /// This block's rank in its cluster (%cluster_ctarank).
