@@ -480,7 +480,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         for (int h = 0; h < 2; ++h) {
           const int row = row_of(r, h);
           if (k0 < p.k_dim && tile_in[r]) {
-            wreg[kSmem ? 0 : slot][r][h] = ptx::ldg_u4(wdata + row * w_row_bytes + (long long)k0 * kBits / 8, wl2);
+            // (the policy made at each load, from the parameter, so that the register ring keeps no policy register
+            // live: hoisted, it made three nvfp4 variants with two row tiles per warp spill 12 bytes)
+            wreg[kSmem ? 0 : slot][r][h] = ptx::ldg_u4(wdata + row * w_row_bytes + (long long)k0 * kBits / 8,
+                                                       ptx::l2_evict_first_if(p.w_evict_first != 0));
             if (kScale != kScaleRow) sreg[kSmem ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
