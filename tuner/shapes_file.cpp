@@ -8,7 +8,9 @@
 #include <fstream>
 #include <initializer_list>
 #include <sstream>
+#include <stdexcept>
 
+#include "quant/quant.h"
 #include "reference/dtype_convert.h"
 
 namespace kt {
@@ -169,10 +171,11 @@ class Parser {
       for (size_t i = 0; i < formats.size(); ++i) {
         const std::string f = index(ff, i);
         const std::string name = string(formats[i], f);
-        const auto& known = known_weight_formats();
-        if (std::find(known.begin(), known.end(), name) == known.end())
-          fail_field(f, "unknown weight format '" + name +
-                            "' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)");
+        try {
+          quant::parse_format(name);  // an unknown name throws, listing every format
+        } catch (const std::invalid_argument& e) {
+          fail_field(f, e.what());
+        }
         if (std::find(out.qkv_formats.begin(), out.qkv_formats.end(), name) != out.qkv_formats.end())
           fail_field(f, "duplicate weight format '" + name + "'");
         out.qkv_formats.push_back(name);
@@ -270,8 +273,11 @@ class Parser {
 }  // namespace
 
 const std::vector<std::string>& known_weight_formats() {
-  static const std::vector<std::string> formats = {"fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64",
-                                                    "bf16_kb64"};
+  static const std::vector<std::string> formats = [] {
+    std::vector<std::string> v;
+    for (int i = 0; i < quant::kFormatCount; ++i) v.push_back(quant::format_name(quant::Format(i)));
+    return v;
+  }();
   return formats;
 }
 

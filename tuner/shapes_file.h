@@ -90,8 +90,8 @@ struct ShapesError : std::runtime_error {
   using runtime_error::runtime_error;
 };
 
-/// Weight formats accepted in "qkv_proj.formats", in canonical order:
-/// fp16, bf16, int8, int4, nf4, mxfp4, nvfp4.
+/// Weight formats accepted in "qkv_proj.formats", in canonical order: quant::format_name of every quant::Format
+/// (fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64).
 const std::vector<std::string>& known_weight_formats();
 
 /// Reads a kerntune shapes file (format above) or a Hugging Face config.json.
