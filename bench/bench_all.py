@@ -544,6 +544,7 @@ def run_decode(ctx, cfg, timer, l2, rows):
 
 
 def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16):
+    from kerntune import weight_element_dtype  # the package is pure Python: importable without the library
     hidden, hq, hkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     has_bias = bool(cfg.get("qkv_bias", False))
     theta = cfg.get("rope_theta")
@@ -647,7 +648,7 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16):
     # ---- kerntune, per format -------------------------------------------------------------------------------
     for fmt in formats:
         # 16-bit weights run in their own dtype (the K-blocked fp16_kb64 / bf16_kb64 too); the others in quant_act
-        aname = fmt[:4] if fmt in ("fp16", "bf16", "fp16_kb64", "bf16_kb64") else quant_act
+        aname = weight_element_dtype(fmt) or quant_act
         dt = dtype_of(aname)
         tol = QKV_TOL[aname]
         prep_error, note, copies = None, None, None

@@ -144,7 +144,7 @@ def main():
     rt = kt.Runtime(args.db)
     host = {}
     for fmt in args.formats.split(","):
-        fmt = args.dtype + fmt[4:] if fmt in ("fp16", "bf16", "fp16_kb64", "bf16_kb64") else fmt  # 16-bit: the act dtype
+        fmt = kt.format_for_activations(fmt, args.dtype)  # 16-bit: the act dtype
         pw = kt.quantize(w32, fmt)
         w = packed_cuda_copies(pw, 1)[0][0]
         pos = torch.zeros(1, dtype=torch.int32, device="cuda")

@@ -205,9 +205,8 @@ def main():
 
     results, failed = [], False
     for fmt in formats:
-        eff = fmt
-        if fmt in ("fp16", "bf16", "fp16_kb64", "bf16_kb64") and fmt[:4] != a.dtype:
-            eff = a.dtype + fmt[4:]
+        eff = kt.format_for_activations(fmt, a.dtype)
+        if eff != fmt:
             print("note: 16-bit weights follow the activation dtype: format %s runs as %s" % (fmt, eff))
         r = dict(format=eff)
         try:

@@ -323,6 +323,30 @@ def format_id(fmt):
         raise ValueError(f"unknown weight format {fmt!r} (expected one of {', '.join(WEIGHT_FORMATS)})") from None
 
 
+#: The 16-bit weight formats -> their element dtype, which is also the activation dtype the kernels need with them
+#: (kt::quant::format_element; the quantized formats take fp16 or bf16 activations).
+WEIGHT_ELEMENT_DTYPES = {"fp16": "fp16", "bf16": "bf16", "fp16_kb64": "fp16", "bf16_kb64": "bf16"}
+
+
+def weight_element_dtype(fmt):
+    """The activation dtype ("fp16" or "bf16") that 16-bit weight format `fmt` needs (its element type:
+    "fp16_kb64" -> "fp16"), or None for a quantized format (int8, int4, nf4, mxfp4, nvfp4), which takes either.
+    Raises TypeError / ValueError as format_id does."""
+    format_id(fmt)
+    return WEIGHT_ELEMENT_DTYPES.get(fmt)
+
+
+def format_for_activations(fmt, act_dtype):
+    """The weight format to run with `act_dtype` ("fp16" or "bf16") activations: a 16-bit format becomes its twin of
+    that element dtype ("fp16" -> "bf16", "fp16_kb64" -> "bf16_kb64" under "bf16"); a quantized format is returned
+    unchanged. Raises ValueError for an act_dtype other than "fp16" / "bf16", TypeError / ValueError as format_id
+    for `fmt`."""
+    if act_dtype not in ("fp16", "bf16"):
+        raise ValueError(f"act_dtype must be 'fp16' or 'bf16', got {act_dtype!r}")
+    el = weight_element_dtype(fmt)
+    return fmt if el is None else act_dtype + fmt[len(el):]
+
+
 def quantize_sizes(fmt, n, k):
     """Byte sizes (data, scales, zeros) of a packed weight of format `fmt` (name or kt_weight_format) and shape
     [n, k] (kt_quantize_sizes). Raises KerntuneError (KT_ERROR_INVALID_ARGUMENT) for an unknown format, n or

@@ -168,6 +168,34 @@ def test_quantize_k_blocked_layout():
             twin, n, k, rm, b"", b"", 1.0)
 
 
+def test_weight_element_dtype_and_format_for_activations():
+    # A format's element dtype exists exactly for the 16-bit formats, and the twin picked for an activation dtype keeps
+    # the layout (row-major or K-blocked: the same packed bytes as quantize() of that twin) and has that element dtype.
+    n, k = 2, 128
+    w = _weights(n, k)
+    for fmt in FORMATS:
+        el = kt.weight_element_dtype(fmt)
+        assert (el is not None) == (BITS[fmt] == 16), fmt
+        for act in ("fp16", "bf16"):
+            twin = kt.format_for_activations(fmt, act)
+            assert twin in FORMATS, (fmt, act, twin)
+            if el is None:
+                assert twin == fmt
+                continue
+            assert kt.weight_element_dtype(twin) == act and twin.endswith("_kb64") == fmt.endswith("_kb64")
+            assert (twin == fmt) == (el == act)
+            # the twin holds the same bytes as the row-major 16-bit format of that dtype, in its own layout
+            rm = _quant.quantize_buffer(act, w, n, k)[0]
+            tb = _quant.quantize_buffer(twin, w, n, k)[0]
+            assert (tb == rm) == (not twin.endswith("_kb64")), (fmt, act)
+    assert kt.weight_element_dtype("fp16_kb64") == "fp16" and kt.format_for_activations("fp16_kb64", "bf16") == "bf16_kb64"
+    e = raises(ValueError, kt.format_for_activations, "int4", "fp32")
+    assert "act_dtype must be 'fp16' or 'bf16'" in str(e), e
+    e = raises(ValueError, kt.weight_element_dtype, "fp8")
+    assert "unknown weight format 'fp8'" in str(e), e
+    raises(TypeError, kt.weight_element_dtype, 7)
+
+
 def test_quantize_errors_carry_the_library_message():
     w = _weights(4, 128)
     bad = array.array("f", w)
