@@ -29,7 +29,8 @@ FORMATS = tuple(WEIGHT_FORMATS)
 __all__ = [
     "KerntuneError", "load_library", "library_path", "version", "Runtime", "default_runtime",
     "attention", "explain_attention", "qkv_proj", "explain_qkv", "PackedWeight", "quantize", "quantize_sizes",
-    "FORMATS", "weight_element_dtype", "format_for_activations", "kt_attention_problem", "kt_attention_args", "kt_qkv_problem", "kt_qkv_args",
+    "FORMATS", "weight_element_dtype", "format_for_activations", "kt_attention_problem", "kt_attention_args",
+    "kt_qkv_problem", "kt_qkv_args",
     "KT_OK", "KT_ERROR_INVALID_ARGUMENT", "KT_ERROR_UNSUPPORTED", "KT_ERROR_CUDA", "KT_ERROR_DATABASE",
     "KT_ERROR_INTERNAL", "KT_ERROR_LIBRARY", "KT_DTYPE_FP16", "KT_DTYPE_BF16",
 ]
