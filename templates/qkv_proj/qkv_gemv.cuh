@@ -162,6 +162,19 @@ __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_ta
   }
 }
 
+/// This lane's copy of a 256-pair decode table of Copies interleaved copies (build_decode_tables), read through a
+/// 32-bit shared-window address: entry b at base + 4 Copies b. With a generic pointer into s_tab the compiler rebuilt
+/// the address at each lookup (an IMAD, a LEA and uniform operations on the CTA's shared-window base: 6 instructions
+/// per decoded pair in the gemv loop instead of 4; NOTES.md, qkv_proj 29).
+template <int Copies>
+struct PairTable {
+  unsigned base;  ///< shared-window address of entry 0 of this lane's copy
+  /// s_tab: the table ([256][Copies] words); copy: lane % Copies.
+  __device__ __forceinline__ PairTable(const unsigned* s_tab, int copy) : base(ptx::smem_u32(s_tab) + 4u * unsigned(copy)) {}
+  /// Entry b (0..255): the pair (value of nibble b & 15, value of nibble b >> 4) in the dtype.
+  __device__ __forceinline__ unsigned operator[](unsigned b) const { return ptx::lds_u32(base + b * unsigned(4 * Copies)); }
+};
+
 /// Per-unit operand constants: table formats: the scale(s) in the dtype (both halves equal; s1: nvfp4's second group)
 /// and ok = false when the unit must take the fp32 path; int4: the subtrahends for the even / odd nibbles (za, zb).
 struct UnitScales2 {
@@ -193,10 +206,11 @@ __device__ __forceinline__ UnitScales2 unit_scales2(const UnitScales& s) {
 /// Decodes chunk c of one 16-byte unit (same chunks as decode_chunk) into four operand pairs with the routines
 /// described above: int4 gives n - z, int8 gives b (their scales are applied to the accumulator, gemv_scale_mode), the
 /// table formats give value x scale. Natural formats: out[i] = elements (2i, 2i + 1) of the chunk, as decode_chunk;
-/// gemv_permuted_x formats: out[i] = elements (i, i + 4) of the chunk. tab: this lane's copy of the 256-pair table
-/// (entry b at tab[b * kGemvTableCopies]); unused by int4 / int8. 16-bit formats: copied.
+/// gemv_permuted_x formats: out[i] = elements (i, i + 4) of the chunk. tab: this lane's copy of the 256-pair table;
+/// unused by int4 / int8. 16-bit formats: copied.
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2& s, const unsigned* tab, int c, unsigned (&out)[4]) {
+__device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2& s, const PairTable<kGemvTableCopies>& tab, int c,
+                                              unsigned (&out)[4]) {
   const unsigned w[4] = {u.x, u.y, u.z, u.w};
   constexpr unsigned kNegZero = 0x80008000u;
   constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
@@ -229,7 +243,7 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const unsigned b = ptx::prmt(w[c], 0u, 0x4440u | unsigned(j));  // byte j, zero-extended
-      out[j] = ptx::fma2<DT>(tab[b * kGemvTableCopies], sc, kNegZero);
+      out[j] = ptx::fma2<DT>(tab[b], sc, kNegZero);
     }
   }
 }
@@ -313,7 +327,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const int r_begin = steps_total * rank / Cluster, r_end = steps_total * (rank + 1) / Cluster;
   const int kb0 = r_begin * kStepK * kBits / 8;
 
-  const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
+  const PairTable<kGemvTableCopies> tab(s_tab, gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
 
   // ---- rows: m16 tile T = (bx * WarpsN + wn) * R + r, RoPE-paired (see the top of the file) ----
   int head[R], pair[R];  // head index in [Q | K | V], pair index i in [0, D/2) of row g (row g + 8: i + D/2)

@@ -34,7 +34,7 @@ namespace qkv {
 /// Decodes one 16-byte packed unit (4-bit: 32 elements, int8: 16) into kChunks 8-element chunks of operand pairs in
 /// natural K order (out[c] = elements 8c .. 8c + 7), as described at the top of this file.
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScales& s, const unsigned* tab, const float* lut,
+__device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScales& s, const PairTable<kGemvTableCopies>& tab, const float* lut,
                                                   uint4 (&out)[128 / quant::format_bits(F) / 8]) {
   constexpr int kChunks = 128 / quant::format_bits(F) / 8;
   if (F == quant::Format::int4) {
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
       }
     }
   };
-  const unsigned* tab = s_tab + (gemv_uses_table(F) ? tid % kGemvTableCopies : 0);
+  const PairTable<kGemvTableCopies> tab(s_tab, gemv_uses_table(F) ? tid % kGemvTableCopies : 0);
   auto store_w = [&](int slot, int step) {
     unsigned char* dst = sW_ptr + (step % kWBufs) * kWTileBytes;
 #pragma unroll

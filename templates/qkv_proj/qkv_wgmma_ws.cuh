@@ -104,7 +104,7 @@ __device__ __forceinline__ void ws_e4m3x4_scales(unsigned raw, float tensor_scal
 template <DType DT, quant::Format F>
 __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant::format_bits(F) / 32],
                                                const unsigned (&whi)[64 * quant::format_bits(F) / 32], const WsScaleRaw& rlo,
-                                               const WsScaleRaw& rhi, int q, const unsigned* tab, const float* lut,
+                                               const WsScaleRaw& rhi, int q, const PairTable<kWsTableCopies>& tab, const float* lut,
                                                float tensor_scale, unsigned (&a)[4][4]) {
   if constexpr (F == quant::Format::int8) {
     const unsigned sel = unsigned(2 * q) | unsigned(2 * q + 1) << 4;  // bytes (2q, 2q + 1) of an 8-byte pair
@@ -166,7 +166,7 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 #pragma unroll
         for (int r = 0; r < 4; ++r) {  // r: (lo, hi) x (first, second 8 elements of the slice)
           const unsigned x = (r & 1) ? whi[2 * sl + r / 2] : wlo[2 * sl + r / 2];
-          a[sl][r] = ptx::fma2<DT>(tab[ptx::prmt(x, 0u, bsel) * kWsTableCopies], sp[r & 1][sl], 0x80008000u);
+          a[sl][r] = ptx::fma2<DT>(tab[ptx::prmt(x, 0u, bsel)], sp[r & 1][sl], 0x80008000u);
         }
     } else {
 #pragma unroll
@@ -368,7 +368,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int kgrp = KGroups > 1 ? wg / Consumers : 0, fwg = KGroups > 1 ? wg % Consumers : wg;
   const int ctid = KGroups > 1 ? tid % kCThreads : tid, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
   const int row_lo0 = fwg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
-  const unsigned* tab = s_tab + (gemv_uses_table(F) ? lane % kWsTableCopies : 0);
+  const PairTable<kWsTableCopies> tab(s_tab, gemv_uses_table(F) ? lane % kWsTableCopies : 0);
 
   // Epilogue inputs of the block's one tile (ws_epi_preload: split-K blocks), copied now with cp.async, so that
   // nothing waits for them (a load under the weight stream takes 2-3 us), and waited for only before the epilogue,
