@@ -231,7 +231,7 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
   for (const auto& [f, d] : format_dtypes()) {
     if (quant::format_k_blocked(f)) continue;  // read by the TMA kernels only (no gemv config: the CPU tests check it)
     const HostInputs big = make_inputs(qwen(f, d, 16), 41);
-    for (int m : {1, 3, 16}) {  // tile_m 8 (7 or 5 tokens masked; M = 1: X staged in shared memory) and 16
+    for (int m : {1, 3, 16}) {  // tile_m 8 (7 or 5 tokens masked) and 16
       const Problem p = qwen(f, d, m);
       const auto cs = configs_of(p, kMainloopGemv);
       REQUIRE(cs.size() >= 20);
