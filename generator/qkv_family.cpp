@@ -102,6 +102,10 @@ std::vector<Config> gemv_config_space(quant::Format f) {
             // quarter of a 4-bit step's K (for the packed formats it never won a probe)
             if (st == 2 && pf == 4 && quant::format_bits(f) != 16) continue;
             out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 1, pf, kMainloopGemv});
+            // its balanced tail (split_k 0, right after it in the order): stages 0 and 2, tile_m 8 and 16 only. The
+            // decode sizes run one wave of units, where whole units leave some SMs one more than others (NOTES
+            // qkv_proj 30: faster in graphs for stages 0 and 2, slower for stages 1, whose blocks hold whole rows).
+            if (st != 1 && tm <= 16) out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 0, pf, kMainloopGemv});
           }
   // K split over a thread-block cluster (stages 1): cluster size x warps along K (warps_n 1).
   for (int tm : {8, 16, 32, 64})
@@ -237,11 +241,12 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   if (p.m > 64) return out;
   const int tm = next_pow2_at_least(p.m, 8, 64);
   const int steps = (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format);
+  std::vector<Config> bal;  // the balanced tails (split_k 0), placed after their twins at the end
   for (const auto& c : gemv_config_space(p.format)) {
     if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.warps_m * c.split_k > steps) continue;  // every warp gets a K step
     if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // stages 1 holds K in smem
-    out.push_back(c);
+    (c.split_k == 0 ? bal : out).push_back(c);
   }
   const int tiles = p.n() / 16;
   auto fit = [&](const Config& c) {  // 1 when every block fits on the GPU at once (registers, shared memory)
@@ -274,7 +279,19 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
     if (i < rest.size()) mixed.push_back(rest[i]);
     if ((i % 3 == 2 || i >= rest.size()) && r < ring.size()) mixed.push_back(ring[r++]);
   }
-  return mixed;
+  // Each balanced tail (split_k 0) right after its whole-unit twin (the same filters keep both), so that a
+  // --max-candidates prefix measures both.
+  if (bal.empty()) return mixed;
+  std::vector<Config> ordered;
+  for (const auto& c : mixed) {
+    ordered.push_back(c);
+    for (const auto& x : bal) {
+      Config t = x;
+      t.split_k = 1;
+      if (same_config(c, t)) ordered.push_back(x);
+    }
+  }
+  return ordered;
 }
 
 /// wgmma candidates (sm_90a): tile_m 64, or larger once M fills more than half of it; split_k > 1 only while the grid has fewer blocks than the
@@ -482,7 +499,7 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
     << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__";
   if (c.mainloop == kMainloopGemv)
     s << "gemv_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_p"
-      << c.prefetch << (c.split_k > 1 ? "_cl" + std::to_string(c.split_k) : std::string());
+      << c.prefetch << (c.split_k > 1 ? "_cl" + std::to_string(c.split_k) : c.split_k == 0 ? std::string("_bal") : std::string());
   else if (c.mainloop == kMainloopWgmmaWs)
     s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages
       << (c.split_k == 0  ? std::string("_streamk")
@@ -512,6 +529,7 @@ std::string name_expression(const Problem& p, const Config& c) {
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch;
     if (c.split_k > 1 || c.stages != 2) s << ", " << (c.split_k > 1 ? c.split_k : c.stages);
+    if (c.split_k == 0) s << ", true";  // Balance
     s << ">";
     return s.str();
   }
@@ -564,6 +582,17 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   return k;
 }
 
+int gemv_row_blocks(const Problem& p, const Config& c) {
+  const int per_block = c.warps_n * gemv_row_tiles(c);
+  return (p.n() / 16 + per_block - 1) / per_block;
+}
+
+GemvBalance gemv_balance_of(const Problem& p, const Config& c, int sm_count) {
+  if (sm_count < 1) fail("gemv split_k 0 (balanced tail) needs the GPU's SM count (got " + std::to_string(sm_count) + ")");
+  const long long units = (long long)gemv_row_blocks(p, c) * ((p.m + c.tile_m - 1) / c.tile_m);
+  return gemv_balance(units, (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format), sm_count);
+}
+
 long long ws_units(const Problem& p, const Config& c) {
   return output_tiles(p, c) * (p.k / 64);
 }
@@ -576,9 +605,12 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count) {
 attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   attn::LaunchDims d;
   if (c.mainloop == kMainloopGemv) {  // one block per warps_n x row-tiles m16 tiles, per tile_m tokens
-    const int per_block = c.warps_n * gemv_row_tiles(c);
-    d.grid_x = unsigned((p.n() / 16 + per_block - 1) / per_block * c.split_k);  // split_k > 1: cluster ranks
+    d.grid_x = unsigned(gemv_row_blocks(p, c) * std::max(c.split_k, 1));  // split_k > 1: cluster ranks
     d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
+    if (c.split_k == 0) {  // the balanced tail: a 1-D grid (gemv_balance)
+      d.grid_x = unsigned(gemv_balance_of(p, c, sm_count).blocks());
+      d.grid_y = 1;
+    }
     d.grid_z = 1;
     d.block_x = unsigned(threads(c));
     d.smem_bytes = unsigned(gemv_smem_bytes(c, p.format, p.k));
@@ -614,18 +646,25 @@ bool weight_evict_first(const Problem& p, const Config& c) {
 
 bool uses_workspace(const Config& c) {
   if (c.mainloop == kMainloopWgmmaWs) return c.split_k == 0;  // split_k > 1 reduces through the cluster's shared memory
-  return c.mainloop != kMainloopGemv && c.split_k != 1;
+  if (c.mainloop == kMainloopGemv) return c.split_k == 0;    // the balanced tail; split_k > 1 is a cluster
+  return c.split_k != 1;
 }
 
 size_t workspace_bytes(const Problem& p, const Config& c, int sm_count) {
   if (!uses_workspace(c)) return 0;
   const auto d = launch_dims(p, c, sm_count);
   if (c.mainloop == kMainloopWgmmaWs) return size_t(ws_workspace_slots(c, d.grid_x)) * c.tile_m * c.tile_n * 4;
+  if (c.mainloop == kMainloopGemv) {  // one partial per tail piece: [tail unit][piece][tile_n features x tile_m tokens]
+    const GemvBalance b = gemv_balance_of(p, c, sm_count);
+    return std::max<size_t>(16, size_t(b.tail) * b.split * c.tile_m * c.tile_n * 4);
+  }
   return size_t(d.grid_x) * d.grid_y * c.split_k * c.tile_m * c.tile_n * 4;
 }
 
 size_t counter_bytes(const Problem& p, const Config& c) {
   if (!uses_workspace(c)) return 0;
+  if (c.mainloop == kMainloopGemv)  // one per (unit, warp column): enough for any SM count's tail
+    return size_t(gemv_row_blocks(p, c)) * ((p.m + c.tile_m - 1) / c.tile_m) * c.warps_n * 4;
   return size_t(output_tiles(p, c)) * 4;
 }
 
@@ -701,7 +740,9 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (p.has_bias && reinterpret_cast<std::uintptr_t>(a.bias) % 4 != 0) fail("bias must be 4-byte aligned (read in pairs)");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
   if (uses_workspace(c) && (!a.workspace || !a.counters))
-    fail(c.split_k == 0 ? "stream-K (split_k 0) needs a workspace and counters" : "split_k > 1 needs a workspace and counters");
+    fail(c.mainloop == kMainloopGemv ? "gemv split_k 0 (balanced tail) needs a workspace and counters"
+         : c.split_k == 0            ? "stream-K (split_k 0) needs a workspace and counters"
+                                     : "split_k > 1 needs a workspace and counters");
   if (c.mainloop == kMainloopWgmmaWs && ws_units(p, c) > 2147483647LL)
     fail("wgmma_ws: " + std::to_string(ws_units(p, c)) + " (tile, K step) units exceed the kernel's 32-bit index");
   if (c.mainloop == kMainloopWgmmaWs && c.split_k > p.k / 64)

@@ -108,11 +108,17 @@ std::string name_expression(const Problem& p, const Config& c);
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 /// wgmma_ws: (output tile, K step) units of the problem: tiles x K / 64.
 long long ws_units(const Problem& p, const Config& c);
+/// gemv: blocks of rows (warps_n x m16 row tiles each) over the n() output features.
+int gemv_row_blocks(const Problem& p, const Config& c);
+/// gemv split_k 0: gemv_balance (qkv_proj_config.h) of the problem's (row block, token tile) units on sm_count SMs.
+/// Throws when sm_count < 1.
+GemvBalance gemv_balance_of(const Problem& p, const Config& c, int sm_count);
 /// wgmma_ws stream-K grid: one block per SM (the kernel holds one block per SM), at most one per unit. Throws when
 /// sm_count < 1.
 int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
 /// Grid, block and dynamic shared memory of a launch. sm_count: the GPU's SMs (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
-/// read only for a stream-K config (wgmma_ws split_k 0), whose grid is one block per SM; wgmma_ws grids are 1-D
+/// read only for a stream-K config (wgmma_ws split_k 0), whose grid is one block per SM, and for gemv split_k 0 (the
+/// balanced tail, a 1-D grid of gemv_balance_of(..).blocks()); wgmma_ws grids are 1-D
 /// (tiles x split_k blocks); wgmma_pairs: (feature tiles, token tiles rounded up to a multiple of cluster_m) with
 /// cluster_y = cluster_m. Throws for stream-K with sm_count < 1.
 attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
@@ -125,12 +131,13 @@ attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
 /// with packed weights (int4 M = 16 +0.2 us) or with several token tiles (int4 M = 4096 +1%: the other token tiles
 /// re-read the weight from the L2), gemv with two token tiles (the second reads the rows from the L2).
 bool weight_evict_first(const Problem& p, const Config& c);
-/// true when the config reduces partial tiles through a workspace: split_k > 1 of mma.sync / wgmma, or stream-K
-/// (split_k 0); never for gemv or wgmma_ws with split_k > 1 (their split_k blocks form a cluster and reduce in
-/// distributed shared memory).
+/// true when the config reduces partial tiles through a workspace: split_k > 1 of mma.sync / wgmma, stream-K
+/// (wgmma_ws split_k 0) or gemv's balanced tail (gemv split_k 0); never for gemv or wgmma_ws with split_k > 1 (their
+/// split_k blocks form a cluster and reduce in distributed shared memory).
 bool uses_workspace(const Config& c);
 /// Split-K / stream-K workspace (fp32 partial tiles) in bytes for a launch on a GPU with sm_count SMs, and counters
-/// (one unsigned per output tile, zero-initialized, self-resetting); both 0 when !uses_workspace(c).
+/// (one unsigned per output tile; gemv split_k 0: per (row block, token tile, warp column); zero-initialized,
+/// self-resetting); both 0 when !uses_workspace(c).
 size_t workspace_bytes(const Problem& p, const Config& c, int sm_count);
 size_t counter_bytes(const Problem& p, const Config& c);
 

@@ -155,9 +155,16 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const QkvParams& params,
             CUstream stream) {
   check_params(problem, config, params);
-  const attn::LaunchDims d = launch_dims(problem, config, config.split_k == 0 ? cuda::current_sm_count() : 0);
+  const int sm_count = config.split_k == 0 ? cuda::current_sm_count() : 0;  // stream-K, gemv's balanced tail
+  const attn::LaunchDims d = launch_dims(problem, config, sm_count);
   QkvParams a = params;
   a.w_evict_first = weight_evict_first(problem, config) ? 1 : 0;
+  a.gemv_full = a.gemv_split = 0;
+  if (config.mainloop == kMainloopGemv && config.split_k == 0) {
+    const GemvBalance b = gemv_balance_of(problem, config, sm_count);
+    a.gemv_full = b.full;
+    a.gemv_split = b.split;
+  }
   if (config.mainloop == kMainloopWgmmaWs || config.mainloop == kMainloopWgmmaPairs ||
       (config.mainloop == kMainloopGemv && config.stages == 2)) {
     const WsParams w = ws_params(problem, config, a);

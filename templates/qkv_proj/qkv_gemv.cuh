@@ -249,14 +249,21 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 }
 
 // Timeline experiments only (never defined by the generator): KT_GEMV_TRACE(i) records %globaltimer at point i of
-// each warp into kt_gemv_trace[(block * warps + warp) * 8 + i] (a global __device__ array the experiment defines before
-// including this header); i < 4: entry, data ready, loop end, end; 4..7: probes inside the prologue.
+// each warp into kt_gemv_trace[(block * warps + warp) * 16 + i] (a global __device__ array the experiment defines before
+// including this header); i < 4: entry, data ready, loop end, end; 4..7: probes inside the prologue; 8..11: a balanced
+// tail piece's reduction (11 block sum, 8 partial stored and fenced, 9 counted, 10 the last piece's sum). 16 slots per
+// warp. At i = 0 thread 0 also records the block's SM (%smid) into kt_gemv_smid[block] (defined beside kt_gemv_trace).
 #ifdef KT_GEMV_TRACE_ON
 #define KT_GEMV_TRACE(i)                                                                                             \
   do {                                                                                                               \
     unsigned long long t_;                                                                                           \
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                                           \
-    if (lane == 0) kt_gemv_trace[((blockIdx.y * gridDim.x + blockIdx.x) * (WarpsK * WarpsN) + warp) * 8 + (i)] = t_; \
+    if (lane == 0) kt_gemv_trace[((blockIdx.y * gridDim.x + blockIdx.x) * (WarpsK * WarpsN) + warp) * 16 + (i)] = t_; \
+    if ((i) == 0 && threadIdx.x == 0) {                                                                              \
+      unsigned sm_;                                                                                                  \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                                               \
+      kt_gemv_smid[blockIdx.y * gridDim.x + blockIdx.x] = sm_;                                                       \
+    }                                                                                                                \
   } while (0)
 #else
 #define KT_GEMV_TRACE(i) \
@@ -264,12 +271,15 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
   } while (0)
 #endif
 
-/// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h).
+/// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
+/// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
+/// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          int Stages, int Cluster>
+          int Stages, int Cluster, bool Balance = false>
 __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap) {
+  static_assert(!Balance || Cluster == 1, "the balanced tail splits K across independent blocks, not a cluster");
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Cluster, Prefetch, kMainloopGemv};
+  constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Balance ? 0 : Cluster, Prefetch, kMainloopGemv};
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
   constexpr bool kStream = Stages == 2;  // each warp's own steps by TMA boxes, one mbarrier per step
   constexpr bool kSmem = Stages >= 1;    // units and scales read from shared memory
@@ -307,24 +317,37 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // of rows are neighbours (token tile fastest): blocks sharing weight rows run together and the weight is read from
   // HBM once, the other token tiles hitting L2. bx: the rows' block index, by: the token tile.
   // A cluster is Cluster consecutive x-blocks (ranks): bx = blockIdx.x / Cluster, the token tile is blockIdx.y.
+  // Balance: a 1-D grid; block v < gemv_full is unit v, the next ones are pieces (unit, piece) of the tail units; unit u
+  // = (rows bx = u / token tiles, token tile by = u % token tiles), token tile fastest as above.
   const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-  const int bx = Cluster > 1 ? blockIdx.x / Cluster : lin / gridDim.y, by = Cluster > 1 ? blockIdx.y : lin % gridDim.y;
+  const int token_tiles = Balance ? (p.m + TileM - 1) / TileM : int(gridDim.y);
+  int unit = lin, piece = 0, pieces = 1;  // Balance: this block's unit and its K piece
+  // (The pieces come last: the hardware then puts the whole units 2 per SM and a piece beside them on 120 of 132 SMs;
+  // pieces first left 3 whole units on 17-19 SMs. NOTES.md, qkv_proj 30.)
+  if (Balance && lin >= p.gemv_full) {
+    unit = p.gemv_full + (lin - p.gemv_full) / p.gemv_split;
+    piece = (lin - p.gemv_full) % p.gemv_split;
+    pieces = p.gemv_split;
+  }
+  const int bx = Cluster > 1 ? blockIdx.x / Cluster : unit / token_tiles, by = Cluster > 1 ? blockIdx.y : unit % token_tiles;
 #if __CUDA_ARCH__ >= 900
   const int rank = Cluster > 1 ? int(ptx::cluster_rank()) : 0;
 #else
   const int rank = 0;
 #endif
+  // The block's share of K: piece kpart of kparts (cluster rank of Cluster; Balance: piece of pieces; else 0 of 1).
+  const int kpart = Cluster > 1 ? rank : piece, kparts = Cluster > 1 ? Cluster : pieces;
   const int m0 = by * TileM;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const int tiles_total = heads * kTilesPerHead;
 
-  // K steps of this warp's slice: slice rank * WarpsK + wk of Cluster * WarpsK. The block's rows hold steps
-  // [r_begin, r_end) (byte kb0 on of each row), its warps' slices inside them.
+  // K steps of this warp's slice: slice kpart * WarpsK + wk of kparts * WarpsK. The block's rows hold steps
+  // [r_begin, r_end) (byte kb0 on of each row), its warps' slices inside them (Balance: a warp may get none).
   const int steps_total = (p.k_dim + kStepK - 1) / kStepK;
-  const int slice = rank * WarpsK + wk;
-  const int s_begin = steps_total * slice / (Cluster * WarpsK), s_end = steps_total * (slice + 1) / (Cluster * WarpsK);
+  const int slice = kpart * WarpsK + wk;
+  const int s_begin = steps_total * slice / (kparts * WarpsK), s_end = steps_total * (slice + 1) / (kparts * WarpsK);
   const int nsteps = s_end - s_begin;
-  const int r_begin = steps_total * rank / Cluster, r_end = steps_total * (rank + 1) / Cluster;
+  const int r_begin = steps_total * kpart / kparts, r_end = steps_total * (kpart + 1) / kparts;
   const int kb0 = r_begin * kStepK * kBits / 8;
 
   const PairTable<kGemvTableCopies> tab(s_tab, gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
@@ -422,7 +445,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) ptx::mbarrier_init(bar, 1);
     __syncthreads();  // the barrier is initialized before anyone waits on it
-    if (Cluster == 1) {
+    if (Cluster == 1 && kparts == 1) {
       if (tid == 0) {
         ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * row_bytes));
         for (int bt = 0; bt < tiles_here; ++bt)
@@ -433,7 +456,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
                                unsigned(8 * row_bytes), bar, wl2);
           }
       }
-    } else if (warp == 0) {  // the block's K range of each row: one bulk copy per row, issued by the lanes of warp 0
+    } else if (warp == 0) {  // the block's K range of each row (cluster rank, tail piece): one bulk copy per row, by warp 0
       if (lane == 0) ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * seg_bytes));
       if (seg_bytes > 0)
         for (int i = lane; i < tiles_here * 16; i += 32) {
@@ -718,6 +741,72 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     if (Cluster == 1 && wk > 0) return;
     if (wk == 0) add_partials(part, WarpsK);
   }
+  // ---- Balance, a tail piece: the block sums meet in the workspace. Each warp column is independent: it stores its
+  //      fragments ([tail unit][piece][warp column][R][NT][32 lanes] float4, L2 only), fences, and counts itself in
+  //      on its counter (tail unit, warp column); the last of the pieces to arrive adds all of them in piece order
+  //      (deterministic: the same sum whichever arrives last), resets the counter for the next launch and runs the
+  //      epilogue; the others return (threadfence reduction, as the split-K path in qkv_proj.cuh). ----
+  if (Balance && pieces > 1) {
+    const int tail = unit - p.gemv_full;
+    constexpr int kFrag = R * NT * 32;  // float4s per (piece, warp column)
+    float4* ws = reinterpret_cast<float4*>(p.workspace) + (long long)tail * pieces * WarpsN * kFrag;
+    auto at = [&](int pc, int r, int t) { return ws + ((long long)pc * WarpsN + wn) * kFrag + (r * NT + t) * 32 + lane; };
+    KT_GEMV_TRACE(11);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) __stcg(at(piece, r, t), make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
+    __threadfence();
+    __syncwarp();
+    KT_GEMV_TRACE(8);
+    unsigned* counter = p.counters + tail * WarpsN + wn;
+    unsigned last = 0;
+    if (lane == 0) last = atomicAdd(counter, 1u) == unsigned(pieces - 1) ? 1u : 0u;
+    last = __shfl_sync(0xffffffffu, last, 0);
+    KT_GEMV_TRACE(9);
+    if (last == 0u) return;
+    __threadfence();  // the other pieces' stores, counted before this warp's arrival, are visible
+    float own[R][NT][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          own[r][t][e] = acc[r][t][e];
+          acc[r][t][e] = 0.f;
+        }
+    // kBatch pieces' loads in flight at once (one dependent L2 round trip per batch, not per piece).
+    constexpr int kBatch = R * NT >= 8 ? 1 : 8 / (R * NT);
+#pragma unroll 1
+    for (int pc0 = 0; pc0 < pieces; pc0 += kBatch) {
+      float4 v[kBatch][R][NT];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            const int pc = pc0 + b;
+            v[b][r][t] = pc == piece     ? make_float4(own[r][t][0], own[r][t][1], own[r][t][2], own[r][t][3])
+                         : pc < pieces ? __ldcg(at(pc, r, t))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            acc[r][t][0] += v[b][r][t].x;
+            acc[r][t][1] += v[b][r][t].y;
+            acc[r][t][2] += v[b][r][t].z;
+            acc[r][t][3] += v[b][r][t].w;
+          }
+    }
+    if (lane == 0) *counter = 0u;  // ready for the next launch
+    KT_GEMV_TRACE(10);
+  }
 #if __CUDA_ARCH__ >= 900
   // ---- cluster: ranks 1.. store their block sums into rank 0's shared memory (the region after the K-slice
   //      partials), one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
@@ -795,20 +884,23 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   KT_GEMV_TRACE(3);
 }
 
+/// gemv stages 0 / 1 (qkv_proj_config.h); Balance: config split_k 0, the balanced tail (gemv_balance: a 1-D grid of
+/// gemv_balance(..).blocks() blocks, QkvParams::gemv_full / gemv_split, workspace and counters).
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          int Stages>
+          int Stages, bool Balance = false>
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32)) qkv_gemv(const QkvParams p) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1>(p, nullptr);
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1, Balance>(p, nullptr);
 }
 
 /// gemv stages 2 (sm_90): each warp requests its K steps in order by TMA, one mbarrier per step. w.w_map is the packed
 /// weight data as a 5-D byte tensor {K bytes, 8 rows g, 2 halves h, D / 16 tiles, heads} with strides {row, D / 2 rows,
 /// 8 rows, D rows} bytes, box {64, 8, 2, 1, 1}: one box is the 16 RoPE-paired rows of an m16 tile for one warp step
-/// (runtime/qkv.cpp encodes it); w.x_map is unused.
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch>
+/// (runtime/qkv.cpp encodes it); w.x_map is unused. Balance: as qkv_gemv's.
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+          bool Balance = false>
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
     qkv_gemv_tma(const __grid_constant__ WsParams w) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1>(w.p, &w.w_map);
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1, Balance>(w.p, &w.w_map);
 }
 
 /// gemv with K split over the Cluster blocks of a thread-block cluster (stages 1, sm_90): grid.x = row blocks x

@@ -37,6 +37,9 @@
 //                  each bulk-copying only its K range of the rows and reducing into block rank 0 through distributed
 //                  shared memory (no workspace): split_k x warps_m warps per m16 tile, each block's data landing on
 //                  its own, so the decode of early blocks overlaps the rest of the weight stream,
+//                  or 0 (any stages): the balanced tail (gemv_balance): the units past the last multiple of the SM
+//                  count are split along K over about one block per SM, reduced through the workspace, so that no
+//                  SM decodes a whole unit more than the others,
 //          prefetch K steps in flight per warp: the register ring (weight and X for stages 0, X for stages 1 and 2),
 //                  and for stages 2 the TMA window (prefetch + 1 steps; 4 only for 16-bit weights).
 //   wgmma (qkv_wgmma.cuh, sm_90a): tiled GEMM on wgmma.mma_async m64nNk16, both operands in 128-byte-swizzled shared
@@ -144,6 +147,7 @@ KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024
 /// gemv stages 1: bytes of one row's packed data a block holds in shared memory for K = k split over `cluster`
 /// blocks: the whole row, or ceil(K steps / cluster) warp steps (block rank r copies steps [steps r / cluster, steps
 /// (r + 1) / cluster) of every row, at most this many).
+/// (split_k 0, the balanced tail, holds whole rows too: its pieces copy their K range to the start of each row.)
 KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster) {
   return cluster <= 1 ? row_data_bytes(f, k)
                       : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
@@ -170,6 +174,29 @@ KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
          (c.stages == 2 ? 128 + gemv_ring_bytes(c) + 8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f)) : 0);
 }
 
+/// gemv split_k 0 ("balanced tail"): how a grid of `units` (row block, token tile) units is cut so that every SM
+/// decodes about the same number of K steps. A grid of whole units puts ceil(units / sm_count) of them on some SMs and
+/// one fewer on the others: Qwen2.5-7B's 288 m16 row blocks on 132 SMs leave 24 SMs with 3 blocks, whose decode ends
+/// about 1.4 us after the 2-block SMs' (NOTES.md, qkv_proj 30). So the first `full` = units - tail units (a multiple of
+/// sm_count) run whole, one block each, and each of the last `tail` = units mod sm_count units is split along K into
+/// `split` = min(sm_count / tail, K steps) pieces (piece i: steps [steps i / split, steps (i + 1) / split)), one block
+/// each: about one piece per SM. The pieces meet through the workspace (the last to arrive sums them in piece order
+/// and runs the epilogue), with one self-resetting counter per (tail unit, warp column). grid = full + tail x split.
+/// sm_count < 1 gives split 1 (the caller reports the error; see qkv::launch_dims).
+struct GemvBalance {
+  int full;   ///< units run whole, blocks [0, full)
+  int tail;   ///< units split along K, after the whole ones
+  int split;  ///< pieces per tail unit (1: no split)
+  KT_HD constexpr long long blocks() const { return full + (long long)tail * split; }
+};
+KT_HD constexpr GemvBalance gemv_balance(long long units, int steps, int sm_count) {
+  if (sm_count < 1 || units < 1) return GemvBalance{int(units), 0, 1};
+  const int tail = int(units % sm_count);
+  if (tail == 0) return GemvBalance{int(units), 0, 1};
+  const int want = sm_count / tail;
+  return GemvBalance{int(units - tail), tail, want < 1 ? 1 : want > steps ? (steps < 1 ? 1 : steps) : want};
+}
+
 /// Kernel arguments. Strides in elements.
 struct QkvParams {
   const void* x;            ///< [M, K] activations, row stride x_row_stride
@@ -190,6 +217,9 @@ struct QkvParams {
   /// 1: wgmma_pairs, wgmma_ws and gemv load the weight with the L2 policy evict_first (ptx::l2_evict_first_if), so
   /// its stream does not displace other data from the L2; 0: no hint. Written by qkv::launch (qkv::weight_evict_first).
   int w_evict_first;
+  /// gemv split_k 0 (gemv_balance): units run whole (blocks [0, gemv_full)) and pieces per tail unit; written by
+  /// qkv::launch, ignored by every other config.
+  int gemv_full, gemv_split;
 };
 
 /// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the host by
@@ -429,8 +459,8 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (c.stages < 0 || c.stages > 2)
       return "gemv: stages must be 0 (register ring), 1 (bulk copy to shared memory) or 2 (per-warp TMA steps to shared memory)";
     if (c.stages >= 1 && arch.sm < 90) return "gemv: stages 1 and 2 (cp.async.bulk / TMA) need sm_90";
-    if (c.split_k != 1 && c.split_k != 2 && c.split_k != 4 && c.split_k != 8)
-      return "gemv: split_k (blocks of a cluster splitting K) must be 1, 2, 4 or 8";
+    if (c.split_k != 0 && c.split_k != 1 && c.split_k != 2 && c.split_k != 4 && c.split_k != 8)
+      return "gemv: split_k must be 0 (balanced tail), 1, or 2, 4 or 8 (blocks of a cluster splitting K)";
     if (c.split_k > 1 && (c.stages != 1 || arch.sm < 90))
       return "gemv: split_k > 1 (a thread-block cluster) needs stages 1 and sm_90";
     if (c.prefetch != 1 && c.prefetch != 2 && c.prefetch != 4) return "prefetch must be 1, 2 or 4";

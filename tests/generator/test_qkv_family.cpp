@@ -60,11 +60,12 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         const int tm = m <= 8 ? 8 : m <= 16 ? 16 : 64;           // the power of two >= M, at least 8, or half of it
         CHECK((c.tile_m == tm || (tm > 8 && c.tile_m == tm / 2)));
         CHECK(c.tile_k == 128);                                 // 4-bit warp step
-        CHECK((c.split_k == 1 || c.split_k == 2 || c.split_k == 4 || c.split_k == 8));  // K over a cluster's blocks
-        if (c.split_k > 1) CHECK(c.stages == 1);
+        CHECK((c.split_k == 0 || c.split_k == 1 || c.split_k == 2 || c.split_k == 4 || c.split_k == 8));  // 0: balanced tail
+        if (c.split_k > 1) CHECK(c.stages == 1);                // K over a cluster's blocks
         CHECK(c.warps_m * c.split_k <= 3584 / 128);             // every warp gets a K step
-        CHECK(d.grid_x * c.tile_n == 4608u * c.split_k);        // blocks (x cluster ranks) cover the 288 m16 tiles exactly
-        CHECK(!uses_workspace(c));                              // clusters reduce in distributed shared memory
+        if (c.split_k >= 1) CHECK(d.grid_x * c.tile_n == 4608u * c.split_k);  // blocks (x cluster ranks) cover the 288 m16 tiles
+        if (c.split_k == 0) CHECK(d.grid_x == unsigned(gemv_balance(4608 / c.tile_n * ((m + c.tile_m - 1) / c.tile_m), 28, 132).blocks()));
+        CHECK(uses_workspace(c) == (c.split_k == 0));           // clusters reduce in distributed shared memory
       } else if (c.mainloop == kMainloopWgmmaWs) {
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 8 || m > c.tile_m / 2));  // a token tile more than half full
@@ -204,7 +205,9 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   }
   {  // gemv order: every fourth gemv candidate runs the register ring (stages 0), prefetch 1 first; the stages-0 winners of
      // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1, NOTES qkv_proj 22) and the tuned int8 M = 16 winner
-     // (m16 w4 x 1 stages 2) lie in the decode tune's 60-candidate prefix.
+     // (m16 w4 x 1 stages 2) lie in the decode tune's 120-candidate prefix (bench/tune_h100.sh; each balanced tail
+     // comes right after its twin, so the prefix holds twice the gemv candidates' 60 of before). The order below is
+     // that of the whole-unit configs (the balanced ones taken out).
     auto pos = [&](const Problem& p, int tile_m, int warps_m, int stages, int prefetch) {
       const auto cs = valid_configs(p, arch);
       for (size_t i = 0; i < cs.size(); ++i)
@@ -217,15 +220,15 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       for (auto f : {quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4}) {
         const int i = pos(qwen(f, dt, 1), 8, 7, 0, 1);
         CHECK(i >= 0);
-        CHECK(i < 60);
+        CHECK(i < 120);
       }
     const int i8 = pos(qwen(quant::Format::int8, DType::bf16, 16), 16, 4, 2, 1);
     CHECK(i8 >= 0);
-    CHECK(i8 < 60);
+    CHECK(i8 < 120);
     const auto cs = valid_configs(qwen(quant::Format::nf4, DType::bf16, 1), arch);
     std::vector<Config> gemv;
     for (const auto& c : cs)
-      if (c.mainloop == kMainloopGemv) gemv.push_back(c);
+      if (c.mainloop == kMainloopGemv && c.split_k != 0) gemv.push_back(c);
     size_t ring = 0;
     for (const auto& c : gemv) ring += c.stages == 0;
     REQUIRE(ring > 10);
@@ -494,17 +497,17 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       if (c.stages == 2) {
         ++n2;
         CHECK(c.prefetch != 4);
-        CHECK(c.split_k == 1);
+        CHECK((c.split_k == 1 || (c.split_k == 0 && c.tile_m <= 16)));  // (0: the balanced tail, tile_m 8 and 16)
       }
-    CHECK(n2 == 4 * 2 * 11 * 2);
+    CHECK(n2 == 4 * 2 * 11 * 2 + 2 * 2 * 11 * 2);
     int n2_16 = 0, p4_16 = 0;  // 16-bit weights also get window 5 (prefetch 4)
     for (const auto& c : gemv_config_space(quant::Format::bf16))
       if (c.stages == 2) {
         ++n2_16;
         p4_16 += c.prefetch == 4;
       }
-    CHECK(n2_16 == 4 * 2 * 11 * 3);
-    CHECK(p4_16 == 4 * 2 * 11);
+    CHECK(n2_16 == 4 * 2 * 11 * 3 + 2 * 2 * 11 * 3);  // (+ the balanced tails of tile_m 8 and 16)
+    CHECK(p4_16 == 4 * 2 * 11 + 2 * 2 * 11);
   }
   {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so stages 1 is not offered.
     Problem big = qwen(quant::Format::fp16, DType::f16, 1);
@@ -564,6 +567,93 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   // RoPE with a tile narrower than a head is invalid, and says so.
   CHECK(std::string(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, Config{16, 64, 64, 1, 4, 2, 1, 1}, arch))
             .find("RoPE") != std::string::npos);
+}
+
+TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, names, order", "[generator][qkv]") {
+  // gemv_balance: whole units in multiples of the SM count, the rest split along K into about one piece per SM.
+  for (long long units : {1LL, 5LL, 131LL, 132LL, 133LL, 288LL, 576LL, 1000LL})
+    for (int steps : {1, 3, 28, 56})
+      for (int sms : {1, 7, 132}) {
+        const GemvBalance b = gemv_balance(units, steps, sms);
+        INFO("units " << units << " steps " << steps << " sms " << sms);
+        CHECK(b.full % sms == 0);
+        CHECK(b.full + b.tail == units);
+        CHECK(b.tail < sms);
+        CHECK(b.split >= 1);
+        CHECK(b.split <= steps);                              // every piece has a K step
+        CHECK(b.blocks() == b.full + (long long)b.tail * b.split);
+        if (b.tail > 0) CHECK((long long)b.tail * b.split <= sms);  // at most one piece per SM
+        if (b.tail > 0 && b.split < steps) CHECK((long long)b.tail * (b.split + 1) > sms);  // as many as fit
+      }
+  const GemvBalance q = gemv_balance(288, 28, 132);  // Qwen2.5-7B, m16 row blocks, M = 1, H100
+  CHECK(q.full == 264);
+  CHECK(q.tail == 24);
+  CHECK(q.split == 5);
+  CHECK(q.blocks() == 384);
+  CHECK(gemv_balance(288, 28, 0).split == 1);  // no SM count: nothing split (launch_dims throws instead)
+
+  const ArchId arch = parse_arch("sm_90a");
+  const Problem p = qwen(quant::Format::int4, DType::bf16, 1);
+  const Config base{8, 16, 128, 4, 1, 2, 1, 1, kMainloopGemv};
+  Config bal = base;
+  bal.split_k = 0;
+  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, bal, arch) == nullptr);
+  CHECK(variant_name(p, bal, arch) == "qkv_proj__bf16_int4_d128_bias_rope__gemv_m8_n16_w4x1_s2_p1_bal__sm_90a");
+  CHECK(name_expression(p, bal) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, 3, 128, true, true, 8, 16, 4, 1, 1, true>");
+  Config bal0 = bal;
+  bal0.stages = 0;
+  CHECK(name_expression(p, bal0) == "kt::qkv::qkv_gemv<kt::DType::bf16, 3, 128, true, true, 8, 16, 4, 1, 1, 0, true>");
+  CHECK(same_config(config_from_json(config_to_json(bal)), bal));
+  CHECK(uses_workspace(bal));
+  CHECK(!uses_workspace(base));
+  const auto d = launch_dims(p, bal, 132);
+  CHECK(d.grid_x == 384);
+  CHECK(d.grid_y == 1);
+  CHECK(d.smem_bytes == launch_dims(p, base, 132).smem_bytes);
+  CHECK(launch_dims(p, base, 132).grid_x == 288);
+  CHECK_THROWS_WITH(launch_dims(p, bal, 0), Catch::Contains("SM count"));
+  CHECK(workspace_bytes(p, bal, 132) == size_t(24) * 5 * 16 * 8 * 4);  // [tail unit][piece][16 features x 8 tokens]
+  CHECK(counter_bytes(p, bal) == size_t(288) * 1 * 4);                 // one per (unit, warp column)
+  {  // two token tiles (M = 16, tile_m 8): units are (row block, token tile) pairs
+    Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
+    CHECK(launch_dims(p16, bal, 132).grid_x == unsigned(gemv_balance(576, 28, 132).blocks()));
+    CHECK(counter_bytes(p16, bal) == size_t(576) * 4);
+  }
+  QkvParams a{};
+  int dummy[4];
+  a.x = a.w_data = a.w_scales = a.w_zeros = a.bias = dummy;
+  a.positions = dummy;
+  a.q = a.k = a.v = dummy;
+  a.x_row_stride = p.k;
+  a.q_row_stride = a.k_row_stride = a.v_row_stride = 128;
+  a.m = p.m;
+  a.k_dim = p.k;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.tensor_scale = 1.f;
+  CHECK_THROWS_WITH(check_params(p, bal, a), Catch::Contains("balanced tail"));  // no workspace
+  // In the candidate order each balanced config comes right after its whole-unit twin, for stages 0 and 2 at M <= 16
+  // only; none at M = 64.
+  for (int m : {1, 16}) {
+    const auto cs = valid_configs(qwen(quant::Format::int4, DType::bf16, m), arch);
+    std::vector<Config> g;
+    for (const auto& c : cs)
+      if (c.mainloop == kMainloopGemv) g.push_back(c);
+    int n_bal = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i].split_k == 0) {
+        ++n_bal;
+        CHECK(g[i].stages != 1);
+        CHECK(g[i].tile_m <= 16);
+        REQUIRE(i > 0);
+        Config twin = g[i];
+        twin.split_k = 1;
+        CHECK(same_config(g[i - 1], twin));
+      }
+    CHECK(n_bal > 10);
+  }
+  for (const auto& c : valid_configs(qwen(quant::Format::int8, DType::bf16, 64), arch))
+    CHECK(!(c.mainloop == kMainloopGemv && c.split_k == 0));
 }
 
 TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, order", "[generator][qkv]") {
