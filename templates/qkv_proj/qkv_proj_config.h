@@ -15,8 +15,9 @@
 //   gemv (qkv_gemv.cuh): weight-streaming "swap-AB" kernel for decode-sized M (<= 64). Each warp streams its
 //        weight rows straight from global memory into registers (no shared memory and no barrier in the mainloop);
 //        the dequantized weight is the A operand (m16 = 16 output features, RoPE partners paired in one tile) and
-//        the tokens are the n8 columns of mma.sync m16n8k16; K is split between the warps of a block only (no
-//        split-K workspace), and the epilogue runs in registers. Field meanings for gemv:
+//        the tokens are the n8 columns of mma.sync m16n8k16; K is split between the warps of a block (and, by
+//        split_k, the blocks of a cluster, or the pieces of a balanced tail through the workspace), and the epilogue
+//        runs in registers. Field meanings for gemv:
 //          tile_m  tokens per block (8, 16, 32, 64: tile_m / 8 mma n-tiles),
 //          tile_n  output features per block = warps_n * 16 * (1 or 2 m16 tiles per warp),
 //          tile_k  K elements one warp consumes per step: 4 lanes x one 16-byte unit (128 for 4-bit, 64 for
