@@ -329,7 +329,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     piece = (lin - p.gemv_full) % p.gemv_split;
     pieces = p.gemv_split;
   }
-  const int bx = Cluster > 1 ? blockIdx.x / Cluster : unit / token_tiles, by = Cluster > 1 ? blockIdx.y : unit % token_tiles;
+  const int bx = Cluster > 1 ? blockIdx.x / Cluster : Balance ? unit / token_tiles : lin / gridDim.y,
+            by = Cluster > 1 ? blockIdx.y : Balance ? unit % token_tiles : lin % gridDim.y;
 #if __CUDA_ARCH__ >= 900
   const int rank = Cluster > 1 ? int(ptx::cluster_rank()) : 0;
 #else
@@ -746,8 +747,13 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   //      on its counter (tail unit, warp column); the last of the pieces to arrive adds all of them in piece order
   //      (deterministic: the same sum whichever arrives last), resets the counter for the next launch and runs the
   //      epilogue; the others return (threadfence reduction, as the split-K path in qkv_proj.cuh). ----
-  if (Balance && pieces > 1) {
-    const int tail = unit - p.gemv_full;
+  // (This block's piece is read again from %ctaid.x and the parameters, not kept live across the mainloop: that cost
+  // stages-0 table-format variants 8-24 bytes of spills.)
+  unsigned cta;
+  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
+  if (Balance && p.gemv_split > 1 && int(cta) >= p.gemv_full) {
+    const int piece = (int(cta) - p.gemv_full) % p.gemv_split, pieces = p.gemv_split;
+    const int tail = (int(cta) - p.gemv_full) / p.gemv_split;
     constexpr int kFrag = R * NT * 32;  // float4s per (piece, warp column)
     float4* ws = reinterpret_cast<float4*>(p.workspace) + (long long)tail * pieces * WarpsN * kFrag;
     auto at = [&](int pc, int r, int t) { return ws + ((long long)pc * WarpsN + wn) * kFrag + (r * NT + t) * 32 + lane; };
