@@ -749,8 +749,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   //      epilogue; the others return (threadfence reduction, as the split-K path in qkv_proj.cuh). ----
   // (This block's piece is read again from %ctaid.x and the parameters, not kept live across the mainloop: that cost
   // stages-0 table-format variants 8-24 bytes of spills.)
-  unsigned cta;
-  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
+  unsigned cta = 0;
+  if (Balance) asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
   if (Balance && p.gemv_split > 1 && int(cta) >= p.gemv_full) {
     const int piece = (int(cta) - p.gemv_full) % p.gemv_split, pieces = p.gemv_split;
     const int tail = (int(cta) - p.gemv_full) / p.gemv_split;
