@@ -9,7 +9,7 @@ import weakref
 
 from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_OK, QKV_ARGS_PACK as _QKV_ARGS_PACK,
                    QKV_PROBLEM_PACK as _QKV_PROBLEM_PACK, KerntuneError, check, format_id, kt_attention_args,
-                   kt_attention_problem, kt_qkv_problem, library, raw_function, weight_element_dtype)
+                   kt_attention_problem, kt_qkv_problem, library, raw_function, WEIGHT_ELEMENT_DTYPES)
 from ._quant import PackedWeight
 
 __all__ = ["Runtime", "default_runtime", "attention", "qkv_proj", "explain_attention", "explain_qkv"]
@@ -502,7 +502,8 @@ class Runtime:
             raise ValueError(f"weight is [{weight.n}, {weight.k}], expected [N, K] = [{N}, {K}] with N = "
                              f"(num_heads + 2 * num_kv_heads) * head_dim and K = x.shape[-1]")
         wfmt = weight.format
-        welem = weight_element_dtype(wfmt)  # 16-bit formats: the activation dtype they need
+        # 16-bit formats: the activation dtype they need (a plain lookup: format_id below checks the name once)
+        welem = WEIGHT_ELEMENT_DTYPES.get(wfmt)
         if welem is not None and welem != ("fp16" if dtype == KT_DTYPE_FP16 else "bf16"):
             raise ValueError(f"{wfmt} weights need {welem} activations, but x is {xdt}")
         for name, t in (("data", wd), ("scales", wsc), ("zeros", wz)):
