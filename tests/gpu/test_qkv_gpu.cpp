@@ -242,6 +242,19 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
       run_and_check(truncate(big, m), cs, kernels, m);
     }
   }
+  // K = 1088 = 8.5 x 128: the 4-bit formats' last warp step has only lanes q = 0, 1 in range (group sizes <= 64).
+  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::mxfp4, DType::f16},
+                      {quant::Format::nvfp4, DType::bf16}, {quant::Format::int8, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
+    Problem p = qwen(f, d, 9);
+    p.k = 1088;
+    p.num_heads = 8;
+    p.num_kv_heads = 2;
+    const HostInputs in = make_inputs(p, 43);
+    const auto cs = configs_of(p, kMainloopGemv);
+    REQUIRE(!cs.empty());
+    const auto kernels = load(p, cs);
+    run_and_check(in, cs, kernels, 9);
+  }
 }
 
 TEST_CASE("qkv_proj gemv balanced tail (split_k 0): every variant at decode sizes, pieces reduced in order, counters reset",
@@ -258,19 +271,6 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): every variant at decode size
       const auto kernels = load(p, cs);
       run_and_check(truncate(big, m), cs, kernels, m);
     }
-  }
-  // K = 1088 = 8.5 x 128: the 4-bit formats' last warp step has only lanes q = 0, 1 in range (group sizes <= 64).
-  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::mxfp4, DType::f16},
-                      {quant::Format::nvfp4, DType::bf16}, {quant::Format::int8, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
-    Problem p = qwen(f, d, 9);
-    p.k = 1088;
-    p.num_heads = 8;
-    p.num_kv_heads = 2;
-    const HostInputs in = make_inputs(p, 43);
-    const auto cs = configs_of(p, kMainloopGemv);
-    REQUIRE(!cs.empty());
-    const auto kernels = load(p, cs);
-    run_and_check(in, cs, kernels, 9);
   }
 }
 
