@@ -21,6 +21,11 @@ const char* format_tag(quant::Format f) {
     case quant::Format::nvfp4: return "nvfp4";
     case quant::Format::fp16_kb64: return "fp16_kb64";
     case quant::Format::bf16_kb64: return "bf16_kb64";
+    case quant::Format::int8_kb64: return "int8_kb64";
+    case quant::Format::int4_kb128: return "int4_kb128";
+    case quant::Format::nf4_kb128: return "nf4_kb128";
+    case quant::Format::mxfp4_kb128: return "mxfp4_kb128";
+    case quant::Format::nvfp4_kb128: return "nvfp4_kb128";
   }
   return "?";
 }
@@ -50,7 +55,7 @@ double Problem::min_bytes() const {
   const double elems = double(n()) * k;
   double w = elems * quant::format_bits(format) / 8;
   const int g = quant::format_group(format);
-  if (g > 0) w += elems / g * (quant::scale_bytes(format) + (format == quant::Format::int4 ? 1 : 0));
+  if (g > 0) w += elems / g * (quant::scale_bytes(format) + (quant::format_element(format) == quant::Format::int4 ? 1 : 0));
   if (g < 0) w += double(n()) * 4;
   return w + 2.0 * m * k + 2.0 * m * n() + (has_bias ? 2.0 * n() : 0);
 }
@@ -71,6 +76,9 @@ void check_problem(const Problem& p) {
   if (g > 0 && p.k % g != 0)
     fail("k = " + std::to_string(p.k) + " is not a multiple of the " + fmt_tag(p.format) + " block of " + std::to_string(g));
   const quant::Format el = quant::format_element(p.format);
+  if (quant::format_k_blocked(p.format) && quant::format_bits(p.format) < 16 && (long long)p.k * quant::format_bits(p.format) / 8 % 64 != 0)
+    fail("k = " + std::to_string(p.k) + " must be a multiple of " + std::to_string(512 / quant::format_bits(p.format)) + " for " +
+         fmt_tag(p.format) + " (K-blocked in 64-byte blocks)");
   if ((el == quant::Format::fp16 && p.dtype != DType::f16) || (el == quant::Format::bf16 && p.dtype != DType::bf16))
     fail(std::string(fmt_tag(p.format)) + " weights need " + fmt_tag(el) + " activations");
   if (p.m > 65535 * 16) fail("m too large for the grid");
@@ -455,7 +463,7 @@ Config default_config(ArchId arch, const Problem& p) {
   if (p.m <= 16) {
     const int tm = p.m <= 8 ? 8 : 16, kw0 = quant::format_bits(p.format) == 4 ? 4 : 8;
     for (int kw : {kw0, kw0 / 2})  // fewer K warps (more registers each) where the register budget needs it
-      for (int st : {1, 0}) {
+      for (int st : {1, 0, 2}) {  // (K-blocked packed weights: stages 2 only)
         const Config g{tm, 16, gemv_step_k(p.format), kw, 1, st, 1, 1, kMainloopGemv};
         if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, g, arch) &&
             gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
@@ -735,7 +743,8 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
     if (s % 8 != 0) fail("row strides must be multiples of 8 elements, got " + std::to_string(s));
   if (a.x_row_stride < p.k) fail("x_row_stride is smaller than k");
   if (quant::format_group(p.format) != 0 && !a.w_scales) fail(std::string(fmt_tag(p.format)) + " weights need w_scales");
-  if (p.format == quant::Format::int4 && !a.w_zeros) fail("int4 weights need w_zeros");
+  if (quant::format_element(p.format) == quant::Format::int4 && !a.w_zeros)
+    fail(std::string(fmt_tag(p.format)) + " weights need w_zeros");
   if (p.has_bias && !a.bias) fail("the problem has a bias but bias is null");
   if (p.has_bias && reinterpret_cast<std::uintptr_t>(a.bias) % 4 != 0) fail("bias must be 4-byte aligned (read in pairs)");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
@@ -751,7 +760,8 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (c.mainloop == kMainloopGemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
     fail("gemv stages 1 holds the block's rows in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
          " bytes for k = " + std::to_string(p.k) + " exceed the " + std::to_string(gemv_smem_cap(90)) + " bytes per block");
-  if (p.format == quant::Format::nvfp4 && !(a.tensor_scale > 0.f)) fail("nvfp4 needs a positive tensor_scale");
+  if (quant::format_element(p.format) == quant::Format::nvfp4 && !(a.tensor_scale > 0.f))
+    fail(std::string(fmt_tag(p.format)) + " needs a positive tensor_scale");
 }
 
 }  // namespace qkv

@@ -92,6 +92,11 @@ const char* format_name(Format f) {
     case Format::nvfp4: return "nvfp4";
     case Format::fp16_kb64: return "fp16_kb64";
     case Format::bf16_kb64: return "bf16_kb64";
+    case Format::int8_kb64: return "int8_kb64";
+    case Format::int4_kb128: return "int4_kb128";
+    case Format::nf4_kb128: return "nf4_kb128";
+    case Format::mxfp4_kb128: return "mxfp4_kb128";
+    case Format::nvfp4_kb128: return "nvfp4_kb128";
   }
   throw std::invalid_argument("format_name: invalid Format value " + std::to_string(static_cast<int>(f)));
 }
@@ -100,7 +105,8 @@ Format parse_format(const std::string& name) {
   for (int i = 0; i < kFormatCount; ++i)
     if (name == format_name(Format(i))) return Format(i);
   throw std::invalid_argument("unknown weight format '" + name +
-                              "' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)");
+                              "' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, "
+                              "int4_kb128, nf4_kb128, mxfp4_kb128 or nvfp4_kb128)");
 }
 
 std::string describe(const PackedWeight& pw) {
@@ -132,11 +138,15 @@ void validate(const PackedWeight& pw) {
                                 std::to_string(want_scales) + " (" + shape + " x " +
                                 std::to_string(scale_bytes(f)) + " bytes)");
   }
-  const size_t want_zeros = f == Format::int4 ? static_cast<size_t>(pw.n) * (pw.k / 128) : 0;
+  const Format el = format_element(f);
+  if (format_k_blocked(f) && format_bits(f) < 16 && row_bytes(f, pw.k) % 64 != 0)
+    throw std::invalid_argument(pre + "k must be a multiple of " + std::to_string(512 / format_bits(f)) +
+                                " (K-blocked in 64-byte blocks)");
+  const size_t want_zeros = el == Format::int4 ? static_cast<size_t>(pw.n) * (pw.k / 128) : 0;
   if (pw.zeros.size() != want_zeros)
     throw std::invalid_argument(pre + "zeros has " + std::to_string(pw.zeros.size()) + " bytes, expected " +
                                 std::to_string(want_zeros) +
-                                (f == Format::int4 ? " ([n, k/128] x 1 byte)" : " (int4 only)"));
+                                (el == Format::int4 ? " ([n, k/128] x 1 byte)" : " (int4 only)"));
   for (size_t i = 0; i < pw.zeros.size(); ++i)
     if (pw.zeros[i] > 15)
       throw std::invalid_argument(pre + "zeros[" + std::to_string(i) + "] = " + std::to_string(pw.zeros[i]) +
@@ -145,7 +155,7 @@ void validate(const PackedWeight& pw) {
   for (size_t i = 0; i < (scale_bytes(f) > 0 ? entries : 0); ++i) {
     const uint8_t* p = pw.scales.data() + i * scale_bytes(f);
     bool bad = false;
-    switch (f) {
+    switch (el) {
       case Format::int8:
       case Format::nf4: bad = !std::isfinite(get_f32(p)); break;
       case Format::int4: bad = !std::isfinite(half_to_float(get_u16(p))); break;
@@ -155,7 +165,7 @@ void validate(const PackedWeight& pw) {
     }
     if (bad) throw std::invalid_argument(pre + "scales entry " + std::to_string(i) + " is NaN or infinite");
   }
-  if (f == Format::nvfp4) {
+  if (el == Format::nvfp4) {
     if (!(std::isfinite(pw.tensor_scale) && pw.tensor_scale > 0))
       throw std::invalid_argument(pre + "tensor_scale must be finite and > 0 (got " +
                                   fmt_double(pw.tensor_scale) + ")");
@@ -169,6 +179,13 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
   const int fi = static_cast<int>(f);
   if (fi < 0 || fi >= kFormatCount) throw std::invalid_argument("quantize: invalid Format value " + std::to_string(fi));
   check_shape("quantize", f, n, k);
+  if (format_k_blocked(f) && format_bits(f) < 16) {  // the row-major format's bytes, K-blocked
+    if (row_bytes(f, k) % 64 != 0)
+      throw std::invalid_argument(std::string("quantize(") + format_name(f) + ", n=" + std::to_string(n) + ", k=" +
+                                  std::to_string(k) + "): k must be a multiple of " + std::to_string(512 / format_bits(f)) +
+                                  " (K-blocked in 64-byte blocks)");
+    return to_k_blocked(quantize(format_element(f), w, n, k));
+  }
   const std::string pre =
       std::string("quantize(") + format_name(f) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + "): ";
   if (!w) throw std::invalid_argument(pre + "w is null");
@@ -311,6 +328,11 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
         }
       break;
     }
+    case Format::int8_kb64:  // returned above through to_k_blocked
+    case Format::int4_kb128:
+    case Format::nf4_kb128:
+    case Format::mxfp4_kb128:
+    case Format::nvfp4_kb128: throw std::logic_error("quantize: K-blocked packed format reached the row-major packer");
   }
   return pw;
 }
@@ -318,6 +340,7 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
 void dequantize(const PackedWeight& pw, double* out) {
   validate(pw);
   if (!out) throw std::invalid_argument(describe(pw) + ": dequantize: out is null");
+  if (format_k_blocked(pw.format) && format_bits(pw.format) < 16) return dequantize(from_k_blocked(pw), out);
   const Format f = pw.format;
   const int n = pw.n, k = pw.k, g = format_group(f), gpr = groups_per_row(f, k);
   const size_t rb = row_bytes(f, k);
@@ -347,9 +370,46 @@ void dequantize(const PackedWeight& pw, double* out) {
           o[c] = static_cast<double>(e2m1_to_float(get_nibble(pw.data, rb, r, c))) *
                  e4m3_to_float(pw.scales[si]) * static_cast<double>(pw.tensor_scale);
           break;
+        case Format::int8_kb64:  // returned above through from_k_blocked
+        case Format::int4_kb128:
+        case Format::nf4_kb128:
+        case Format::mxfp4_kb128:
+        case Format::nvfp4_kb128: throw std::logic_error("dequantize: K-blocked packed data reached the row-major decode");
       }
     }
   }
+}
+
+PackedWeight to_k_blocked(const PackedWeight& pw) {
+  validate(pw);
+  const Format f = pw.format;
+  if (format_k_blocked(f) || format_bits(f) == 16)
+    throw std::invalid_argument(describe(pw) + ": to_k_blocked: expected a row-major packed format (int8, int4, nf4, "
+                                "mxfp4 or nvfp4)");
+  const size_t rb = row_bytes(f, pw.k), n = static_cast<size_t>(pw.n);
+  if (rb % 64 != 0)
+    throw std::invalid_argument(describe(pw) + ": to_k_blocked: k must be a multiple of " +
+                                std::to_string(512 / format_bits(f)) + " (64-byte blocks)");
+  PackedWeight out = pw;
+  out.format = f == Format::int8 ? Format::int8_kb64 : f == Format::int4 ? Format::int4_kb128 : f == Format::nf4 ? Format::nf4_kb128
+               : f == Format::mxfp4 ? Format::mxfp4_kb128 : Format::nvfp4_kb128;
+  for (size_t r = 0; r < n; ++r)
+    for (size_t b = 0; b < rb; ++b) out.data[(b / 64 * n + r) * 64 + b % 64] = pw.data[r * rb + b];
+  return out;
+}
+
+PackedWeight from_k_blocked(const PackedWeight& pw) {
+  validate(pw);
+  const Format f = pw.format;
+  if (!format_k_blocked(f) || format_bits(f) == 16)
+    throw std::invalid_argument(describe(pw) + ": from_k_blocked: expected a K-blocked packed format (int8_kb64, "
+                                "int4_kb128, nf4_kb128, mxfp4_kb128 or nvfp4_kb128)");
+  const size_t rb = row_bytes(f, pw.k), n = static_cast<size_t>(pw.n);
+  PackedWeight out = pw;
+  out.format = format_element(f);
+  for (size_t r = 0; r < n; ++r)
+    for (size_t b = 0; b < rb; ++b) out.data[r * rb + b] = pw.data[(b / 64 * n + r) * 64 + b % 64];
+  return out;
 }
 
 Nf4DoubleQuant double_quantize_absmax(const std::vector<float>& absmax) {

@@ -26,6 +26,9 @@ namespace kt::quant {
 ///   data   : [n, k * format_bits(format) / 8] bytes. 4-bit: element k in byte k/2, LOW nibble for even k.
 ///            int8: two's complement bytes. fp16/bf16: little-endian 16-bit values. fp16_kb64 / bf16_kb64: the
 ///            same n x k 16-bit values K-blocked, [k/64][n][64] (element (r, c) at ((c/64) n + r) 64 + c % 64).
+///            int8_kb64 / int4_kb128 / nf4_kb128 / mxfp4_kb128 / nvfp4_kb128: the row-major format's data bytes
+///            K-blocked, [k bytes/64][n][64 bytes] (byte b of row r at ((b/64) n + r) 64 + b % 64); scales and zeros
+///            as the row-major format's.
 ///   scales : [n, k / format_group(format)] entries of scale_bytes(format) bytes, little-endian, row-major:
 ///            int4 fp16, nf4 fp32 absmax, mxfp4 E8M0, nvfp4 E4M3; int8: [n] fp32 (one per row);
 ///            16-bit formats: empty.
@@ -40,19 +43,21 @@ struct PackedWeight {
   float tensor_scale = 1.f;
 };
 
-/// Canonical name: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64" (shape files,
-/// variant names, DB).
+/// Canonical name: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64", "int8_kb64",
+/// "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128" (shape files, variant names, DB).
 /// Throws std::invalid_argument for a value outside the enum.
 const char* format_name(Format f);
 
 /// Inverse of format_name (exact, case-sensitive). Throws std::invalid_argument
-/// "unknown weight format 'x' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)".
+/// "unknown weight format 'x' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, ... or nvfp4_kb128)".
 Format parse_format(const std::string& name);
 
 /// Quantizes a float weight w [n, k] (row-major, n = output features, k = input features) with
 /// round-to-nearest into kerntune's packed layout:
 ///   fp16 / bf16 : round-to-nearest-even conversion (throws if an element overflows fp16 to inf); fp16_kb64 /
-///           bf16_kb64: the same values in the K-blocked layout.
+///           bf16_kb64: the same values in the K-blocked layout. The K-blocked packed formats (int8_kb64, int4_kb128,
+///           ...): the row-major format's quantization, its data bytes K-blocked (to_k_blocked); k must then also be
+///           a multiple of 64 (int8) or 128 (4-bit).
 ///   int8  : s = absmax(row) / 127 (fp32), q = clamp(round(w / s), -127, 127); an all-zero row gets s = 0, q = 0.
 ///   int4  : per group of 128 along K: min/max widened to include 0 (as the GPTQ quantizer does, so 0 is exact
 ///           and the zero point never clamps), s = (max - min) / 15 rounded to fp16 (rounded up one fp16 step
@@ -83,6 +88,16 @@ void dequantize(const PackedWeight& pw, double* out);
 /// Throws std::invalid_argument whose message names the field, e.g.
 /// "PackedWeight(int4, n=4, k=128): scales has 6 bytes, expected 8 ([n, k/128] x 2 bytes)".
 void validate(const PackedWeight& pw);
+
+/// The K-blocked twin of a row-major packed weight (int8 -> int8_kb64, int4 -> int4_kb128, nf4 -> nf4_kb128, mxfp4
+/// -> mxfp4_kb128, nvfp4 -> nvfp4_kb128): the same scales, zeros and tensor_scale, data bytes rearranged as
+/// [k bytes / 64][n][64 bytes] (quant_format.h). For weights imported in another layout (import_gptq, ...).
+/// Throws std::invalid_argument if pw is invalid (validate), not a row-major packed format, or k * bits / 8 is not a
+/// multiple of 64.
+PackedWeight to_k_blocked(const PackedWeight& pw);
+/// The inverse of to_k_blocked (a K-blocked packed weight back to its row-major format). Throws
+/// std::invalid_argument if pw is invalid or not a K-blocked packed format.
+PackedWeight from_k_blocked(const PackedWeight& pw);
 
 // ---- Codecs (bit exact; OCP MX v1.0 for E2M1 / E8M0, OCP OFP8 rev 1.0 for E4M3) ---------------------------
 

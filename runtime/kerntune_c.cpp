@@ -98,9 +98,9 @@ kt_status to_qkv_problem(const kt_qkv_problem* in, kt::qkv::Problem* out, const 
   if (in->dtype != KT_DTYPE_FP16 && in->dtype != KT_DTYPE_BF16)
     return fail(KT_ERROR_INVALID_ARGUMENT,
                 where + "unknown dtype " + std::to_string(in->dtype) + " (KT_DTYPE_FP16 = 0, KT_DTYPE_BF16 = 1)");
-  if (in->weight_format < KT_WEIGHT_FP16 || in->weight_format > KT_WEIGHT_BF16_KB64)
+  if (in->weight_format < KT_WEIGHT_FP16 || in->weight_format > KT_WEIGHT_NVFP4_KB128)
     return fail(KT_ERROR_INVALID_ARGUMENT, where + "unknown weight_format " + std::to_string(in->weight_format) +
-                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_BF16_KB64 = 8)");
+                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_NVFP4_KB128 = 13)");
   const struct {
     const char* name;
     int32_t v;
@@ -139,7 +139,12 @@ static_assert(KT_WEIGHT_FP16 == int(kt::quant::Format::fp16) && KT_WEIGHT_BF16 =
                   KT_WEIGHT_NF4 == int(kt::quant::Format::nf4) && KT_WEIGHT_MXFP4 == int(kt::quant::Format::mxfp4) &&
                   KT_WEIGHT_NVFP4 == int(kt::quant::Format::nvfp4) &&
                   KT_WEIGHT_FP16_KB64 == int(kt::quant::Format::fp16_kb64) &&
-                  KT_WEIGHT_BF16_KB64 == int(kt::quant::Format::bf16_kb64) && kt::quant::kFormatCount == 9,
+                  KT_WEIGHT_BF16_KB64 == int(kt::quant::Format::bf16_kb64) &&
+                  KT_WEIGHT_INT8_KB64 == int(kt::quant::Format::int8_kb64) &&
+                  KT_WEIGHT_INT4_KB128 == int(kt::quant::Format::int4_kb128) &&
+                  KT_WEIGHT_NF4_KB128 == int(kt::quant::Format::nf4_kb128) &&
+                  KT_WEIGHT_MXFP4_KB128 == int(kt::quant::Format::mxfp4_kb128) &&
+                  KT_WEIGHT_NVFP4_KB128 == int(kt::quant::Format::nvfp4_kb128) && kt::quant::kFormatCount == 14,
               "kt_weight_format must equal kt::quant::Format");
 static_assert(sizeof(int32_t) == sizeof(int), "positions are passed to the kernel as int");
 
@@ -158,9 +163,9 @@ struct QuantSizes {
 };
 kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* out, const char* fn) {
   const std::string where = std::string(fn) + ": ";
-  if (weight_format < KT_WEIGHT_FP16 || weight_format > KT_WEIGHT_BF16_KB64)
+  if (weight_format < KT_WEIGHT_FP16 || weight_format > KT_WEIGHT_NVFP4_KB128)
     return fail(KT_ERROR_INVALID_ARGUMENT, where + "unknown weight_format " + std::to_string(weight_format) +
-                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_BF16_KB64 = 8)");
+                                               " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_NVFP4_KB128 = 13)");
   const auto f = static_cast<kt::quant::Format>(weight_format);
   const std::string pre = where + kt::quant::format_name(f) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + ": ";
   if (n < 1) return fail(KT_ERROR_INVALID_ARGUMENT, pre + "n must be >= 1 (got " + std::to_string(n) + ")");
@@ -177,7 +182,10 @@ kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* o
   out->format = f;
   out->data = rows * static_cast<size_t>(k) * kt::quant::format_bits(f) / 8;
   out->scales = rows * groups_per_row * kt::quant::scale_bytes(f);
-  out->zeros = f == kt::quant::Format::int4 ? rows * static_cast<size_t>(k / 128) : 0;
+  if (kt::quant::format_k_blocked(f) && kt::quant::format_bits(f) < 16 && k * kt::quant::format_bits(f) / 8 % 64 != 0)
+    return fail(KT_ERROR_INVALID_ARGUMENT, pre + "k must be a multiple of " + std::to_string(512 / kt::quant::format_bits(f)) +
+                                               " (K-blocked in 64-byte blocks; got " + std::to_string(k) + ")");
+  out->zeros = kt::quant::format_element(f) == kt::quant::Format::int4 ? rows * static_cast<size_t>(k / 128) : 0;
   return KT_OK;
 }
 
@@ -301,7 +309,7 @@ kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args
     q.k_dim = prob.k;
     q.num_heads = prob.num_heads;
     q.num_kv_heads = prob.num_kv_heads;
-    q.tensor_scale = prob.format == kt::quant::Format::nvfp4 ? a->tensor_scale : 1.f;
+    q.tensor_scale = kt::quant::format_element(prob.format) == kt::quant::Format::nvfp4 ? a->tensor_scale : 1.f;
     q.rope_log2_theta = prob.rope ? std::log2(a->rope_theta) : 0.0;
     rt->rt.qkv_proj(prob, q, static_cast<CUstream>(cu_stream));
     return KT_OK;

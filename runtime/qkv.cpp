@@ -52,6 +52,27 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv rows)");
 }
 
+/// The K-blocked packed weight of gemv stages 2 ([K bytes / 64][N][64 bytes], quant_format.h) as a 5-D byte tensor {64
+/// bytes, 8 rows g, head_dim / 16 tiles, 2 heads halves (2 head + h), K bytes / 64 blocks}, strides {1 row, 8 rows,
+/// head_dim / 2 rows, 1 block} (a row is 64 bytes within a block of N rows), box {64, 8, 1, 2, 1}: the same 16 RoPE-paired
+/// rows per 64-byte warp step as encode_gemv_rows, each half one contiguous 512-byte run (QkvParams::w_k_blocked).
+TmaDescriptor encode_gemv_blocks(const void* base, long long row_bytes, int head_dim, int heads) {
+  const long long n = (long long)heads * head_dim;
+  const cuuint64_t dims[5] = {64, 8, cuuint64_t(head_dim / 16), cuuint64_t(2 * heads), cuuint64_t(row_bytes / 64)};
+  const cuuint64_t strides[4] = {64, 512, cuuint64_t(64 * (head_dim / 2)), cuuint64_t(64 * n)};
+  const cuuint32_t box[5] = {64, 8, 1, 2, 1};
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv K blocks)");
+}
+
+/// The K-blocked packed weight of wgmma_ws as a 3-D byte tensor {64 bytes, N rows, K bytes / 64 blocks}, strides {64,
+/// 64 N}, box {box_bytes (ws_w_row_bytes), box_rows, 1} (QkvParams::w_k_blocked).
+TmaDescriptor encode_ws_blocks(const void* base, long long row_bytes, long long n, int box_bytes, int box_rows) {
+  const cuuint64_t dims[3] = {64, cuuint64_t(n), cuuint64_t(row_bytes / 64)};
+  const cuuint64_t strides[2] = {64, cuuint64_t(64 * n)};
+  const cuuint32_t box[3] = {cuuint32_t(box_bytes), cuuint32_t(box_rows), 1};
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, dims, strides, box, false, "cuTensorMapEncodeTiled (K blocks)");
+}
+
 /// Byte strides of a 16-bit [N, K] weight seen as {64 elements of a K step, row, K step}: between rows and between K
 /// steps. Row-major (fp16 / bf16): {2 K, 128}; K-blocked ([K / 64][N][64], fp16_kb64 / bf16_kb64): {128, 128 N}.
 struct Wide16Strides {
@@ -131,15 +152,18 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
       }
   }
   const int bits = quant::format_bits(problem.format);
+  const bool packed_kb = bits < 16 && quant::format_k_blocked(problem.format);
   if (!x_map) {
     std::memset(&w.x_map, 0, sizeof w.x_map);
-    w.w_map = encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
+    w.w_map = packed_kb ? encode_gemv_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim)
+                        : encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
   } else {
     w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
     w.w_map = c.mainloop == kMainloopWgmmaPairs
                   ? encode_pair_rows(a.w_data, problem.format, a.k_dim, problem.head_dim, problem.n() / problem.head_dim,
                                      wp_box_pairs(c), wp_box_heads(c))
               : bits == 16 ? encode_wide_rows(a.w_data, problem.format, a.k_dim, problem.n(), c.tile_n)
+              : packed_kb  ? encode_ws_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.n(), ws_w_row_bytes(problem.format), c.tile_n)
                          : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(), (long long)a.k_dim * bits / 8,
                                      ws_w_row_bytes(problem.format), c.tile_n, false);
   }
@@ -159,6 +183,7 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
   const attn::LaunchDims d = launch_dims(problem, config, sm_count);
   QkvParams a = params;
   a.w_evict_first = weight_evict_first(problem, config) ? 1 : 0;
+  a.w_k_blocked = quant::format_k_blocked(problem.format) && quant::format_bits(problem.format) < 16 ? 1 : 0;
   a.gemv_full = a.gemv_split = 0;
   if (config.mainloop == kMainloopGemv && config.split_k == 0) {
     const GemvBalance b = gemv_balance_of(problem, config, sm_count);

@@ -46,7 +46,7 @@ std::vector<qkv::Problem> qkv_proj_problems(const ShapesFile& s) {
         // the format of that width and layout in the dtype at hand.
         if (p.format == quant::Format::fp16 || p.format == quant::Format::bf16)
           p.format = dt == DType::f16 ? quant::Format::fp16 : quant::Format::bf16;
-        if (quant::format_k_blocked(p.format))
+        if (quant::format_k_blocked(p.format) && quant::format_bits(p.format) == 16)
           p.format = dt == DType::f16 ? quant::Format::fp16_kb64 : quant::Format::bf16_kb64;
         p.m = m;
         p.k = s.model.hidden_size;

@@ -22,7 +22,8 @@
 //       "qkv_proj": {                      // optional
 //         "tokens": [1, 16, 64],           //   M values (tokens per call): positive integers, required
 //         "formats": ["fp16", "int4"]      //   weight formats, required: fp16, bf16, int8, int4, nf4,
-//       },                                 //   mxfp4, nvfp4, fp16_kb64, bf16_kb64 (see quant/quant_format.h
+//       },                                 //   mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, int4_kb128,
+//                                          //   nf4_kb128, mxfp4_kb128, nvfp4_kb128 (see quant/quant_format.h
 //                                          //   and ANCHORS.md "Format definitions")
 //       "attention_decode": [              // optional list (one query token per sequence)
 //         {"batch": 1, "kv_len": 4096}     //   positive integers, required
@@ -91,7 +92,8 @@ struct ShapesError : std::runtime_error {
 };
 
 /// Weight formats accepted in "qkv_proj.formats", in canonical order: quant::format_name of every quant::Format
-/// (fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64).
+/// (fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, int4_kb128, nf4_kb128, mxfp4_kb128,
+/// nvfp4_kb128).
 const std::vector<std::string>& known_weight_formats();
 
 /// Reads a kerntune shapes file (format above) or a Hugging Face config.json.

@@ -124,7 +124,10 @@ KT_API kt_status kt_attention_explain(kt_runtime* rt, const kt_attention_problem
  *  mxfp4 32, nvfp4 16; int8 has one fp32 scale per output row; fp16/bf16 have no scales.
  *  FP16_KB64 / BF16_KB64: the fp16 / bf16 values K-blocked, data [k/64][n][64] (element (r, c) at
  *  ((c/64) n + r) 64 + c % 64), read by the TMA kernels only (faster weight streaming on sm_90a; the
- *  tuner and kt_qkv_proj treat them as formats of their own: kt_quantize packs them). */
+ *  tuner and kt_qkv_proj treat them as formats of their own: kt_quantize packs them).
+ *  INT8_KB64 / INT4_KB128 / NF4_KB128 / MXFP4_KB128 / NVFP4_KB128: the row-major format's data bytes K-blocked,
+ *  [k bytes/64][n][64 bytes] (byte b of row r at ((b/64) n + r) 64 + b % 64), scales and zero points unchanged;
+ *  k must be a multiple of 64 (int8) or 128 (4-bit). Read by gemv stages 2 and wgmma_ws only. */
 typedef enum {
   KT_WEIGHT_FP16 = 0,
   KT_WEIGHT_BF16 = 1,
@@ -134,7 +137,12 @@ typedef enum {
   KT_WEIGHT_MXFP4 = 5,
   KT_WEIGHT_NVFP4 = 6,
   KT_WEIGHT_FP16_KB64 = 7,
-  KT_WEIGHT_BF16_KB64 = 8
+  KT_WEIGHT_BF16_KB64 = 8,
+  KT_WEIGHT_INT8_KB64 = 9,
+  KT_WEIGHT_INT4_KB128 = 10,
+  KT_WEIGHT_NF4_KB128 = 11,
+  KT_WEIGHT_MXFP4_KB128 = 12,
+  KT_WEIGHT_NVFP4_KB128 = 13
 } kt_weight_format;
 
 /** What defines the result of a fused Q/K/V projection (the tuning database key):

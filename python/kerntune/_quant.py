@@ -28,13 +28,16 @@ class PackedWeight:
     (templates/qkv_proj/quant_format.h), as kt_qkv_proj reads it.
 
     Attributes:
-        format (str): "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64" or "bf16_kb64".
+        format (str): "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64" or a K-blocked
+            packed format "int8_kb64", "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128".
         n, k (int): the logical shape of W.
         data (torch.uint8 tensor): [n, k * bits / 8] bytes, row-major. fp16/bf16: little-endian 16-bit values
             (data.view(torch.float16) is W); int8: two's complement; 4-bit formats: element k in byte k // 2,
             LOW nibble for even k. fp16_kb64 / bf16_kb64: the same n * k 16-bit values K-blocked, [k / 64][n][64]
             (element (r, c) at ((c // 64) * n + r) * 64 + c % 64; read by the TMA kernels, wgmma_ws and
-            wgmma_pairs, on sm_90a).
+            wgmma_pairs, on sm_90a). The K-blocked packed formats: the row-major format's bytes as
+            [k bytes / 64][n][64 bytes] (byte b of row r at ((b // 64) * n + r) * 64 + b % 64; read by gemv
+            stages 2 and wgmma_ws); scales and zeros as the row-major format's.
         scales (torch.uint8 tensor): [n, (k / group) * scale_bytes] bytes, row-major little-endian entries: int4
             fp16 per 128, nf4 fp32 absmax per 64, mxfp4 E8M0 per 32, nvfp4 E4M3 per 16; int8 [n, 4] (one fp32 per
             row). Empty (shape [0]) for fp16/bf16.
@@ -67,9 +70,9 @@ class PackedWeight:
             raise ValueError(f"PackedWeight data, scales and zeros must be on one device, got {data.device}, "
                              f"{scales.device}, {zeros.device}")
         tensor_scale = float(tensor_scale)
-        if format == "nvfp4":
+        if format in ("nvfp4", "nvfp4_kb128"):
             if not (math.isfinite(tensor_scale) and tensor_scale > 0):
-                raise ValueError(f"PackedWeight(nvfp4).tensor_scale must be finite and > 0, got {tensor_scale}")
+                raise ValueError(f"PackedWeight({format}).tensor_scale must be finite and > 0, got {tensor_scale}")
         elif tensor_scale != 1.0:
             raise ValueError(f"PackedWeight({format}).tensor_scale must be 1.0, got {tensor_scale}")
         self.format, self.n, self.k = format, n, k

@@ -29,13 +29,14 @@ HEADER = (REPO / "include" / "kerntune" / "kerntune.h").read_text()
 LIB_PATH = os.environ.get("KERNTUNE_LIB") or str(REPO / "build" / "runtime" / "libkerntune.so")
 LIB = kt.load_library(LIB_PATH)
 
-FORMATS = ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64")
+FORMATS = ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64", "int8_kb64", "int4_kb128",
+           "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128")
 GROUP = {"fp16": 0, "bf16": 0, "int8": -1, "int4": 128, "nf4": 64, "mxfp4": 32, "nvfp4": 16, "fp16_kb64": 0,
-         "bf16_kb64": 0}
+         "bf16_kb64": 0, "int8_kb64": -1, "int4_kb128": 128, "nf4_kb128": 64, "mxfp4_kb128": 32, "nvfp4_kb128": 16}
 SCALE_BYTES = {"fp16": 0, "bf16": 0, "int8": 4, "int4": 2, "nf4": 4, "mxfp4": 1, "nvfp4": 1, "fp16_kb64": 0,
-               "bf16_kb64": 0}
+               "bf16_kb64": 0, "int8_kb64": 4, "int4_kb128": 2, "nf4_kb128": 4, "mxfp4_kb128": 1, "nvfp4_kb128": 1}
 BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "nf4": 4, "mxfp4": 4, "nvfp4": 4, "fp16_kb64": 16,
-        "bf16_kb64": 16}
+        "bf16_kb64": 16, "int8_kb64": 8, "int4_kb128": 4, "nf4_kb128": 4, "mxfp4_kb128": 4, "nvfp4_kb128": 4}
 
 
 def raises(exc_type, fn, *args, **kwargs):
@@ -98,14 +99,15 @@ def test_quantize_sizes_every_format():
             g = GROUP[fmt]
             groups = 0 if g == 0 else 1 if g < 0 else k // g
             assert s == n * groups * SCALE_BYTES[fmt], (fmt, n, k, s)
-            assert z == (n * (k // 128) if fmt == "int4" else 0), (fmt, n, k, z)
+            assert z == (n * (k // 128) if fmt in ("int4", "int4_kb128") else 0), (fmt, n, k, z)
         # by kt_weight_format value too
         assert kt.quantize_sizes(kt.WEIGHT_FORMATS[fmt], 2, 128) == kt.quantize_sizes(fmt, 2, 128)
 
 
 def test_quantize_sizes_errors():
     cases = [(("int4", 4, 64), "group size 128"), (("fp16", 4, 96), "multiple of 64"),
-             (("int8", 0, 128), "n must be >= 1"), ((9, 4, 128), "unknown weight_format 9")]
+             (("int8", 0, 128), "n must be >= 1"), ((14, 4, 128), "unknown weight_format 14"),
+             (("nf4_kb128", 4, 64), "multiple of 128")]
     for args, words in cases:
         e = raises(kt.KerntuneError, kt.quantize_sizes, *args)
         assert e.status == kt.KT_ERROR_INVALID_ARGUMENT and e.status_name == "KT_ERROR_INVALID_ARGUMENT", e
@@ -127,11 +129,12 @@ def test_quantize_round_trip_every_format():
     w = _weights(n, k)
     norm = math.sqrt(sum(v * v for v in w))
     limits = {"fp16": 1e-3, "bf16": 5e-3, "int8": 2e-2, "int4": 0.15, "nf4": 0.15, "mxfp4": 0.25, "nvfp4": 0.2,
-              "fp16_kb64": 1e-3, "bf16_kb64": 5e-3}
+              "fp16_kb64": 1e-3, "bf16_kb64": 5e-3, "int8_kb64": 2e-2, "int4_kb128": 0.15, "nf4_kb128": 0.15,
+              "mxfp4_kb128": 0.25, "nvfp4_kb128": 0.2}
     for fmt in FORMATS:
         data, scales, zeros, ts = _quant.quantize_buffer(fmt, w, n, k)
         assert (len(data), len(scales), len(zeros)) == kt.quantize_sizes(fmt, n, k), fmt
-        assert ts == 1.0 or fmt == "nvfp4", (fmt, ts)
+        assert ts == 1.0 or fmt in ("nvfp4", "nvfp4_kb128"), (fmt, ts)
         back = _quant.dequantize_buffer(fmt, n, k, data, scales, zeros, ts)
         err = math.sqrt(sum((a - b) ** 2 for a, b in zip(back, w))) / norm
         assert err < limits[fmt], (fmt, err)

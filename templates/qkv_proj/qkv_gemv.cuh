@@ -404,9 +404,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int T = (bx * WarpsN + wn) * R + r;
-      if (tile_in[r])  // box {64 bytes of K, rows g 0..7, half h 0..1} of tile T % (D / 16) of head T / (D / 16)
-        ptx::tma_load_5d(ptx::smem_u32(s_data + ((warp * kRing + (st - s_begin) % kRing) * R + r) * 1024), wmap, st * 64, 0, 0,
-                         T % kTilesPerHead, T / kTilesPerHead, b, wl2);
+      if (!tile_in[r]) continue;
+      const unsigned dst = ptx::smem_u32(s_data + ((warp * kRing + (st - s_begin) % kRing) * R + r) * 1024);
+      if (p.w_k_blocked)  // box {64 bytes, rows g 0..7, tile T % (D / 16), halves 2 head + 0..1, K block st}
+        ptx::tma_load_5d(dst, wmap, 0, 0, T % kTilesPerHead, 2 * (T / kTilesPerHead), st, b, wl2);
+      else  // box {64 bytes of K, rows g 0..7, half h 0..1} of tile T % (D / 16) of head T / (D / 16)
+        ptx::tma_load_5d(dst, wmap, st * 64, 0, 0, T % kTilesPerHead, T / kTilesPerHead, b, wl2);
     }
 #endif
   };

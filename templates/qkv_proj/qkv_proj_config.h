@@ -114,7 +114,7 @@ KT_HD constexpr int row_data_bytes(quant::Format f, int k) { return k * quant::f
 KT_HD constexpr int row_scale_bytes(quant::Format f, int k) {
   return quant::format_group(f) < 0 ? 4 : quant::format_group(f) == 0 ? 0 : k / quant::format_group(f) * quant::scale_bytes(f);
 }
-KT_HD constexpr int row_zero_bytes(quant::Format f, int k) { return f == quant::Format::int4 ? k / 128 : 0; }
+KT_HD constexpr int row_zero_bytes(quant::Format f, int k) { return quant::format_element(f) == quant::Format::int4 ? k / 128 : 0; }
 /// gemv: blocks per SM the register allocation is held to (__launch_bounds__ minimum), so that decode-sized grids (a few
 /// hundred blocks of 16 output features) are resident in one wave: up to 64 threads -> 8, 128 -> 4, 256 -> 3, 384 -> 2,
 /// else 1.
@@ -132,7 +132,8 @@ KT_HD constexpr int gemv_reg_cap(int threads) {
 }
 /// The formats decoded through a shared-memory table of code-value pairs (nf4, mxfp4, nvfp4; qkv_gemv.cuh).
 KT_HD constexpr bool format_uses_table(quant::Format f) {
-  return f == quant::Format::nf4 || f == quant::Format::mxfp4 || f == quant::Format::nvfp4;
+  return quant::format_element(f) == quant::Format::nf4 || quant::format_element(f) == quant::Format::mxfp4 ||
+         quant::format_element(f) == quant::Format::nvfp4;
 }
 /// Interleaved copies of that 256-pair table in static shared memory (256 x copies x 4 bytes); thread t reads copy
 /// t % copies, so threads t and t' can meet in a bank only when t = t' mod copies and their bytes' low bits agree.
@@ -221,6 +222,10 @@ struct QkvParams {
   /// gemv split_k 0 (gemv_balance): units run whole (blocks [0, gemv_full)) and pieces per tail unit; written by
   /// qkv::launch, ignored by every other config.
   int gemv_full, gemv_split;
+  /// 1: the packed weight is K-blocked ([K bytes / 64][N][64 bytes], int8_kb64 / *_kb128; quant_format.h), so gemv
+  /// stages 2 and wgmma_ws address their TMA boxes in that map's coordinates (WsParams); 0: row-major. Written by
+  /// qkv::launch from the problem's format. (16-bit K-blocked weights need no flag: their maps share coordinates.)
+  int w_k_blocked;
 };
 
 /// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the host by
@@ -235,7 +240,8 @@ struct alignas(128) TmaDescriptor {
 ///          rows past M read as zeros.
 ///   w_map  the packed weight data: 16-bit formats as {64, N, K / 64} elements (a K step's 64 elements, rows, K
 ///          steps; the strides of row-major or K-blocked data), box {64, tile_n, 1}, 128-byte swizzle; the others as
-///          bytes {K bits / 8, N}, box {64 bits / 8, tile_n}, no swizzle (the rows' K-step bytes, densely).
+///          bytes {K bits / 8, N}, box {64 bits / 8, tile_n}, no swizzle (the rows' K-step bytes, densely), or, K-blocked
+///          (QkvParams::w_k_blocked), {64, N, K bits / 8 / 64} bytes (strides 64, 64 N), box {64 bits / 8, tile_n, 1}.
 struct WsParams {
   TmaDescriptor x_map, w_map;
   QkvParams p;
@@ -424,7 +430,7 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
 /// 20 (stages 0) or, for units read from shared memory (stages 1), 12 for one row tile and 28 each for two.
 KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
-  return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (f == quant::Format::int4 ? 14 : 6) +
+  return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (quant::format_element(f) == quant::Format::int4 ? 14 : 6) +
          (c.stages >= 1 ? 0 : c.prefetch * 12 * gemv_row_tiles(c)) +
          3 * (c.prefetch >= 2 ? 2 : 1) * (64 / quant::format_bits(f)) * (c.tile_m / 8) / 2 +
          (c.stages >= 1 ? (gemv_row_tiles(c) == 1 ? 12 : 28) : 20) * gemv_row_tiles(c) +
@@ -442,9 +448,14 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   if ((quant::format_element(f) == quant::Format::fp16 && dt != DType::f16) ||
       (quant::format_element(f) == quant::Format::bf16 && dt != DType::bf16))
     return "fp16/bf16 weights must match the activation dtype";
-  // K-blocked 16-bit weights ([K / 64][N][64]) are read through TMA tensor maps only.
-  if (quant::format_k_blocked(f) && c.mainloop != kMainloopWgmmaWs && c.mainloop != kMainloopWgmmaPairs)
+  // K-blocked weights (quant_format.h) are read through TMA tensor maps only.
+  if (quant::format_k_blocked(f) && quant::format_bits(f) == 16 && c.mainloop != kMainloopWgmmaWs &&
+      c.mainloop != kMainloopWgmmaPairs)
     return "K-blocked 16-bit weights (fp16_kb64 / bf16_kb64): wgmma_ws or wgmma_pairs only (read through TMA tensor maps)";
+  if (quant::format_k_blocked(f) && quant::format_bits(f) < 16 && c.mainloop != kMainloopWgmmaWs &&
+      !(c.mainloop == kMainloopGemv && c.stages == 2))
+    return "K-blocked packed weights (int8_kb64, int4_kb128, nf4_kb128, mxfp4_kb128, nvfp4_kb128): gemv stages 2 or wgmma_ws "
+           "only (read through TMA tensor maps)";
   // head_dim: 64 or 128.
   if (head_dim != 64 && head_dim != 128) return "head_dim must be 64 or 128";
   // mma.sync m16n8k16 needs sm_80+.

@@ -302,6 +302,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar_full + 8 * slot);
     if (kWide)  // 16-bit: the 3-D map {64, N, K / 64} (row-major or K-blocked: the host's strides say which)
       ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar_full + 8 * slot, wl2);
+    else if (p.w_k_blocked)  // packed, K-blocked: the 3-D map {64, N, K bytes / 64} (WsParams)
+      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, kt_next * kRowB % 64, (t_next % n_tiles) * TileN, kt_next * kRowB / 64,
+                       bar_full + 8 * slot, wl2);
     else
       ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar_full + 8 * slot, wl2);
     if (++kt_next == nk) {

@@ -13,6 +13,13 @@
 //          row-major formats only). Same bytes in all, N x K x 2. Measured on the H100 (NOTES.md qkv_proj 28): the
 //          weight streams faster than row-major in CUDA graphs and after a clean L2 flush at every M; after a flush
 //          that leaves the L2 dirty (do_bench's) it is 2-3% slower from M = 256.
+//   int8_kb64 / int4_kb128 / nf4_kb128 / mxfp4_kb128 / nvfp4_kb128 (K-blocked packed): the same bytes as the
+//          row-major format, stored as [K bytes / 64][N][64 bytes]: byte b of row n (b in [0, K * bits / 8)) at
+//          ((b / 64) N + n) 64 + b % 64, i.e. blocks of 64 elements (8-bit) or 128 elements (4-bit) along K. Scales
+//          and zero points stay row-major. A TMA box of a 64-byte K step over 8 consecutive rows is one contiguous
+//          512-byte run instead of 8 pieces of 64 bytes K * bits / 8 apart (kerntune's own layout, read by the TMA
+//          kernels only: gemv stages 2 and wgmma_ws). Measured on the H100 with int4 (NOTES.md qkv_proj 31): about 0.9
+//          us faster per M = 1 call after do_bench's dirty L2 flush, 0.3 us in CUDA graphs, unchanged at M >= 1024.
 //   scales [N, K / group] of the format's scale encoding, row-major (int8: [N], one per row).
 //   zeros  [N, K / group] bytes, int4 only (zero point 0..15, one per byte).
 // Row strides are the natural ones (K * bits / 8 bytes, K / group scales). K must be a multiple of the
@@ -34,26 +41,38 @@
 namespace kt {
 namespace quant {
 
-enum class Format : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, nf4 = 4, mxfp4 = 5, nvfp4 = 6, fp16_kb64 = 7, bf16_kb64 = 8 };
+enum class Format : int {
+  fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, nf4 = 4, mxfp4 = 5, nvfp4 = 6, fp16_kb64 = 7, bf16_kb64 = 8,
+  int8_kb64 = 9, int4_kb128 = 10, nf4_kb128 = 11, mxfp4_kb128 = 12, nvfp4_kb128 = 13
+};
 /// Number of Format values (0 .. kFormatCount - 1).
-constexpr int kFormatCount = 9;
+constexpr int kFormatCount = 14;
 
-/// True for the K-blocked 16-bit layouts ([K / 64][N][64]).
-KT_HD constexpr bool format_k_blocked(Format f) { return f == Format::fp16_kb64 || f == Format::bf16_kb64; }
-/// The element encoding of f: fp16 for fp16_kb64, bf16 for bf16_kb64, f itself otherwise. The TMA kernels are
-/// instantiated with it (the layout lives only in the host's tensor map, runtime/qkv.cpp).
+/// True for the K-blocked layouts: 16-bit [K / 64][N][64] and packed [K bytes / 64][N][64 bytes].
+KT_HD constexpr bool format_k_blocked(Format f) { return int(f) >= int(Format::fp16_kb64); }
+/// The element encoding of f: the row-major format whose bytes a K-blocked format rearranges (fp16 for fp16_kb64,
+/// int4 for int4_kb128, ...), f itself otherwise. The kernels are instantiated with it (the layout lives only in the
+/// host's tensor maps, runtime/qkv.cpp).
 KT_HD constexpr Format format_element(Format f) {
-  return f == Format::fp16_kb64 ? Format::fp16 : f == Format::bf16_kb64 ? Format::bf16 : f;
+  return f == Format::fp16_kb64     ? Format::fp16
+         : f == Format::bf16_kb64   ? Format::bf16
+         : f == Format::int8_kb64   ? Format::int8
+         : f == Format::int4_kb128  ? Format::int4
+         : f == Format::nf4_kb128   ? Format::nf4
+         : f == Format::mxfp4_kb128 ? Format::mxfp4
+         : f == Format::nvfp4_kb128 ? Format::nvfp4
+                                    : f;
 }
 
 /// Bits per stored element.
 KT_HD constexpr int format_bits(Format f) {
-  return format_element(f) == Format::fp16 || format_element(f) == Format::bf16 ? 16 : f == Format::int8 ? 8 : 4;
+  return format_element(f) == Format::fp16 || format_element(f) == Format::bf16 ? 16 : format_element(f) == Format::int8 ? 8 : 4;
 }
 
 /// Elements per scale along K (0: no scale; -1: one scale per row).
 KT_HD constexpr int format_group(Format f) {
-  return f == Format::int8 ? -1
+  return format_element(f) != f ? format_group(format_element(f))
+         : f == Format::int8 ? -1
          : f == Format::int4 ? 128
          : f == Format::nf4 ? 64
          : f == Format::mxfp4 ? 32
@@ -63,7 +82,8 @@ KT_HD constexpr int format_group(Format f) {
 
 /// Bytes of one scale entry.
 KT_HD constexpr int scale_bytes(Format f) {
-  return f == Format::int8 || f == Format::nf4 ? 4 : f == Format::int4 ? 2 : f == Format::mxfp4 || f == Format::nvfp4 ? 1 : 0;
+  return format_element(f) != f ? scale_bytes(format_element(f))
+         : f == Format::int8 || f == Format::nf4 ? 4 : f == Format::int4 ? 2 : f == Format::mxfp4 || f == Format::nvfp4 ? 1 : 0;
 }
 
 /// The 16 NF4 code values, indexed by the 4-bit code (bitsandbytes functional.py, "NF4" data type,

@@ -855,6 +855,56 @@ TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major 
     CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked"));
 }
 
+TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 2 and wgmma_ws only, the row-major twin's binaries",
+          "[generator][qkv]") {
+  const ArchId arch = parse_arch("sm_90a");
+  const std::pair<quant::Format, quant::Format> pairs[] = {
+      {quant::Format::int8_kb64, quant::Format::int8}, {quant::Format::int4_kb128, quant::Format::int4},
+      {quant::Format::nf4_kb128, quant::Format::nf4}, {quant::Format::mxfp4_kb128, quant::Format::mxfp4},
+      {quant::Format::nvfp4_kb128, quant::Format::nvfp4}};
+  for (const auto& [kb, rm] : pairs)
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int m : {1, 16, 64, 256, 4096}) {
+        INFO(format_tag(kb) << " m=" << m);
+        const Problem pk = qwen(kb, dt, m), pr = qwen(rm, dt, m);
+        CHECK_NOTHROW(check_problem(pk));
+        const auto ck = valid_configs(pk, arch), cr = valid_configs(pr, arch);
+        REQUIRE(!ck.empty());
+        std::set<int> mainloops;
+        for (const auto& c : ck) {
+          mainloops.insert(c.mainloop);
+          if (c.mainloop == kMainloopGemv) CHECK(c.stages == 2);
+          CHECK(name_expression(pk, c) == name_expression(pr, c));  // the layout lives in the host's tensor maps
+          CHECK(variant_name(pk, c, arch).find(std::string("_") + format_tag(kb) + "_d128") != std::string::npos);
+        }
+        CHECK(mainloops.count(kMainloopWgmmaWs) == 1);
+        CHECK(mainloops.count(kMainloopMma) + mainloops.count(kMainloopWgmma) + mainloops.count(kMainloopWgmmaPairs) == 0);
+        if (m <= 16) CHECK(mainloops.count(kMainloopGemv) == 1);
+        // exactly the twin's gemv stages-2 and wgmma_ws configs (the decode order interleaves the stages that remain)
+        std::vector<Config> tma;
+        for (const auto& c : cr)
+          if (c.mainloop == kMainloopWgmmaWs || (c.mainloop == kMainloopGemv && c.stages == 2)) tma.push_back(c);
+        REQUIRE(tma.size() == ck.size());
+        for (const auto& c : tma)
+          CHECK(std::any_of(ck.begin(), ck.end(), [&](const Config& o) { return same_config(c, o); }));
+        CHECK(invalid_reason(pk.dtype, pk.format, pk.head_dim, pk.rope, default_config(arch, pk), arch) == nullptr);
+        if (m == 1) CHECK(default_config(arch, pk).mainloop == kMainloopGemv);
+      }
+  const Problem p = qwen(quant::Format::int4_kb128, DType::bf16, 16);
+  for (const auto& c : {Config{16, 128, 64, 1, 4, 2, 1, 1, kMainloopMma}, Config{8, 16, 128, 4, 1, 1, 1, 1, kMainloopGemv},
+                        Config{8, 16, 128, 4, 1, 0, 1, 1, kMainloopGemv}, Config{64, 128, 64, 4, 1, 3, 1, 1, kMainloopWgmma}})
+    CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked packed"));
+  // K must tile into 64-byte blocks: 4-bit K a multiple of 128, int8 of 64.
+  Problem odd = qwen(quant::Format::nf4_kb128, DType::bf16, 1);
+  odd.k = 3584 + 64;
+  CHECK_THROWS_WITH(check_problem(odd), Catch::Contains("must be a multiple of 128 for nf4_kb128"));
+  odd.format = quant::Format::nf4;
+  CHECK_NOTHROW(check_problem(odd));
+  odd.format = quant::Format::int8_kb64;
+  CHECK_NOTHROW(check_problem(odd));
+  CHECK(problem_from_json(problem_to_json(qwen(quant::Format::mxfp4_kb128, DType::bf16, 7))).format == quant::Format::mxfp4_kb128);
+}
+
 TEST_CASE("qkv_proj weight L2 policy: evict_first where it measured faster", "[generator][qkv]") {
   const Config pairs{128, 96, 64, 8, 1, 8, 1, 1, kMainloopWgmmaPairs, 2}, ws8{8, 128, 64, 4, 1, 8, 2, 1, kMainloopWgmmaWs},
       ws256{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs}, gemv8{8, 16, 128, 4, 1, 1, 1, 1, kMainloopGemv},

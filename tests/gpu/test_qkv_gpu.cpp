@@ -103,6 +103,12 @@ std::vector<std::pair<quant::Format, DType>> format_dtypes() {
                                                      {quant::Format::fp16_kb64, DType::f16}, {quant::Format::bf16_kb64, DType::bf16}};
   for (auto f : {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4})
     for (auto d : {DType::f16, DType::bf16}) out.push_back({f, d});
+  // K-blocked packed weights (the element formats' binaries, read through other tensor maps): one dtype each.
+  out.push_back({quant::Format::int8_kb64, DType::f16});
+  out.push_back({quant::Format::int4_kb128, DType::bf16});
+  out.push_back({quant::Format::nf4_kb128, DType::f16});
+  out.push_back({quant::Format::mxfp4_kb128, DType::bf16});
+  out.push_back({quant::Format::nvfp4_kb128, DType::f16});
   return out;
 }
 
@@ -232,12 +238,15 @@ TEST_CASE("qkv_proj: 32/8 head layout, with and without bias and RoPE", "[gpu][q
 
 TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a partial last warp step", "[gpu][qkv]") {
   for (const auto& [f, d] : format_dtypes()) {
-    if (quant::format_k_blocked(f)) continue;  // read by the TMA kernels only (no gemv config: the CPU tests check it)
+    // 16-bit K-blocked weights: TMA kernels only (no gemv config: the CPU tests check it); packed K-blocked: stages 2
+    if (quant::format_k_blocked(f) && quant::format_bits(f) == 16) continue;
     const HostInputs big = make_inputs(qwen(f, d, 16), 41);
     for (int m : {1, 3, 16}) {  // tile_m 8 (7 or 5 tokens masked) and 16
       const Problem p = qwen(f, d, m);
       const auto cs = configs_of(p, kMainloopGemv);
-      REQUIRE(cs.size() >= 20);
+      REQUIRE(cs.size() >= (quant::format_k_blocked(f) ? 4u : 20u));
+      if (quant::format_k_blocked(f))
+        for (const auto& c : cs) REQUIRE(c.stages == 2);
       const auto kernels = load(p, cs);
       run_and_check(truncate(big, m), cs, kernels, m);
     }
@@ -262,16 +271,48 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): every variant at decode size
   // On 132 SMs: M = 1 / 3 (tile_m 8) and M = 16 (tile_m 16): 24 tail units of 5 pieces (tile_n 16) or 12 of 11 (tile_n
   // 32); M = 16 with tile_m 8: 48 of 2. Every config runs twice (run_and_check: the counters reset themselves).
   for (const auto& [f, d] : format_dtypes()) {
-    if (quant::format_k_blocked(f)) continue;
+    if (quant::format_k_blocked(f) && quant::format_bits(f) == 16) continue;
     const HostInputs big = make_inputs(qwen(f, d, 16), 45);
     for (int m : {1, 3, 16}) {
       const Problem p = qwen(f, d, m);
       const auto cs = configs_of(p, kMainloopGemv, 0);
-      REQUIRE(cs.size() >= 10);
+      REQUIRE(cs.size() >= (quant::format_k_blocked(f) ? 2u : 10u));
       const auto kernels = load(p, cs);
       run_and_check(truncate(big, m), cs, kernels, m);
     }
   }
+}
+
+TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 2 (whole units and balanced tail) and wgmma_ws, every format",
+          "[gpu][qkv]") {
+  // The row-major formats' binaries, with QkvParams::w_k_blocked picking the K-blocked maps' coordinates (runtime/qkv.cpp
+  // encode_gemv_blocks / encode_ws_blocks). Both activation dtypes for each format.
+  for (auto f : {quant::Format::int8_kb64, quant::Format::int4_kb128, quant::Format::nf4_kb128, quant::Format::mxfp4_kb128,
+                 quant::Format::nvfp4_kb128})
+    for (auto d : {DType::f16, DType::bf16}) {
+      const HostInputs big = make_inputs(qwen(f, d, 300), 91);
+      std::vector<MSet> sets;
+      for (int m : {1, 3, 16}) {
+        const auto whole = configs_of(qwen(f, d, m), kMainloopGemv), bal = configs_of(qwen(f, d, m), kMainloopGemv, 0);
+        REQUIRE(whole.size() >= 4);
+        REQUIRE(bal.size() >= 2);
+        sets.push_back({m, whole, size_t(m)});
+        sets.push_back({m, bal, size_t(m)});
+      }
+      if (has_sm90a("wgmma_ws with K-blocked packed weights")) {
+        // M = 37: tile_m 8..64 with every split_k; M = 300: every fourth tile shape (split_k 1, rings of 2-3 slots).
+        const auto c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaWs, 16,
+                                    [&](const Config& c) { return c.stages == 3 || (c.split_k > 1 && c.stages == 4); });
+        std::vector<Config> c300;
+        const auto all300 = configs_of(big.problem, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages <= 3; });
+        for (size_t i = 0; i < all300.size(); i += 4) c300.push_back(all300[i]);
+        REQUIRE(c37.size() >= 8);
+        REQUIRE(c300.size() >= 4);
+        sets.push_back({37, c37, 37});
+        sets.push_back({300, c300, 40});
+      }
+      run_sets(big, sets);
+    }
 }
 
 TEST_CASE("qkv_proj gemv: units whose scale fp16 cannot hold take the fp32 decode (no inf * 0)", "[gpu][qkv]") {

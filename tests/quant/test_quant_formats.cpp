@@ -21,8 +21,10 @@ using kt::quant::PackedWeight;
 
 namespace {
 
-const Format kAllFormats[] = {Format::fp16, Format::bf16,  Format::int8,      Format::int4,     Format::nf4,
-                              Format::mxfp4, Format::nvfp4, Format::fp16_kb64, Format::bf16_kb64};
+const Format kAllFormats[] = {Format::fp16,      Format::bf16,       Format::int8,      Format::int4,
+                              Format::nf4,       Format::mxfp4,      Format::nvfp4,     Format::fp16_kb64,
+                              Format::bf16_kb64, Format::int8_kb64,  Format::int4_kb128, Format::nf4_kb128,
+                              Format::mxfp4_kb128, Format::nvfp4_kb128};
 static_assert(sizeof(kAllFormats) / sizeof(kAllFormats[0]) == kt::quant::kFormatCount, "every format is tested");
 
 // bitsandbytes functional.py, get_4bit_type("nf4") (copied independently of quant_format.h).
@@ -100,13 +102,15 @@ std::vector<float> normal_weights(int n, int k, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("format names round trip and unknown names are rejected", "[quant]") {
-  const char* names[] = {"fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64"};
+  const char* names[] = {"fp16",      "bf16",      "int8",       "int4",      "nf4",         "mxfp4",      "nvfp4",
+                         "fp16_kb64", "bf16_kb64", "int8_kb64",  "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128"};
   for (int i = 0; i < kt::quant::kFormatCount; ++i) {
     CHECK(std::string(kt::quant::format_name(kAllFormats[i])) == names[i]);
     CHECK(kt::quant::parse_format(names[i]) == kAllFormats[i]);
   }
   CHECK(error_of([] { kt::quant::parse_format("fp8"); }) ==
-        "unknown weight format 'fp8' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64 or bf16_kb64)");
+        "unknown weight format 'fp8' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, "
+        "int4_kb128, nf4_kb128, mxfp4_kb128 or nvfp4_kb128)");
   CHECK_THROWS_AS(kt::quant::parse_format("NF4"), std::invalid_argument);
 }
 
@@ -362,7 +366,7 @@ TEST_CASE("round trip error bounds per format on normal weights", "[quant]") {
         err2 += e * e;
         const size_t si = static_cast<size_t>(r) * gpr + (g > 0 ? c / g : 0);
         double bound = 0;
-        switch (f) {
+        switch (kt::quant::format_element(f)) {  // K-blocked: the element format's bound (same values)
           case Format::fp16:
           case Format::fp16_kb64: bound = std::max(std::ldexp(std::fabs(x), -11), std::ldexp(1.0, -25)); break;
           case Format::bf16:
@@ -391,8 +395,8 @@ TEST_CASE("round trip error bounds per format on normal weights", "[quant]") {
               << kt::quant::format_name(f) << ": " << rel << std::endl;
     // Sanity ceilings (a quantizer that lost its scale or its rounding would exceed them).
     const Format el = kt::quant::format_element(f);
-    const double ceiling = el == Format::fp16 ? 5e-4 : el == Format::bf16 ? 4e-3 : f == Format::int8 ? 0.015
-                         : f == Format::mxfp4 ? 0.15 : 0.13;
+    const double ceiling = el == Format::fp16 ? 5e-4 : el == Format::bf16 ? 4e-3 : el == Format::int8 ? 0.015
+                         : el == Format::mxfp4 ? 0.15 : 0.13;
     CHECK(rel < ceiling);
     CHECK(rel > 0);
   }
@@ -459,6 +463,61 @@ TEST_CASE("K-blocked 16-bit layout: element (r, c) at ((c / 64) n + r) 64 + c % 
   }
 }
 
+TEST_CASE("K-blocked packed layout: byte b of row r at ((b / 64) n + r) 64 + b % 64, same scales, zeros and values",
+          "[quant]") {
+  const int n = 5, k = 384;  // 4-bit: 3 blocks of 64 bytes per row; int8: 6
+  const std::vector<float> w = normal_weights(n, k, 77);
+  const std::pair<Format, Format> pairs[] = {{Format::int8, Format::int8_kb64},    {Format::int4, Format::int4_kb128},
+                                             {Format::nf4, Format::nf4_kb128},     {Format::mxfp4, Format::mxfp4_kb128},
+                                             {Format::nvfp4, Format::nvfp4_kb128}};
+  for (const auto& [rmf, kbf] : pairs) {
+    INFO(kt::quant::format_name(kbf));
+    CHECK(kt::quant::format_k_blocked(kbf));
+    CHECK_FALSE(kt::quant::format_k_blocked(rmf));
+    CHECK(kt::quant::format_element(kbf) == rmf);
+    CHECK(kt::quant::format_bits(kbf) == kt::quant::format_bits(rmf));
+    CHECK(kt::quant::format_group(kbf) == kt::quant::format_group(rmf));
+    CHECK(kt::quant::scale_bytes(kbf) == kt::quant::scale_bytes(rmf));
+    const PackedWeight rm = kt::quant::quantize(rmf, w.data(), n, k);
+    const PackedWeight kb = kt::quant::quantize(kbf, w.data(), n, k);
+    REQUIRE(kb.format == kbf);
+    REQUIRE(kb.data.size() == rm.data.size());
+    CHECK(kb.scales == rm.scales);
+    CHECK(kb.zeros == rm.zeros);
+    CHECK(kb.tensor_scale == rm.tensor_scale);
+    const size_t rb = rm.data.size() / n;
+    size_t moved = 0;
+    for (size_t r = 0; r < size_t(n); ++r)
+      for (size_t b = 0; b < rb; ++b) {
+        const size_t at_kb = (b / 64 * n + r) * 64 + b % 64;
+        CHECK(kb.data[at_kb] == rm.data[r * rb + b]);
+        moved += at_kb != r * rb + b;
+      }
+    CHECK(moved > 0);
+    // The conversions are each other's inverse and equal quantize's.
+    const PackedWeight to = kt::quant::to_k_blocked(rm), back = kt::quant::from_k_blocked(kb);
+    CHECK(to.format == kbf);
+    CHECK(to.data == kb.data);
+    CHECK(back.format == rmf);
+    CHECK(back.data == rm.data);
+    std::vector<double> a(static_cast<size_t>(n) * k), c(a.size());
+    kt::quant::dequantize(rm, a.data());
+    kt::quant::dequantize(kb, c.data());
+    CHECK(a == c);
+    // Wrong direction or a K the 64-byte blocks do not tile: clear errors.
+    CHECK_THROWS_WITH(kt::quant::to_k_blocked(kb), Catch::Contains("expected a row-major packed format"));
+    CHECK_THROWS_WITH(kt::quant::from_k_blocked(rm), Catch::Contains("expected a K-blocked packed format"));
+  }
+  // 4-bit K-blocked formats need k a multiple of 128 (64 bytes), int8 of 64.
+  const std::vector<float> w64 = normal_weights(2, 64, 5);
+  CHECK_THROWS_WITH(kt::quant::quantize(Format::nf4_kb128, w64.data(), 2, 64), Catch::Contains("multiple of 128"));
+  CHECK_NOTHROW(kt::quant::quantize(Format::int8_kb64, w64.data(), 2, 64));
+  CHECK_THROWS_WITH(kt::quant::to_k_blocked(kt::quant::quantize(Format::mxfp4, w64.data(), 2, 64)),
+                    Catch::Contains("multiple of 128"));
+  CHECK_THROWS_WITH(kt::quant::to_k_blocked(kt::quant::quantize(Format::fp16, w64.data(), 2, 64)),
+                    Catch::Contains("expected a row-major packed format"));
+}
+
 TEST_CASE("packed layout: sizes, nibble order, row-major scales and zeros", "[quant]") {
   const int n = 3, k = 256;
   std::vector<float> w(static_cast<size_t>(n) * k, 0.f);
@@ -467,14 +526,15 @@ TEST_CASE("packed layout: sizes, nibble order, row-major scales and zeros", "[qu
     INFO(kt::quant::format_name(f));
     const size_t bits = kt::quant::format_bits(f);
     CHECK(pw.data.size() == n * k * bits / 8);
+    const Format el = kt::quant::format_element(f);
     const size_t want_scales = bits == 16                             ? 0
-                               : f == Format::int8                    ? n * 4
-                               : f == Format::int4                    ? n * (k / 128) * 2
-                               : f == Format::nf4                     ? n * (k / 64) * 4
-                               : f == Format::mxfp4                   ? n * (k / 32)
+                               : el == Format::int8                   ? n * 4
+                               : el == Format::int4                   ? n * (k / 128) * 2
+                               : el == Format::nf4                    ? n * (k / 64) * 4
+                               : el == Format::mxfp4                  ? n * (k / 32)
                                                                       : n * (k / 16);
     CHECK(pw.scales.size() == want_scales);
-    CHECK(pw.zeros.size() == (f == Format::int4 ? static_cast<size_t>(n) * 2 : 0u));
+    CHECK(pw.zeros.size() == (el == Format::int4 ? static_cast<size_t>(n) * 2 : 0u));
     CHECK(pw.tensor_scale == 1.f);
   }
   // int4: group (r, g) gets range proportional to 1 + r*2 + g and its own zero point round(15 m / (15 + m)).

@@ -17,8 +17,10 @@ using kt::quant::Format;
 
 namespace {
 
-const Format kAllFormats[] = {Format::fp16, Format::bf16,  Format::int8,      Format::int4,     Format::nf4,
-                              Format::mxfp4, Format::nvfp4, Format::fp16_kb64, Format::bf16_kb64};
+const Format kAllFormats[] = {Format::fp16,      Format::bf16,       Format::int8,      Format::int4,
+                              Format::nf4,       Format::mxfp4,      Format::nvfp4,     Format::fp16_kb64,
+                              Format::bf16_kb64, Format::int8_kb64,  Format::int4_kb128, Format::nf4_kb128,
+                              Format::mxfp4_kb128, Format::nvfp4_kb128};
 
 /// Random weights with a spread of magnitudes (and some exact zeros) so every scale path is exercised.
 std::vector<float> random_weights(int n, int k, uint32_t seed) {
@@ -76,18 +78,17 @@ TEST_CASE("C ABI kt_quantize_sizes: every format matches kt::quant::quantize's b
       // The documented formulas.
       const size_t n = sh.n, k = sh.k;
       CHECK(db == n * k * kt::quant::format_bits(f) / 8);
-      switch (f) {
+      switch (kt::quant::format_element(f)) {
         case Format::fp16:
-        case Format::bf16:
-        case Format::fp16_kb64:
-        case Format::bf16_kb64: CHECK(sb == 0); break;
+        case Format::bf16: CHECK(sb == 0); break;
         case Format::int8: CHECK(sb == n * 4); break;
         case Format::int4: CHECK(sb == n * (k / 128) * 2); break;
         case Format::nf4: CHECK(sb == n * (k / 64) * 4); break;
         case Format::mxfp4: CHECK(sb == n * (k / 32)); break;
         case Format::nvfp4: CHECK(sb == n * (k / 16)); break;
+        default: FAIL("format_element returned a K-blocked format");
       }
-      CHECK(zb == (f == Format::int4 ? n * (k / 128) : 0));
+      CHECK(zb == (kt::quant::format_element(f) == Format::int4 ? n * (k / 128) : 0));
     }
   }
   // Qwen2.5-7B fused QKV: n = (28 + 2 * 4) * 128 = 4608, k = 3584.
@@ -110,7 +111,7 @@ TEST_CASE("C ABI kt_quantize: bytes equal kt::quant::quantize; kt_dequantize equ
     CHECK(b.scales == ref.scales);
     CHECK(b.zeros == ref.zeros);
     CHECK(b.tensor_scale == ref.tensor_scale);
-    if (f != Format::nvfp4) CHECK(b.tensor_scale == 1.f);
+    if (kt::quant::format_element(f) != Format::nvfp4) CHECK(b.tensor_scale == 1.f);
 
     std::vector<double> want(static_cast<size_t>(n) * k), got(want.size(), std::nan(""));
     kt::quant::dequantize(ref, want.data());
@@ -159,9 +160,11 @@ TEST_CASE("C ABI quantization: bad input -> KT_ERROR_INVALID_ARGUMENT naming the
            {"kt_quantize", "group size 128", "got 192"});
     expect(kt_dequantize(KT_WEIGHT_INT4, n, 64, data.data(), scales.data(), zeros.data(), 1.f, out.data()),
            {"kt_dequantize", "group size 128"});
+    // K-blocked packed formats tile K into 64-byte blocks: 4-bit k a multiple of 128.
+    expect(kt_quantize_sizes(KT_WEIGHT_MXFP4_KB128, n, 64, &db, &sb, &zb), {"mxfp4_kb128", "multiple of 128", "got 64"});
   }
   SECTION("unknown format") {
-    expect(kt_quantize_sizes(9, n, k, &db, &sb, &zb), {"unknown weight_format 9", "KT_WEIGHT_BF16_KB64 = 8"});
+    expect(kt_quantize_sizes(14, n, k, &db, &sb, &zb), {"unknown weight_format 14", "KT_WEIGHT_NVFP4_KB128 = 13"});
     expect(kt_quantize(-1, w.data(), n, k, data.data(), scales.data(), zeros.data(), &ts),
            {"kt_quantize", "unknown weight_format -1"});
     expect(kt_dequantize(99, n, k, data.data(), scales.data(), zeros.data(), 1.f, out.data()),
