@@ -347,7 +347,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     CHECK(kt_qkv_explain(crt, &cp, buf, sizeof buf) == KT_ERROR_UNSUPPORTED);
     // Malformed problems: INVALID_ARGUMENT.
     cp = c_problem(small(16));
-    cp.weight_format = 9;
+    cp.weight_format = 14;  // one past KT_WEIGHT_NVFP4_KB128
     CHECK(kt_qkv_proj(crt, &cp, &args, stream.get()) == KT_ERROR_INVALID_ARGUMENT);
     CHECK(std::string(kt_last_error()).find("weight_format") != std::string::npos);
     cp = c_problem(small(16));
