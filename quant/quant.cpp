@@ -77,6 +77,9 @@ void check_shape(const char* what, Format f, int n, int k) {
   if (g > 0 && k % g != 0)
     throw std::invalid_argument(pre + "k must be a multiple of the group size " + std::to_string(g) +
                                 " (got " + std::to_string(k) + ")");
+  if (k_block_elems(f) > 0 && k % k_block_elems(f) != 0)
+    throw std::invalid_argument(pre + "k must be a multiple of " + std::to_string(k_block_elems(f)) +
+                                " (K-blocked in 64-byte blocks; got " + std::to_string(k) + ")");
 }
 
 }  // namespace
@@ -139,8 +142,8 @@ void validate(const PackedWeight& pw) {
                                 std::to_string(scale_bytes(f)) + " bytes)");
   }
   const Format el = format_element(f);
-  if (format_k_blocked(f) && format_bits(f) < 16 && row_bytes(f, pw.k) % 64 != 0)
-    throw std::invalid_argument(pre + "k must be a multiple of " + std::to_string(512 / format_bits(f)) +
+  if (k_block_elems(f) > 0 && pw.k % k_block_elems(f) != 0)
+    throw std::invalid_argument(pre + "k must be a multiple of " + std::to_string(k_block_elems(f)) +
                                 " (K-blocked in 64-byte blocks)");
   const size_t want_zeros = el == Format::int4 ? static_cast<size_t>(pw.n) * (pw.k / 128) : 0;
   if (pw.zeros.size() != want_zeros)
@@ -179,13 +182,7 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
   const int fi = static_cast<int>(f);
   if (fi < 0 || fi >= kFormatCount) throw std::invalid_argument("quantize: invalid Format value " + std::to_string(fi));
   check_shape("quantize", f, n, k);
-  if (format_k_blocked(f) && format_bits(f) < 16) {  // the row-major format's bytes, K-blocked
-    if (row_bytes(f, k) % 64 != 0)
-      throw std::invalid_argument(std::string("quantize(") + format_name(f) + ", n=" + std::to_string(n) + ", k=" +
-                                  std::to_string(k) + "): k must be a multiple of " + std::to_string(512 / format_bits(f)) +
-                                  " (K-blocked in 64-byte blocks)");
-    return to_k_blocked(quantize(format_element(f), w, n, k));
-  }
+  if (format_packed_k_blocked(f)) return to_k_blocked(quantize(format_element(f), w, n, k));  // (k checked above)
   const std::string pre =
       std::string("quantize(") + format_name(f) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + "): ";
   if (!w) throw std::invalid_argument(pre + "w is null");
@@ -340,7 +337,7 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
 void dequantize(const PackedWeight& pw, double* out) {
   validate(pw);
   if (!out) throw std::invalid_argument(describe(pw) + ": dequantize: out is null");
-  if (format_k_blocked(pw.format) && format_bits(pw.format) < 16) return dequantize(from_k_blocked(pw), out);
+  if (format_packed_k_blocked(pw.format)) return dequantize(from_k_blocked(pw), out);
   const Format f = pw.format;
   const int n = pw.n, k = pw.k, g = format_group(f), gpr = groups_per_row(f, k);
   const size_t rb = row_bytes(f, k);
@@ -383,16 +380,16 @@ void dequantize(const PackedWeight& pw, double* out) {
 PackedWeight to_k_blocked(const PackedWeight& pw) {
   validate(pw);
   const Format f = pw.format;
-  if (format_k_blocked(f) || format_bits(f) == 16)
+  const Format twin = packed_k_blocked_twin(f);
+  if (twin == f)
     throw std::invalid_argument(describe(pw) + ": to_k_blocked: expected a row-major packed format (int8, int4, nf4, "
                                 "mxfp4 or nvfp4)");
   const size_t rb = row_bytes(f, pw.k), n = static_cast<size_t>(pw.n);
-  if (rb % 64 != 0)
+  if (pw.k % k_block_elems(twin) != 0)
     throw std::invalid_argument(describe(pw) + ": to_k_blocked: k must be a multiple of " +
-                                std::to_string(512 / format_bits(f)) + " (64-byte blocks)");
+                                std::to_string(k_block_elems(twin)) + " (64-byte blocks)");
   PackedWeight out = pw;
-  out.format = f == Format::int8 ? Format::int8_kb64 : f == Format::int4 ? Format::int4_kb128 : f == Format::nf4 ? Format::nf4_kb128
-               : f == Format::mxfp4 ? Format::mxfp4_kb128 : Format::nvfp4_kb128;
+  out.format = twin;
   for (size_t r = 0; r < n; ++r)
     for (size_t b = 0; b < rb; ++b) out.data[(b / 64 * n + r) * 64 + b % 64] = pw.data[r * rb + b];
   return out;
@@ -401,7 +398,7 @@ PackedWeight to_k_blocked(const PackedWeight& pw) {
 PackedWeight from_k_blocked(const PackedWeight& pw) {
   validate(pw);
   const Format f = pw.format;
-  if (!format_k_blocked(f) || format_bits(f) == 16)
+  if (!format_packed_k_blocked(f))
     throw std::invalid_argument(describe(pw) + ": from_k_blocked: expected a K-blocked packed format (int8_kb64, "
                                 "int4_kb128, nf4_kb128, mxfp4_kb128 or nvfp4_kb128)");
   const size_t rb = row_bytes(f, pw.k), n = static_cast<size_t>(pw.n);

@@ -43,6 +43,17 @@ struct PackedWeight {
   float tensor_scale = 1.f;
 };
 
+/// True for the K-blocked packed formats (int8_kb64, int4_kb128, nf4_kb128, mxfp4_kb128, nvfp4_kb128; quant_format.h).
+constexpr bool format_packed_k_blocked(Format f) { return format_k_blocked(f) && format_bits(f) < 16; }
+/// K elements per 64-byte block of a K-blocked packed format (64 for int8_kb64, 128 for the 4-bit ones; k must be a
+/// multiple of it), 0 for every other format.
+constexpr int k_block_elems(Format f) { return format_packed_k_blocked(f) ? 512 / format_bits(f) : 0; }
+/// The K-blocked twin of a row-major packed format (int8 -> int8_kb64, int4 -> int4_kb128, ...); f itself otherwise.
+constexpr Format packed_k_blocked_twin(Format f) {
+  return f == Format::int8 ? Format::int8_kb64 : f == Format::int4 ? Format::int4_kb128 : f == Format::nf4 ? Format::nf4_kb128
+         : f == Format::mxfp4 ? Format::mxfp4_kb128 : f == Format::nvfp4 ? Format::nvfp4_kb128 : f;
+}
+
 /// Canonical name: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64", "int8_kb64",
 /// "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128" (shape files, variant names, DB).
 /// Throws std::invalid_argument for a value outside the enum.

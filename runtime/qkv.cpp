@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "cuda/driver.h"
+#include "quant/quant.h"  // format_packed_k_blocked
 
 namespace kt {
 namespace qkv {
@@ -152,7 +153,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
       }
   }
   const int bits = quant::format_bits(problem.format);
-  const bool packed_kb = bits < 16 && quant::format_k_blocked(problem.format);
+  const bool packed_kb = quant::format_packed_k_blocked(problem.format);
   if (!x_map) {
     std::memset(&w.x_map, 0, sizeof w.x_map);
     w.w_map = packed_kb ? encode_gemv_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim)
@@ -183,7 +184,7 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
   const attn::LaunchDims d = launch_dims(problem, config, sm_count);
   QkvParams a = params;
   a.w_evict_first = weight_evict_first(problem, config) ? 1 : 0;
-  a.w_k_blocked = quant::format_k_blocked(problem.format) && quant::format_bits(problem.format) < 16 ? 1 : 0;
+  a.w_k_blocked = quant::format_packed_k_blocked(problem.format) ? 1 : 0;
   a.gemv_full = a.gemv_split = 0;
   if (config.mainloop == kMainloopGemv && config.split_k == 0) {
     const GemvBalance b = gemv_balance_of(problem, config, sm_count);

@@ -384,6 +384,7 @@ TEST_CASE("round trip error bounds per format on normal weights", "[quant]") {
             bound = e2m1_err_bound(x / s) * s * (1 + 1e-9);
             break;
           }
+          default: FAIL("format_element returned a K-blocked packed format");
         }
         if (e > bound && ++violations <= 3)
           FAIL_CHECK(kt::quant::format_name(f) << " w[" << r << ", " << c << "] = " << x << " -> " << out[i]
