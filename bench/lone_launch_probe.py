@@ -9,9 +9,11 @@ events after an L2 flush and a GPU spin (the do_bench-style method of bench_all.
          first reads also pay the write-back of the lines they evict);
   clean: read a 256 MB buffer (L2 full of clean lines of another buffer: cold but nothing to write back);
   none:  no flush (the call's own weight stays in L2 from the rep before: warm).
-Rows: an empty-ish kernel (one-element add: launch + event overhead), pure reads of 8.3 / 16.5 / 33 MB (the 4-bit,
-int8 and fp16 weight sizes; torch sum over int32), cuBLAS fp16 F.linear, tinygemm int4, kerntune qkv_proj per
-format. It also splits kerntune's Python host time: the whole rt.qkv_proj call, the library call alone with the
+Rows: an empty-ish kernel (one-element add: launch + event overhead), cuBLAS fp16 F.linear, tinygemm int4, kerntune
+qkv_proj per format, and with --cubin (build command in bench/read_floor/read_floor.cu) pure-read kernels over the
+4-bit weight's size (8.3 MB; --read-mb): 128-bit ld.global.nc with 4-16 loads in flight per thread, and cp.async.bulk
+streams through shared memory, over several grid sizes. Those and kerntune also get a "graph" column: the per-launch
+time of a CUDA graph of launches over rotated copies (> 3x L2, bench_all's graph method). It also splits kerntune's Python host time: the whole rt.qkv_proj call, the library call alone with the
 argument structs built once, and a cProfile of the call.
 """
 import argparse
@@ -51,6 +53,74 @@ def lone(fn, flush, reps, sleep_cycles, buf):
     torch.cuda.synchronize()
     per = sorted(a.elapsed_time(b) * 1e3 for a, b in zip(st, en))
     return statistics.median(per)
+
+
+class Cubin:
+    """The read_floor.cubin kernels, loaded through the Driver API (ctypes) into torch's primary context and launched
+    on torch's current stream (so they are captured by torch.cuda.graph too)."""
+
+    def __init__(self, path):
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")
+        self.mod = ctypes.c_void_p()
+        self._ok(self.cu.cuModuleLoad(ctypes.byref(self.mod), path.encode()), "cuModuleLoad " + path)
+        self.fns = {}
+        self.smem = {}
+
+    def _ok(self, rc, what):
+        if rc != 0:
+            raise RuntimeError(f"{what}: CUresult {rc}")
+
+    def fn(self, name, smem=0):
+        if name not in self.fns:
+            f = ctypes.c_void_p()
+            self._ok(self.cu.cuModuleGetFunction(ctypes.byref(f), self.mod, name.encode()), name)
+            self.fns[name] = f
+        f = self.fns[name]
+        self.smem[name] = max(self.smem.get(name, 0), smem)
+        if self.smem[name] > 48 * 1024:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: the largest launch's
+            self._ok(self.cu.cuFuncSetAttribute(f, 8, ctypes.c_int(self.smem[name])), name + " smem attribute")
+        return f
+
+    def launcher(self, name, grid, block, args, smem=0):
+        """A zero-argument launch function; args are ctypes values (kept alive by the closure)."""
+        f = self.fn(name, smem)
+        vals = list(args)
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+        cu = self.cu
+
+        def go():
+            st = ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(0))
+            self._ok(cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem, st, ptrs, None), name)
+        go.keep = (vals, ptrs)
+        return go
+
+
+def read_rows(cb, mb, out):
+    """(name, [launch fn per copy]) for the pure-read kernels over `mb` MB, one fn per buffer copy in `out`."""
+    bytes_ = int(mb * 1e6) // 16 * 16
+    sink = torch.zeros(4, dtype=torch.int32, device="cuda")
+    u = ctypes.c_uint64
+    p = lambda t: ctypes.c_void_p(t.data_ptr())
+    rows = [("empty kernel (read_floor.cubin)", [cb.launcher("empty", 1, 32, [p(sink)])])]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for name, unroll in (("read_ldg_u4", 4), ("read_ldg_u8", 8), ("read_ldg_u16", 16), ("read_ldg256_u8", 8)):
+        for threads in (256, 512):
+            for waves in (1, 2, 4):
+                grid = min(sms * waves, max(1, bytes_ // (16 * threads * unroll)))
+                if waves > 1 and grid < sms * waves:
+                    continue
+                rows.append((f"{name} T{threads} G{grid}",
+                             [cb.launcher(name, grid, threads, [p(t), u(bytes_), p(sink)]) for t in out]))
+    for grid_mul, chunk, slots in ((1, 16384, 4), (1, 8192, 8), (1, 32768, 4), (2, 16384, 4), (2, 8192, 6),
+                                   (4, 8192, 4)):
+        grid = sms * grid_mul
+        smem = chunk * slots
+        rows.append((f"read_bulk G{grid} chunk{chunk} x{slots}",
+                     [cb.launcher("read_bulk", grid, 32, [p(t), u(bytes_), ctypes.c_uint32(chunk),
+                                                          ctypes.c_uint32(slots), p(sink)], smem) for t in out]))
+    return rows
 
 
 def host_us(fn, n=300):
@@ -103,9 +173,16 @@ def main():
     ap.add_argument("--sleep-us", type=float, default=300)
     ap.add_argument("--out")
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    ap.add_argument("--cubin", help="build-gpu/probes/read_floor.cubin: adds the pure-read rows")
+    ap.add_argument("--read-mb", type=float, default=8.3)
+    ap.add_argument("--copies", type=int, default=20, help="rotated copies for the graph column (> 3x L2)")
+    ap.add_argument("--skip-host", action="store_true", help="skip the host-time breakdown")
     args = ap.parse_args()
     import kerntune as kt
-    from bench_all import packed_cuda_copies
+    import bench_all
+    from bench_all import Timer, packed_cuda_copies
+    bench_all._load_torch()
+    timer = Timer(samples=30, budget_ms=300, replay_us=2000, max_launches=200, warmup_replays=2)
 
     props = torch.cuda.get_device_properties(0)
     sleep_cycles = int(args.sleep_us * getattr(props, "clock_rate", 2_000_000) * 1e-3)
@@ -118,18 +195,26 @@ def main():
     b32 = torch.randn(N, generator=g) * 0.1
     rows = []
 
-    def row(name, fn):
+    def row(name, fn, graph_fns=None):
         r = dict(name=name)
         for fl in ("dirty", "clean", "none"):
             r[fl] = lone(fn, fl, args.reps, sleep_cycles, buf)
+        text = f"{name:40} dirty {r['dirty']:7.1f}  clean {r['clean']:7.1f}  none {r['none']:7.1f}"
+        if graph_fns:
+            r["graph"] = timer.measure(graph_fns)["us"]
+            text += f"  graph {r['graph']:7.2f}"
         rows.append(r)
-        print(f"{name:34} dirty {r['dirty']:7.1f}  clean {r['clean']:7.1f}  none {r['none']:7.1f} us", flush=True)
+        print(text + " us", flush=True)
 
     one = torch.ones(1, device="cuda")
     row("tiny kernel (1-element add)", lambda: one.add_(1))
-    for mb in (8.3, 16.5, 33.0):
-        t = torch.ones(int(mb * 1e6 / 4), dtype=torch.int32, device="cuda")
-        row(f"torch.sum read {mb} MB", lambda t=t: torch.sum(t))
+    if args.cubin:
+        cb = Cubin(args.cubin)
+        copies = [torch.randint(-2**31, 2**31 - 1, (int(args.read_mb * 1e6) // 4,), dtype=torch.int32, device="cuda")
+                  for _ in range(args.copies)]
+        for name, fns in read_rows(cb, args.read_mb, copies):
+            row(name + f" ({args.read_mb} MB)", fns[0], fns if len(fns) > 1 else None)
+        copies = None
     dt = torch.half if args.dtype == "fp16" else torch.bfloat16
     x16 = torch.randn(1, K, device="cuda").to(dt)
     w16 = w32.cuda().to(dt)
@@ -146,14 +231,17 @@ def main():
     for fmt in args.formats.split(","):
         fmt = kt.format_for_activations(fmt, args.dtype)  # 16-bit: the act dtype
         pw = kt.quantize(w32, fmt)
-        w = packed_cuda_copies(pw, 1)[0][0]
+        ws = packed_cuda_copies(pw, args.copies)[0]
+        w = ws[0]
         pos = torch.zeros(1, dtype=torch.int32, device="cuda")
         outs = (torch.empty(1, Hq, D, device="cuda", dtype=dt), torch.empty(1, Hkv, D, device="cuda", dtype=dt),
                 torch.empty(1, Hkv, D, device="cuda", dtype=dt))
         kw = dict(bias=b16, positions=pos, num_heads=Hq, num_kv_heads=Hkv, head_dim=D, rope_theta=1e6, out=outs)
         fn = lambda: rt.qkv_proj(x16, w, **kw)
         print(rt.explain_qkv(x16, w, num_heads=Hq, num_kv_heads=Hkv, head_dim=D, has_bias=True, rope=True).splitlines()[0])
-        row(f"kerntune {fmt} ({args.dtype}) M=1", fn)
+        row(f"kerntune {fmt} ({args.dtype}) M=1", fn, [lambda wi=wi: rt.qkv_proj(x16, wi, **kw) for wi in ws])
+        if args.skip_host:
+            continue
         host[fmt] = dict(call_us=host_us(fn))
         pr = cProfile.Profile()
         pr.enable()
