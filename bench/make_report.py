@@ -36,7 +36,7 @@ BEGIN = "<!-- perf:begin -->"
 END = "<!-- perf:end -->"
 SCHEMA = "kerntune-bench/1"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOUR_BIT = ("int4", "nf4", "mxfp4", "nvfp4")
+FOUR_BIT = ("int4", "nf4", "mxfp4", "nvfp4", "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128")
 LABEL = {"sdpa_flash": "SDPA flash", "sdpa_cudnn": "SDPA cuDNN", "cublas_fused": "cuBLAS",
          "linear_x3": "3x F.linear", "tinygemm_int4": "tinygemm int4"}
 NO_DECODE = "no kerntune decode kernel yet"

@@ -4,11 +4,12 @@ format vs fused fp16 F.linear (cuBLAS), three F.linear calls and tinygemm int4, 
 issue's speed targets. fp16 activations (the anchors' dtype)."""
 import argparse, json, re
 
+FOUR_BIT = ("int4", "nf4", "mxfp4", "nvfp4", "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128")  # K-blocked too
 TARGETS = [  # (formats, m, limit description, function(ours_us, anchors) -> (ok, text))
-    (("int4", "nf4", "mxfp4", "nvfp4"), 1, lambda us, a: (us <= 8.0, "<= 8 us")),
-    (("int4", "nf4", "mxfp4", "nvfp4"), 16, lambda us, a: (us <= 10.0, "<= 10 us")),
-    (("int8",), 1, lambda us, a: (us <= 12.0, "<= 12 us")),
-    (("int4", "nf4", "mxfp4", "nvfp4"), 4096, lambda us, a: (us <= 1.6 * a["fused_cublas"], "<= 1.6x cuBLAS fp16")),
+    (FOUR_BIT, 1, lambda us, a: (us <= 8.0, "<= 8 us")),
+    (FOUR_BIT, 16, lambda us, a: (us <= 10.0, "<= 10 us")),
+    (("int8", "int8_kb64"), 1, lambda us, a: (us <= 12.0, "<= 12 us")),
+    (FOUR_BIT, 4096, lambda us, a: (us <= 1.6 * a["fused_cublas"], "<= 1.6x cuBLAS fp16")),
     (("fp16",), 1, lambda us, a: (us <= a["fused_cublas"], "<= cuBLAS GEMM")),
     (("fp16",), 16, lambda us, a: (us <= a["fused_cublas"], "<= cuBLAS GEMM")),
     (("fp16",), 64, lambda us, a: (us <= a["fused_cublas"], "<= cuBLAS GEMM")),
@@ -34,7 +35,8 @@ def main():
         m = re.match(r"qkv_proj/(\w+)/(\w+)/m(\d+)/", p["problem"])
         dt, fmt, mm = m.group(1), m.group(2), int(m.group(3))
         ours[(dt, fmt, mm)] = p
-    fmts = ["fp16", "int8", "int4", "nf4", "mxfp4", "nvfp4"]
+    fmts = ["fp16", "int8", "int8_kb64", "int4", "int4_kb128", "nf4", "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4",
+            "nvfp4_kb128"]
     print(f"device: {tune['device']} | anchors: torch {anc['torch']} on {anc['device']} | fp16 activations, us (ratio vs fused cuBLAS)")
     print(f"{'M':>6} {'cuBLAS':>8} {'3xlinear':>9} {'tinygemm':>9} " + " ".join(f"{f:>15}" for f in fmts))
     out = []

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The tuning behind bench/results (H100): a quick tune of every family, a deeper qkv_proj tune of the tiled sizes
-# (fp16 weights, row-major and K-blocked, with fp16 activations; quantized weights with bf16 activations: the
-# benchmark's rows) and of the
-# decode sizes, merged into $DB_DIR/merged.db. Then: KT_BENCH_DB=$DB_DIR/merged.db KT_BENCH_ARGS=--quick
+# (fp16 weights, row-major and K-blocked, with fp16 activations; quantized weights, row-major and K-blocked, with bf16
+# activations: the benchmark's rows) and of the decode sizes, merged into $DB_DIR/merged.db. Then: KT_BENCH_DB=$DB_DIR/merged.db KT_BENCH_ARGS=--quick
 # scripts/gpu_all.sh bench example. Binaries from build-gpu/ (scripts/stage_gpu.sh); logs under $OUT.
 # PARTS (default all: "quick qkv_tiled_fp16 qkv_tiled_quant qkv_decode merge") runs a subset, e.g. to split the tune
-# over two device calls of at most 10 minutes each (same DB_DIR on a machine kept warm; H100, cold cubin cache:
-# PARTS="quick qkv_tiled_fp16 qkv_tiled_quant" 7.1 min, then PARTS="qkv_decode merge" 1.6 min).
+# over device calls of at most 10 minutes each (same DB_DIR on a machine kept warm; H100, cold cubin cache, session 24:
+# PARTS="quick qkv_tiled_fp16" 7.3 min, PARTS=qkv_tiled_quant 3.9 min, PARTS="qkv_decode merge" 3.9 min).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KT_BIN:-build-gpu}

@@ -261,7 +261,8 @@ class Parser {
     const int prefill[][2] = {{1, 512}, {4, 1024}, {1, 2048}, {8, 2048}, {1, 8192}, {2, 16384}};
     for (const auto& p : prefill) out.prefill.push_back({p[0], p[1], p[1], true});
     out.qkv_tokens = {1, 16, 64, 256, 1024, 4096, 16384};
-    out.qkv_formats = {"fp16", "fp16_kb64", "int8", "int4", "nf4", "mxfp4", "nvfp4"};
+    out.qkv_formats = {"fp16",  "fp16_kb64",  "int8",  "int8_kb64",   "int4",  "int4_kb128",
+                       "nf4",   "nf4_kb128",  "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"};
     out.decode = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
     return out;
   }

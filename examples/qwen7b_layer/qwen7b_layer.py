@@ -47,7 +47,8 @@ import sys
 HIDDEN, HQ, HKV, D, THETA = 3584, 28, 4, 128, 1_000_000.0
 NQ, NKV = HQ * D, HKV * D
 N = NQ + 2 * NKV
-ALL_FORMATS = ["fp16", "fp16_kb64", "int8", "int4", "nf4", "mxfp4", "nvfp4"]
+ALL_FORMATS = ["fp16", "fp16_kb64", "int8", "int8_kb64", "int4", "int4_kb128", "nf4", "nf4_kb128", "mxfp4", "mxfp4_kb128",
+               "nvfp4", "nvfp4_kb128"]
 TOL = {  # rel L2 tolerances, see the docstring
     "bf16": dict(qkv=1e-2, attn=1e-2, e2e=2e-2),
     "fp16": dict(qkv=5e-3, attn=5e-3, e2e=1e-2),

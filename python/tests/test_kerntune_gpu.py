@@ -249,7 +249,8 @@ def qkv_reference(x, pw, bias, pos, hq, hkv, d, theta):
 # activation dtypes are covered without doubling the kernels to compile.
 QKV_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.bfloat16, "int4": torch.float16,
              "nf4": torch.bfloat16, "mxfp4": torch.float16, "nvfp4": torch.bfloat16, "fp16_kb64": torch.float16,
-             "bf16_kb64": torch.bfloat16}
+             "bf16_kb64": torch.bfloat16, "int8_kb64": torch.float16, "int4_kb128": torch.bfloat16,
+             "nf4_kb128": torch.float16, "mxfp4_kb128": torch.bfloat16, "nvfp4_kb128": torch.float16}
 HQ, HKV, D, K = 8, 2, 128, 512
 _weights = {}
 
@@ -315,7 +316,7 @@ def test_qkv_proj_no_bias_no_rope_3d_int64_positions(rt):
         assert rel_err(t.reshape(r.shape), r) <= TOL[torch.float16]
 
 
-@pytest.mark.parametrize("fmt", ["int4", "nvfp4", "fp16_kb64"])
+@pytest.mark.parametrize("fmt", ["int4", "nvfp4", "fp16_kb64", "int4_kb128"])
 def test_qkv_proj_qwen_geometry(rt, fmt):
     """Qwen2.5-7B: hidden 3584, 28 query heads, 4 KV heads, head_dim 128 (N = 4608)."""
     dtype = QKV_DTYPE[fmt]

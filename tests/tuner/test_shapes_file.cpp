@@ -82,7 +82,8 @@ TEST_CASE("shapes/qwen7b.json loads with the exact values", "[shapes]") {
     CHECK(s.prefill[i].causal);
   }
   CHECK(s.qkv_tokens == std::vector<int>{1, 16, 64, 256, 1024, 4096, 16384});
-  CHECK(s.qkv_formats == std::vector<std::string>{"fp16", "fp16_kb64", "int8", "int4", "nf4", "mxfp4", "nvfp4"});
+  CHECK(s.qkv_formats == std::vector<std::string>{"fp16", "fp16_kb64", "int8", "int8_kb64", "int4", "int4_kb128", "nf4",
+                                                 "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"});
   const int decode[][2] = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
   REQUIRE(s.decode.size() == 4);
   for (size_t i = 0; i < 4; ++i) {
