@@ -2,6 +2,7 @@
 """Where a lone decode launch's time goes (a diagnostic; not part of bench_all).
 
     python3 bench/lone_launch_probe.py --db tuned.db [--formats int4,fp16] [--reps 50] [--out probe.json]
+        [--cubin build-gpu/probes/read_floor.cubin [--read-mb 8.3]] [--copies 20] [--skip-host]
 
 For the Qwen2.5-7B projection (K 3584, N 4608, bias, RoPE) at M = 1 it times, per rep, one call between two CUDA
 events after an L2 flush and a GPU spin (the do_bench-style method of bench_all.py), with three flushes:
@@ -13,8 +14,9 @@ Rows: an empty-ish kernel (one-element add: launch + event overhead), cuBLAS fp1
 qkv_proj per format, and with --cubin (build command in bench/read_floor/read_floor.cu) pure-read kernels over the
 4-bit weight's size (8.3 MB; --read-mb): 128-bit ld.global.nc with 4-16 loads in flight per thread, and cp.async.bulk
 streams through shared memory, over several grid sizes. Those and kerntune also get a "graph" column: the per-launch
-time of a CUDA graph of launches over rotated copies (> 3x L2, bench_all's graph method). It also splits kerntune's Python host time: the whole rt.qkv_proj call, the library call alone with the
-argument structs built once, and a cProfile of the call.
+time of a CUDA graph of launches over rotated copies (> 3x L2, bench_all's graph method). Unless --skip-host, it also
+splits kerntune's Python host time: the whole rt.qkv_proj call, the library call alone with the argument structs
+built once, and a cProfile of the call.
 """
 import argparse
 import cProfile
