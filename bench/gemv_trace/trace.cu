@@ -8,7 +8,9 @@
 // the same grid in a stream and in a CUDA graph, and this kernel in a CUDA graph. The last traced launch is also
 // summarized per SM (%smid): SMs grouped by how many blocks ran there, with the p50 / max over those SMs of their last
 // loop end (the kernel's end is the slowest SM's).
-// Build: bench/gemv_trace/build.sh DT F TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES (F: quant::Format as int).
+// Build: bench/gemv_trace/build.sh DT F TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES (F: quant::Format as int; for a
+// K-blocked packed format pass its row-major twin's F and KT_TRACE_FLAGS=-DKKB=1: stages 2 then reads the weight as
+// [K bytes / 64][N][64] through runtime/qkv.cpp's encode_gemv_blocks map).
 #define KT_GEMV_TRACE_ON
 __device__ unsigned long long kt_gemv_trace[288 * 64 * 16 * 16];
 __device__ unsigned kt_gemv_smid[288 * 64 * 16];
@@ -104,9 +106,16 @@ int main(int argc, char** argv) {
   for (int c = 0; c < copies; ++c) {  // as runtime/qkv.cpp encode_gemv_rows
     kt::qkv::WsParams w{};
     const cuuint64_t rb = cuuint64_t(K) * bits / 8;
+#if defined(KKB) && KKB  // the K-blocked packed layout [K bytes / 64][N][64], as runtime/qkv.cpp encode_gemv_blocks
+    p.w_k_blocked = 1;
+    const cuuint64_t dims[5] = {64, 8, cuuint64_t(D / 16), cuuint64_t(2 * (N / D)), rb / 64};
+    const cuuint64_t strides[4] = {64, 512, cuuint64_t(64 * (D / 2)), cuuint64_t(64) * N};
+    const cuuint32_t box[5] = {64, 8, 1, 2, 1}, es[5] = {1, 1, 1, 1, 1};
+#else
     const cuuint64_t dims[5] = {rb, 8, 2, cuuint64_t(D / 16), cuuint64_t(N / D)};
     const cuuint64_t strides[4] = {rb, rb * (D / 2), rb * 8, rb * D};
     const cuuint32_t box[5] = {64, 8, 2, 1, 1}, es[5] = {1, 1, 1, 1, 1};
+#endif
     if (cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&w.w_map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dw + c * wbytes, dims,
                                strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
@@ -141,7 +150,7 @@ int main(int argc, char** argv) {
       if (tr[w * 16 + 3] > t0) t3s.push_back((tr[w * 16 + 3] - t0) / 1000.0);
     }
     auto pct = [](std::vector<double> v, double q) { std::sort(v.begin(), v.end()); return v[std::min(v.size() - 1, size_t(q * v.size()))]; };
-    for (int pi = 4; pi < 8; ++pi) {  // probe points (0 where the variant does not record them)
+    for (int pi : {12, 13, 14, 4, 5, 6, 7}) {  // probe points (0 where the variant does not record them)
       std::vector<double> v;
       for (size_t w = 0; w < tr.size() / 16; ++w)
         if (tr[w * 16 + pi] > t0) v.push_back((tr[w * 16 + pi] - t0) / 1000.0);
