@@ -10,8 +10,12 @@
 // loop end (the kernel's end is the slowest SM's).
 // Build: bench/gemv_trace/build.sh DT F TILE_M TILE_N WARPS_K WARPS_N PREFETCH STAGES (F: quant::Format as int; for a
 // K-blocked packed format pass its row-major twin's F and KT_TRACE_FLAGS=-DKKB=1: stages 2 then reads the weight as
-// [K bytes / 64][N][64] through runtime/qkv.cpp's encode_gemv_blocks map).
+// [K bytes / 64][N][64] through runtime/qkv.cpp's encode_gemv_blocks map). -DKT_PROMO=CU_TENSOR_MAP_L2_PROMOTION_* sets the
+// weight map's L2 promotion (default 256B, as runtime/qkv.cpp).
 #define KT_GEMV_TRACE_ON
+#ifndef KT_PROMO  // the weight map's L2 promotion (runtime/qkv.cpp: 256B)
+#define KT_PROMO CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+#endif
 __device__ unsigned long long kt_gemv_trace[288 * 64 * 16 * 16];
 __device__ unsigned kt_gemv_smid[288 * 64 * 16];
 #include "qkv_proj/qkv_gemv.cuh"
@@ -118,7 +122,7 @@ int main(int argc, char** argv) {
 #endif
     if (cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&w.w_map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dw + c * wbytes, dims,
                                strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+                               KT_PROMO, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
       printf("cuTensorMapEncodeTiled failed\n");
       return 1;
     }
