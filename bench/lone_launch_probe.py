@@ -2,7 +2,7 @@
 """Where a lone decode launch's time goes (a diagnostic; not part of bench_all).
 
     python3 bench/lone_launch_probe.py --db tuned.db [--formats int4,fp16] [--reps 50] [--out probe.json]
-        [--cubin build-gpu/probes/read_floor.cubin [--read-mb 8.3]] [--copies 20] [--skip-host]
+        [--cubin build-gpu/probes/read_floor.cubin [--read-mb 8.3]] [--copies 20] [--skip-host] [--kerntune-only]
 
 For the Qwen2.5-7B projection (K 3584, N 4608, bias, RoPE) at M = 1 it times, per rep, one call between two CUDA
 events after an L2 flush and a GPU spin (the do_bench-style method of bench_all.py), with three flushes:
@@ -179,6 +179,8 @@ def main():
     ap.add_argument("--read-mb", type=float, default=8.3)
     ap.add_argument("--copies", type=int, default=20, help="rotated copies for the graph column (> 3x L2)")
     ap.add_argument("--skip-host", action="store_true", help="skip the host-time breakdown")
+    ap.add_argument("--kerntune-only", action="store_true",
+                    help="time only the kerntune rows (no tiny kernel, cuBLAS or tinygemm rows; bench/rank_probe.py)")
     args = ap.parse_args()
     import kerntune as kt
     import bench_all
@@ -209,7 +211,8 @@ def main():
         print(text + " us", flush=True)
 
     one = torch.ones(1, device="cuda")
-    row("tiny kernel (1-element add)", lambda: one.add_(1))
+    if not args.kerntune_only:
+        row("tiny kernel (1-element add)", lambda: one.add_(1))
     if args.cubin:
         cb = Cubin(args.cubin)
         copies = [torch.randint(-2**31, 2**31 - 1, (int(args.read_mb * 1e6) // 4,), dtype=torch.int32, device="cuda")
@@ -221,12 +224,13 @@ def main():
     x16 = torch.randn(1, K, device="cuda").to(dt)
     w16 = w32.cuda().to(dt)
     b16 = b32.cuda().to(dt)
-    row(f"cuBLAS {args.dtype} F.linear M=1", lambda: F.linear(x16, w16, b16))
-    w_u8 = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda")
-    tp = torch.ops.aten._convert_weight_to_int4pack(w_u8, 8)
-    sz = torch.randn(K // 128, N, 2, device="cuda", dtype=torch.bfloat16) * 0.01
-    xb = x16.bfloat16()
-    row("tinygemm int4 M=1", lambda: torch.ops.aten._weight_int4pack_mm(xb, tp, 128, sz))
+    if not args.kerntune_only:
+        row(f"cuBLAS {args.dtype} F.linear M=1", lambda: F.linear(x16, w16, b16))
+        w_u8 = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda")
+        tp = torch.ops.aten._convert_weight_to_int4pack(w_u8, 8)
+        sz = torch.randn(K // 128, N, 2, device="cuda", dtype=torch.bfloat16) * 0.01
+        xb = x16.bfloat16()
+        row("tinygemm int4 M=1", lambda: torch.ops.aten._weight_int4pack_mm(xb, tp, 128, sz))
 
     rt = kt.Runtime(args.db)
     host = {}

@@ -7,8 +7,9 @@ For each format's Qwen2.5-7B M = 1 qkv_proj problem in the database (family qkv_
 qkv_proj/<dtype>/<format>/m1/...), takes the `top` fastest 'ok' measurements (the tuner's own timing: back-to-back
 batches over rotated weight copies), and for each writes a copy of the database whose only measurement of that
 problem is that candidate (so the runtime's winners view picks it), then runs bench/lone_launch_probe.py on it
-(--skip-host): one launch after a dirty 256 MB flush (do_bench-style, the method of ../shared/ANCHORS.md), clean and
-no flush, and the graph column. Prints tuner us / do_bench-style us / graph us per candidate, in the tuner's order.
+(--skip-host --kerntune-only: the anchors are not timed again per candidate): one launch after a dirty 256 MB flush
+(do_bench-style, the method of ../shared/ANCHORS.md), clean and no flush, and the graph column. Prints tuner us /
+do_bench-style us / graph us per candidate, in the tuner's order.
 """
 import argparse
 import json
@@ -52,7 +53,7 @@ def main():
             c.close()
             out = os.path.join(tmp, f"{fmt}_{rank}.json")
             subprocess.run([sys.executable, os.path.join(HERE, "lone_launch_probe.py"), "--db", db, "--formats", fmt,
-                            "--dtype", a.dtype, "--skip-host", "--reps", str(a.reps), "--out", out],
+                            "--dtype", a.dtype, "--skip-host", "--kerntune-only", "--reps", str(a.reps), "--out", out],
                            check=True, stdout=subprocess.DEVNULL)
             kt_row = [r for r in json.load(open(out))["rows"] if r["name"].startswith("kerntune")][0]
             r = dict(format=fmt, rank=rank, variant=variant, tuner_us=tuner_us, dirty_us=kt_row["dirty"],

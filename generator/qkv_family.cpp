@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "generator/arch.h"
-#include "quant/quant.h"  // format_packed_k_blocked, k_block_elems (header-only helpers)
+#include "quant/quant.h"  // k_block_error (header-only)
 
 namespace kt {
 namespace qkv {
@@ -77,9 +77,7 @@ void check_problem(const Problem& p) {
   if (g > 0 && p.k % g != 0)
     fail("k = " + std::to_string(p.k) + " is not a multiple of the " + fmt_tag(p.format) + " block of " + std::to_string(g));
   const quant::Format el = quant::format_element(p.format);
-  if (quant::k_block_elems(p.format) > 0 && p.k % quant::k_block_elems(p.format) != 0)
-    fail("k = " + std::to_string(p.k) + " must be a multiple of " + std::to_string(quant::k_block_elems(p.format)) + " for " +
-         fmt_tag(p.format) + " (K-blocked in 64-byte blocks)");
+  if (const std::string e = quant::k_block_error(p.format, p.k); !e.empty()) fail(std::string(fmt_tag(p.format)) + ": " + e);
   if ((el == quant::Format::fp16 && p.dtype != DType::f16) || (el == quant::Format::bf16 && p.dtype != DType::bf16))
     fail(std::string(fmt_tag(p.format)) + " weights need " + fmt_tag(el) + " activations");
   if (p.m > 65535 * 16) fail("m too large for the grid");

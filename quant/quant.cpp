@@ -77,9 +77,7 @@ void check_shape(const char* what, Format f, int n, int k) {
   if (g > 0 && k % g != 0)
     throw std::invalid_argument(pre + "k must be a multiple of the group size " + std::to_string(g) +
                                 " (got " + std::to_string(k) + ")");
-  if (k_block_elems(f) > 0 && k % k_block_elems(f) != 0)
-    throw std::invalid_argument(pre + "k must be a multiple of " + std::to_string(k_block_elems(f)) +
-                                " (K-blocked in 64-byte blocks; got " + std::to_string(k) + ")");
+  if (const std::string e = k_block_error(f, k); !e.empty()) throw std::invalid_argument(pre + e);
 }
 
 }  // namespace
@@ -142,9 +140,7 @@ void validate(const PackedWeight& pw) {
                                 std::to_string(scale_bytes(f)) + " bytes)");
   }
   const Format el = format_element(f);
-  if (k_block_elems(f) > 0 && pw.k % k_block_elems(f) != 0)
-    throw std::invalid_argument(pre + "k must be a multiple of " + std::to_string(k_block_elems(f)) +
-                                " (K-blocked in 64-byte blocks)");
+  if (const std::string e = k_block_error(f, pw.k); !e.empty()) throw std::invalid_argument(pre + e);
   const size_t want_zeros = el == Format::int4 ? static_cast<size_t>(pw.n) * (pw.k / 128) : 0;
   if (pw.zeros.size() != want_zeros)
     throw std::invalid_argument(pre + "zeros has " + std::to_string(pw.zeros.size()) + " bytes, expected " +
@@ -385,9 +381,8 @@ PackedWeight to_k_blocked(const PackedWeight& pw) {
     throw std::invalid_argument(describe(pw) + ": to_k_blocked: expected a row-major packed format (int8, int4, nf4, "
                                 "mxfp4 or nvfp4)");
   const size_t rb = row_bytes(f, pw.k), n = static_cast<size_t>(pw.n);
-  if (pw.k % k_block_elems(twin) != 0)
-    throw std::invalid_argument(describe(pw) + ": to_k_blocked: k must be a multiple of " +
-                                std::to_string(k_block_elems(twin)) + " (64-byte blocks)");
+  if (const std::string e = k_block_error(twin, pw.k); !e.empty())
+    throw std::invalid_argument(describe(pw) + ": to_k_blocked: " + e);
   PackedWeight out = pw;
   out.format = twin;
   for (size_t r = 0; r < n; ++r)

@@ -48,6 +48,14 @@ constexpr bool format_packed_k_blocked(Format f) { return format_k_blocked(f) &&
 /// K elements per 64-byte block of a K-blocked packed format (64 for int8_kb64, 128 for the 4-bit ones; k must be a
 /// multiple of it), 0 for every other format.
 constexpr int k_block_elems(Format f) { return format_packed_k_blocked(f) ? 512 / format_bits(f) : 0; }
+/// The K-blocked packed layout's rule on k, in one place for every layer that checks it (quant, the C ABI, the
+/// tuner's problems; each prefixes the format's name): "" when k tiles into f's 64-byte blocks (or f is not a
+/// K-blocked packed format), else e.g. "k must be a multiple of 128 (K-blocked in 64-byte blocks; got 3648)".
+inline std::string k_block_error(Format f, long long k) {
+  const int e = k_block_elems(f);
+  if (e == 0 || k % e == 0) return std::string();
+  return "k must be a multiple of " + std::to_string(e) + " (K-blocked in 64-byte blocks; got " + std::to_string(k) + ")";
+}
 /// The K-blocked twin of a row-major packed format (int8 -> int8_kb64, int4 -> int4_kb128, ...); f itself otherwise.
 constexpr Format packed_k_blocked_twin(Format f) {
   return f == Format::int8 ? Format::int8_kb64 : f == Format::int4 ? Format::int4_kb128 : f == Format::nf4 ? Format::nf4_kb128

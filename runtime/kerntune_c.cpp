@@ -182,9 +182,7 @@ kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* o
   out->format = f;
   out->data = rows * static_cast<size_t>(k) * kt::quant::format_bits(f) / 8;
   out->scales = rows * groups_per_row * kt::quant::scale_bytes(f);
-  if (kt::quant::k_block_elems(f) > 0 && k % kt::quant::k_block_elems(f) != 0)
-    return fail(KT_ERROR_INVALID_ARGUMENT, pre + "k must be a multiple of " + std::to_string(kt::quant::k_block_elems(f)) +
-                                               " (K-blocked in 64-byte blocks; got " + std::to_string(k) + ")");
+  if (const std::string e = kt::quant::k_block_error(f, k); !e.empty()) return fail(KT_ERROR_INVALID_ARGUMENT, pre + e);
   out->zeros = kt::quant::format_element(f) == kt::quant::Format::int4 ? rows * static_cast<size_t>(k / 128) : 0;
   return KT_OK;
 }

@@ -321,9 +321,17 @@ def version():
     return library().kt_version().decode("ascii")
 
 
+def element_format(fmt):
+    """The element encoding of a weight format name: the row-major format whose values a K-blocked layout rearranges
+    ("int4" for "int4_kb128", "fp16" for "fp16_kb64"), fmt itself otherwise (kt::quant::format_element).
+    Raises as format_id for an unknown name."""
+    format_id(fmt)
+    return fmt.rsplit("_kb", 1)[0]
+
+
 def format_id(fmt):
-    """Weight format name ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64") ->
-    kt_weight_format.
+    """Weight format name ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64",
+    "int8_kb64", "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128") -> kt_weight_format.
     Raises TypeError (not a str) or ValueError (unknown name)."""
     if not isinstance(fmt, str):
         raise TypeError(f"format must be a str, one of {', '.join(WEIGHT_FORMATS)}; got {type(fmt).__name__}")

@@ -3,7 +3,7 @@
 import ctypes
 import math
 
-from ._lib import check, format_id, library, quantize_sizes
+from ._lib import check, element_format, format_id, library, quantize_sizes
 
 __all__ = ["PackedWeight", "quantize"]
 
@@ -70,7 +70,7 @@ class PackedWeight:
             raise ValueError(f"PackedWeight data, scales and zeros must be on one device, got {data.device}, "
                              f"{scales.device}, {zeros.device}")
         tensor_scale = float(tensor_scale)
-        if format in ("nvfp4", "nvfp4_kb128"):
+        if element_format(format) == "nvfp4":
             if not (math.isfinite(tensor_scale) and tensor_scale > 0):
                 raise ValueError(f"PackedWeight({format}).tensor_scale must be finite and > 0, got {tensor_scale}")
         elif tensor_scale != 1.0:

@@ -347,6 +347,19 @@ def test_every_api_function_is_declared():
 
 # ---- runner -------------------------------------------------------------------------------------------------
 
+def test_element_format_of_every_format():
+    """element_format maps the K-blocked layouts to the row-major format whose values they hold (as
+    kt::quant::format_element) and rejects unknown names."""
+    from kerntune._lib import element_format
+    want = {f: f for f in ("fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4")}
+    want.update({"fp16_kb64": "fp16", "bf16_kb64": "bf16", "int8_kb64": "int8", "int4_kb128": "int4",
+                 "nf4_kb128": "nf4", "mxfp4_kb128": "mxfp4", "nvfp4_kb128": "nvfp4"})
+    assert set(want) == set(FORMATS)
+    for fmt in FORMATS:
+        assert element_format(fmt) == want[fmt], fmt
+    raises(ValueError, element_format, "int4_kb64")
+
+
 def main():
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
     failed = 0
@@ -363,3 +376,4 @@ def main():
 
 if __name__ == "__main__":
     sys.exit(main())
+

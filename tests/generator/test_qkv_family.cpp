@@ -897,7 +897,7 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 2 and wgmma_ws only, t
   // K must tile into 64-byte blocks: 4-bit K a multiple of 128, int8 of 64.
   Problem odd = qwen(quant::Format::nf4_kb128, DType::bf16, 1);
   odd.k = 3584 + 64;
-  CHECK_THROWS_WITH(check_problem(odd), Catch::Contains("must be a multiple of 128 for nf4_kb128"));
+  CHECK_THROWS_WITH(check_problem(odd), Catch::Contains("nf4_kb128: k must be a multiple of 128"));
   odd.format = quant::Format::nf4;
   CHECK_NOTHROW(check_problem(odd));
   odd.format = quant::Format::int8_kb64;
