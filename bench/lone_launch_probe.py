@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Where a lone decode launch's time goes (a diagnostic; not part of bench_all).
 
-    python3 bench/lone_launch_probe.py --db tuned.db [--formats int4,fp16] [--reps 50] [--out probe.json]
+    python3 bench/lone_launch_probe.py --db tuned.db [--formats int4,fp16] [--m 1] [--reps 50] [--out probe.json]
         [--cubin build-gpu/probes/read_floor.cubin [--read-mb 8.3]] [--copies 20] [--skip-host] [--kerntune-only]
 
-For the Qwen2.5-7B projection (K 3584, N 4608, bias, RoPE) at M = 1 it times, per rep, one call between two CUDA
+For the Qwen2.5-7B projection (K 3584, N 4608, bias, RoPE) at M tokens (--m, default 1) it times, per rep, one call between two CUDA
 events after an L2 flush and a GPU spin (the do_bench-style method of bench_all.py), with three flushes:
   dirty: zero a 256 MB buffer (what triton's do_bench does: L2 is left full of dirty lines, so the timed call's
          first reads also pay the write-back of the lines they evict);
@@ -175,6 +175,7 @@ def main():
     ap.add_argument("--sleep-us", type=float, default=300)
     ap.add_argument("--out")
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    ap.add_argument("--m", type=int, default=1, help="tokens (M) of the projection")
     ap.add_argument("--cubin", help="build-gpu/probes/read_floor.cubin: adds the pure-read rows")
     ap.add_argument("--read-mb", type=float, default=8.3)
     ap.add_argument("--copies", type=int, default=20, help="rotated copies for the graph column (> 3x L2)")
@@ -221,16 +222,17 @@ def main():
             row(name + f" ({args.read_mb} MB)", fns[0], fns if len(fns) > 1 else None)
         copies = None
     dt = torch.half if args.dtype == "fp16" else torch.bfloat16
-    x16 = torch.randn(1, K, device="cuda").to(dt)
+    M = args.m
+    x16 = torch.randn(M, K, device="cuda").to(dt)
     w16 = w32.cuda().to(dt)
     b16 = b32.cuda().to(dt)
     if not args.kerntune_only:
-        row(f"cuBLAS {args.dtype} F.linear M=1", lambda: F.linear(x16, w16, b16))
+        row(f"cuBLAS {args.dtype} F.linear M={M}", lambda: F.linear(x16, w16, b16))
         w_u8 = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda")
         tp = torch.ops.aten._convert_weight_to_int4pack(w_u8, 8)
         sz = torch.randn(K // 128, N, 2, device="cuda", dtype=torch.bfloat16) * 0.01
         xb = x16.bfloat16()
-        row("tinygemm int4 M=1", lambda: torch.ops.aten._weight_int4pack_mm(xb, tp, 128, sz))
+        row(f"tinygemm int4 M={M}", lambda: torch.ops.aten._weight_int4pack_mm(xb, tp, 128, sz))
 
     rt = kt.Runtime(args.db)
     host = {}
@@ -239,13 +241,13 @@ def main():
         pw = kt.quantize(w32, fmt)
         ws = packed_cuda_copies(pw, args.copies)[0]
         w = ws[0]
-        pos = torch.zeros(1, dtype=torch.int32, device="cuda")
-        outs = (torch.empty(1, Hq, D, device="cuda", dtype=dt), torch.empty(1, Hkv, D, device="cuda", dtype=dt),
-                torch.empty(1, Hkv, D, device="cuda", dtype=dt))
+        pos = torch.arange(M, dtype=torch.int32, device="cuda")
+        outs = (torch.empty(M, Hq, D, device="cuda", dtype=dt), torch.empty(M, Hkv, D, device="cuda", dtype=dt),
+                torch.empty(M, Hkv, D, device="cuda", dtype=dt))
         kw = dict(bias=b16, positions=pos, num_heads=Hq, num_kv_heads=Hkv, head_dim=D, rope_theta=1e6, out=outs)
         fn = lambda: rt.qkv_proj(x16, w, **kw)
         print(rt.explain_qkv(x16, w, num_heads=Hq, num_kv_heads=Hkv, head_dim=D, has_bias=True, rope=True).splitlines()[0])
-        row(f"kerntune {fmt} ({args.dtype}) M=1", fn, [lambda wi=wi: rt.qkv_proj(x16, wi, **kw) for wi in ws])
+        row(f"kerntune {fmt} ({args.dtype}) M={M}", fn, [lambda wi=wi: rt.qkv_proj(x16, wi, **kw) for wi in ws])
         if args.skip_host:
             continue
         host[fmt] = dict(call_us=host_us(fn))

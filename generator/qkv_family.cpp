@@ -462,7 +462,7 @@ Config default_config(ArchId arch, const Problem& p) {
   if (p.m <= 16) {
     const int tm = p.m <= 8 ? 8 : 16, kw0 = quant::format_bits(p.format) == 4 ? 4 : 8;
     for (int kw : {kw0, kw0 / 2})  // fewer K warps (more registers each) where the register budget needs it
-      for (int st : {1, 0, 2}) {  // (K-blocked packed weights: stages 2 only)
+      for (int st : {1, 0, 2}) {  // (K-blocked packed weights: stages 0 or 2)
         const Config g{tm, 16, gemv_step_k(p.format), kw, 1, st, 1, 1, kMainloopGemv};
         if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, g, arch) &&
             gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))

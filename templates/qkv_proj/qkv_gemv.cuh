@@ -512,6 +512,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         xreg[slot][t][c] = (m < p.m && k0 < p.k_dim) ? __ldg(src + c) : make_uint4(0, 0, 0, 0);
     }
   };
+  // The 16-byte unit of (row, step, quad q) is at row w_unit_row + step w_unit_step + 16 q (a warp step is 64 bytes of
+  // every row for each format): row-major {K bits / 8, 64}; K-blocked (QkvParams::w_k_blocked; quant_format.h) {64,
+  // 64 N}, so there a quad column's 8 rows are one 512-byte run and each warp load two contiguous runs instead of 16
+  // pieces of 64 bytes.
+  static_assert(kStepK * kBits / 8 == 64, "a gemv warp step is 64 bytes of a row");
+  const int w_unit_row = p.w_k_blocked ? 64 : int(w_row_bytes), w_unit_step = p.w_k_blocked ? 64 * 16 * tiles_total : 64;
   auto load_w = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
     if (!kSmem) {
@@ -523,8 +529,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           if (k0 < p.k_dim && tile_in[r]) {
             // (the policy made at each load, from the parameter, so that the register ring keeps no policy register
             // live: hoisted, it made three nvfp4 variants with two row tiles per warp spill 12 bytes)
-            wreg[kSmem ? 0 : slot][r][h] = ptx::ldg_u4(wdata + row * w_row_bytes + (long long)k0 * kBits / 8,
-                                                       ptx::l2_evict_first_if(p.w_evict_first != 0));
+            wreg[kSmem ? 0 : slot][r][h] =
+                ptx::ldg_u4(wdata + (long long)row * w_unit_row + (long long)step * w_unit_step + 16 * q,
+                            ptx::l2_evict_first_if(p.w_evict_first != 0));
             if (kScale != kScaleRow) sreg[kSmem ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);

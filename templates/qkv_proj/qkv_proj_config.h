@@ -428,7 +428,8 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// int8 and fp16 at M 1, 16, 64 so that no variant within gemv_reg_cap spills (it rejects 37 of 442 that would not):
 /// 16 + accumulators (6 per row tile x n-tile; int4's step partials 8 more) + the stages-0 weight ring (12 per row
 /// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
-/// 20 (stages 0) or, for units read from shared memory (stages 1), 12 for one row tile and 28 each for two.
+/// 20 (stages 0) or, for units read from shared memory (stages 1), 12 for one row tile and 28 each for two; nvfp4 (two
+/// scales per unit) on the register ring with two row tiles 16 more.
 KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
   return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (quant::format_element(f) == quant::Format::int4 ? 14 : 6) +
          (c.stages >= 1 ? 0 : c.prefetch * 12 * gemv_row_tiles(c)) +
@@ -436,7 +437,9 @@ KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
          (c.stages >= 1 ? (gemv_row_tiles(c) == 1 ? 12 : 28) : 20) * gemv_row_tiles(c) +
          // the balanced tail (split_k 0) with the register ring: its runtime K range per block held the table formats'
          // variants 4-24 bytes over the cap (the CI nvrtc test); stages 2's balanced variants compile without spills
-         (c.split_k == 0 && c.stages == 0 ? 8 * gemv_row_tiles(c) : 0);
+         (c.split_k == 0 && c.stages == 0 ? 8 * gemv_row_tiles(c) : 0) +
+         // (at 128 registers with no spill until the K-blocked unit address came in, session 25; then 8-16 bytes)
+         (quant::format_element(f) == quant::Format::nvfp4 && c.stages == 0 && gemv_row_tiles(c) == 2 ? 16 : 0);
 }
 
 /// nullptr if (class, config, arch) is valid, else the rule it breaks. flash-style single source of truth:
@@ -453,9 +456,9 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
       c.mainloop != kMainloopWgmmaPairs)
     return "K-blocked 16-bit weights (fp16_kb64 / bf16_kb64): wgmma_ws or wgmma_pairs only (read through TMA tensor maps)";
   if (quant::format_k_blocked(f) && quant::format_bits(f) < 16 && c.mainloop != kMainloopWgmmaWs &&
-      !(c.mainloop == kMainloopGemv && c.stages == 2))
-    return "K-blocked packed weights (int8_kb64, int4_kb128, nf4_kb128, mxfp4_kb128, nvfp4_kb128): gemv stages 2 or wgmma_ws "
-           "only (read through TMA tensor maps)";
+      !(c.mainloop == kMainloopGemv && (c.stages == 0 || c.stages == 2)))
+    return "K-blocked packed weights (int8_kb64, int4_kb128, nf4_kb128, mxfp4_kb128, nvfp4_kb128): gemv stages 0 or 2, or "
+           "wgmma_ws only (stages 1 and the other mainloops copy whole row-major rows)";
   // head_dim: 64 or 128.
   if (head_dim != 64 && head_dim != 128) return "head_dim must be 64 or 128";
   // mma.sync m16n8k16 needs sm_80+.
