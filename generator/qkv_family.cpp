@@ -103,11 +103,11 @@ std::vector<Config> gemv_config_space(quant::Format f) {
   for (int tm : {8, 16, 32, 64})
     for (int rt : {1, 2})  // m16 tiles per warp
       for (const auto& w : warps)
-        for (int st : {0, 1, 2})
+        for (int st : {0, 1, 2, 3})
           for (int pf : {1, 2, 4}) {
-            // stages 2: TMA window prefetch + 1 = 2 or 3 steps; 5 only for 16-bit weights, whose 64-byte steps are a
+            // stages 2 / 3: TMA window prefetch + 1 = 2 or 3 steps; 5 only for 16-bit weights, whose 64-byte steps are a
             // quarter of a 4-bit step's K (for the packed formats it never won a probe)
-            if (st == 2 && pf == 4 && quant::format_bits(f) != 16) continue;
+            if (st >= 2 && pf == 4 && quant::format_bits(f) != 16) continue;
             out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 1, pf, kMainloopGemv});
             // its balanced tail (split_k 0, right after it in the order): stages 0 and 2, tile_m 8 and 16 only. The
             // decode sizes run one wave of units, where whole units leave some SMs one more than others (NOTES
@@ -249,11 +249,13 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   const int tm = next_pow2_at_least(p.m, 8, 64);
   const int steps = (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format);
   std::vector<Config> bal;  // the balanced tails (split_k 0), placed after their twins at the end
+  std::vector<Config> xt;   // stages 3 (X by TMA), each placed right after its stages-2 twin
   for (const auto& c : gemv_config_space(p.format)) {
     if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.warps_m * c.split_k > steps) continue;  // every warp gets a K step
     if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // stages 1 holds K in smem
-    (c.split_k == 0 ? bal : out).push_back(c);
+    if (c.stages == 3 && p.k % 64 != 0) continue;  // X's tensor map is {64, K / 64, M}
+    (c.stages == 3 ? xt : c.split_k == 0 ? bal : out).push_back(c);
   }
   const int tiles = p.n() / 16;
   auto fit = [&](const Config& c) {  // 1 when every block fits on the GPU at once (registers, shared memory)
@@ -288,14 +290,22 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   }
   // Each balanced tail (split_k 0) right after its whole-unit twin (the same filters keep both), so that a
   // --max-candidates prefix measures both.
-  if (bal.empty()) return mixed;
+  // Then each stages-3 config (X by TMA) right after its stages-2 twins, whole before balanced: at M = 16 it is the
+  // int4 winner by 2 us (NOTES qkv_proj 34), and the other formats need both measured.
   std::vector<Config> ordered;
+  auto twins = [&](const std::vector<Config>& from, Config t, int split_k) {
+    t.split_k = split_k;
+    for (const auto& x : from)
+      if (same_config(x, t)) ordered.push_back(x);
+  };
   for (const auto& c : mixed) {
     ordered.push_back(c);
-    for (const auto& x : bal) {
-      Config t = x;
-      t.split_k = 1;
-      if (same_config(c, t)) ordered.push_back(x);
+    twins(bal, c, 0);
+    if (c.stages == 2) {
+      Config t = c;
+      t.stages = 3;
+      twins(xt, t, 1);
+      twins(xt, t, 0);
     }
   }
   return ordered;
@@ -528,14 +538,16 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
-  if (c.mainloop == kMainloopGemv) {  // qkv_gemv<.., stages>, qkv_gemv_cluster<.., split_k>, qkv_gemv_tma<..> (stages 2)
+  if (c.mainloop == kMainloopGemv) {  // qkv_gemv<.., stages>, qkv_gemv_cluster<.., split_k>, qkv_gemv_tma<..> (stages 2),
+                                      // qkv_gemv_tma_x<..> (stages 3)
     s << (c.split_k > 1 ? "kt::qkv::qkv_gemv_cluster<kt::DType::"
           : c.stages == 2 ? "kt::qkv::qkv_gemv_tma<kt::DType::"
+          : c.stages == 3 ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
                           : "kt::qkv::qkv_gemv<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch;
-    if (c.split_k > 1 || c.stages != 2) s << ", " << (c.split_k > 1 ? c.split_k : c.stages);
+    if (c.split_k > 1 || c.stages < 2) s << ", " << (c.split_k > 1 ? c.split_k : c.stages);
     if (c.split_k == 0) s << ", true";  // Balance
     s << ">";
     return s.str();
@@ -756,6 +768,9 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (c.mainloop == kMainloopWgmmaWs && c.split_k > p.k / 64)
     fail("wgmma_ws: split_k " + std::to_string(c.split_k) + " exceeds the " + std::to_string(p.k / 64) +
          " K steps of 64 (every block needs at least one)");
+  if (c.mainloop == kMainloopGemv && c.stages == 3 && p.k % 64 != 0)
+    fail("gemv stages 3 reads X through a {64, K / 64, M} tensor map: k = " + std::to_string(p.k) +
+         " must be a multiple of 64");
   if (c.mainloop == kMainloopGemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
     fail("gemv stages 1 holds the block's rows in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
          " bytes for k = " + std::to_string(p.k) + " exceed the " + std::to_string(gemv_smem_cap(90)) + " bytes per block");

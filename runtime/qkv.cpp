@@ -65,6 +65,16 @@ TmaDescriptor encode_gemv_blocks(const void* base, long long row_bytes, int head
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv K blocks)");
 }
 
+/// X of gemv stages 3 (qkv_gemv_tma_x in qkv_gemv.cuh) as a 3-D tensor of 16-bit elements {64, K / 64, M}, strides
+/// {128 bytes, x_row_bytes}, box {64, step_k / 64, tile_m} (one warp step of K for a block's tokens), 128-byte swizzle;
+/// tokens past M read as zeros. K must be a multiple of 64 (check_params).
+TmaDescriptor encode_gemv_x(const void* x, long long k, long long m, long long x_row_bytes, int step_k, int tile_m) {
+  const cuuint64_t dims[3] = {64, cuuint64_t(k / 64), cuuint64_t(m)};
+  const cuuint64_t strides[2] = {128, cuuint64_t(x_row_bytes)};
+  const cuuint32_t box[3] = {64, cuuint32_t(step_k / 64), cuuint32_t(tile_m)};
+  return encode_tiled(x, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, dims, strides, box, true, "cuTensorMapEncodeTiled (gemv X)");
+}
+
 /// The K-blocked packed weight of wgmma_ws as a 3-D byte tensor {64 bytes, N rows, K bytes / 64 blocks}, strides {64,
 /// 64 N}, box {box_bytes (ws_w_row_bytes), box_rows, 1} (QkvParams::w_k_blocked).
 TmaDescriptor encode_ws_blocks(const void* base, long long row_bytes, long long n, int box_bytes, int box_rows) {
@@ -122,7 +132,7 @@ struct MapKey {
 WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) {
   MapKey key;
   std::memset(&key, 0, sizeof key);  // padding compares equal
-  const bool x_map = c.mainloop != kMainloopGemv;  // gemv stages 2: the weight's map only
+  const bool x_map = c.mainloop != kMainloopGemv || c.stages == 3;  // gemv stages 2: the weight's map only
   key.x = x_map ? a.x : nullptr;
   key.w = a.w_data;
   key.x_row_stride = x_map ? a.x_row_stride : 0;
@@ -154,8 +164,11 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
   }
   const int bits = quant::format_bits(problem.format);
   const bool packed_kb = quant::format_packed_k_blocked(problem.format);
-  if (!x_map) {
-    std::memset(&w.x_map, 0, sizeof w.x_map);
+  if (!x_map || c.mainloop == kMainloopGemv) {
+    if (x_map)
+      w.x_map = encode_gemv_x(a.x, a.k_dim, a.m, a.x_row_stride * 2, gemv_step_k(problem.format), c.tile_m);
+    else
+      std::memset(&w.x_map, 0, sizeof w.x_map);
     w.w_map = packed_kb ? encode_gemv_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim)
                         : encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
   } else {
@@ -192,7 +205,7 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
     a.gemv_split = b.split;
   }
   if (config.mainloop == kMainloopWgmmaWs || config.mainloop == kMainloopWgmmaPairs ||
-      (config.mainloop == kMainloopGemv && config.stages == 2)) {
+      (config.mainloop == kMainloopGemv && config.stages >= 2)) {
     const WsParams w = ws_params(problem, config, a);
     kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w, d.cluster_y);
     return;

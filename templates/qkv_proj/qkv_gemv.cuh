@@ -276,12 +276,13 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 /// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages, int Cluster, bool Balance = false>
-__device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap) {
+__device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap, const TmaDescriptor* xmap = nullptr) {
   static_assert(!Balance || Cluster == 1, "the balanced tail splits K across independent blocks, not a cluster");
   constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Balance ? 0 : Cluster, Prefetch, kMainloopGemv};
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
-  constexpr bool kStream = Stages == 2;  // each warp's own steps by TMA boxes, one mbarrier per step
+  constexpr bool kStream = Stages >= 2;  // each warp's own steps by TMA boxes, one mbarrier per step
+  constexpr bool kXTma = Stages == 3;    // and the step's X tile by a TMA box on the same mbarrier
   constexpr bool kSmem = Stages >= 1;    // units and scales read from shared memory
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
@@ -380,7 +381,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // has a ring of kRing slots (the window, prefetch + 1 steps, plus the step being decoded) of R boxes: step j of the
   // warp's slice goes to slot j % kRing, layout [warp][slot][R tiles][16 rows][64 bytes].
   constexpr int kRing = gemv_ring_slots(C);
-  unsigned char* s_data = smem + (kStream ? kPartialBytes + ((128 - (ptx::smem_u32(smem) + kPartialBytes) % 128) % 128) : kPartialBytes);
+  // stages 3: the X rings first, [warp][slot] boxes (prefetch + 1 slots) of [tile_m tokens][step K / 64][64] 16-bit elements, 1024-byte
+  // aligned for the 128-byte swizzle (gemv_smem_bytes has 1024 bytes of slack for it).
+  constexpr int kXBox = gemv_x_box_bytes(C, F);
+  unsigned char* s_x = smem + kPartialBytes + (kXTma ? (1024 - (ptx::smem_u32(smem) + kPartialBytes) % 1024) % 1024 : 0);
+  unsigned char* s_data = kXTma ? s_x + gemv_x_ring_bytes(C, F)
+                        : smem + (kStream ? kPartialBytes + ((128 - (ptx::smem_u32(smem) + kPartialBytes) % 128) % 128) : kPartialBytes);
   unsigned char* s_scale = s_data + (kStream ? gemv_ring_bytes(C) : kBlockTiles * 16 * row_bytes);
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
   const unsigned bar = ptx::smem_u32(&s_bar);
@@ -400,7 +406,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   auto issue_step = [&](int st) {
 #if __CUDA_ARCH__ >= 900
     const unsigned b = s_bars + 8 * ((st - r_begin) * WarpsN + wn);
-    ptx::mbarrier_arrive_expect_tx(b, unsigned(tiles_w * 1024));
+    ptx::mbarrier_arrive_expect_tx(b, unsigned(tiles_w * 1024 + (kXTma ? kXBox : 0)));
+    if (kXTma)  // box {64 elements, the step's K / 64 halves, tile_m tokens} of the 3-D map {64, K / 64, M}; rows >= M zero
+      ptx::tma_load_3d(ptx::smem_u32(s_x + (warp * kWindow + (st - s_begin) % kWindow) * kXBox), xmap, 0, st * (kStepK / 64), m0, b,
+                       ptx::L2Hint{});
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int T = (bx * WarpsN + wn) * R + r;
@@ -497,12 +506,32 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   //      m0 + 8 t + g, the lane's kUnitElems elements of the step; zero past M or K). X is read by every block (L2 /
   //      L1 hits), so its ring is shallower than the weight's, which comes from HBM. ----
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
-  constexpr int kXSlots = Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
+  constexpr int kXSlots = !kXTma && Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
   uint4 wreg[kSmem ? 1 : Prefetch][R][2];
   UnitScales sreg[kSmem ? 1 : Prefetch][R][2];
   uint4 xreg[kXSlots][NT][kWords / 4];
   auto load_x = [&](int slot, int step) {
+#if defined(KT_PROBE_X_STEP0)
+    step = s_begin;
+#endif
     const int k0 = step * kStepK + q * kUnitElems;
+#if defined(KT_PROBE_X_SMEM)
+    {
+      __shared__ uint4 s_xp[4 * 2 * 4 * 32];
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int c = 0; c < kWords / 4; ++c) xreg[slot][t][c] = s_xp[(((step & 3) * 2 + (t & 1)) * 4 + c) * 32 + lane];
+      return;
+    }
+#endif
+#if defined(KT_PROBE_X_NONE)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int c = 0; c < kWords / 4; ++c) xreg[slot][t][c] = make_uint4(k0 + c, lane * 3 + t, step, c ^ lane);
+    return;
+#endif
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const int m = m0 + 8 * t + g;
@@ -545,7 +574,21 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     if (pp < nsteps) load_w(pp, s_begin + pp);
 #pragma unroll
   for (int pp = 0; pp < kXSlots; ++pp)
-    if (pp < nsteps) load_x(pp, s_begin + pp);
+    if (!kXTma && pp < nsteps) load_x(pp, s_begin + pp);
+  // stages 3: step j's X from its ring slot (j % kWindow: X is read into registers when the step starts, so the request
+  // of step j + kWindow right after reuses the slot), after the step's mbarrier: token row r = 8 t + g, element kk of the step
+  // in box row r (K / 64 halves) + kk / 64, 16-byte chunk (kk % 64) / 8 XOR the row's low 3 bits (the 128-byte swizzle:
+  // the 8 lanes of an lds.128 phase, 2 tokens x 4 quads, hit 8 different chunks of a 128-byte line).
+  auto load_x_smem = [&](int j) {
+    const unsigned char* box = s_x + (warp * kWindow + j % kWindow) * kXBox;
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int c = 0; c < kWords / 4; ++c) {
+        const int kk = q * kUnitElems + 8 * c, row = (8 * t + g) * (kStepK / 64) + kk / 64;
+        xreg[0][t][c] = *reinterpret_cast<const uint4*>(box + row * 128 + ((((kk % 64) / 8) ^ (row % 8)) * 16));
+      }
+  };
 
   KT_GEMV_TRACE(6);
   // ---- decode tables (after the loads are in flight) ----
@@ -626,6 +669,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #if __CUDA_ARCH__ >= 900
           ptx::mbarrier_wait(s_bars + 8 * ((step - r_begin) * WarpsN + wn), 0);
 #endif
+          if (kXTma) load_x_smem(j);
           // Step j + kWindow goes into the ring slot of step j - 1, which every lane has finished reading.
           __syncwarp();
           if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
@@ -708,7 +752,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
                                         sreg[kSmem ? 0 : pp][r][e / 2].s0, acc2[0][r][t][e]);
         }
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
-        if (j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
+        if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
       }
     }
   }
@@ -917,6 +961,17 @@ template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
     qkv_gemv_tma(const __grid_constant__ WsParams w) {
   gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1, Balance>(w.p, &w.w_map);
+}
+
+/// gemv stages 3 (sm_90, packed weights): as qkv_gemv_tma, and each step's X tile also comes by TMA on the step's
+/// mbarrier. w.x_map is X as a 3-D tensor of 16-bit elements {64, K / 64, M} with strides {128 bytes, x_row_stride},
+/// box {64, step K / 64, TileM} (one warp step of K for the block's tokens), 128-byte swizzle, tokens past M read as
+/// zeros (runtime/qkv.cpp encode_gemv_x; K a multiple of 64).
+template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+          bool Balance = false>
+__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
+    qkv_gemv_tma_x(const __grid_constant__ WsParams w) {
+  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 3, 1, Balance>(w.p, &w.w_map, &w.x_map);
 }
 
 /// gemv with K split over the Cluster blocks of a thread-block cluster (stages 1, sm_90): grid.x = row blocks x

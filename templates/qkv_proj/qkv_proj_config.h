@@ -34,6 +34,10 @@
 //                  per-warp ring of prefetch + 2 slots, [warp][slot][tile][16 rows][64 bytes] (a quad column's 8 rows
 //                  are 512 contiguous bytes: no bank conflicts; shared memory independent of K); kernel qkv_gemv_tma,
 //                  parameters WsParams (runtime/qkv.cpp encodes the weight's map),
+//                  3 (sm_90, packed weights, tile_m 16 or 32): as 2, and the step's X tile (tile_m tokens x the step's K)
+//                  comes on the same mbarrier as a TMA box into a per-warp X ring (128-byte swizzled, read by
+//                  conflict-free lds when the step is decoded) instead of per-lane global loads from L2 / L1: at M =
+//                  16 those loads cost about 2 us per launch (NOTES qkv_proj 34); K must be a multiple of 64,
 //          split_k 1, or (stages 1, sm_90) 2, 4 or 8: blocks of one thread-block cluster that split K between them,
 //                  each bulk-copying only its K range of the rows and reducing into block rank 0 through distributed
 //                  shared memory (no workspace): split_k x warps_m warps per m16 tile, each block's data landing on
@@ -42,7 +46,7 @@
 //                  count are split along K over about one block per SM, reduced through the workspace, so that no
 //                  SM decodes a whole unit more than the others,
 //          prefetch K steps in flight per warp: the register ring (weight and X for stages 0, X for stages 1 and 2),
-//                  and for stages 2 the TMA window (prefetch + 1 steps; 4 only for 16-bit weights).
+//                  and for stages 2 / 3 the TMA window (prefetch + 1 steps; 4 only for 16-bit weights).
 //   wgmma (qkv_wgmma.cuh, sm_90a): tiled GEMM on wgmma.mma_async m64nNk16, both operands in 128-byte-swizzled shared
 //        memory: X through a cp.async ring, the weight dequantized by every thread into one of 3 shared buffers
 //        while the asynchronous wgmma of the previous step runs (16-bit weights: cp.async, stages + 1 buffers).
@@ -154,26 +158,37 @@ KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster) {
   return cluster <= 1 ? row_data_bytes(f, k)
                       : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
 }
-/// gemv stages 2: ring slots per warp (the TMA window, prefetch + 1 steps, plus the step being decoded) and the ring's
-/// bytes per block: every warp x slots x its m16 tiles x one 1 KB box (16 rows x 64 bytes).
+/// gemv stages 2 / 3: ring slots per warp (the TMA window, prefetch + 1 steps, plus the step being decoded) and the
+/// ring's bytes per block: every warp x slots x its m16 tiles x one 1 KB box (16 rows x 64 bytes).
 KT_HD constexpr int gemv_ring_slots(const Config& c) { return c.prefetch + 2; }
 KT_HD constexpr int gemv_ring_bytes(const Config& c) {
   return c.warps_m * c.warps_n * gemv_ring_slots(c) * gemv_row_tiles(c) * 1024;
+}
+/// gemv stages 3: bytes of one X box (tile_m tokens x one warp step of K in the activation dtype: 256 bytes per token
+/// for 4-bit weights, 128 for int8) and of the per-warp X rings (every warp x prefetch + 1 slots x box: a step's X is
+/// read into registers when the step starts, so the window needs no slot more), 1024-byte aligned for the 128-byte
+/// swizzle.
+KT_HD constexpr int gemv_x_box_bytes(const Config& c, quant::Format f) { return c.tile_m * gemv_step_k(f) * 2; }
+KT_HD constexpr int gemv_x_ring_bytes(const Config& c, quant::Format f) {
+  return c.stages == 3 ? c.warps_m * c.warps_n * (c.prefetch + 1) * gemv_x_box_bytes(c, f) : 0;
 }
 /// gemv: the K-independent shared memory: partial sums of the block's K slices 1.. (a float4 per lane per m16 tile
 /// per n8 tile), then for a cluster (split_k > 1) the partial sums of cluster ranks 1.. (read by rank 0).
 KT_HD constexpr int gemv_partial_bytes(const Config& c) {
   return (c.warps_m - 1 + (c.split_k > 1 ? c.split_k - 1 : 0)) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16;
 }
-/// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1 and 2 the block's packed data (stages 1: its
-/// rows, [tiles][16 rows][seg bytes]; stages 2: the per-warp ring, gemv_ring_bytes, 128-byte aligned: 128 bytes of
-/// slack), the rows' whole scales and zero points, each [tiles][16 rows][row bytes], and for stages 2 one mbarrier per
-/// (K step, warp column).
+/// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1..3 the block's packed data (stages 1: its
+/// rows, [tiles][16 rows][seg bytes]; stages 2 / 3: the per-warp ring, gemv_ring_bytes, 128-byte aligned: 128 bytes of
+/// slack; stages 3 first the X rings, gemv_x_ring_bytes, 1024-byte aligned: 1024 bytes of slack instead), the rows'
+/// whole scales and zero points, each [tiles][16 rows][row bytes], and for stages 2 / 3 one mbarrier per (K step, warp
+/// column).
 KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
   return gemv_partial_bytes(c) +
          (c.stages == 1 ? c.tile_n * gemv_seg_bytes(f, k, c.split_k) : 0) +
          (c.stages >= 1 ? c.tile_n * (row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0) +
-         (c.stages == 2 ? 128 + gemv_ring_bytes(c) + 8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f)) : 0);
+         (c.stages >= 2 ? (c.stages == 3 ? 1024 : 128) + gemv_x_ring_bytes(c, f) + gemv_ring_bytes(c) +
+                              8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f))
+                        : 0);
 }
 
 /// gemv split_k 0 ("balanced tail"): how a grid of `units` (row block, token tile) units is cut so that every SM
@@ -233,9 +248,9 @@ struct QkvParams {
 struct alignas(128) TmaDescriptor {
   unsigned long long opaque[16];
 };
-/// Kernel arguments of wgmma_ws, wgmma_pairs and gemv stages 2 (passed __grid_constant__): the QkvParams plus two
-/// tensor maps, written by qkv::launch (runtime/qkv.cpp); gemv stages 2 uses only w_map, described at qkv_gemv_tma
-/// (qkv_gemv.cuh); wgmma_pairs' w_map: qkv_wgmma_pairs.cuh.
+/// Kernel arguments of wgmma_ws, wgmma_pairs and gemv stages 2 / 3 (passed __grid_constant__): the QkvParams plus two
+/// tensor maps, written by qkv::launch (runtime/qkv.cpp); gemv stages 2 uses only w_map, stages 3 also x_map, both
+/// described at qkv_gemv_tma (qkv_gemv.cuh); wgmma_pairs' w_map: qkv_wgmma_pairs.cuh.
 ///   x_map  X as a 2-D tensor of 16-bit elements {K, M} (row stride x_row_stride), box {64, tile_m}, 128-byte swizzle;
 ///          rows past M read as zeros.
 ///   w_map  the packed weight data: 16-bit formats as {64, N, K / 64} elements (a K step's 64 elements, rows, K
@@ -456,8 +471,8 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
       c.mainloop != kMainloopWgmmaPairs)
     return "K-blocked 16-bit weights (fp16_kb64 / bf16_kb64): wgmma_ws or wgmma_pairs only (read through TMA tensor maps)";
   if (quant::format_k_blocked(f) && quant::format_bits(f) < 16 && c.mainloop != kMainloopWgmmaWs &&
-      !(c.mainloop == kMainloopGemv && (c.stages == 0 || c.stages == 2)))
-    return "K-blocked packed weights (int8_kb64, int4_kb128, nf4_kb128, mxfp4_kb128, nvfp4_kb128): gemv stages 0 or 2, or "
+      !(c.mainloop == kMainloopGemv && c.stages != 1))
+    return "K-blocked packed weights (int8_kb64, int4_kb128, nf4_kb128, mxfp4_kb128, nvfp4_kb128): gemv stages 0, 2 or 3, or "
            "wgmma_ws only (stages 1 and the other mainloops copy whole row-major rows)";
   // head_dim: 64 or 128.
   if (head_dim != 64 && head_dim != 128) return "head_dim must be 64 or 128";
@@ -474,9 +489,13 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (c.warps_n != 1 && c.warps_n != 2 && c.warps_n != 4) return "gemv: warps_n must be 1, 2 or 4";
     if (c.warps_m * c.warps_n > 16) return "gemv: at most 16 warps per block";
     if (c.tile_n != c.warps_n * 16 && c.tile_n != c.warps_n * 32) return "gemv: tile_n must be warps_n x 16 or warps_n x 32";
-    if (c.stages < 0 || c.stages > 2)
-      return "gemv: stages must be 0 (register ring), 1 (bulk copy to shared memory) or 2 (per-warp TMA steps to shared memory)";
-    if (c.stages >= 1 && arch.sm < 90) return "gemv: stages 1 and 2 (cp.async.bulk / TMA) need sm_90";
+    if (c.stages < 0 || c.stages > 3)
+      return "gemv: stages must be 0 (register ring), 1 (bulk copy to shared memory), 2 (per-warp TMA steps to shared "
+             "memory) or 3 (as 2, with X by TMA too)";
+    if (c.stages >= 1 && arch.sm < 90) return "gemv: stages 1..3 (cp.async.bulk / TMA) need sm_90";
+    if (c.stages == 3 && (quant::format_bits(f) == 16 || (c.tile_m != 16 && c.tile_m != 32)))
+      return "gemv stages 3 (X by TMA): packed weights and tile_m 16 or 32 only (at tile_m 8 the box is mostly zero rows: "
+             "slower than stages 2 at M = 1)";
     if (c.split_k != 0 && c.split_k != 1 && c.split_k != 2 && c.split_k != 4 && c.split_k != 8)
       return "gemv: split_k must be 0 (balanced tail), 1, or 2, 4 or 8 (blocks of a cluster splitting K)";
     if (c.split_k > 1 && (c.stages != 1 || arch.sm < 90))

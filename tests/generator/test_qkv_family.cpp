@@ -488,9 +488,30 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     auto cl2 = gv2;
     cl2.split_k = 2;
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl2, arch)).find("stages 1") != std::string::npos);
+    auto s4 = gv2;
+    s4.stages = 4;
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s4, arch)).find("stages must be") != std::string::npos);
+    // stages 3 (X by TMA too): tile_m 16 / 32 and packed weights only, its own kernel (WsParams with X's 3-D map), the
+    // X rings (prefetch + 1 boxes of tile_m x 128 elements x 2 bytes per warp, 1 KB of alignment slack) beside
+    // stages 2's, K a multiple of 64.
     auto s3 = gv2;
     s3.stages = 3;
-    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch)).find("stages must be") != std::string::npos);
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch)).find("tile_m 16 or 32") != std::string::npos);
+    s3.tile_m = 16;
+    s3.tile_n = 16;  // (two m16 tiles per warp at tile_m 16 exceed the register budget)
+    auto s3_2 = s3;
+    s3_2.stages = 2;
+    CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch) == nullptr);
+    CHECK(variant_name(p, s3, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m16_n16_w4x1_s3_p1__sm_90a");
+    CHECK(name_expression(p, s3) == "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, 4, 128, true, true, 16, 16, 4, 1, 1>");
+    CHECK(gemv_smem_bytes(s3, p.format, p.k) - gemv_smem_bytes(s3_2, p.format, p.k) == 1024 - 128 + 4 * 2 * 16 * 128 * 2);
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, parse_arch("sm_80"))).find("sm_90") !=
+          std::string::npos);
+    auto s3w = s3;  // 16-bit weights
+    s3w.tile_k = gemv_step_k(quant::Format::bf16);
+    CHECK(std::string(invalid_reason(DType::bf16, quant::Format::bf16, p.head_dim, p.rope, s3w, arch)).find("stages 3") !=
+          std::string::npos);
+    CHECK(same_config(config_from_json(config_to_json(s3)), s3));
     CHECK(same_config(config_from_json(config_to_json(gv2)), gv2));
     int n2 = 0;
     for (const auto& c : gemv_config_space(p.format))
@@ -632,6 +653,17 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, na
   a.num_kv_heads = p.num_kv_heads;
   a.tensor_scale = 1.f;
   CHECK_THROWS_WITH(check_params(p, bal, a), Catch::Contains("balanced tail"));  // no workspace
+  {  // stages 3 reads X through a {64, K / 64, M} map: K a multiple of 64
+    Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
+    const Config x3{16, 16, 128, 4, 1, 3, 1, 1, kMainloopGemv};
+    QkvParams a16 = a;
+    a16.m = 16;
+    CHECK_NOTHROW(check_params(p16, x3, a16));
+    p16.k = a16.k_dim = 3584 + 32;
+    p16.format = quant::Format::nvfp4;  // (groups of 16 along K)
+    CHECK_THROWS_WITH(check_params(p16, x3, a16), Catch::Contains("multiple of 64"));
+    for (const auto& c : valid_configs(p16, arch)) CHECK(!(c.mainloop == kMainloopGemv && c.stages == 3));
+  }
   // In the candidate order each balanced config comes right after its whole-unit twin, for stages 0 and 2 at M <= 16
   // only; none at M = 64.
   for (int m : {1, 16}) {
@@ -651,6 +683,18 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, na
         CHECK(same_config(g[i - 1], twin));
       }
     CHECK(n_bal > 10);
+    // each stages-3 config right after its stages-2 twins (whole, then balanced: ..., s2, s2 bal, s3, s3 bal)
+    int n3 = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i].stages == 3 && g[i].split_k == 1) {
+        ++n3;
+        CHECK(m == 16);
+        Config t = g[i];
+        t.stages = 2;
+        REQUIRE(i > 0);
+        CHECK((same_config(g[i - 1], t) || (i > 1 && same_config(g[i - 2], t))));
+      }
+    CHECK((m == 1 ? n3 == 0 : n3 > 4));
   }
   for (const auto& c : valid_configs(qwen(quant::Format::int8, DType::bf16, 64), arch))
     CHECK(!(c.mainloop == kMainloopGemv && c.split_k == 0));
