@@ -290,8 +290,8 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   }
   // Each balanced tail (split_k 0) right after its whole-unit twin (the same filters keep both), so that a
   // --max-candidates prefix measures both.
-  // Then each stages-3 config (X by TMA) right after its stages-2 twins, whole before balanced: at M = 16 it is the
-  // int4 winner by 2 us (NOTES qkv_proj 34), and the other formats need both measured.
+  // Each stages-3 config (X by TMA) with its balanced tail right before its stages-2 twins: at M = 16 it is the int4
+  // and int8 winner (by 2 us for int4; NOTES qkv_proj 34).
   std::vector<Config> ordered;
   auto twins = [&](const std::vector<Config>& from, Config t, int split_k) {
     t.split_k = split_k;
@@ -299,14 +299,14 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
       if (same_config(x, t)) ordered.push_back(x);
   };
   for (const auto& c : mixed) {
-    ordered.push_back(c);
-    twins(bal, c, 0);
     if (c.stages == 2) {
       Config t = c;
       t.stages = 3;
       twins(xt, t, 1);
       twins(xt, t, 0);
     }
+    ordered.push_back(c);
+    twins(bal, c, 0);
   }
   return ordered;
 }
