@@ -127,7 +127,7 @@ KT_API kt_status kt_attention_explain(kt_runtime* rt, const kt_attention_problem
  *  tuner and kt_qkv_proj treat them as formats of their own: kt_quantize packs them).
  *  INT8_KB64 / INT4_KB128 / NF4_KB128 / MXFP4_KB128 / NVFP4_KB128: the row-major format's data bytes K-blocked,
  *  [k bytes/64][n][64 bytes] (byte b of row r at ((b/64) n + r) 64 + b % 64), scales and zero points unchanged;
- *  k must be a multiple of 64 (int8) or 128 (4-bit). Read by gemv stages 2 and wgmma_ws only. */
+ *  k must be a multiple of 64 (int8) or 128 (4-bit). Read by gemv stages 0, 2 and 3 and wgmma_ws only. */
 typedef enum {
   KT_WEIGHT_FP16 = 0,
   KT_WEIGHT_BF16 = 1,

@@ -37,7 +37,7 @@ class PackedWeight:
             (element (r, c) at ((c // 64) * n + r) * 64 + c % 64; read by the TMA kernels, wgmma_ws and
             wgmma_pairs, on sm_90a). The K-blocked packed formats: the row-major format's bytes as
             [k bytes / 64][n][64 bytes] (byte b of row r at ((b // 64) * n + r) * 64 + b % 64; read by gemv
-            stages 2 and wgmma_ws); scales and zeros as the row-major format's.
+            stages 0, 2 and 3 and wgmma_ws); scales and zeros as the row-major format's.
         scales (torch.uint8 tensor): [n, (k / group) * scale_bytes] bytes, row-major little-endian entries: int4
             fp16 per 128, nf4 fp32 absmax per 64, mxfp4 E8M0 per 32, nvfp4 E4M3 per 16; int8 [n, 4] (one fp32 per
             row). Empty (shape [0]) for fp16/bf16.

@@ -238,7 +238,8 @@ struct QkvParams {
   /// qkv::launch, ignored by every other config.
   int gemv_full, gemv_split;
   /// 1: the packed weight is K-blocked ([K bytes / 64][N][64 bytes], int8_kb64 / *_kb128; quant_format.h), so gemv
-  /// stages 2 and wgmma_ws address their TMA boxes in that map's coordinates (WsParams); 0: row-major. Written by
+  /// stages 2 / 3 and wgmma_ws address their TMA boxes in that map's coordinates (WsParams) and gemv stages 0 its units
+  /// at (step N + row) 64 + 16 q; 0: row-major. Written by
   /// qkv::launch from the problem's format. (16-bit K-blocked weights need no flag: their maps share coordinates.)
   int w_k_blocked;
 };

@@ -17,8 +17,8 @@
 //          row-major format, stored as [K bytes / 64][N][64 bytes]: byte b of row n (b in [0, K * bits / 8)) at
 //          ((b / 64) N + n) 64 + b % 64, i.e. blocks of 64 elements (8-bit) or 128 elements (4-bit) along K. Scales
 //          and zero points stay row-major. A TMA box of a 64-byte K step over 8 consecutive rows is one contiguous
-//          512-byte run instead of 8 pieces of 64 bytes K * bits / 8 apart (kerntune's own layout, read by the TMA
-//          kernels only: gemv stages 2 and wgmma_ws). Measured on the H100 with int4 (NOTES.md qkv_proj 31): about 0.9
+//          512-byte run instead of 8 pieces of 64 bytes K * bits / 8 apart (kerntune's own layout, read by gemv stages
+//          0 (by address), 2 and 3 and wgmma_ws). Measured on the H100 with int4 (NOTES.md qkv_proj 31): about 0.9
 //          us faster per M = 1 call after do_bench's dirty L2 flush, 0.3 us in CUDA graphs, unchanged at M >= 1024.
 //   scales [N, K / group] of the format's scale encoding, row-major (int8: [N], one per row).
 //   zeros  [N, K / group] bytes, int4 only (zero point 0..15, one per byte).
