@@ -511,27 +511,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   UnitScales sreg[kSmem ? 1 : Prefetch][R][2];
   uint4 xreg[kXSlots][NT][kWords / 4];
   auto load_x = [&](int slot, int step) {
-#if defined(KT_PROBE_X_STEP0)
-    step = s_begin;
-#endif
     const int k0 = step * kStepK + q * kUnitElems;
-#if defined(KT_PROBE_X_SMEM)
-    {
-      __shared__ uint4 s_xp[4 * 2 * 4 * 32];
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int c = 0; c < kWords / 4; ++c) xreg[slot][t][c] = s_xp[(((step & 3) * 2 + (t & 1)) * 4 + c) * 32 + lane];
-      return;
-    }
-#endif
-#if defined(KT_PROBE_X_NONE)
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int c = 0; c < kWords / 4; ++c) xreg[slot][t][c] = make_uint4(k0 + c, lane * 3 + t, step, c ^ lane);
-    return;
-#endif
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const int m = m0 + 8 * t + g;
