@@ -249,7 +249,7 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   const int tm = next_pow2_at_least(p.m, 8, 64);
   const int steps = (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format);
   std::vector<Config> bal;  // the balanced tails (split_k 0), placed after their twins at the end
-  std::vector<Config> xt;   // stages 3 (X by TMA), each placed right after its stages-2 twin
+  std::vector<Config> xt;   // stages 3 (X by TMA), each placed right before its stages-2 twin
   for (const auto& c : gemv_config_space(p.format)) {
     if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.warps_m * c.split_k > steps) continue;  // every warp gets a K step

@@ -381,8 +381,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // has a ring of kRing slots (the window, prefetch + 1 steps, plus the step being decoded) of R boxes: step j of the
   // warp's slice goes to slot j % kRing, layout [warp][slot][R tiles][16 rows][64 bytes].
   constexpr int kRing = gemv_ring_slots(C);
-  // stages 3: the X rings first, [warp][slot] boxes (prefetch + 1 slots) of [tile_m tokens][step K / 64][64] 16-bit elements, 1024-byte
-  // aligned for the 128-byte swizzle (gemv_smem_bytes has 1024 bytes of slack for it).
+  // stages 3: the X rings first, [warp][slot] boxes (prefetch + 1 slots) of [tile_m tokens][step K / 64][64] 16-bit
+  // elements, 1024-byte aligned for the 128-byte swizzle (gemv_smem_bytes has 1024 bytes of slack for it).
   constexpr int kXBox = gemv_x_box_bytes(C, F);
   unsigned char* s_x = smem + kPartialBytes + (kXTma ? (1024 - (ptx::smem_u32(smem) + kPartialBytes) % 1024) % 1024 : 0);
   unsigned char* s_data = kXTma ? s_x + gemv_x_ring_bytes(C, F)
@@ -407,9 +407,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #if __CUDA_ARCH__ >= 900
     const unsigned b = s_bars + 8 * ((st - r_begin) * WarpsN + wn);
     ptx::mbarrier_arrive_expect_tx(b, unsigned(tiles_w * 1024 + (kXTma ? kXBox : 0)));
-    if (kXTma)  // box {64 elements, the step's K / 64 halves, tile_m tokens} of the 3-D map {64, K / 64, M}; rows >= M zero
-      ptx::tma_load_3d(ptx::smem_u32(s_x + (warp * kWindow + (st - s_begin) % kWindow) * kXBox), xmap, 0, st * (kStepK / 64), m0, b,
-                       ptx::L2Hint{});
+    if (kXTma)  // box {64 elements, the step's K / 64 halves, tile_m tokens} of the map {64, K / 64, M}; rows >= M zero
+      ptx::tma_load_3d(ptx::smem_u32(s_x + (warp * kWindow + (st - s_begin) % kWindow) * kXBox), xmap, 0,
+                       st * (kStepK / 64), m0, b, ptx::L2Hint{});
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int T = (bx * WarpsN + wn) * R + r;
@@ -555,10 +555,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
   for (int pp = 0; pp < kXSlots; ++pp)
     if (!kXTma && pp < nsteps) load_x(pp, s_begin + pp);
-  // stages 3: step j's X from its ring slot (j % kWindow: X is read into registers when the step starts, so the request
-  // of step j + kWindow right after reuses the slot), after the step's mbarrier: token row r = 8 t + g, element kk of the step
-  // in box row r (K / 64 halves) + kk / 64, 16-byte chunk (kk % 64) / 8 XOR the row's low 3 bits (the 128-byte swizzle:
-  // the 8 lanes of an lds.128 phase, 2 tokens x 4 quads, hit 8 different chunks of a 128-byte line).
+  // stages 3: step j's X from its ring slot (j % kWindow: X is read into registers when the step starts, so the
+  // request of step j + kWindow right after reuses the slot), after the step's mbarrier: token row r = 8 t + g,
+  // element kk of the step in box row r (K / 64 halves) + kk / 64, 16-byte chunk (kk % 64) / 8 XOR the row's low 3
+  // bits (the 128-byte swizzle: the 8 lanes of an lds.128 phase, 2 tokens x 4 quads, hit 8 different chunks of a
+  // 128-byte line).
   auto load_x_smem = [&](int j) {
     const unsigned char* box = s_x + (warp * kWindow + j % kWindow) * kXBox;
 #pragma unroll
