@@ -117,9 +117,9 @@ TmaDescriptor encode_pair_rows(const void* base, quant::Format f, long long k, i
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, dims, strides, box, true, "cuTensorMapEncodeTiled (pair rows)");
 }
 
-/// The tensor maps of a wgmma_ws launch depend on the pointers, M, K, N, the X row stride and the tile shape; gemv
-/// stages 2 has only the weight's map (the weight pointer, K, N, head_dim), so new activation buffers or token counts
-/// reuse it. The last 64 encodings are kept (the tuner rotates over up to about 20 weight copies), so repeated launches
+/// The tensor maps of a wgmma_ws launch (and of gemv stages 3) depend on the pointers, M, K, N, the X row stride and the
+/// tile shape; gemv stages 2 has only the weight's map (the weight pointer, K, N, head_dim), so new activation buffers or
+/// token counts reuse it. The last 64 encodings are kept (the tuner rotates over up to about 20 weight copies), so repeated launches
 /// encode nothing.
 struct MapKey {
   const void* x;
@@ -164,7 +164,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
   }
   const int bits = quant::format_bits(problem.format);
   const bool packed_kb = quant::format_packed_k_blocked(problem.format);
-  if (!x_map || c.mainloop == kMainloopGemv) {
+  if (c.mainloop == kMainloopGemv) {  // stages 2: the weight's map only; stages 3: X's too
     if (x_map)
       w.x_map = encode_gemv_x(a.x, a.k_dim, a.m, a.x_row_stride * 2, gemv_step_k(problem.format), c.tile_m);
     else

@@ -909,7 +909,7 @@ TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major 
     CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked"));
 }
 
-TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0 / 2 and wgmma_ws only, the row-major twin's binaries",
+TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0 / 2 / 3 and wgmma_ws only, the row-major twin's binaries",
           "[generator][qkv]") {
   const ArchId arch = parse_arch("sm_90a");
   const std::pair<quant::Format, quant::Format> pairs[] = {
@@ -937,8 +937,10 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0 / 2 and wgmma_ws onl
           CHECK(mainloops.count(kMainloopGemv) == 1);
           CHECK(std::any_of(ck.begin(), ck.end(), [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 0; }));
           CHECK(std::any_of(ck.begin(), ck.end(), [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 2; }));
+          CHECK(std::any_of(ck.begin(), ck.end(), [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 3; }) ==
+                (m == 16));  // X by TMA: tile_m 16 / 32 only
         }
-        // exactly the twin's gemv stages-0 / 2 and wgmma_ws configs (the decode order interleaves the stages that remain)
+        // exactly the twin's gemv stages-0 / 2 / 3 and wgmma_ws configs (the decode order interleaves the stages that remain)
         std::vector<Config> tma;
         for (const auto& c : cr)
           if (c.mainloop == kMainloopWgmmaWs || (c.mainloop == kMainloopGemv && c.stages != 1)) tma.push_back(c);

@@ -239,7 +239,7 @@ TEST_CASE("qkv_proj: 32/8 head layout, with and without bias and RoPE", "[gpu][q
 TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a partial last warp step", "[gpu][qkv]") {
   for (const auto& [f, d] : format_dtypes()) {
     // 16-bit K-blocked weights: TMA kernels only (no gemv config: the CPU tests check it); packed K-blocked: stages 0
-    // (the register ring, by address) and 2 (TMA boxes)
+    // (the register ring, by address), 2 (TMA boxes) and, at tile_m 16, 3 (X by TMA too)
     if (quant::format_k_blocked(f) && quant::format_bits(f) == 16) continue;
     const HostInputs big = make_inputs(qwen(f, d, 16), 41);
     for (int m : {1, 3, 16}) {  // tile_m 8 (7 or 5 tokens masked) and 16
@@ -284,7 +284,7 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): every variant at decode size
   }
 }
 
-TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0 and 2 (whole units and balanced tail) and wgmma_ws, every format",
+TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0, 2 and 3 (whole units and balanced tail) and wgmma_ws, every format",
           "[gpu][qkv]") {
   // The row-major formats' binaries, with QkvParams::w_k_blocked picking the K-blocked maps' coordinates (runtime/qkv.cpp
   // encode_gemv_blocks / encode_ws_blocks). Both activation dtypes for each format.
