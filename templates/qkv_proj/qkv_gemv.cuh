@@ -274,6 +274,53 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
 /// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
 /// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
+/// One warp step of the gemv mainloop after its data is in registers: per chunk of the unit (4 dtype pairs = 2 mma
+/// k16 steps), decode both rows (g, g + 8) of every m16 tile and multiply with the matching X words (permuted formats:
+/// X pairs (j, j + 4), as the weight pairs) into acc2[chunk parity], or for int4 (kScaleStep) into the step's partial
+/// sums ps. Fast: decode_chunk2 (16-bit-pair arithmetic); else decode_chunk (fp32, for a step with a unit whose scale the
+/// dtype cannot hold). The caller picks one per step (a warp-uniform branch): with the test per unit inside the chunk
+/// loop, the step was 8 blocks of 4 table loads each, which ptxas did not interleave (NOTES.md, qkv_proj 35).
+/// w / s2 / s: [R tiles][rows g, g + 8] units and scales; x: [NT token tiles][chunks] X words of the step.
+template <DType DT, quant::Format F, bool Fast, int R, int NT, int Chunks, int PS, class Tab>
+__device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const UnitScales2 (&s2)[R][2],
+                                                 const UnitScales (&s)[R][2], const float* s_lut, const Tab& tab,
+                                                 const uint4 (&x)[NT][Chunks], float (&acc2)[2][R][NT][4],
+                                                 float (&ps)[PS][R][NT][4]) {
+  constexpr bool kStepSums = gemv_scale_mode(F) == kScaleStep;
+#pragma unroll
+  for (int c = 0; c < Chunks; ++c) {
+    unsigned wa[R][2][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (Fast)
+          decode_chunk2<DT, F>(w[r][h], s2[r][h], tab, c, wa[r][h]);
+        else
+          decode_chunk<DT, F>(w[r][h], s[r][h], s_lut, c, wa[r][h]);
+      }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const uint4 xv = x[t][c];
+      unsigned b[4] = {xv.x, xv.y, xv.z, xv.w};
+      if (gemv_permuted_x(F)) {  // (x0 x1, x2 x3, x4 x5, x6 x7) -> (x0 x4, x1 x5, x2 x6, x3 x7)
+        b[0] = ptx::prmt(xv.x, xv.z, 0x5410u);
+        b[1] = ptx::prmt(xv.x, xv.z, 0x7632u);
+        b[2] = ptx::prmt(xv.y, xv.w, 0x5410u);
+        b[3] = ptx::prmt(xv.y, xv.w, 0x7632u);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const unsigned a0[4] = {wa[r][0][0], wa[r][1][0], wa[r][0][1], wa[r][1][1]};
+        const unsigned a1[4] = {wa[r][0][2], wa[r][1][2], wa[r][0][3], wa[r][1][3]};
+        float(&d)[4] = kStepSums ? ps[kStepSums ? c % 2 : 0][r][t] : acc2[c % 2][r][t];
+        ptx::mma_16816<DT>(d, a0, b[0], b[1]);
+        ptx::mma_16816<DT>(d, a1, b[2], b[3]);
+      }
+    }
+  }
+}
+
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages, int Cluster, bool Balance = false>
 __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap, const TmaDescriptor* xmap = nullptr) {
@@ -688,40 +735,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         // kScaleStep: this step's partial sums (one group per row), scaled into acc2 after the step.
         float ps[kScale == kScaleStep ? 2 : 1][R][NT][4];
         if (kScale == kScaleStep) zero_fill(ps);
-        // Per chunk of the unit (4 dtype pairs = 2 mma k16 steps): decode both rows of every m16 tile and multiply with
-        // the matching X words (permuted formats: X pairs (j, j + 4), as the weight pairs).
-#pragma unroll
-        for (int c = 0; c < kWords / 4; ++c) {
-          unsigned wa[R][2][4];
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              if (fast)
-                decode_chunk2<DT, F>(wreg[kSmem ? 0 : pp][r][h], s2[r][h], tab, c, wa[r][h]);
-              else
-                decode_chunk<DT, F>(wreg[kSmem ? 0 : pp][r][h], sreg[kSmem ? 0 : pp][r][h], s_lut, c, wa[r][h]);
-            }
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            const uint4 xv = xreg[pp % kXSlots][t][c];
-            unsigned b[4] = {xv.x, xv.y, xv.z, xv.w};
-            if (gemv_permuted_x(F)) {  // (x0 x1, x2 x3, x4 x5, x6 x7) -> (x0 x4, x1 x5, x2 x6, x3 x7)
-              b[0] = ptx::prmt(xv.x, xv.z, 0x5410u);
-              b[1] = ptx::prmt(xv.x, xv.z, 0x7632u);
-              b[2] = ptx::prmt(xv.y, xv.w, 0x5410u);
-              b[3] = ptx::prmt(xv.y, xv.w, 0x7632u);
-            }
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-              const unsigned a0[4] = {wa[r][0][0], wa[r][1][0], wa[r][0][1], wa[r][1][1]};
-              const unsigned a1[4] = {wa[r][0][2], wa[r][1][2], wa[r][0][3], wa[r][1][3]};
-              float(&d)[4] = kScale == kScaleStep ? ps[kScale == kScaleStep ? c % 2 : 0][r][t] : acc2[c % 2][r][t];
-              ptx::mma_16816<DT>(d, a0, b[0], b[1]);
-              ptx::mma_16816<DT>(d, a1, b[2], b[3]);
-            }
-          }
-        }
+        // The step's decode and mma (gemv_step_chunks), fast or in fp32 for the whole step.
+        if (fast)
+          gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg[kSmem ? 0 : pp], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
+        else
+          gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg[kSmem ? 0 : pp], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         if (kScale == kScaleStep) {  // C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1)
 #pragma unroll
           for (int r = 0; r < R; ++r)
