@@ -445,7 +445,8 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// 16 + accumulators (6 per row tile x n-tile; int4's step partials 8 more) + the stages-0 weight ring (12 per row
 /// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
 /// 20 (stages 0) or, for units read from shared memory (stages 1), 12 for one row tile and 28 each for two; nvfp4 (two
-/// scales per unit) on the register ring with two row tiles 16 more.
+/// scales per unit) on the register ring with two row tiles 16 more, and its balanced stages-2 variants with 2 or 4 warp
+/// columns 24 more (fitted to ptxas: both held 80 registers only just, NOTES.md qkv_proj 35).
 KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
   return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (quant::format_element(f) == quant::Format::int4 ? 14 : 6) +
          (c.stages >= 1 ? 0 : c.prefetch * 12 * gemv_row_tiles(c)) +
@@ -455,7 +456,10 @@ KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
          // variants 4-24 bytes over the cap (the CI nvrtc test); stages 2's balanced variants compile without spills
          (c.split_k == 0 && c.stages == 0 ? 8 * gemv_row_tiles(c) : 0) +
          // (at 128 registers with no spill until the K-blocked unit address came in, session 25; then 8-16 bytes)
-         (quant::format_element(f) == quant::Format::nvfp4 && c.stages == 0 && gemv_row_tiles(c) == 2 ? 16 : 0);
+         (quant::format_element(f) == quant::Format::nvfp4 && c.stages == 0 && gemv_row_tiles(c) == 2 ? 16 : 0) +
+         // (nvfp4's balanced stages-2 variants with 2 or 4 warp columns at 256 threads: 80 registers without spills
+         // until the step became straight-line code, session 26; then fp16's spilled 14 bytes)
+         (quant::format_element(f) == quant::Format::nvfp4 && c.stages == 2 && c.split_k == 0 && c.warps_n > 1 ? 24 : 0);
 }
 
 /// nullptr if (class, config, arch) is valid, else the rule it breaks. flash-style single source of truth:
