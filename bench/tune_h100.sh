@@ -5,7 +5,7 @@
 # scripts/gpu_all.sh bench example. Binaries from build-gpu/ (scripts/stage_gpu.sh); logs under $OUT.
 # PARTS (default all: "quick qkv_tiled_fp16 qkv_tiled_quant qkv_decode merge") runs a subset, e.g. to split the tune
 # over device calls of at most 10 minutes each (same DB_DIR on a machine kept warm; H100, cold cubin cache,
-# PARTS="quick qkv_tiled_fp16" 7.6 min, PARTS=qkv_tiled_quant 4.3 min, PARTS="qkv_decode merge" 4.1 min; session 25).
+# PARTS="quick qkv_tiled_fp16" 8.2 min, PARTS=qkv_tiled_quant 4.4 min, PARTS="qkv_decode merge" 3.8 min; session 26).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KT_BIN:-build-gpu}

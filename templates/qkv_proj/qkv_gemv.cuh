@@ -271,9 +271,6 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
   } while (0)
 #endif
 
-/// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
-/// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
-/// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
 /// One warp step of the gemv mainloop after its data is in registers: per chunk of the unit (4 dtype pairs = 2 mma
 /// k16 steps), decode both rows (g, g + 8) of every m16 tile and multiply with the matching X words (permuted formats:
 /// X pairs (j, j + 4), as the weight pairs) into acc2[chunk parity], or for int4 (kScaleStep) into the step's partial
@@ -321,6 +318,9 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
   }
 }
 
+/// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
+/// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
+/// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages, int Cluster, bool Balance = false>
 __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap, const TmaDescriptor* xmap = nullptr) {

@@ -454,6 +454,7 @@ KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
          (c.stages >= 1 ? (gemv_row_tiles(c) == 1 ? 12 : 28) : 20) * gemv_row_tiles(c) +
          // the balanced tail (split_k 0) with the register ring: its runtime K range per block held the table formats'
          // variants 4-24 bytes over the cap (the CI nvrtc test); stages 2's balanced variants compile without spills
+         // (except nvfp4's with several warp columns, below)
          (c.split_k == 0 && c.stages == 0 ? 8 * gemv_row_tiles(c) : 0) +
          // (at 128 registers with no spill until the K-blocked unit address came in, session 25; then 8-16 bytes)
          (quant::format_element(f) == quant::Format::nvfp4 && c.stages == 0 && gemv_row_tiles(c) == 2 ? 16 : 0) +
