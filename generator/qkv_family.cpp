@@ -253,7 +253,7 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
   for (const auto& c : gemv_config_space(p.format)) {
     if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.warps_m * c.split_k > steps) continue;  // every warp gets a K step
-    if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // stages 1 holds K in smem
+    if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // the rows' scales (stages 1: and data) in smem
     if (c.stages == 3 && p.k % 64 != 0) continue;  // X's tensor map is {64, K / 64, M}
     (c.stages == 3 ? xt : c.split_k == 0 ? bal : out).push_back(c);
   }
@@ -592,8 +592,9 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
              : c.mainloop == kMainloopWgmmaPairs ? "#include \"qkv_proj/qkv_wgmma_pairs.cuh\"\n"
                                             : "#include \"qkv_proj/qkv_proj.cuh\"\n";
   k.arch = arch;
-  // gemv stages 1: shared memory grows with K (set at launch); allow the whole per-block maximum.
-  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv && c.stages >= 1 ? gemv_smem_cap(arch.sm)
+  // gemv: shared memory grows with K (the rows' scales; stages 1 their data too; set at launch): allow the whole
+  // per-block maximum.
+  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv ? gemv_smem_cap(arch.sm)
                                   : c.mainloop == kMainloopWgmma              ? wgmma_smem_bytes(c, p.format)
                                   : c.mainloop == kMainloopWgmmaWs            ? ws_smem_bytes(c, p.format)
                                   : c.mainloop == kMainloopWgmmaPairs         ? wp_smem_bytes(c)
@@ -772,7 +773,7 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
     fail("gemv stages 3 reads X through a {64, K / 64, M} tensor map: k = " + std::to_string(p.k) +
          " must be a multiple of 64");
   if (c.mainloop == kMainloopGemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
-    fail("gemv stages 1 holds the block's rows in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
+    fail("gemv holds the block's row scales (stages 1: and rows) in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
          " bytes for k = " + std::to_string(p.k) + " exceed the " + std::to_string(gemv_smem_cap(90)) + " bytes per block");
   if (quant::format_element(p.format) == quant::Format::nvfp4 && !(a.tensor_scale > 0.f))
     fail(std::string(fmt_tag(p.format)) + " needs a positive tensor_scale");

@@ -330,7 +330,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
   constexpr bool kStream = Stages >= 2;  // each warp's own steps by TMA boxes, one mbarrier per step
   constexpr bool kXTma = Stages == 3;    // and the step's X tile by a TMA box on the same mbarrier
-  constexpr bool kSmem = Stages >= 1;    // units and scales read from shared memory
+  constexpr bool kSmem = Stages >= 1;    // units read from shared memory
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_gemv variant: see invalid_reason() in qkv_proj_config.h");
@@ -348,6 +348,13 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   constexpr int kWords = kUnitElems / 2;             // dtype pairs per unit
   constexpr int kTilesPerHead = D / 16;
   constexpr GemvScaleMode kScale = gemv_scale_mode(F);
+  // Where each step's per-group scales (and int4 zero points) come from (gemv_smem_scales): shared memory, copied by
+  // the block (stages 1, with its rows) or by each warp for its own rows and K steps before its first step (stages 2 /
+  // 3, and stages 0 for the byte-scale formats: kWarpScales); else (stages 0) from global memory with each step's
+  // units, in the register ring (kScaleRing).
+  constexpr bool kWarpScales =
+      (kStream || (Stages == 0 && gemv_smem_scales(0, F))) && (kScale == kScaleOperand || kScale == kScaleStep);
+  constexpr bool kScaleRing = !kSmem && !kWarpScales;
 
   // Dynamic shared memory: [WarpsK - 1][WarpsN][R][NT][32 lanes] float4 partials, then (stages 1) the block's rows:
   // data [WarpsN * R tiles][16 rows][row bytes], scales [..][16][scale bytes], zero points [..][16][zero bytes]; row
@@ -434,7 +441,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   unsigned char* s_x = smem + kPartialBytes + (kXTma ? (1024 - (ptx::smem_u32(smem) + kPartialBytes) % 1024) % 1024 : 0);
   unsigned char* s_data = kXTma ? s_x + gemv_x_ring_bytes(C, F)
                         : smem + (kStream ? kPartialBytes + ((128 - (ptx::smem_u32(smem) + kPartialBytes) % 128) % 128) : kPartialBytes);
-  unsigned char* s_scale = s_data + (kStream ? gemv_ring_bytes(C) : kBlockTiles * 16 * row_bytes);
+  unsigned char* s_scale = s_data + (kStream ? gemv_ring_bytes(C) : kBulk ? kBlockTiles * 16 * row_bytes : 0);
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
   const unsigned bar = ptx::smem_u32(&s_bar);
   // stages 2: one mbarrier per (K step, warp column) of the block, after the zero points (8-byte aligned)
@@ -477,17 +484,27 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
       for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
     }
     __syncwarp();  // the barriers are initialized before the lanes wait on them
-    // The scales and zero points of this warp's rows and K steps, waited for by this warp alone before its first step.
-    // The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb bytes is a
-    // multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that straddle
-    // two warps' ranges are written by both, with the same bytes.
+  }
+#endif
+  // The scales and zero points of this warp's rows and K steps (kWarpScales), waited for by this warp alone before its
+  // first step. The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb
+  // bytes is a multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that
+  // straddle two warps' ranges are written by both, with the same bytes. Stages 0 issues them after its first weight
+  // loads, and the byte range takes compile-time group sizes (shifts): issued before the weight loads and with 64-bit
+  // K x bytes / K divisions, the stages-0 copies ran 0.2-0.7 us slower at M = 1 (NOTES.md, qkv_proj 36).
+  auto load_warp_scales = [&]() {
+#if __CUDA_ARCH__ >= 800
     const int k_lo = s_begin * kStepK, k_hi = s_end * kStepK < p.k_dim ? s_end * kStepK : p.k_dim;
+    if (!kWarpScales || k_hi <= k_lo) return;
+#pragma unroll
     for (int part = 0; part < 2; ++part) {
+      constexpr int kGroup = quant::format_group(F) > 0 ? quant::format_group(F) : 1;
+      const int group = part == 0 ? kGroup : 128, eb = part == 0 ? quant::scale_bytes(F) : 1;
       const int rb = part == 0 ? srow_bytes : zrow_bytes;
-      if (rb == 0 || kScale == kScaleRow || k_hi <= k_lo) continue;
+      if (rb == 0) continue;
       const unsigned char* src = static_cast<const unsigned char*>(part == 0 ? p.w_scales : p.w_zeros);
       unsigned char* dst = part == 0 ? s_scale : s_zero;
-      const int lo = int((long long)k_lo * rb / p.k_dim), hi = int(((long long)k_hi * rb + p.k_dim - 1) / p.k_dim);
+      const int lo = k_lo / group * eb, hi = (k_hi + group - 1) / group * eb;
       const int w_first = (g * rb + lo) / 4, w_end = (g * rb + hi + 3) / 4;  // this lane's row g
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -499,8 +516,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           for (int w = w_first + q; w < w_end; w += 4) ptx::cp_async_4(d0 + 4 * w, src + row0 * rb + 4 * w);
         }
     }
-  }
 #endif
+  };
+  if (kStream) load_warp_scales();  // (stages 0: after the first weight loads, below)
   if (kBulk) {
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) ptx::mbarrier_init(bar, 1);
@@ -555,7 +573,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
   constexpr int kXSlots = !kXTma && Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
   uint4 wreg[kSmem ? 1 : Prefetch][R][2];
-  UnitScales sreg[kSmem ? 1 : Prefetch][R][2];
+  UnitScales sreg[kScaleRing ? Prefetch : 1][R][2];
   uint4 xreg[kXSlots][NT][kWords / 4];
   auto load_x = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
@@ -588,10 +606,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             wreg[kSmem ? 0 : slot][r][h] =
                 ptx::ldg_u4(wdata + (long long)row * w_unit_row + (long long)step * w_unit_step + 16 * q,
                             ptx::l2_evict_first_if(p.w_evict_first != 0));
-            if (kScale != kScaleRow) sreg[kSmem ? 0 : slot][r][h] = load_scales<F>(p, row, k0);
+            if (kScaleRing && kScale != kScaleRow) sreg[kScaleRing ? slot : 0][r][h] = load_scales<F>(p, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
-            sreg[kSmem ? 0 : slot][r][h] = UnitScales{0.f, 0.f, 0.f};
+            if (kScaleRing) sreg[kScaleRing ? slot : 0][r][h] = UnitScales{0.f, 0.f, 0.f};
           }
         }
     }
@@ -602,6 +620,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
   for (int pp = 0; pp < kXSlots; ++pp)
     if (!kXTma && pp < nsteps) load_x(pp, s_begin + pp);
+  if (!kSmem) load_warp_scales();
   // stages 3: step j's X from its ring slot (j % kWindow: X is read into registers when the step starts, so the
   // request of step j + kWindow right after reuses the slot), after the step's mbarrier: token row r = 8 t + g,
   // element kk of the step in box row r (K / 64 halves) + kk / 64, 16-byte chunk (kk % 64) / 8 XOR the row's low 3
@@ -687,13 +706,13 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
       const int j = j0 + pp;
       if (j < nsteps) {
         const int step = s_begin + j;
-        if (kStream) {  // this step's TMA boxes have landed (first step: and this warp's scales)
 #if __CUDA_ARCH__ >= 800
-          if (j == 0) {
-            ptx::cp_async_wait_all();
-            __syncwarp();
-          }
+        if (kWarpScales && j == 0) {  // this warp's scales (and zero points) have landed
+          ptx::cp_async_wait_all();
+          __syncwarp();
+        }
 #endif
+        if (kStream) {  // this step's TMA boxes have landed
 #if __CUDA_ARCH__ >= 900
           ptx::mbarrier_wait(s_bars + 8 * ((step - r_begin) * WarpsN + wn), 0);
 #endif
@@ -703,7 +722,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
           if (j == 0) KT_GEMV_TRACE(1);
         }
-        if (kSmem) {  // this step's units and scales from the shared-memory copy of rows (g, h) of tiles wn * R + r
+        if (!kScaleRing) {  // this step's units (stages >= 1) and scales from the shared-memory copy of rows (g, h) of
+                            // tiles wn * R + r
           const int k0 = step * kStepK + q * kUnitElems;
 #pragma unroll
           for (int r = 0; r < R; ++r)
@@ -711,13 +731,16 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             for (int h = 0; h < 2; ++h) {
               const int lr = (wn * R + r) * 16 + 8 * h + g;
               const bool in = k0 < p.k_dim && tile_in[r];
-              const unsigned char* unit =
-                  kStream ? s_data + (((warp * kRing + j % kRing) * R + r) * 16 + 8 * h + g) * 64 + q * 16
-                          : s_data + lr * row_bytes + (k0 * kBits / 8 - kb0);
-              wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(unit) : make_uint4(0, 0, 0, 0);
-              if (kScale != kScaleRow)
-                sreg[0][r][h] = in ? smem_scales<F>(s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0, p.tensor_scale)
-                                   : UnitScales{0.f, 0.f, 0.f};
+              if (kSmem) {
+                const unsigned char* unit =
+                    kStream ? s_data + (((warp * kRing + j % kRing) * R + r) * 16 + 8 * h + g) * 64 + q * 16
+                            : s_data + lr * row_bytes + (k0 * kBits / 8 - kb0);
+                wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(unit) : make_uint4(0, 0, 0, 0);
+              }
+              sreg[0][r][h] = kScale == kScaleOperand || kScale == kScaleStep
+                               ? (in ? smem_scales<F>(s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0, p.tensor_scale)
+                                     : UnitScales{0.f, 0.f, 0.f})
+                               : UnitScales{1.f, 1.f, 0.f};
             }
         }
         // Operand constants; for the table formats a unit whose scale the dtype cannot hold sends the warp's whole step
@@ -728,7 +751,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            s2[r][h] = unit_scales2<DT, F>(sreg[kSmem ? 0 : pp][r][h]);
+            s2[r][h] = unit_scales2<DT, F>(sreg[kScaleRing ? pp : 0][r][h]);
             all_ok = all_ok && s2[r][h].ok;
           }
         const bool fast = kScale != kScaleOperand || __all_sync(0xffffffffu, all_ok);
@@ -737,9 +760,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         if (kScale == kScaleStep) zero_fill(ps);
         // The step's decode and mma (gemv_step_chunks), fast or in fp32 for the whole step.
         if (fast)
-          gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg[kSmem ? 0 : pp], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
+          gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg[kScaleRing ? pp : 0], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         else
-          gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg[kSmem ? 0 : pp], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
+          gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg[kScaleRing ? pp : 0], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         if (kScale == kScaleStep) {  // C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1)
 #pragma unroll
           for (int r = 0; r < R; ++r)
@@ -748,7 +771,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
               for (int e = 0; e < 4; ++e)
                 acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e],
-                                        sreg[kSmem ? 0 : pp][r][e / 2].s0, acc2[0][r][t][e]);
+                                        sreg[kScaleRing ? pp : 0][r][e / 2].s0, acc2[0][r][t][e]);
         }
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);

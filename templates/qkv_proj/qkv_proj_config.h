@@ -147,7 +147,7 @@ constexpr int kGemvTableCopies = 16;
 constexpr int kWsTableCopies = 32;
 /// Static shared memory of the decode table for format f with `copies` copies (16 bytes of placeholder otherwise).
 KT_HD constexpr int table_bytes(quant::Format f, int copies) { return format_uses_table(f) ? 256 * copies * 4 : 16; }
-/// gemv stages 1: dynamic shared memory cap per block: the per-block opt-in limit less the kernel's static shared
+/// gemv: dynamic shared memory cap per block: the per-block opt-in limit less the kernel's static shared
 /// memory (the decode table and 1 KB for the rest), which counts against the same limit.
 KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024 - 256 * kGemvTableCopies * 4; }
 /// gemv stages 1: bytes of one row's packed data a block holds in shared memory for K = k split over `cluster`
@@ -177,15 +177,23 @@ KT_HD constexpr int gemv_x_ring_bytes(const Config& c, quant::Format f) {
 KT_HD constexpr int gemv_partial_bytes(const Config& c) {
   return (c.warps_m - 1 + (c.split_k > 1 ? c.split_k - 1 : 0)) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16;
 }
+/// gemv: whether a kernel of `stages` reads each step's per-group scales (and int4 zero points) of format f from a
+/// shared-memory copy (qkv_gemv.cuh): always for stages 1..3; for stages 0 (the register ring) only for the formats
+/// with one-byte scales (mxfp4's E8M0, nvfp4's E4M3), the others load them from global memory with each step's units.
+/// Measured on the H100 at M = 1 (NOTES.md, qkv_proj 36; bf16, tuner timing, gemv_m8_n16_w8x1_s0_p1): the per-warp
+/// copy took mxfp4 from 9.9 to 9.2 us and nvfp4 from 10.3 to 9.3, but nf4 (fp32 scales) from 8.8 to 9.3; int4 even.
+KT_HD constexpr bool gemv_smem_scales(int stages, quant::Format f) {
+  return stages >= 1 || (quant::format_group(f) > 0 && quant::scale_bytes(f) == 1);
+}
 /// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1..3 the block's packed data (stages 1: its
 /// rows, [tiles][16 rows][seg bytes]; stages 2 / 3: the per-warp ring, gemv_ring_bytes, 128-byte aligned: 128 bytes of
 /// slack; stages 3 first the X rings, gemv_x_ring_bytes, 1024-byte aligned: 1024 bytes of slack instead), the rows'
-/// whole scales and zero points, each [tiles][16 rows][row bytes], and for stages 2 / 3 one mbarrier per (K step, warp
-/// column).
+/// whole scales and zero points, each [tiles][16 rows][row bytes] (stages 0: where gemv_smem_scales), and for stages
+/// 2 / 3 one mbarrier per (K step, warp column).
 KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
   return gemv_partial_bytes(c) +
          (c.stages == 1 ? c.tile_n * gemv_seg_bytes(f, k, c.split_k) : 0) +
-         (c.stages >= 1 ? c.tile_n * (row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0) +
+         (gemv_smem_scales(c.stages, f) ? c.tile_n * (row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0) +
          (c.stages >= 2 ? (c.stages == 3 ? 1024 : 128) + gemv_x_ring_bytes(c, f) + gemv_ring_bytes(c) +
                               8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f))
                         : 0);
