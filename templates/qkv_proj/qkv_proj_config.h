@@ -182,6 +182,8 @@ KT_HD constexpr int gemv_partial_bytes(const Config& c) {
 /// with one-byte scales (mxfp4's E8M0, nvfp4's E4M3), the others load them from global memory with each step's units.
 /// Measured on the H100 at M = 1 (NOTES.md, qkv_proj 36; bf16, tuner timing, gemv_m8_n16_w8x1_s0_p1): the per-warp
 /// copy took mxfp4 from 9.9 to 9.2 us and nvfp4 from 10.3 to 9.3, but nf4 (fp32 scales) from 8.8 to 9.3; int4 even.
+/// (The per-step path converts a byte scale right after its load, branching on the loaded byte, which holds the ring's
+/// next loads behind the scale's DRAM round trip; nf4's fp32 scale waits unconverted until its step. NOTES qkv_proj 36.)
 KT_HD constexpr bool gemv_smem_scales(int stages, quant::Format f) {
   return stages >= 1 || (quant::format_group(f) > 0 && quant::scale_bytes(f) == 1);
 }
