@@ -21,6 +21,22 @@ Problem qwen(quant::Format f = quant::Format::nf4, DType d = DType::bf16, int m 
   p.m = m;
   return p;
 }
+/// Kernel arguments that pass check_params for p except where a test breaks them: every pointer at `dummy` (never
+/// dereferenced on the host), natural strides, p's sizes, tensor_scale 1. No workspace.
+QkvParams host_params(const Problem& p, int* dummy) {
+  QkvParams a{};
+  a.x = a.w_data = a.w_scales = a.w_zeros = a.bias = dummy;
+  a.positions = dummy;
+  a.q = a.k = a.v = dummy;
+  a.x_row_stride = p.k;
+  a.q_row_stride = a.k_row_stride = a.v_row_stride = 128;
+  a.m = p.m;
+  a.k_dim = p.k;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.tensor_scale = 1.f;
+  return a;
+}
 }  // namespace
 
 TEST_CASE("qkv_proj problems are refused with the rule they break", "[generator][qkv]") {
@@ -650,18 +666,8 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, na
     CHECK(launch_dims(p16, bal, 132).grid_x == unsigned(gemv_balance(576, 28, 132).blocks()));
     CHECK(counter_bytes(p16, bal) == size_t(576) * 4);
   }
-  QkvParams a{};
   int dummy[4];
-  a.x = a.w_data = a.w_scales = a.w_zeros = a.bias = dummy;
-  a.positions = dummy;
-  a.q = a.k = a.v = dummy;
-  a.x_row_stride = p.k;
-  a.q_row_stride = a.k_row_stride = a.v_row_stride = 128;
-  a.m = p.m;
-  a.k_dim = p.k;
-  a.num_heads = p.num_heads;
-  a.num_kv_heads = p.num_kv_heads;
-  a.tensor_scale = 1.f;
+  QkvParams a = host_params(p, dummy);
   CHECK_THROWS_WITH(check_params(p, bal, a), Catch::Contains("balanced tail"));  // no workspace
   {  // stages 3 reads X through a {64, K / 64, M} map: K a multiple of 64
     Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
@@ -742,18 +748,8 @@ TEST_CASE("qkv_proj gemv stages 0: the byte-scale formats' scales in shared memo
   REQUIRE(gemv_smem_bytes(s0, huge.format, huge.k) > gemv_smem_cap(90));
   for (const auto& c : valid_configs(huge, arch))
     if (c.mainloop == kMainloopGemv) CHECK(gemv_smem_bytes(c, huge.format, huge.k) <= gemv_smem_cap(arch.sm));
-  QkvParams a{};
   int dummy[4];
-  a.x = a.w_data = a.w_scales = a.w_zeros = a.bias = dummy;
-  a.positions = dummy;
-  a.q = a.k = a.v = dummy;
-  a.x_row_stride = huge.k;
-  a.q_row_stride = a.k_row_stride = a.v_row_stride = 128;
-  a.m = huge.m;
-  a.k_dim = huge.k;
-  a.num_heads = huge.num_heads;
-  a.num_kv_heads = huge.num_kv_heads;
-  a.tensor_scale = 1.f;
+  const QkvParams a = host_params(huge, dummy);
   CHECK_THROWS_WITH(check_params(huge, s0, a), Catch::Contains("row scales") && Catch::Contains("k = 131072"));
   Config s0_nf4 = s0;  // nf4's stages 0 holds no scales: the same K is fine
   Problem huge_nf4 = huge;
