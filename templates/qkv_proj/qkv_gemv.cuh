@@ -34,29 +34,58 @@
 namespace kt {
 namespace qkv {
 
-/// Scales of one 16-byte unit read from the shared-memory copy of the block's rows (stages 1): sc / zp point at
-/// the row's scale / zero-point bytes (quant_format.h layouts), k0 is the unit's first element.
+/// One 16-byte unit's scale entries as raw bits (quant_format.h encodings), converted only where a step uses them
+/// (scales_of_bits): int8 the row's fp32 scale, int4 the fp16 scale | the zero point << 16, nf4 the fp32 absmax, mxfp4
+/// the E8M0 byte, nvfp4 the unit's two E4M3 bytes (an aligned pair: k0 / 16 is even). A conversion right after a
+/// global load (branching on the loaded byte, as e8m0_to_float does) held the register ring's next loads behind the
+/// scale's DRAM round trip (NOTES.md, qkv_proj 36).
+/// From a row's scale / zero-point bytes in shared memory (sc, zp; k0 the unit's first element):
 template <quant::Format F>
-__device__ __forceinline__ UnitScales smem_scales(const unsigned char* sc, const unsigned char* zp, int k0, float tensor_scale) {
+__device__ __forceinline__ unsigned smem_scale_bits(const unsigned char* sc, const unsigned char* zp, int k0) {
+  if (F == quant::Format::int8) return *reinterpret_cast<const unsigned*>(sc);
+  if (F == quant::Format::int4)
+    return unsigned(reinterpret_cast<const unsigned short*>(sc)[k0 / 128]) | unsigned(zp[k0 / 128]) << 16;
+  if (F == quant::Format::nf4) return reinterpret_cast<const unsigned*>(sc)[k0 / 64];
+  if (F == quant::Format::mxfp4) return sc[k0 / 32];
+  if (F == quant::Format::nvfp4) return *reinterpret_cast<const unsigned short*>(sc + k0 / 16);
+  return 0u;
+}
+/// From global memory (row `row` of the weight's scale / zero-point arrays; k0 the unit's first element):
+template <quant::Format F>
+__device__ __forceinline__ unsigned global_scale_bits(const QkvParams& p, int row, int k0) {
+  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
+  if (F == quant::Format::int8) return __ldg(reinterpret_cast<const unsigned*>(sc) + row);
+  if (F == quant::Format::int4) {
+    const long long g = (long long)row * (p.k_dim / 128) + k0 / 128;
+    return unsigned(__ldg(reinterpret_cast<const unsigned short*>(sc) + g)) |
+           unsigned(__ldg(static_cast<const unsigned char*>(p.w_zeros) + g)) << 16;
+  }
+  if (F == quant::Format::nf4) return __ldg(reinterpret_cast<const unsigned*>(sc) + (long long)row * (p.k_dim / 64) + k0 / 64);
+  if (F == quant::Format::mxfp4) return __ldg(sc + (long long)row * (p.k_dim / 32) + k0 / 32);
+  if (F == quant::Format::nvfp4)
+    return __ldg(reinterpret_cast<const unsigned short*>(sc + (long long)row * (p.k_dim / 16) + k0 / 16));
+  return 0u;
+}
+/// The unit's scales from its raw bits (smem_scale_bits / global_scale_bits); nvfp4's include the per-tensor scale.
+template <quant::Format F>
+__device__ __forceinline__ UnitScales scales_of_bits(unsigned b, float tensor_scale) {
   UnitScales s{1.f, 1.f, 0.f};
-  if (F == quant::Format::int8) {
-    s.s0 = *reinterpret_cast<const float*>(sc);
+  if (F == quant::Format::int8 || F == quant::Format::nf4) {
+    s.s0 = __uint_as_float(b);
   } else if (F == quant::Format::int4) {
-    s.s0 = ptx::to_float<DType::f16>(reinterpret_cast<const unsigned short*>(sc)[k0 / 128]);
-    s.z = float(zp[k0 / 128]);
-  } else if (F == quant::Format::nf4) {
-    s.s0 = reinterpret_cast<const float*>(sc)[k0 / 64];
+    s.s0 = ptx::to_float<DType::f16>((unsigned short)(b & 0xffffu));
+    s.z = float(b >> 16);
   } else if (F == quant::Format::mxfp4) {
-    s.s0 = e8m0_to_float(sc[k0 / 32]);
+    s.s0 = e8m0_to_float(b);
   } else if (F == quant::Format::nvfp4) {
-#if __CUDA_ARCH__ >= 890  // both E4M3 scales of the unit (an aligned byte pair: k0 / 16 is even) by one exact cvt
+#if __CUDA_ARCH__ >= 890  // both E4M3 scales of the unit by one exact cvt
     unsigned pair;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(*reinterpret_cast<const unsigned short*>(sc + k0 / 16)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"((unsigned short)(b & 0xffffu)));
     s.s0 = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
     s.s1 = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
 #else
-    s.s0 = e4m3_to_float(sc[k0 / 16]) * tensor_scale;
-    s.s1 = e4m3_to_float(sc[k0 / 16 + 1]) * tensor_scale;
+    s.s0 = e4m3_to_float(b & 0xffu) * tensor_scale;
+    s.s1 = e4m3_to_float((b >> 8) & 0xffu) * tensor_scale;
 #endif
   }
   return s;
@@ -350,11 +379,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   constexpr GemvScaleMode kScale = gemv_scale_mode(F);
   // Where each step's per-group scales (and int4 zero points) come from (gemv_smem_scales): shared memory, copied by
   // the block (stages 1, with its rows) or by each warp for its own rows and K steps before its first step (stages 2 /
-  // 3, and stages 0 for the byte-scale formats: kWarpScales); else (stages 0) from global memory with each step's
-  // units, in the register ring (kScaleRing).
-  constexpr bool kWarpScales =
-      (kStream || (Stages == 0 && gemv_smem_scales(0, F))) && (kScale == kScaleOperand || kScale == kScaleStep);
-  constexpr bool kScaleRing = !kSmem && !kWarpScales;
+  // 3: kWarpScales); else (stages 0) their raw bits from global memory with each step's units, in the register ring
+  // (kScaleRing), converted where the step uses them.
+  constexpr bool kGroupScales = kScale == kScaleOperand || kScale == kScaleStep;  // scales per group along K
+  constexpr bool kWarpScales = kStream && kGroupScales;
+  constexpr bool kScaleRing = !kSmem;
 
   // Dynamic shared memory: [WarpsK - 1][WarpsN][R][NT][32 lanes] float4 partials, then (stages 1) the block's rows:
   // data [WarpsN * R tiles][16 rows][row bytes], scales [..][16][scale bytes], zero points [..][16][zero bytes]; row
@@ -489,9 +518,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // The scales and zero points of this warp's rows and K steps (kWarpScales), waited for by this warp alone before its
   // first step. The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb
   // bytes is a multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that
-  // straddle two warps' ranges are written by both, with the same bytes. Stages 0 issues them after its first weight
-  // loads, and the byte range takes compile-time group sizes (shifts): issued before the weight loads and with 64-bit
-  // K x bytes / K divisions, the stages-0 copies ran 0.2-0.7 us slower at M = 1 (NOTES.md, qkv_proj 36).
+  // straddle two warps' ranges are written by both, with the same bytes. The byte range takes compile-time group sizes
+  // (shifts): with 64-bit K x bytes / K divisions, a stages-0 variant of this copy ran 0.2-0.7 us slower at M = 1
+  // (NOTES.md, qkv_proj 36).
   auto load_warp_scales = [&]() {
 #if __CUDA_ARCH__ >= 800
     const int k_lo = s_begin * kStepK, k_hi = s_end * kStepK < p.k_dim ? s_end * kStepK : p.k_dim;
@@ -518,7 +547,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     }
 #endif
   };
-  if (kStream) load_warp_scales();  // (stages 0: after the first weight loads, below)
+  if (kStream) load_warp_scales();
   if (kBulk) {
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) ptx::mbarrier_init(bar, 1);
@@ -573,7 +602,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
   constexpr int kXSlots = !kXTma && Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
   uint4 wreg[kSmem ? 1 : Prefetch][R][2];
-  UnitScales sreg[kScaleRing ? Prefetch : 1][R][2];
+  unsigned sbits[kScaleRing ? Prefetch : 1][R][2];  // kScaleRing: the ring's raw scale bits (global_scale_bits)
+  UnitScales sreg[R][2];                            // this step's unit scales
   uint4 xreg[kXSlots][NT][kWords / 4];
   auto load_x = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
@@ -606,10 +636,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             wreg[kSmem ? 0 : slot][r][h] =
                 ptx::ldg_u4(wdata + (long long)row * w_unit_row + (long long)step * w_unit_step + 16 * q,
                             ptx::l2_evict_first_if(p.w_evict_first != 0));
-            if (kScaleRing && kScale != kScaleRow) sreg[kScaleRing ? slot : 0][r][h] = load_scales<F>(p, row, k0);
+            if constexpr (kScaleRing && kGroupScales) sbits[slot][r][h] = global_scale_bits<F>(p, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
-            if (kScaleRing) sreg[kScaleRing ? slot : 0][r][h] = UnitScales{0.f, 0.f, 0.f};
+            if constexpr (kScaleRing) sbits[slot][r][h] = 0u;  // (unused: the step gives the unit scale 0)
           }
         }
     }
@@ -620,7 +650,6 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
   for (int pp = 0; pp < kXSlots; ++pp)
     if (!kXTma && pp < nsteps) load_x(pp, s_begin + pp);
-  if (!kSmem) load_warp_scales();
   // stages 3: step j's X from its ring slot (j % kWindow: X is read into registers when the step starts, so the
   // request of step j + kWindow right after reuses the slot), after the step's mbarrier: token row r = 8 t + g,
   // element kk of the step in box row r (K / 64 halves) + kk / 64, 16-byte chunk (kk % 64) / 8 XOR the row's low 3
@@ -722,8 +751,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
           if (j == 0) KT_GEMV_TRACE(1);
         }
-        if (!kScaleRing) {  // this step's units (stages >= 1) and scales from the shared-memory copy of rows (g, h) of
-                            // tiles wn * R + r
+        {  // this step's units (stages >= 1) from the shared-memory copy of rows (g, h) of tiles wn * R + r, and its
+           // scales from there or from the ring's raw bits (kScaleRing), converted here
           const int k0 = step * kStepK + q * kUnitElems;
 #pragma unroll
           for (int r = 0; r < R; ++r)
@@ -737,10 +766,14 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
                             : s_data + lr * row_bytes + (k0 * kBits / 8 - kb0);
                 wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(unit) : make_uint4(0, 0, 0, 0);
               }
-              sreg[0][r][h] = kScale == kScaleOperand || kScale == kScaleStep
-                               ? (in ? smem_scales<F>(s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0, p.tensor_scale)
-                                     : UnitScales{0.f, 0.f, 0.f})
-                               : UnitScales{1.f, 1.f, 0.f};
+              // (one expression, selected on `in`: written as if / else branches, some binaries took up to 10 more
+              // registers)
+              sreg[r][h] = kGroupScales ? (in ? scales_of_bits<F>(kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
+                                                                             : smem_scale_bits<F>(s_scale + lr * srow_bytes,
+                                                                                                  s_zero + lr * zrow_bytes, k0),
+                                                                  p.tensor_scale)
+                                              : UnitScales{0.f, 0.f, 0.f})
+                                        : UnitScales{1.f, 1.f, 0.f};
             }
         }
         // Operand constants; for the table formats a unit whose scale the dtype cannot hold sends the warp's whole step
@@ -751,7 +784,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            s2[r][h] = unit_scales2<DT, F>(sreg[kScaleRing ? pp : 0][r][h]);
+            s2[r][h] = unit_scales2<DT, F>(sreg[r][h]);
             all_ok = all_ok && s2[r][h].ok;
           }
         const bool fast = kScale != kScaleOperand || __all_sync(0xffffffffu, all_ok);
@@ -760,9 +793,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         if (kScale == kScaleStep) zero_fill(ps);
         // The step's decode and mma (gemv_step_chunks), fast or in fp32 for the whole step.
         if (fast)
-          gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg[kScaleRing ? pp : 0], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
+          gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         else
-          gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg[kScaleRing ? pp : 0], s_lut, tab, xreg[pp % kXSlots], acc2, ps);
+          gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         if (kScale == kScaleStep) {  // C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1)
 #pragma unroll
           for (int r = 0; r < R; ++r)
@@ -771,7 +804,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
               for (int e = 0; e < 4; ++e)
                 acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e],
-                                        sreg[kScaleRing ? pp : 0][r][e / 2].s0, acc2[0][r][t][e]);
+                                        sreg[r][e / 2].s0, acc2[0][r][t][e]);
         }
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);

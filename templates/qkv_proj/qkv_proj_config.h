@@ -177,25 +177,22 @@ KT_HD constexpr int gemv_x_ring_bytes(const Config& c, quant::Format f) {
 KT_HD constexpr int gemv_partial_bytes(const Config& c) {
   return (c.warps_m - 1 + (c.split_k > 1 ? c.split_k - 1 : 0)) * c.warps_n * gemv_row_tiles(c) * (c.tile_m / 8) * 32 * 16;
 }
-/// gemv: whether a kernel of `stages` reads each step's per-group scales (and int4 zero points) of format f from a
-/// shared-memory copy (qkv_gemv.cuh): always for stages 1..3; for stages 0 (the register ring) only for the formats
-/// with one-byte scales (mxfp4's E8M0, nvfp4's E4M3), the others load them from global memory with each step's units.
-/// Measured on the H100 at M = 1 (NOTES.md, qkv_proj 36; bf16, tuner timing, gemv_m8_n16_w8x1_s0_p1): the per-warp
-/// copy took mxfp4 from 9.9 to 9.2 us and nvfp4 from 10.3 to 9.3, but nf4 (fp32 scales) from 8.8 to 9.3; int4 even.
-/// (The per-step path converts a byte scale right after its load, branching on the loaded byte, which holds the ring's
-/// next loads behind the scale's DRAM round trip; nf4's fp32 scale waits unconverted until its step. NOTES qkv_proj 36.)
-KT_HD constexpr bool gemv_smem_scales(int stages, quant::Format f) {
-  return stages >= 1 || (quant::format_group(f) > 0 && quant::scale_bytes(f) == 1);
-}
+/// gemv: whether a kernel of `stages` reads each step's per-group scales (and int4 zero points) from a shared-memory
+/// copy (qkv_gemv.cuh): stages 1..3. Stages 0 (the register ring) loads their raw bits from global memory with each
+/// step's units and converts them where the step uses them (qkv_gemv.cuh, scales_of_bits). Measured on the H100 at M = 1
+/// (NOTES.md, qkv_proj 36 / 37; bf16, tuner timing, gemv_m8_n16_w8x1_s0_p1): converted right after the load (the
+/// conversion branches on the loaded byte and holds the ring's next loads behind it), mxfp4 ran 9.9 us and nvfp4 10.3;
+/// with a per-warp shared-memory copy of their scales 9.0-9.3; with the raw bits in the ring 8.9-9.0 / 8.8-8.9.
+KT_HD constexpr bool gemv_smem_scales(int stages) { return stages >= 1; }
 /// gemv shared memory for K = k: gemv_partial_bytes, then for stages 1..3 the block's packed data (stages 1: its
 /// rows, [tiles][16 rows][seg bytes]; stages 2 / 3: the per-warp ring, gemv_ring_bytes, 128-byte aligned: 128 bytes of
 /// slack; stages 3 first the X rings, gemv_x_ring_bytes, 1024-byte aligned: 1024 bytes of slack instead), the rows'
-/// whole scales and zero points, each [tiles][16 rows][row bytes] (stages 0: where gemv_smem_scales), and for stages
+/// whole scales and zero points, each [tiles][16 rows][row bytes] (gemv_smem_scales), and for stages
 /// 2 / 3 one mbarrier per (K step, warp column).
 KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
   return gemv_partial_bytes(c) +
          (c.stages == 1 ? c.tile_n * gemv_seg_bytes(f, k, c.split_k) : 0) +
-         (gemv_smem_scales(c.stages, f) ? c.tile_n * (row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0) +
+         (gemv_smem_scales(c.stages) ? c.tile_n * (row_scale_bytes(f, k) + row_zero_bytes(f, k)) : 0) +
          (c.stages >= 2 ? (c.stages == 3 ? 1024 : 128) + gemv_x_ring_bytes(c, f) + gemv_ring_bytes(c) +
                               8 * c.warps_n * ((k + gemv_step_k(f) - 1) / gemv_step_k(f))
                         : 0);
@@ -456,7 +453,10 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
 /// 20 (stages 0) or, for units read from shared memory (stages 1), 12 for one row tile and 28 each for two; nvfp4 (two
 /// scales per unit) on the register ring with two row tiles 16 more, and its balanced stages-2 variants with 2 or 4 warp
-/// columns 24 more (fitted to ptxas: both held 80 registers only just, NOTES.md qkv_proj 35).
+/// columns 24 more (fitted to ptxas: both held 80 registers only just, NOTES.md qkv_proj 35). Not covered: with fp16
+/// activations, 7 nvfp4 (row-major) stages-0 variants of tile_m 16 without the balanced tail spill 8 bytes at 128
+/// registers since the ring carries raw scale bits (session 28, NOTES.md qkv_proj 37); their bf16 twins, the same
+/// configs, do not spill, and the model has no dtype, so they stay valid (stages 3 is M = 16's winner).
 KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
   return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (quant::format_element(f) == quant::Format::int4 ? 14 : 6) +
          (c.stages >= 1 ? 0 : c.prefetch * 12 * gemv_row_tiles(c)) +

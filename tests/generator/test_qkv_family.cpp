@@ -716,45 +716,51 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, na
     CHECK(!(c.mainloop == kMainloopGemv && c.split_k == 0));
 }
 
-TEST_CASE("qkv_proj gemv stages 0: the byte-scale formats' scales in shared memory, sized with K and checked", "[generator][qkv]") {
-  // gemv_smem_scales: stages 0 copies mxfp4's / nvfp4's scales per warp into shared memory (NOTES qkv_proj 36); the
-  // other formats keep theirs in the register ring, so their shared memory is the partial sums' alone.
+TEST_CASE("qkv_proj gemv: stages 0 keeps every format's scales in its register ring, stages 1..3 in shared memory sized with K and checked", "[generator][qkv]") {
+  // gemv_smem_scales: stages 0 loads the scales' raw bits with each step's units (NOTES qkv_proj 37), so its shared
+  // memory is the partial sums' alone for every format; stages 1..3 copy each row's scales (and int4 zero points).
   const ArchId arch = parse_arch("sm_90a");
   const Config s0{8, 32, 128, 4, 1, 0, 1, 1, kMainloopGemv};  // two m16 tiles per warp: tile_n 32 rows
   const int partial = gemv_partial_bytes(s0);
-  struct Case {
-    quant::Format f;
-    int scale_bytes_3584;  // one row's scale bytes at K = 3584 held by stages 0, 0 if none
-  };
-  for (const Case& c : {Case{quant::Format::mxfp4, 3584 / 32}, Case{quant::Format::mxfp4_kb128, 3584 / 32},
-                        Case{quant::Format::nvfp4, 3584 / 16}, Case{quant::Format::nvfp4_kb128, 3584 / 16},
-                        Case{quant::Format::nf4, 0}, Case{quant::Format::int4, 0}, Case{quant::Format::int8, 0},
-                        Case{quant::Format::bf16, 0}}) {
-    INFO("format " << int(c.f));
+  for (quant::Format f : {quant::Format::mxfp4, quant::Format::mxfp4_kb128, quant::Format::nvfp4, quant::Format::nvfp4_kb128,
+                          quant::Format::nf4, quant::Format::int4, quant::Format::int8, quant::Format::bf16}) {
+    INFO("format " << int(f));
     Config cfg = s0;
-    cfg.tile_k = gemv_step_k(c.f);
-    CHECK(gemv_smem_scales(0, c.f) == (c.scale_bytes_3584 > 0));
-    CHECK(gemv_smem_bytes(cfg, c.f, 3584) == partial + 32 * c.scale_bytes_3584);
-    CHECK(gemv_smem_scales(1, c.f));  // stages 1..3 always read them from shared memory
-    CHECK(gemv_smem_scales(2, c.f));
-    if (invalid_reason(DType::bf16, c.f, 128, true, cfg, arch) == nullptr)
-      CHECK(launch_dims(qwen(c.f, DType::bf16, 1), cfg, 132).smem_bytes == unsigned(partial + 32 * c.scale_bytes_3584));
+    cfg.tile_k = gemv_step_k(f);
+    CHECK(!gemv_smem_scales(0));
+    CHECK(gemv_smem_bytes(cfg, f, 3584) == partial);
+    CHECK(gemv_smem_bytes(cfg, f, 131072) == partial);  // no term grows with K
+    if (invalid_reason(DType::bf16, f, 128, true, cfg, arch) == nullptr)
+      CHECK(launch_dims(qwen(f, DType::bf16, 1), cfg, 132).smem_bytes == unsigned(partial));
   }
-  // The kernels take the per-block cap as their dynamic shared memory attribute (the scales grow with K).
+  CHECK(gemv_smem_scales(1));
+  CHECK(gemv_smem_scales(2));
+  CHECK(gemv_smem_scales(3));
+  // The kernels take the per-block cap as their dynamic shared memory attribute (stages 1..3 grow with K).
   CHECK(kernel_source(qwen(quant::Format::mxfp4, DType::bf16, 1), s0, arch).dynamic_smem_bytes == unsigned(gemv_smem_cap(90)));
-  // A K whose scales do not fit: nvfp4 at tile_n 32 holds 32 x K / 16 bytes, over the cap from K = 16 x cap / 32.
+  // Stages 2 holds tile_n x K / 16 scale bytes of nvfp4: a K whose scales do not fit is left out of valid_configs and
+  // refused by check_params, naming the row scales and k; stages 0 runs that K.
   Problem huge = qwen(quant::Format::nvfp4, DType::bf16, 1);
-  huge.k = 131072;
-  REQUIRE(gemv_smem_bytes(s0, huge.format, huge.k) > gemv_smem_cap(90));
+  const auto at_3584 = valid_configs(huge, arch);
+  const auto s2 = std::find_if(at_3584.begin(), at_3584.end(),
+                               [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 2; });
+  REQUIRE(s2 != at_3584.end());
+  // doubling K adds tile_n x K / 16 scale bytes and one 8-byte mbarrier per (K step, warp column)
+  CHECK(gemv_smem_bytes(*s2, huge.format, 7168) - gemv_smem_bytes(*s2, huge.format, 3584) ==
+        s2->tile_n * 3584 / 16 + 8 * s2->warps_n * 3584 / gemv_step_k(huge.format));
+  huge.k = 524288;
+  REQUIRE(gemv_smem_bytes(*s2, huge.format, huge.k) > gemv_smem_cap(90));
+  bool any_s0 = false;
   for (const auto& c : valid_configs(huge, arch))
-    if (c.mainloop == kMainloopGemv) CHECK(gemv_smem_bytes(c, huge.format, huge.k) <= gemv_smem_cap(arch.sm));
+    if (c.mainloop == kMainloopGemv) {
+      CHECK(gemv_smem_bytes(c, huge.format, huge.k) <= gemv_smem_cap(arch.sm));
+      any_s0 = any_s0 || c.stages == 0;
+    }
+  CHECK(any_s0);
   int dummy[4];
   const QkvParams a = host_params(huge, dummy);
-  CHECK_THROWS_WITH(check_params(huge, s0, a), Catch::Contains("row scales") && Catch::Contains("k = 131072"));
-  Config s0_nf4 = s0;  // nf4's stages 0 holds no scales: the same K is fine
-  Problem huge_nf4 = huge;
-  huge_nf4.format = quant::Format::nf4;
-  CHECK_NOTHROW(check_params(huge_nf4, s0_nf4, a));
+  CHECK_THROWS_WITH(check_params(huge, *s2, a), Catch::Contains("row scales") && Catch::Contains("k = 524288"));
+  CHECK_NOTHROW(check_params(huge, s0, a));
 }
 
 TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, order", "[generator][qkv]") {
