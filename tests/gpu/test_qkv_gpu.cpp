@@ -11,6 +11,8 @@
 #include <memory>
 #include <regex>
 #include <set>
+#include <sstream>
+#include <stdexcept>
 
 #include "cuda/driver.h"
 #include "generator/arch.h"
@@ -551,61 +553,75 @@ TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and 
   }
 }
 
-// Hidden (run by name or "[.stress]"): repeats the gemv balanced-tail configs of one problem many times, each launch
-// poisoned and checked, and prints the failures per variant; for intermittent faults a single pass can miss.
-// KT_STRESS_FORMAT (default int8), KT_STRESS_DTYPE (fp16 / bf16, default fp16), KT_STRESS_M (default 16),
-// KT_STRESS_ONLY (ECMAScript regex on the variant name, default all), KT_STRESS_REPS (default 100),
-// KT_STRESS_SPLIT (configs_of's max_split: 0 = the balanced tail only (default), 16 = every split_k >= 1).
-TEST_CASE("qkv_proj gemv stress: one problem's variants launched many times", "[gpu][qkv][.stress]") {
+// Hidden (run by name or "[.stress]"): repeats the gemv configs of some problems many times, each launch poisoned and
+// checked, and prints every failure with its worst elements; for intermittent faults a single pass can miss.
+// Comma lists: KT_STRESS_FORMAT (default int8), KT_STRESS_DTYPE (fp16 / bf16, default fp16), KT_STRESS_M (default 16);
+// KT_STRESS_ONLY (ECMAScript regex on the variant name, default all), KT_STRESS_REPS (default 100), KT_STRESS_SPLIT
+// (configs_of's max_split: 0 = the balanced tail only (default), 16 = every split_k >= 1).
+TEST_CASE("qkv_proj gemv stress: variants launched many times", "[gpu][qkv][.stress]") {
   auto env_or = [](const char* n, const char* d) {
     const char* v = std::getenv(n);
     return std::string(v ? v : d);
   };
-  const quant::Format f = quant::parse_format(env_or("KT_STRESS_FORMAT", "int8"));
-  const DType d = env_or("KT_STRESS_DTYPE", "fp16") == "bf16" ? DType::bf16 : DType::f16;
-  const int m = std::stoi(env_or("KT_STRESS_M", "16")), reps = std::stoi(env_or("KT_STRESS_REPS", "100"));
+  auto list = [&](const char* n, const char* d) {
+    std::vector<std::string> out;
+    std::stringstream ss(env_or(n, d));
+    for (std::string x; std::getline(ss, x, ',');)
+      if (!x.empty()) out.push_back(x);
+    return out;
+  };
+  const int reps = std::stoi(env_or("KT_STRESS_REPS", "100")), max_split = std::stoi(env_or("KT_STRESS_SPLIT", "0"));
   const std::regex only(env_or("KT_STRESS_ONLY", ""));
-  const Problem p = qwen(f, d, m);
   auto& env = Env::get();
-  std::vector<Config> cs;
-  for (const auto& c : configs_of(p, kMainloopGemv, std::stoi(env_or("KT_STRESS_SPLIT", "0"))))
-    if (std::regex_search(variant_name(p, c, env.arch), only)) cs.push_back(c);
-  REQUIRE(!cs.empty());
-  const HostInputs in = make_inputs(p, 45);
-  const RefRows ref = reference_rows(in, size_t(m), 7);
-  const auto kernels = load(p, cs);
-  DeviceInputs dev(in, 1);
   int total_fail = 0;
-  for (int rep = 0; rep < reps; ++rep)
-    for (const auto& c : cs) {  // interleaved, as the tests run them: each launch follows another config's
-      dev.poison();
-      launch(*kernels.at(name_expression(p, c)), p, c, dev.params(0, c), env.stream.get());
-      env.stream.synchronize();
-      std::vector<uint16_t> q, kk, v;
-      dev.download(q, kk, v);
-      const Verdict vd = verify(in, ref, q, kk, v);
-      if (!vd.pass) {
-        ++total_fail;
-        std::printf("stress: rep %d %s: %s\n", rep, variant_name(p, c, env.arch).c_str(), vd.message.c_str());
-        // the elements off by more than 5 % of the output's RMS: tensor, token, feature (head * D + d), got, want
-        int shown = 0;
-        for (int t = 0; t < 3; ++t) {
-          const auto& got = t == 0 ? q : t == 1 ? kk : v;
-          const auto& want = t == 0 ? ref.q : t == 1 ? ref.k : ref.v;
-          const size_t row = size_t(t == 0 ? p.num_heads : p.num_kv_heads) * p.head_dim;
-          double ss = 0;
-          for (double w : want) ss += w * w;
-          const double rms = std::sqrt(ss / double(want.size()));
-          for (size_t j = 0; j < ref.rows.size(); ++j)
-            for (size_t e = 0; e < row; ++e) {
-              const double g = dtype_to_float(p.dtype, got[size_t(ref.rows[j]) * row + e]), w = want[j * row + e];
-              if (!(std::fabs(g - w) <= 0.05 * rms) && shown++ < 24)
-                std::printf("  %c token %d feature %zu: got %g want %g\n", "QKV"[t], ref.rows[j], e, g, w);
-            }
+  for (const auto& fs : list("KT_STRESS_FORMAT", "int8"))
+    for (const auto& ds : list("KT_STRESS_DTYPE", "fp16"))
+      for (const auto& ms : list("KT_STRESS_M", "16")) {
+        const DType d = ds == "bf16" ? DType::bf16 : ds == "fp16" ? DType::f16 : throw std::invalid_argument("KT_STRESS_DTYPE: " + ds);
+        const Problem p = qwen(quant::parse_format(fs), d, std::stoi(ms));
+        std::vector<Config> cs;
+        for (const auto& c : configs_of(p, kMainloopGemv, max_split))
+          if (std::regex_search(variant_name(p, c, env.arch), only)) cs.push_back(c);
+        if (cs.empty()) {
+          std::printf("stress: %s: no variant matches\n", p.key().c_str());
+          continue;
         }
-        std::printf("  (%d elements off by > 5 %% of RMS)\n", shown);
+        const HostInputs in = make_inputs(p, 45);
+        const RefRows ref = reference_rows(in, size_t(p.m), 7);
+        const auto kernels = load(p, cs);
+        DeviceInputs dev(in, 1);
+        int fail = 0;
+        for (int rep = 0; rep < reps; ++rep)
+          for (const auto& c : cs) {  // interleaved, as the tests run them: each launch follows another config's
+            dev.poison();
+            launch(*kernels.at(name_expression(p, c)), p, c, dev.params(0, c), env.stream.get());
+            env.stream.synchronize();
+            std::vector<uint16_t> q, kk, v;
+            dev.download(q, kk, v);
+            const Verdict vd = verify(in, ref, q, kk, v);
+            if (vd.pass) continue;
+            ++fail;
+            std::printf("stress: rep %d %s: %s\n", rep, variant_name(p, c, env.arch).c_str(), vd.message.c_str());
+            // the elements off by more than 5 % of the output's RMS: tensor, token, feature (head * D + d), got, want
+            int shown = 0;
+            for (int t = 0; t < 3; ++t) {
+              const auto& got = t == 0 ? q : t == 1 ? kk : v;
+              const auto& want = t == 0 ? ref.q : t == 1 ? ref.k : ref.v;
+              const size_t row = size_t(t == 0 ? p.num_heads : p.num_kv_heads) * p.head_dim;
+              double ss = 0;
+              for (double w : want) ss += w * w;
+              const double rms = std::sqrt(ss / double(want.size()));
+              for (size_t j = 0; j < ref.rows.size(); ++j)
+                for (size_t e = 0; e < row; ++e) {
+                  const double g = dtype_to_float(p.dtype, got[size_t(ref.rows[j]) * row + e]), w = want[j * row + e];
+                  if (!(std::fabs(g - w) <= 0.05 * rms) && shown++ < 24)
+                    std::printf("  %c token %d feature %zu: got %g want %g\n", "QKV"[t], ref.rows[j], e, g, w);
+                }
+            }
+            std::printf("  (%d elements off by > 5 %% of RMS)\n", shown);
+          }
+        std::printf("stress: %s, %zu variants x %d launches, %d failed\n", p.key().c_str(), cs.size(), reps, fail);
+        total_fail += fail;
       }
-    }
-  std::printf("stress: %s, %zu variants x %d launches, %d failed\n", p.key().c_str(), cs.size(), reps, total_fail);
   CHECK(total_fail == 0);
 }
