@@ -2,10 +2,12 @@
 # Runs every [gpu] test and benchmark in one call on a GPU machine and writes logs + JSON under $OUT.
 # Binaries come prebuilt in $KT_BIN (default build-gpu/, made by scripts/stage_gpu.sh on the build
 # machine): the GPU machine has no SQLite/Catch2 headers and nothing is built there.
-#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|all]...
+#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|all]...
 # (python: the ctypes package's torch tests; quicktune: a short tune of shapes/qwen7b.json into $OUT/quick.db;
 #  bench: bench/bench_all.py side by side with the anchors, on $KT_BENCH_DB or the quick/full database;
-#  example: examples/qwen7b_layer.)
+#  example: examples/qwen7b_layer; gemv: the qkv_proj gemv [gpu] tests alone, about 8 min on the H100; stress: the
+#  hidden gemv stress test over every packed format, fp16 / bf16 and M 1 / 16, KT_STRESS_REPS (default 20) launches of
+#  each variant -- neither is part of "all".)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KT_BIN:-build-gpu}
@@ -69,6 +71,19 @@ if want quicktune; then
   "$BIN/autotune" --arch sm_90 --shapes shapes/qwen7b.json --db "$OUT/quick.db" --budget-ms "${KT_QUICK_BUDGET_MS:-5}" \
      --max-candidates "${KT_QUICK_CANDIDATES:-6}" --json "$OUT/quick_tune.json" 2>&1 | grep -v "^compiled\|^measured" | tail -n 100 \
      | tee "$OUT/quick_tune.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [[ " ${what[*]} " == *" gemv "* ]]; then
+  echo "== qkv_proj gemv [gpu] tests"
+  "$BIN/kerntune_tests" "qkv_proj gemv: every valid variant*,qkv_proj K-blocked packed weights*,qkv_proj gemv balanced tail*,qkv_proj gemv: units whose scale*" \
+     -r compact 2>&1 | tail -n 40 | tee "$OUT/gemv_tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [[ " ${what[*]} " == *" stress "* ]]; then
+  echo "== qkv_proj gemv stress (every variant relaunched, each launch checked)"
+  KT_STRESS_FORMAT=${KT_STRESS_FORMAT:-int8,int4,nf4,mxfp4,nvfp4,int4_kb128,nvfp4_kb128} KT_STRESS_DTYPE=${KT_STRESS_DTYPE:-fp16,bf16} \
+  KT_STRESS_M=${KT_STRESS_M:-1,16} KT_STRESS_REPS=${KT_STRESS_REPS:-20} KT_STRESS_SPLIT=${KT_STRESS_SPLIT:-0} \
+    "$BIN/kerntune_tests" "[.stress]" 2>&1 | grep -E "^stress|^  |passed|failed" | tail -n 200 | tee "$OUT/gemv_stress.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 db=${KT_BENCH_DB:-}
