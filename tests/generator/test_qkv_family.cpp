@@ -722,20 +722,20 @@ TEST_CASE("qkv_proj gemv: stages 0 keeps every format's scales in its register r
   const ArchId arch = parse_arch("sm_90a");
   const Config s0{8, 32, 128, 4, 1, 0, 1, 1, kMainloopGemv};  // two m16 tiles per warp: tile_n 32 rows
   const int partial = gemv_partial_bytes(s0);
+  CHECK(!gemv_smem_scales(0));
+  CHECK(gemv_smem_scales(1));
+  CHECK(gemv_smem_scales(2));
+  CHECK(gemv_smem_scales(3));
   for (quant::Format f : {quant::Format::mxfp4, quant::Format::mxfp4_kb128, quant::Format::nvfp4, quant::Format::nvfp4_kb128,
                           quant::Format::nf4, quant::Format::int4, quant::Format::int8, quant::Format::bf16}) {
     INFO("format " << int(f));
     Config cfg = s0;
     cfg.tile_k = gemv_step_k(f);
-    CHECK(!gemv_smem_scales(0));
     CHECK(gemv_smem_bytes(cfg, f, 3584) == partial);
     CHECK(gemv_smem_bytes(cfg, f, 131072) == partial);  // no term grows with K
     if (invalid_reason(DType::bf16, f, 128, true, cfg, arch) == nullptr)
       CHECK(launch_dims(qwen(f, DType::bf16, 1), cfg, 132).smem_bytes == unsigned(partial));
   }
-  CHECK(gemv_smem_scales(1));
-  CHECK(gemv_smem_scales(2));
-  CHECK(gemv_smem_scales(3));
   // The kernels take the per-block cap as their dynamic shared memory attribute (stages 1..3 grow with K).
   CHECK(kernel_source(qwen(quant::Format::mxfp4, DType::bf16, 1), s0, arch).dynamic_smem_bytes == unsigned(gemv_smem_cap(90)));
   // Stages 2 holds tile_n x K / 16 scale bytes of nvfp4: a K whose scales do not fit is left out of valid_configs and
