@@ -86,6 +86,10 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
 /// Makes this thread's earlier mbarrier.init visible to the asynchronous proxy (the bulk copies' complete_tx) before
 /// the following barrier (PTX ISA "fence.mbarrier_init").
 __device__ __forceinline__ void mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+/// Orders this thread's earlier shared-memory accesses through the generic proxy (ld / st.shared, cp.async) before
+/// its later ones through the async proxy (TMA, wgmma), and the reverse (PTX ISA "fence.proxy.async"): each accessing
+/// thread runs it before the barrier that precedes the async-proxy access, e.g. a TMA write into a slot just read.
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /// One arrival that also adds `bytes` to the phase's expected transaction count.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }\n" ::"r"(bar), "r"(bytes)

@@ -12,6 +12,7 @@
 // Compiled by NVRTC for sm_90a only. No standard headers.
 #pragma once
 #include "common/kt_types.h"
+#include "common/ptx.cuh"
 
 namespace kt {
 namespace wgmma {
@@ -39,7 +40,7 @@ __device__ __forceinline__ void wait_group() {
 }
 /// Makes shared memory written through the generic proxy (st.shared, cp.async) visible to wgmma's async proxy
 /// (PTX ISA "fence.proxy.async"); each writing thread runs it before the barrier that precedes the wgmma.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { ptx::fence_proxy_async_shared(); }
 /// Keeps the compiler from moving accesses of v across this point (the accumulators while a wgmma is in flight).
 template <int N>
 __device__ __forceinline__ void fence_operands(float (&v)[N]) {

@@ -746,9 +746,6 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           ptx::mbarrier_wait(s_bars + 8 * ((step - r_begin) * WarpsN + wn), 0);
 #endif
           if (kXTma) load_x_smem(j);
-          // Step j + kWindow goes into the ring slot of step j - 1, which every lane has finished reading.
-          __syncwarp();
-          if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
           if (j == 0) KT_GEMV_TRACE(1);
         }
         {  // this step's units (stages >= 1) from the shared-memory copy of rows (g, h) of tiles wn * R + r, and its
@@ -808,6 +805,18 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         }
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
+        if (kStream) {
+          // Step j + kWindow goes into the weight ring slot of step j - 1 and (stages 3) the X ring slot of step j,
+          // whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
+          // through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
+          // "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
+          // at the end of the step, where the fence finds none of the step's reads in flight. Measured (NOTES.md
+          // qkv_proj 38): right after the X reads the fence held the weight's reads behind them; a spare X slot, to
+          // request before the step's reads, took 2 blocks per SM to 1 for the table formats (their decode tables).
+          if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
+          __syncwarp();
+          if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
+        }
       }
     }
   }
@@ -880,7 +889,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     last = __shfl_sync(0xffffffffu, last, 0);
     KT_GEMV_TRACE(9);
     if (last == 0u) return;
-    __threadfence();  // the other pieces' stores, counted before this warp's arrival, are visible
+    // The other pieces' stores, counted before this warp's arrival, are visible: lane 0 observed the count, the warp
+    // barrier orders that before every lane's fence (a shuffle carries the value but orders no memory), the fence
+    // before the loads (CUDA programming guide, __syncwarp: memory ordering among the participating threads).
+    __syncwarp();
+    __threadfence();
     float own[R][NT][4];
 #pragma unroll
     for (int r = 0; r < R; ++r)
