@@ -757,6 +757,10 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (quant::format_group(p.format) != 0 && !a.w_scales) fail(std::string(fmt_tag(p.format)) + " weights need w_scales");
   if (quant::format_element(p.format) == quant::Format::int4 && !a.w_zeros)
     fail(std::string(fmt_tag(p.format)) + " weights need w_zeros");
+  // The kernels read scales and zero points in 4-byte words (cp.async of whole rows, wgmma_ws's per-step words).
+  auto al4 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 4 == 0; };
+  if (a.w_scales && !al4(a.w_scales)) fail("w_scales must be 4-byte aligned (the kernels read it in 4-byte words)");
+  if (a.w_zeros && !al4(a.w_zeros)) fail("w_zeros must be 4-byte aligned (the kernels read it in 4-byte words)");
   if (p.has_bias && !a.bias) fail("the problem has a bias but bias is null");
   if (p.has_bias && reinterpret_cast<std::uintptr_t>(a.bias) % 4 != 0) fail("bias must be 4-byte aligned (read in pairs)");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");

@@ -146,7 +146,7 @@ Problem problem_from_json(const nlohmann::json& j);
 nlohmann::json config_to_json(const Config& c);
 Config config_from_json(const nlohmann::json& j);
 
-/// Checks kernel arguments against the problem: 16-byte aligned x/w/outputs, 4-byte aligned bias, strides multiples of 8, pointers
+/// Checks kernel arguments against the problem: 16-byte aligned x/w/outputs, 4-byte aligned bias, w_scales and w_zeros, strides multiples of 8, pointers
 /// present for the class (scales for quantized formats, zeros for int4, bias, positions), workspace when split or
 /// stream-K, wgmma_ws split_k at most the K steps.
 void check_params(const Problem& p, const Config& c, const QkvParams& a);

@@ -167,7 +167,8 @@ typedef struct {
 } kt_qkv_problem;
 
 /** Device pointers and row strides (in ELEMENTS, multiples of 8) of one projection; the feature
- *  dimension is contiguous. x, w_data, q, k, v: 16-byte aligned. For contiguous tensors:
+ *  dimension is contiguous. x, w_data, q, k, v: 16-byte aligned; w_scales, w_zeros, bias: 4-byte aligned (errors
+ *  name the pointer). For contiguous tensors:
  *  x_row_stride = k, q_row_stride = num_heads * head_dim, k_row_stride = v_row_stride =
  *  num_kv_heads * head_dim (larger strides address rows of a KV cache or a fused buffer). */
 typedef struct {

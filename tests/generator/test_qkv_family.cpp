@@ -1082,6 +1082,18 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   b = a;
   b.bias = fake(0x5002);  // the epilogue reads the bias in pairs
   CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("bias must be 4-byte aligned"));
+  // scales and zero points are read in 4-byte words: 2-byte aligned (an fp16 / byte array's natural alignment) is
+  // refused, 4-byte aligned accepted
+  b = a;
+  b.w_scales = fake(0x6002);
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("w_scales must be 4-byte aligned"));
+  b = a;
+  b.w_zeros = fake(0x7001);
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("w_zeros must be 4-byte aligned"));
+  b = a;
+  b.w_scales = fake(0x6004);
+  b.w_zeros = fake(0x7004);
+  CHECK_NOTHROW(check_params(p, c, b));
   // wgmma_ws: every block needs a K step; stream-K needs the workspace too.
   const Config ws_split{16, 128, 64, 8, 1, 4, 16, 1, kMainloopWgmmaWs};
   Problem short_k = p;
