@@ -34,7 +34,7 @@
 namespace kt {
 namespace qkv {
 
-/// One 16-byte unit's scale entries as raw bits (quant_format.h encodings), converted only where a step uses them
+/// One 16-byte unit's scale entries as raw bits (global_scale_bits, qkv_proj.cuh), converted only where a step uses them
 /// (scales_of_bits): int8 the row's fp32 scale, int4 the fp16 scale | the zero point << 16, nf4 the fp32 absmax, mxfp4
 /// the E8M0 byte, nvfp4 the unit's two E4M3 bytes (an aligned pair: k0 / 16 is even). A conversion right after a
 /// global load (branching on the loaded byte, as e8m0_to_float does) held the register ring's next loads behind the
@@ -50,47 +50,6 @@ __device__ __forceinline__ unsigned smem_scale_bits(const unsigned char* sc, con
   if (F == quant::Format::nvfp4) return *reinterpret_cast<const unsigned short*>(sc + k0 / 16);
   return 0u;
 }
-/// From global memory (row `row` of the weight's scale / zero-point arrays; k0 the unit's first element):
-template <quant::Format F>
-__device__ __forceinline__ unsigned global_scale_bits(const QkvParams& p, int row, int k0) {
-  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
-  if (F == quant::Format::int8) return __ldg(reinterpret_cast<const unsigned*>(sc) + row);
-  if (F == quant::Format::int4) {
-    const long long g = (long long)row * (p.k_dim / 128) + k0 / 128;
-    return unsigned(__ldg(reinterpret_cast<const unsigned short*>(sc) + g)) |
-           unsigned(__ldg(static_cast<const unsigned char*>(p.w_zeros) + g)) << 16;
-  }
-  if (F == quant::Format::nf4) return __ldg(reinterpret_cast<const unsigned*>(sc) + (long long)row * (p.k_dim / 64) + k0 / 64);
-  if (F == quant::Format::mxfp4) return __ldg(sc + (long long)row * (p.k_dim / 32) + k0 / 32);
-  if (F == quant::Format::nvfp4)
-    return __ldg(reinterpret_cast<const unsigned short*>(sc + (long long)row * (p.k_dim / 16) + k0 / 16));
-  return 0u;
-}
-/// The unit's scales from its raw bits (smem_scale_bits / global_scale_bits); nvfp4's include the per-tensor scale.
-template <quant::Format F>
-__device__ __forceinline__ UnitScales scales_of_bits(unsigned b, float tensor_scale) {
-  UnitScales s{1.f, 1.f, 0.f};
-  if (F == quant::Format::int8 || F == quant::Format::nf4) {
-    s.s0 = __uint_as_float(b);
-  } else if (F == quant::Format::int4) {
-    s.s0 = ptx::to_float<DType::f16>((unsigned short)(b & 0xffffu));
-    s.z = float(b >> 16);
-  } else if (F == quant::Format::mxfp4) {
-    s.s0 = e8m0_to_float(b);
-  } else if (F == quant::Format::nvfp4) {
-#if __CUDA_ARCH__ >= 890  // both E4M3 scales of the unit by one exact cvt
-    unsigned pair;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"((unsigned short)(b & 0xffffu)));
-    s.s0 = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
-    s.s1 = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
-#else
-    s.s0 = e4m3_to_float(b & 0xffu) * tensor_scale;
-    s.s1 = e4m3_to_float((b >> 8) & 0xffu) * tensor_scale;
-#endif
-  }
-  return s;
-}
-
 // ---- Packed 16-bit-pair decode (the gemv mainloop's hot path) ----
 //
 // decode_chunk computes every element in fp32 (about 8 instructions per element with the table load and the pack),

@@ -40,25 +40,54 @@ struct UnitScales {
   float s0, s1, z;
 };
 
+/// One 16-byte unit's scale entries as raw bits (quant_format.h encodings), from global memory: row `row` of the
+/// weight's scale / zero-point arrays, k0 the unit's first element. int8: the row's fp32 scale; int4: the fp16 scale |
+/// the zero point << 16; nf4: the fp32 absmax; mxfp4: the E8M0 byte; nvfp4: the unit's two E4M3 bytes (an aligned pair:
+/// k0 / 16 is even, K / 16 too).
 template <quant::Format F>
-__device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, int k0) {
-  UnitScales s{1.f, 1.f, 0.f};
-  if (F == quant::Format::int8) {
-    s.s0 = __ldg(static_cast<const float*>(p.w_scales) + row);
-  } else if (F == quant::Format::int4) {
+__device__ __forceinline__ unsigned global_scale_bits(const QkvParams& p, int row, int k0) {
+  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
+  if (F == quant::Format::int8) return __ldg(reinterpret_cast<const unsigned*>(sc) + row);
+  if (F == quant::Format::int4) {
     const long long g = (long long)row * (p.k_dim / 128) + k0 / 128;
-    s.s0 = ptx::to_float<DType::f16>(__ldg(static_cast<const unsigned short*>(p.w_scales) + g));
-    s.z = float(__ldg(static_cast<const unsigned char*>(p.w_zeros) + g));
-  } else if (F == quant::Format::nf4) {
-    s.s0 = __ldg(static_cast<const float*>(p.w_scales) + (long long)row * (p.k_dim / 64) + k0 / 64);
+    return unsigned(__ldg(reinterpret_cast<const unsigned short*>(sc) + g)) |
+           unsigned(__ldg(static_cast<const unsigned char*>(p.w_zeros) + g)) << 16;
+  }
+  if (F == quant::Format::nf4) return __ldg(reinterpret_cast<const unsigned*>(sc) + (long long)row * (p.k_dim / 64) + k0 / 64);
+  if (F == quant::Format::mxfp4) return __ldg(sc + (long long)row * (p.k_dim / 32) + k0 / 32);
+  if (F == quant::Format::nvfp4)
+    return __ldg(reinterpret_cast<const unsigned short*>(sc + (long long)row * (p.k_dim / 16) + k0 / 16));
+  return 0u;
+}
+/// The unit's scales from its raw bits (smem_scale_bits / global_scale_bits); nvfp4's include the per-tensor scale.
+template <quant::Format F>
+__device__ __forceinline__ UnitScales scales_of_bits(unsigned b, float tensor_scale) {
+  UnitScales s{1.f, 1.f, 0.f};
+  if (F == quant::Format::int8 || F == quant::Format::nf4) {
+    s.s0 = __uint_as_float(b);
+  } else if (F == quant::Format::int4) {
+    s.s0 = ptx::to_float<DType::f16>((unsigned short)(b & 0xffffu));
+    s.z = float(b >> 16);
   } else if (F == quant::Format::mxfp4) {
-    s.s0 = e8m0_to_float(__ldg(static_cast<const unsigned char*>(p.w_scales) + (long long)row * (p.k_dim / 32) + k0 / 32));
+    s.s0 = e8m0_to_float(b);
   } else if (F == quant::Format::nvfp4) {
-    const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales) + (long long)row * (p.k_dim / 16) + k0 / 16;
-    s.s0 = e4m3_to_float(__ldg(sc)) * p.tensor_scale;
-    s.s1 = e4m3_to_float(__ldg(sc + 1)) * p.tensor_scale;
+#if __CUDA_ARCH__ >= 890  // both E4M3 scales of the unit by one exact cvt
+    unsigned pair;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"((unsigned short)(b & 0xffffu)));
+    s.s0 = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
+    s.s1 = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
+#else
+    s.s0 = e4m3_to_float(b & 0xffu) * tensor_scale;
+    s.s1 = e4m3_to_float((b >> 8) & 0xffu) * tensor_scale;
+#endif
   }
   return s;
+}
+
+/// The unit's scales, converted at load (the tiled mainloops' register rings; the gemv rings keep the raw bits).
+template <quant::Format F>
+__device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, int k0) {
+  return scales_of_bits<F>(global_scale_bits<F>(p, row, k0), p.tensor_scale);
 }
 
 /// Entry c (0..15) of the decode table as a compile-time constant: the NF4 code value (nf4) or the signed E2M1
