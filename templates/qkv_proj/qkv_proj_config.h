@@ -456,7 +456,10 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// columns 24 more (fitted to ptxas: both held 80 registers only just, NOTES.md qkv_proj 35). Not covered: with fp16
 /// activations, 7 nvfp4 (row-major) stages-0 variants of tile_m 16 without the balanced tail spill 8 bytes at 128
 /// registers since the ring carries raw scale bits (session 28, NOTES.md qkv_proj 37); their bf16 twins, the same
-/// configs, do not spill, and the model has no dtype, so they stay valid (stages 3 is M = 16's winner).
+/// configs, do not spill, and the model has no dtype, so they stay valid (stages 3 is M = 16's winner). Likewise 4
+/// bf16 int8 stages-3 variants of tile_m 32 (M 17..64) spill 10 bytes at 128 registers since the TMA request moved to
+/// the end of the step (session 29, NOTES.md qkv_proj 38); their fp16 twins do not, and M = 64's int8 winner is
+/// wgmma_ws.
 KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
   return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (quant::format_element(f) == quant::Format::int4 ? 14 : 6) +
          (c.stages >= 1 ? 0 : c.prefetch * 12 * gemv_row_tiles(c)) +
