@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Anchor timings for attention prefill: torch SDPA with the FLASH_ATTENTION (FlashAttention-2) and
-CUDNN_ATTENTION backends, on the prefill workloads of a kerntune shapes file (plus the non-causal rows
-of ANCHORS.md). Timing: triton.testing.do_bench median (it flushes L2 between runs), as ANCHORS.md.
+CUDNN_ATTENTION backends, on the prefill workloads of a kerntune shapes file. Timing: triton.testing.do_bench
+median (it flushes L2 between runs).
 FLOPs = 4*B*Hq*Sq*Sk*D, counting only visible pairs when causal (bottom-right aligned).
 Writes JSON: {"device":..., "rows": [{"dtype","batch","seqlen_q","seqlen_k","causal","backend","ms","tflops"}]}."""
 import argparse, json

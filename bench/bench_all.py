@@ -30,7 +30,7 @@ Sections (each row of each section is one JSON row; nothing is skipped silently:
            compared with the anchors of its own activation dtype. Units: us per call; TFLOP/s = 2*M*N*K / t; weight
            GB/s = packed weight bytes / t. Ratio = anchor time / kerntune time (> 1: kerntune faster).
 
-Timing (../shared/DESIGN.md "Measuring"): the same for kerntune and for every anchor.
+Timing: the same for kerntune and for every anchor.
   - Cold L2: C copies of the inputs, C = ceil(3 * L2 / bytes of one copy) (L2 from
     torch.cuda.get_device_properties(0).L2_cache_size): q/k/v copies for attention, weight copies for the projection
     (kerntune: packed weight + scales; cuBLAS: fp16/bf16 weight + bias; tinygemm: packed int4 + scales/zeros).
@@ -44,8 +44,8 @@ Timing (../shared/DESIGN.md "Measuring"): the same for kerntune and for every an
   - Replays are timed with torch.cuda.Event pairs; per-launch time = replay time / L; the row gives the median over
     the replays (p20/p80 too), after --warmup-replays untimed replays. Replays: --samples, fewer when a replay
     would overrun --budget-ms (never fewer than 5).
-  - Projection rows with M <= --flush-max-m (default 16: the decode sizes, whose targets in the issue were set with
-    ../shared/ANCHORS.md's numbers) are also timed the way ANCHORS.md measured: triton.testing.do_bench's method, a
+  - Projection rows with M <= --flush-max-m (default 16: the decode sizes) are also timed the way published decode
+    numbers usually are: triton.testing.do_bench's method, a
     256 MB buffer zeroed before each call (L2 flushed), then (--flush-sleep-us, default 300) a GPU spin so that a
     call's host side cannot outlast the GPU's head start (kerntune's Python path takes ~100 us per call, longer than
     the ~90 us zeroing: without the spin that host time lands in its number), one call between two CUDA events
@@ -248,7 +248,7 @@ class Timer:
         return res
 
     def measure_flush(self, fn):
-        """do_bench-style time of one call (the method of ../shared/ANCHORS.md): per rep, zero a 256 MB buffer (L2
+        """do_bench-style time of one call (triton.testing.do_bench's method): per rep, zero a 256 MB buffer (L2
         flush; the CPU enqueues the call while the GPU zeroes, so host overhead up to the zeroing's ~90 us is hidden;
         with flush_sleep_cycles the GPU also spins that long after it, hiding more), record an event, call fn once,
         record an event; median over self.flush_reps reps. A call whose host side outlasts the GPU's head start (or
@@ -832,7 +832,7 @@ def print_qkv_table(rows):
             f" {_fmt(g('tinygemm_int4', 'bf16'), '.1f', 9)}")
     flushed = [r for r in rows if r["impl"] == "kerntune" and r.get("flush_us")]
     if flushed:
-        log("\ndo_bench-style (the method of ../shared/ANCHORS.md: L2 flushed, one call between events; us; ratio ="
+        log("\ndo_bench-style (triton.testing.do_bench's method: L2 flushed, one call between events; us; ratio ="
             " anchor / kerntune):")
         log(f"{'format':9} {'act':4} {'M':>6} {'kerntune':>9} {'p80':>6} {'host':>6} {'cuBLAS':>8} {'tinygemm':>9}"
             f" {'vs_cuBLAS':>9} {'vs_tiny':>8}   (host: median host time of one call)")

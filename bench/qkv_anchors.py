@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Anchor timings for the fused Q/K/V projection of a shapes file's model (ANCHORS.md): three F.linear calls,
+"""Anchor timings for the fused Q/K/V projection of a shapes file's model: three F.linear calls,
 one fused F.linear on the concatenated weight (cuBLAS), and tinygemm int4 (torch.ops.aten._weight_int4pack_mm,
 bf16, group 128), all with bias where the model has one (tinygemm: GEMM only). fp16 activations for cuBLAS.
-Timing: triton.testing.do_bench median with its L2 flush, as ANCHORS.md.
+Timing: triton.testing.do_bench median with its L2 flush.
 Writes JSON {"device", "torch", "rows": [{"m", "backend", "us"}]}."""
 import argparse, json
 import torch

@@ -4,8 +4,8 @@
 # activations: the benchmark's rows) and of the decode sizes, merged into $DB_DIR/merged.db. Then: KT_BENCH_DB=$DB_DIR/merged.db KT_BENCH_ARGS=--quick
 # scripts/gpu_all.sh bench example. Binaries from build-gpu/ (scripts/stage_gpu.sh); logs under $OUT.
 # PARTS (default all: "quick qkv_tiled_fp16 qkv_tiled_quant qkv_decode merge") runs a subset, e.g. to split the tune
-# over device calls of at most 10 minutes each (same DB_DIR on a machine kept warm; H100, cold cubin cache,
-# PARTS="quick qkv_tiled_fp16" 8.2 min, PARTS=qkv_tiled_quant 4.4 min, PARTS="qkv_decode merge" 3.8 min; session 26).
+# over device calls of at most 10 minutes each (same DB_DIR on a machine kept warm; on an H100 with a cold cubin cache
+# PARTS="quick qkv_tiled_fp16" takes about 8 min, PARTS=qkv_tiled_quant 4.5, PARTS="qkv_decode merge" 4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KT_BIN:-build-gpu}

@@ -8,10 +8,4 @@ cmake --build build-rel -j"$(nproc)" --target kerntune_tests autotune kerntune e
 mkdir -p build-gpu
 cp build-rel/tests/kerntune_tests build-rel/tuner/autotune build-rel/runtime/libkerntune.so build-rel/examples/example_attention_prefill build-gpu/
 strip build-gpu/kerntune_tests build-gpu/autotune build-gpu/libkerntune.so build-gpu/example_attention_prefill
-# The pure-read probe kernels of bench/lone_launch_probe.py --cubin (a diagnostic; skipped without nvcc).
-if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-  mkdir -p build-gpu/probes
-  "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -arch=sm_90a -cubin -O3 -o build-gpu/probes/read_floor.cubin \
-    bench/read_floor/read_floor.cu
-fi
 du -sh build-gpu

@@ -125,9 +125,9 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(has_ws);
     // Decode sizes try the weight-streaming kernel first.
     if (m <= 16) CHECK(cs.front().mainloop == kMainloopGemv);
-    // Packed weights at M = 16 are decode-bound: the 108 blocks of split_k 3 over 36 tiles of 128 features (NOTES
-    // qkv_proj 20) are among the first 24 candidates (the prefix a --max-candidates 24 tune measures); split_k 3
-    // never with tile_m 8 (M <= 8 is the gemv's).
+    // Packed weights at M = 16 are decode-bound: the 108 blocks of split_k 3 over 36 tiles of 128 features are among
+    // the first 24 candidates (the prefix a --max-candidates 24 tune measures); split_k 3 never with tile_m 8 (M <= 8
+    // is the gemv's).
     bool ws_split3_m16 = false;
     for (size_t i = 0; i < cs.size(); ++i) {
       const Config& c = cs[i];
@@ -138,7 +138,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     if (m == 16) CHECK(ws_split3_m16);
     // Two K groups (warps_n 2) only for the decode-bound token tiles 16 / 32, one atom per consumer warpgroup, rings of
     // 6 or 8 slots, never stream-K; the M = 16 list holds one with split_k 3 among the first 60 (the decode tune's
-    // --max-candidates; NOTES qkv_proj 21).
+    // --max-candidates).
     bool kg2_m16 = false;
     for (size_t i = 0; i < cs.size(); ++i) {
       const Config& c = cs[i];
@@ -163,8 +163,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       CHECK(found);
     }
   }
-  {  // M = 256: the fastest wgmma_ws variants of whole-space probes on the H100 (NOTES qkv_proj 22; the cost model ranked
-     // them 12th to 55th among the ws candidates) are in the first 24 candidates (a --max-candidates 24 tune), through
+  {  // M = 256: the fastest wgmma_ws variants of whole-space probes on the H100 (the cost model ranked them 12th to
+     // 55th among the ws candidates) are in the first 24 candidates (a --max-candidates 24 tune), through
      // the shape-class order: every (tile, split) class's first config before any class's second.
     struct Want {
       quant::Format f;
@@ -201,7 +201,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
     }
   }
-  {  // M = 1024 (modes in turn and shape classes up to M = 1024, NOTES qkv_proj 22-23): the whole-space probe's winner of
+  {  // M = 1024 (modes in turn and shape classes up to M = 1024): the whole-space probe's winner of
      // the packed formats (m192 n128 c2 sk1) and the stream-K winners of the tune (packed m256 n128 c2 s4, fp16 m96 n256
      // c2 s4) are all in the 24-candidate prefix.
     auto in_prefix = [&](quant::Format f, DType dt, int tile_m, int tile_n, int split_k, int stages) {
@@ -220,10 +220,10 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(in_prefix(quant::Format::fp16, DType::f16, 96, 256, 0, 4));
   }
   {  // gemv order: every fourth gemv candidate runs the register ring (stages 0), prefetch 1 first; the stages-0 winners of
-     // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1, NOTES qkv_proj 22) and the tuned int8 M = 16 winner
-     // (m16 w4 x 1 stages 2) lie in the decode tune's 120-candidate prefix (bench/tune_h100.sh; each balanced tail
-     // comes right after its twin, so the prefix holds twice the gemv candidates' 60 of before). The order below is
-     // that of the whole-unit configs (the balanced ones taken out).
+     // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1) and the tuned int8 M = 16 winner (m16 w4 x 1
+     // stages 2) lie in the decode tune's 120-candidate prefix (bench/tune_h100.sh; each balanced tail comes right
+     // after its twin, so 120 candidates hold 60 gemv configs). The order below is that of the whole-unit configs (the
+     // balanced ones taken out).
     auto pos = [&](const Problem& p, int tile_m, int warps_m, int stages, int prefetch) {
       const auto cs = valid_configs(p, arch);
       for (size_t i = 0; i < cs.size(); ++i)
@@ -241,7 +241,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     const int i8 = pos(qwen(quant::Format::int8, DType::bf16, 16), 16, 4, 2, 1);
     CHECK(i8 >= 0);
     CHECK(i8 < 120);
-    // the int4 M = 16 winner, m16 w4 x 1 stages 3 prefetch 1 balanced (NOTES qkv_proj 34), in the prefix too
+    // the int4 M = 16 winner, m16 w4 x 1 stages 3 prefetch 1 balanced, in the prefix too
     for (auto f : {quant::Format::int4, quant::Format::int4_kb128})
       for (DType dt : {DType::bf16, DType::f16}) {
         const auto cs = valid_configs(qwen(f, dt, 16), arch);
@@ -717,7 +717,7 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, na
 }
 
 TEST_CASE("qkv_proj gemv: stages 0 keeps every format's scales in its register ring, stages 1..3 in shared memory sized with K and checked", "[generator][qkv]") {
-  // gemv_smem_scales: stages 0 loads the scales' raw bits with each step's units (NOTES qkv_proj 37), so its shared
+  // gemv_smem_scales: stages 0 loads the scales' raw bits with each step's units, so its shared
   // memory is the partial sums' alone for every format; stages 1..3 copy each row's scales (and int4 zero points).
   const ArchId arch = parse_arch("sm_90a");
   const Config s0{8, 32, 128, 4, 1, 0, 1, 1, kMainloopGemv};  // two m16 tiles per warp: tile_n 32 rows
@@ -810,7 +810,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   for (int m : {1, 16, 17, 37, 64, 256, 4096}) {
     INFO("m " << m);
     const int n = check_space(qwen(quant::Format::fp16, DType::f16, m));
-    CHECK((n > 0) == (m > 16));  // M <= 16: the weight-streaming kernels (NOTES qkv_proj 25)
+    CHECK((n > 0) == (m > 16));  // M <= 16: the weight-streaming kernels
     CHECK(check_space(qwen(quant::Format::bf16, DType::bf16, m)) == n);
     CHECK(check_space(qwen(quant::Format::nf4, DType::bf16, m)) == 0);  // 16-bit weights only
   }
@@ -896,11 +896,9 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   ws.cluster_m = 2;
   refused(ws, quant::Format::fp16, "sm_90a", "cluster_m");
 
-  // Order: the tuned winner shapes of the probe (NOTES qkv_proj 25) lie in the 24-candidate prefix a tune measures,
-  // with the rings of 8 slots that the m128 shapes could not have before the staging tile moved over the ring
-  // (faster at M = 256 in the session-18 tune, NOTES qkv_proj 26); M = 64 keeps 12 slots (16 measured slower).
-  // With clusters of 2 token tiles wherever M has 2 or more (NOTES qkv_proj 27: m128 n96 s8 at M = 256 18.0 vs 19.9
-  // us in CUDA graphs; M = 1024 57.4 vs 66.1).
+  // Order: the tuned winner shapes of the probe lie in the 24-candidate prefix a tune measures, with rings of 8 slots
+  // for the m128 shapes (the staging tile lies over the ring; faster at M = 256); M = 64 keeps 12 slots (16 measures
+  // slower). Clusters of 2 token tiles wherever M has 2 or more (faster at M = 256 and 1024 in CUDA graphs).
   auto in_prefix = [&](int m, int tile_m, int tile_n, int stages, int cluster_m) {
     const auto cs = valid_configs(qwen(quant::Format::fp16, DType::f16, m), arch);
     for (size_t i = 0; i < std::min<size_t>(24, cs.size()); ++i)
