@@ -205,7 +205,7 @@ TEST_CASE("C ABI quantization: bad input -> KT_ERROR_INVALID_ARGUMENT naming the
            {"tensor_scale must be 1"});
     const CBuffers nv = c_quantize(Format::nvfp4, w, n, k);
     expect(kt_dequantize(KT_WEIGHT_NVFP4, n, k, nv.data.data(), nv.scales.data(), nullptr, 0.f, out.data()),
-           {"tensor_scale must be finite and > 0"});
+           {"tensor_scale must be finite and >= 2^-126"});
     auto sc = nv.scales;
     sc[0] = 0x7F;  // E4M3 NaN
     expect(kt_dequantize(KT_WEIGHT_NVFP4, n, k, nv.data.data(), sc.data(), nullptr, nv.tensor_scale, out.data()),
