@@ -272,6 +272,14 @@ def _declare(cdll):
     return missing
 
 
+def _has_buffer_lengths(cdll):
+    """True when kt_dequantize takes byte lengths (the signature declared above). The probe passes a NULL data
+    pointer, which every build refuses before reading anything: this build names the format and size it needed
+    ("data is NULL but fp16 n=1 k=64 has 128 bytes"), a build without the length arguments only "data is NULL"."""
+    st = cdll.kt_dequantize(KT_WEIGHT_FP16, 1, 64, None, 0, None, 0, None, 0, 1.0, None, 0)
+    return st == KT_ERROR_INVALID_ARGUMENT and b"has 128 bytes" in cdll.kt_last_error()
+
+
 def load_library(path=None):
     """Loads libkerntune.so and makes it the library every kerntune call uses; returns the ctypes.CDLL.
 
@@ -281,7 +289,8 @@ def load_library(path=None):
     one tried. With no argument, a library already loaded is returned as it is.
 
     Raises KerntuneError (status KT_ERROR_LIBRARY = -1) naming every path tried and why it failed (missing
-    file, dlopen error, or a library that lacks the functions of include/kerntune/kerntune.h: an old build).
+    file, dlopen error, or a library that lacks the functions of include/kerntune/kerntune.h or kt_quantize /
+    kt_dequantize's buffer-length arguments: an old build).
     """
     global _lib, _lib_path
     with _lock:
@@ -306,6 +315,10 @@ def load_library(path=None):
             missing = _declare(cdll)
             if missing:
                 tried.append(f"{cand} (lacks {', '.join(missing)}: an older build, rebuild it)")
+                continue
+            if not _has_buffer_lengths(cdll):
+                tried.append(f"{cand} (its kt_quantize / kt_dequantize take no buffer lengths: an older build, "
+                             f"rebuild it)")
                 continue
             _lib, _lib_path = cdll, cand
             return cdll

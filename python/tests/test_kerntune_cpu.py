@@ -525,6 +525,8 @@ def test_every_api_function_is_declared():
         want = [] if params.strip() in ("", "void") else [_param_kind(p) for p in params.split(",")]
         got = [_ctype_kind(t) for t in _lib._PROTOTYPES[n][1]]
         assert got == want, (n, got, want)
+    # The loader's probe tells this build (byte lengths in kt_quantize / kt_dequantize) from an older one.
+    assert _lib._has_buffer_lengths(LIB)
 
 
 # ---- runner -------------------------------------------------------------------------------------------------
