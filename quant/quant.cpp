@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -150,6 +152,27 @@ void validate(const PackedWeight& pw) {
     if (pw.zeros[i] > 15)
       throw std::invalid_argument(pre + "zeros[" + std::to_string(i) + "] = " + std::to_string(pw.zeros[i]) +
                                   " is not a 4-bit zero point (0..15)");
+  // 16-bit weights hold finite values (quantize refuses NaN, infinity and fp16 overflow): an fp16 / bf16 NaN or
+  // infinity would poison every output row it is multiplied into.
+  if (el == Format::fp16 || el == Format::bf16) {
+    const uint16_t exp_mask = el == Format::fp16 ? 0x7C00 : 0x7F80;
+    const size_t count = pw.data.size() / 2;
+    for (size_t i = 0; i < count; ++i) {
+      const uint16_t h = get_u16(&pw.data[2 * i]);
+      if ((h & exp_mask) != exp_mask) continue;
+      size_t r = i / static_cast<size_t>(pw.k), c = i % static_cast<size_t>(pw.k);
+      if (format_k_blocked(f)) {  // i = ((c / 64) n + r) 64 + c % 64
+        const size_t slab = static_cast<size_t>(pw.n) * 64;
+        r = i % slab / 64;
+        c = i / slab * 64 + i % 64;
+      }
+      char bits[8];
+      std::snprintf(bits, sizeof bits, "0x%04X", h);
+      throw std::invalid_argument(pre + "data element w[" + std::to_string(r) + ", " + std::to_string(c) + "] = " +
+                                  bits + " is " + ((h & (exp_mask ^ 0x7FFF)) ? "NaN" : "infinite") +
+                                  " (a packed weight holds finite values)");
+    }
+  }
   const size_t entries = want_scales / (scale_bytes(f) > 0 ? scale_bytes(f) : 1);
   for (size_t i = 0; i < (scale_bytes(f) > 0 ? entries : 0); ++i) {
     const uint8_t* p = pw.scales.data() + i * scale_bytes(f);
@@ -163,11 +186,17 @@ void validate(const PackedWeight& pw) {
       default: break;
     }
     if (bad) throw std::invalid_argument(pre + "scales entry " + std::to_string(i) + " is NaN or infinite");
+    // int8 and nf4 scales are absmax values (absmax / 127 for int8): a negative one would flip the sign of its row or
+    // block, which quantize never produces and bitsandbytes never stores.
+    if ((el == Format::int8 || el == Format::nf4) && get_f32(p) < 0)
+      throw std::invalid_argument(pre + "scales entry " + std::to_string(i) + " is negative (" + fmt_double(get_f32(p)) +
+                                  "); " + format_name(el) + " scales are absmax values, >= 0");
   }
   if (el == Format::nvfp4) {
-    if (!(std::isfinite(pw.tensor_scale) && pw.tensor_scale > 0))
-      throw std::invalid_argument(pre + "tensor_scale must be finite and > 0 (got " +
-                                  fmt_double(pw.tensor_scale) + ")");
+    if (!(std::isfinite(pw.tensor_scale) && pw.tensor_scale >= std::numeric_limits<float>::min()))
+      throw std::invalid_argument(pre + "tensor_scale must be finite and >= 2^-126 (the smallest normal fp32; a "
+                                  "kernel that flushes subnormals to zero would zero the weight), got " +
+                                  fmt_double(pw.tensor_scale));
   } else if (pw.tensor_scale != 1.f) {
     throw std::invalid_argument(pre + "tensor_scale must be 1 for " + format_name(f) + " (got " +
                                 fmt_double(pw.tensor_scale) + ")");
@@ -305,10 +334,11 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
     case Format::nvfp4: {
       float amax = 0;
       for (size_t i = 0; i < static_cast<size_t>(n) * k; ++i) amax = std::max(amax, std::fabs(w[i]));
-      const float ts = amax > 0 ? static_cast<float>(static_cast<double>(amax) / (448.0 * 6.0)) : 1.f;
-      if (!(ts > 0))
-        throw std::invalid_argument(pre + "tensor scale absmax / 2688 underflows fp32 (absmax " +
-                                    fmt_double(amax) + ")");
+      // Never a subnormal (validate refuses one, and flush-to-zero arithmetic would zero the weight): a tensor whose
+      // absmax / 2688 is below 2^-126 takes 2^-126, and its blocks are quantized on that grid.
+      const float ts = amax > 0 ? std::max(static_cast<float>(static_cast<double>(amax) / (448.0 * 6.0)),
+                                           std::numeric_limits<float>::min())
+                                : 1.f;
       pw.tensor_scale = ts;
       for (int r = 0; r < n; ++r)
         for (int gi = 0; gi < gpr; ++gi) {

@@ -88,7 +88,10 @@ Format parse_format(const std::string& name);
 ///   mxfp4 : per block of 32: shared exponent e = floor(log2(absmax)) - 2 (OCP MX v1.0 section 6.3: the largest
 ///           E2M1 exponent is 2), clamped to [-127, 127], stored as the E8M0 byte e + 127 (an all-zero block
 ///           stores 127); elements = float_to_e2m1(w / 2^e) (round to nearest even, saturating to +-6).
-///   nvfp4 : tensor_scale = absmax(all) / (448 * 6) (fp32; 1 when the whole tensor is zero); per block of 16:
+///   nvfp4 : tensor_scale = absmax(all) / (448 * 6) (fp32; 1 when the whole tensor is zero), raised to 2^-126
+///           (FLT_MIN) when smaller, so it is never a subnormal (validate refuses one; flush-to-zero arithmetic would
+///           zero the weight): a tensor of absmax below 2688 * 2^-126 (about 3.2e-35) is quantized on that grid, and
+///           its blocks of absmax below about 7e-41 (6 * 2^-136) store zero. Per block of 16:
 ///           scale = float_to_e4m3(absmax(block) / (6 * tensor_scale)); elements = float_to_e2m1(w / (scale *
 ///           tensor_scale)) (RNE, saturating); a block whose scale rounds to E4M3 zero stores zero elements.
 /// Throws std::invalid_argument naming the problem: w null, n or k < 1, k not a multiple of 64 or of the
@@ -102,8 +105,10 @@ PackedWeight quantize(Format f, const float* w, int n, int k);
 void dequantize(const PackedWeight& pw, double* out);
 
 /// Checks a PackedWeight against (format, n, k): n, k >= 1, k a multiple of 64 and of the group, the byte
-/// sizes of data / scales / zeros, zero points <= 15, scales not NaN/inf (fp32/fp16 scales finite, no E8M0 255,
-/// no E4M3 0x7F/0xFF), tensor_scale finite and > 0 for nvfp4 and exactly 1 otherwise.
+/// sizes of data / scales / zeros, fp16 / bf16 data finite (no NaN or infinity, which quantize never writes),
+/// zero points <= 15, scales not NaN/inf (fp32/fp16 scales finite, no E8M0 255, no E4M3 0x7F/0xFF), int8 and nf4
+/// scales >= 0 (they are absmax values), tensor_scale finite and >= 2^-126 (a normal fp32) for nvfp4 and exactly 1
+/// otherwise. Every weight quantize returns passes.
 /// Throws std::invalid_argument whose message names the field, e.g.
 /// "PackedWeight(int4, n=4, k=128): scales has 6 bytes, expected 8 ([n, k/128] x 2 bytes)".
 void validate(const PackedWeight& pw);

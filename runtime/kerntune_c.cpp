@@ -2,6 +2,7 @@
 #include "kerntune/kerntune.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -159,6 +160,7 @@ void write_line(const std::string& line, char* buf, size_t buf_len) {
 /// n or k < 1, k not a multiple of 64 or of the group -> INVALID_ARGUMENT naming the rule).
 struct QuantSizes {
   kt::quant::Format format;
+  int32_t n, k;
   size_t data, scales, zeros;
 };
 kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* out, const char* fn) {
@@ -180,11 +182,51 @@ kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* o
   const size_t rows = static_cast<size_t>(n);
   const size_t groups_per_row = g > 0 ? static_cast<size_t>(k / g) : g < 0 ? 1 : 0;
   out->format = f;
+  out->n = n;
+  out->k = k;
   out->data = rows * static_cast<size_t>(k) * kt::quant::format_bits(f) / 8;
   out->scales = rows * groups_per_row * kt::quant::scale_bytes(f);
   if (const std::string e = kt::quant::k_block_error(f, k); !e.empty()) return fail(KT_ERROR_INVALID_ARGUMENT, pre + e);
   out->zeros = kt::quant::format_element(f) == kt::quant::Format::int4 ? rows * static_cast<size_t>(k / 128) : 0;
   return KT_OK;
+}
+
+/// One byte buffer of a packed weight given to kt_quantize / kt_dequantize: `bytes` must equal `want` (the
+/// kt_quantize_sizes value), and `ptr` may be NULL only when want is 0. The message names the argument, the format,
+/// the shape and the expected size.
+kt_status check_buffer(const char* fn, const QuantSizes& sz, const char* name, const void* ptr, size_t bytes,
+                       size_t want, const char* what) {
+  const std::string pre = std::string(fn) + ": " + name;
+  const std::string shape = std::string(kt::quant::format_name(sz.format)) + " n=" + std::to_string(sz.n) +
+                            " k=" + std::to_string(sz.k);
+  if (want == 0) {
+    if (bytes != 0)
+      return fail(KT_ERROR_INVALID_ARGUMENT, pre + "_bytes is " + std::to_string(bytes) + " but " + shape + " has no " +
+                                                 what + " (pass 0 and NULL)");
+    return KT_OK;
+  }
+  if (!ptr)
+    return fail(KT_ERROR_INVALID_ARGUMENT, pre + " is NULL but " + shape + " has " + std::to_string(want) +
+                                               " bytes of " + what);
+  if (bytes != want)
+    return fail(KT_ERROR_INVALID_ARGUMENT, pre + "_bytes is " + std::to_string(bytes) + " but " + shape +
+                                               " needs exactly " + std::to_string(want) + " bytes of " + what +
+                                               " (kt_quantize_sizes)");
+  return KT_OK;
+}
+
+/// The byte length of w (kt_quantize) or out (kt_dequantize): exactly n * k elements of elem_size bytes. Compared by
+/// division, so no product can overflow size_t.
+kt_status check_elem_bytes(const char* fn, const QuantSizes& sz, const char* name, size_t bytes, size_t elem_size,
+                           const char* what) {
+  const size_t elems = static_cast<size_t>(sz.n) * static_cast<size_t>(sz.k);
+  if (bytes % elem_size == 0 && bytes / elem_size == elems) return KT_OK;
+  const std::string want =
+      elems <= SIZE_MAX / elem_size ? std::to_string(elems * elem_size) : std::string("more than SIZE_MAX");
+  return fail(KT_ERROR_INVALID_ARGUMENT, std::string(fn) + ": " + name + "_bytes is " + std::to_string(bytes) + " but " +
+                                             kt::quant::format_name(sz.format) + " n=" + std::to_string(sz.n) +
+                                             " k=" + std::to_string(sz.k) + " needs exactly " + want + " bytes of " +
+                                             what);
 }
 
 }  // namespace
@@ -347,20 +389,17 @@ kt_status kt_quantize_sizes(int32_t weight_format, int32_t n, int32_t k, size_t*
   return KT_OK;
 }
 
-kt_status kt_quantize(int32_t weight_format, const float* w, int32_t n, int32_t k, void* data, void* scales,
-                      void* zeros, float* tensor_scale) {
+kt_status kt_quantize(int32_t weight_format, const float* w, size_t w_bytes, int32_t n, int32_t k, void* data,
+                      size_t data_bytes, void* scales, size_t scales_bytes, void* zeros, size_t zeros_bytes,
+                      float* tensor_scale) {
   const char* fn = "kt_quantize";
   QuantSizes sz{};
   if (kt_status s = quant_sizes(weight_format, n, k, &sz, fn)) return s;
   if (!w) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize: w is NULL");
-  if (!data) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize: data is NULL");
-  if (!scales && sz.scales > 0)
-    return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_quantize: scales is NULL but ") +
-                                               kt::quant::format_name(sz.format) + " has " +
-                                               std::to_string(sz.scales) + " bytes of scales");
-  if (!zeros && sz.zeros > 0)
-    return fail(KT_ERROR_INVALID_ARGUMENT,
-                "kt_quantize: zeros is NULL but int4 has " + std::to_string(sz.zeros) + " bytes of zero points");
+  if (kt_status s = check_elem_bytes(fn, sz, "w", w_bytes, sizeof(float), "float32 values (n * k * 4)")) return s;
+  if (kt_status s = check_buffer(fn, sz, "data", data, data_bytes, sz.data, "data")) return s;
+  if (kt_status s = check_buffer(fn, sz, "scales", scales, scales_bytes, sz.scales, "scales")) return s;
+  if (kt_status s = check_buffer(fn, sz, "zeros", zeros, zeros_bytes, sz.zeros, "zero points")) return s;
   if (!tensor_scale) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_quantize: tensor_scale is NULL");
   try {
     const kt::quant::PackedWeight pw = kt::quant::quantize(sz.format, w, n, k);
@@ -376,20 +415,18 @@ kt_status kt_quantize(int32_t weight_format, const float* w, int32_t n, int32_t 
   }
 }
 
-kt_status kt_dequantize(int32_t weight_format, int32_t n, int32_t k, const void* data, const void* scales,
-                        const void* zeros, float tensor_scale, double* out) {
+kt_status kt_dequantize(int32_t weight_format, int32_t n, int32_t k, const void* data, size_t data_bytes,
+                        const void* scales, size_t scales_bytes, const void* zeros, size_t zeros_bytes,
+                        float tensor_scale, double* out, size_t out_bytes) {
   const char* fn = "kt_dequantize";
   QuantSizes sz{};
   if (kt_status s = quant_sizes(weight_format, n, k, &sz, fn)) return s;
-  if (!data) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_dequantize: data is NULL");
-  if (!scales && sz.scales > 0)
-    return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_dequantize: scales is NULL but ") +
-                                               kt::quant::format_name(sz.format) + " has " +
-                                               std::to_string(sz.scales) + " bytes of scales");
-  if (!zeros && sz.zeros > 0)
-    return fail(KT_ERROR_INVALID_ARGUMENT,
-                "kt_dequantize: zeros is NULL but int4 has " + std::to_string(sz.zeros) + " bytes of zero points");
+  if (kt_status s = check_buffer(fn, sz, "data", data, data_bytes, sz.data, "data")) return s;
+  if (kt_status s = check_buffer(fn, sz, "scales", scales, scales_bytes, sz.scales, "scales")) return s;
+  if (kt_status s = check_buffer(fn, sz, "zeros", zeros, zeros_bytes, sz.zeros, "zero points")) return s;
   if (!out) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_dequantize: out is NULL");
+  if (kt_status s = check_elem_bytes(fn, sz, "out", out_bytes, sizeof(double), "float64 values (n * k * 8)"))
+    return s;
   try {
     kt::quant::PackedWeight pw;
     pw.format = sz.format;

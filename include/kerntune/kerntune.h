@@ -45,7 +45,8 @@ typedef struct kt_runtime kt_runtime;
 /** Result of every call that can fail. */
 typedef enum {
   KT_OK = 0,
-  KT_ERROR_INVALID_ARGUMENT = 1, /**< null pointer, size < 1, unknown dtype, misaligned pointer or stride */
+  KT_ERROR_INVALID_ARGUMENT = 1, /**< null pointer, size < 1, unknown dtype, misaligned pointer or stride,
+                                      a buffer length other than the one required */
   KT_ERROR_UNSUPPORTED = 2,      /**< a well-formed problem no kernel supports (head_dim not 64/128,
                                       num_heads not a multiple of num_kv_heads, grid too large), or a GPU
                                       older than sm_80 */
@@ -212,12 +213,18 @@ KT_API kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* b
  * in templates/qkv_proj/quant_format.h (all row-major, little-endian):
  *   data   [n, k * bits / 8] bytes: fp16/bf16 16-bit values; int8 two's complement bytes; 4-bit formats
  *          two elements per byte, element k in byte k / 2, LOW nibble for even k.
- *   scales [n, k / group] entries: int4 fp16, nf4 fp32 absmax, mxfp4 E8M0 bytes, nvfp4 E4M3 bytes;
- *          int8 [n] fp32 (one per row); fp16/bf16 none (0 bytes).
+ *   scales [n, k / group] entries: int4 fp16, nf4 fp32 absmax (>= 0), mxfp4 E8M0 bytes, nvfp4 E4M3 bytes;
+ *          int8 [n] fp32 absmax / 127 (>= 0, one per row); fp16/bf16 none (0 bytes).
  *   zeros  [n, k / 128] bytes, int4 only (zero points 0..15); 0 bytes for every other format.
- *   tensor_scale: nvfp4 per-tensor fp32 scale (> 0); exactly 1 for every other format.
+ *   tensor_scale: nvfp4 per-tensor fp32 scale, a normal float (>= 2^-126, FLT_MIN: a kernel that flushes
+ *          subnormals to zero would zero the weight); exactly 1 for every other format.
  * Shape rules (all formats): n >= 1, k >= 1, k a multiple of 64 (the kernels' k step) and of the format's
  * group (int4 128, nf4 64, mxfp4 32, nvfp4 16).
+ * Every buffer is passed with its length in BYTES (w_bytes, data_bytes, scales_bytes, zeros_bytes, out_bytes),
+ * which must equal the size the format and shape imply (kt_quantize_sizes; n * k * 4 for w, n * k * 8 for
+ * out): a wrong length is refused with KT_ERROR_INVALID_ARGUMENT naming the argument, so that a buffer of
+ * another format or shape is never read or written past its end. A buffer whose size is 0 (scales of
+ * fp16/bf16, zeros of every format but int4) is passed as NULL with length 0.
  * The byte buffers passed to kt_qkv_proj (copied to device memory) are exactly these buffers. */
 
 /** Byte sizes of the three buffers of a packed weight (weight_format, n, k): *data_bytes = n * k * bits / 8,
@@ -228,27 +235,39 @@ KT_API kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* b
 KT_API kt_status kt_quantize_sizes(int32_t weight_format, int32_t n, int32_t k, size_t* data_bytes,
                                    size_t* scales_bytes, size_t* zeros_bytes);
 
-/** Quantizes w (host memory, [n, k] row-major fp32, n = output features, k = input features) to weight_format
- *  with round-to-nearest, exactly as kt::quant::quantize (quant/quant.h documents each format's rule; fp16 and
- *  bf16 are a round-to-nearest-even conversion). Writes the packed buffers into data, scales and zeros (host
- *  memory of kt_quantize_sizes' sizes; a buffer whose size is 0 may be NULL and is not touched) and the
- *  per-tensor scale into *tensor_scale (1 except for nvfp4). Nothing is written on failure.
+/** Quantizes w to weight_format with round-to-nearest, exactly as kt::quant::quantize (quant/quant.h documents
+ *  each format's rule; fp16 and bf16 are a round-to-nearest-even conversion).
+ *    w        [n, k] row-major fp32 in host memory (n = output features, k = input features); w_bytes = n * k * 4.
+ *    data, scales, zeros: host buffers of exactly data_bytes, scales_bytes, zeros_bytes = kt_quantize_sizes'
+ *             sizes (written); a buffer of size 0 is NULL with length 0.
+ *    *tensor_scale (written): nvfp4's per-tensor scale, 1 for every other format.
+ *  nvfp4's tensor scale is absmax(w) / (448 * 6), raised to 2^-126 (FLT_MIN) when smaller, so it is never a
+ *  subnormal: a weight whose absmax is below 2688 * 2^-126 (about 3.2e-35) is quantized on that grid, and its
+ *  blocks of absmax below about 7e-41 (6 * 2^-136) store zero. An all-zero weight gives zero codes and
+ *  tensor_scale 1. Nothing is written on failure.
  *  Errors: INVALID_ARGUMENT (unknown weight_format, n or k < 1, k not a multiple of 64 or of the group, w,
- *  data or tensor_scale NULL, scales or zeros NULL where the format has them, a non-finite element of w,
- *  an fp16 overflow (fp16 format or an int4 group scale), an nvfp4 tensor scale that underflows fp32),
+ *  data or tensor_scale NULL, scales or zeros NULL where the format has them, a byte length other than the one
+ *  required, a non-finite element of w, an fp16 overflow (fp16 format or an int4 group scale)),
  *  INTERNAL (out of memory). */
-KT_API kt_status kt_quantize(int32_t weight_format, const float* w, int32_t n, int32_t k, void* data, void* scales,
-                             void* zeros, float* tensor_scale);
+KT_API kt_status kt_quantize(int32_t weight_format, const float* w, size_t w_bytes, int32_t n, int32_t k, void* data,
+                             size_t data_bytes, void* scales, size_t scales_bytes, void* zeros, size_t zeros_bytes,
+                             float* tensor_scale);
 
-/** Exact values of a packed weight, as kt::quant::dequantize: out [n, k] row-major float64 (host memory,
- *  n * k doubles) = decode(q) * scale [* tensor_scale], the value the kernel decodes before rounding to its
- *  fp16/bf16 MMA operand. data, scales, zeros: host buffers of kt_quantize_sizes' sizes (a buffer of size 0
- *  may be NULL). The weight is validated first (kt::quant::validate).
+/** Exact values of a packed weight, as kt::quant::dequantize: out = decode(q) * scale [* tensor_scale], the value the
+ *  kernel decodes before rounding to its fp16/bf16 MMA operand.
+ *    data, scales, zeros: host buffers of exactly data_bytes, scales_bytes, zeros_bytes = kt_quantize_sizes' sizes
+ *             (a buffer of size 0 is NULL with length 0).
+ *    tensor_scale: nvfp4's per-tensor scale (finite, >= 2^-126); exactly 1 for every other format.
+ *    out      [n, k] row-major float64 in host memory (written); out_bytes = n * k * 8.
+ *  The weight is validated first (kt::quant::validate); nothing is written to out on failure.
  *  Errors: INVALID_ARGUMENT (unknown weight_format, n or k < 1, k not a multiple of 64 or of the group, data
- *  or out NULL, scales or zeros NULL where the format has them, a zero point above 15, a NaN/infinite scale,
- *  tensor_scale not finite and > 0 for nvfp4 or not exactly 1 for another format), INTERNAL (out of memory). */
-KT_API kt_status kt_dequantize(int32_t weight_format, int32_t n, int32_t k, const void* data, const void* scales,
-                               const void* zeros, float tensor_scale, double* out);
+ *  or out NULL, scales or zeros NULL where the format has them, a byte length other than the one required, a NaN or
+ *  infinite fp16/bf16 element, a zero point above 15, a NaN/infinite scale, a negative int8 or nf4 scale,
+ *  tensor_scale not finite and >= 2^-126 for nvfp4 or not exactly 1 for another format), INTERNAL (out of
+ *  memory). */
+KT_API kt_status kt_dequantize(int32_t weight_format, int32_t n, int32_t k, const void* data, size_t data_bytes,
+                               const void* scales, size_t scales_bytes, const void* zeros, size_t zeros_bytes,
+                               float tensor_scale, double* out, size_t out_bytes);
 
 /** Message of the last failing call on the calling thread ("" if none failed yet). Valid until the
  *  next failing kerntune call on this thread. Never NULL. */

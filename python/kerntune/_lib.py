@@ -20,6 +20,9 @@ KT_ERROR_INTERNAL = 5
 #: Not a kt_status: the status of a KerntuneError raised because libkerntune.so could not be loaded (or lacks
 #: a function this package needs).
 KT_ERROR_LIBRARY = -1
+#: Not a kt_status: the status of the KerntuneError (also a ModuleNotFoundError) raised when a function that takes
+#: torch tensors (Runtime, attention, qkv_proj, quantize, PackedWeight, ...) is called without torch installed.
+KT_ERROR_NO_TORCH = -2
 
 _STATUS_NAMES = {
     KT_OK: "KT_OK",
@@ -29,6 +32,7 @@ _STATUS_NAMES = {
     KT_ERROR_DATABASE: "KT_ERROR_DATABASE",
     KT_ERROR_INTERNAL: "KT_ERROR_INTERNAL",
     KT_ERROR_LIBRARY: "KT_ERROR_LIBRARY",
+    KT_ERROR_NO_TORCH: "KT_ERROR_NO_TORCH",
 }
 
 KT_DTYPE_FP16 = 0
@@ -73,7 +77,8 @@ class KerntuneError(Exception):
 
     Attributes:
         status (int): the kt_status (1 INVALID_ARGUMENT, 2 UNSUPPORTED, 3 CUDA, 4 DATABASE, 5 INTERNAL), or
-            -1 (KT_ERROR_LIBRARY) when libkerntune.so could not be loaded or lacks a needed function.
+            -1 (KT_ERROR_LIBRARY) when libkerntune.so could not be loaded or lacks a needed function, or
+            -2 (KT_ERROR_NO_TORCH) when torch is not installed (then the error is a TorchNotInstalledError).
         status_name (str): kt_status_string(status), e.g. "KT_ERROR_UNSUPPORTED".
         message (str): kt_last_error() of the failing call (the library's message).
     """
@@ -83,6 +88,26 @@ class KerntuneError(Exception):
         self.status_name = status_name or _STATUS_NAMES.get(self.status, "KT_ERROR_UNKNOWN_STATUS")
         self.message = message
         super().__init__(f"{self.status_name}: {message}")
+
+
+class TorchNotInstalledError(KerntuneError, ModuleNotFoundError):
+    """KerntuneError (status KT_ERROR_NO_TORCH = -2) raised by a function that takes torch tensors when torch cannot
+    be imported. Also a ModuleNotFoundError (name "torch"), so `except ImportError` keeps working."""
+
+    def __init__(self, what, cause):
+        super().__init__(KT_ERROR_NO_TORCH, f"{what} needs torch, which cannot be imported ({cause}); install PyTorch "
+                                            f"(with CUDA for the kernels). The torch-free parts of kerntune (version, "
+                                            f"quantize_sizes, load_library) work without it.")
+        self.name = "torch"
+
+
+def import_torch(what):
+    """The torch module; TorchNotInstalledError naming `what` (e.g. "kt.Runtime") when it cannot be imported."""
+    try:
+        import torch
+    except ImportError as e:
+        raise TorchNotInstalledError(what, e) from e
+    return torch
 
 
 # ---- structs ------------------------------------------------------------------------------------------------
@@ -207,10 +232,12 @@ _PROTOTYPES = {
                                 ctypes.c_size_t]),
     "kt_quantize_sizes": (_c_int, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_size_t),
                                    ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
-    "kt_quantize": (_c_int, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
-                             ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]),
-    "kt_dequantize": (_c_int, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
-                               ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p]),
+    "kt_quantize": (_c_int, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_int32,
+                             ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                             ctypes.c_size_t, ctypes.POINTER(ctypes.c_float)]),
+    "kt_dequantize": (_c_int, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t,
+                               ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_float,
+                               ctypes.c_void_p, ctypes.c_size_t]),
     "kt_last_error": (ctypes.c_char_p, []),
     "kt_status_string": (ctypes.c_char_p, [_c_int]),
     "kt_version": (ctypes.c_char_p, []),
@@ -245,6 +272,14 @@ def _declare(cdll):
     return missing
 
 
+def _has_buffer_lengths(cdll):
+    """True when kt_dequantize takes byte lengths (the signature declared above). The probe passes a NULL data
+    pointer, which every build refuses before reading anything: this build names the format and size it needed
+    ("data is NULL but fp16 n=1 k=64 has 128 bytes"), a build without the length arguments only "data is NULL"."""
+    st = cdll.kt_dequantize(KT_WEIGHT_FP16, 1, 64, None, 0, None, 0, None, 0, 1.0, None, 0)
+    return st == KT_ERROR_INVALID_ARGUMENT and b"has 128 bytes" in cdll.kt_last_error()
+
+
 def load_library(path=None):
     """Loads libkerntune.so and makes it the library every kerntune call uses; returns the ctypes.CDLL.
 
@@ -254,7 +289,8 @@ def load_library(path=None):
     one tried. With no argument, a library already loaded is returned as it is.
 
     Raises KerntuneError (status KT_ERROR_LIBRARY = -1) naming every path tried and why it failed (missing
-    file, dlopen error, or a library that lacks the functions of include/kerntune/kerntune.h: an old build).
+    file, dlopen error, or a library that lacks the functions of include/kerntune/kerntune.h or kt_quantize /
+    kt_dequantize's buffer-length arguments: an old build).
     """
     global _lib, _lib_path
     with _lock:
@@ -279,6 +315,10 @@ def load_library(path=None):
             missing = _declare(cdll)
             if missing:
                 tried.append(f"{cand} (lacks {', '.join(missing)}: an older build, rebuild it)")
+                continue
+            if not _has_buffer_lengths(cdll):
+                tried.append(f"{cand} (its kt_quantize / kt_dequantize take no buffer lengths: an older build, "
+                             f"rebuild it)")
                 continue
             _lib, _lib_path = cdll, cand
             return cdll
@@ -366,20 +406,36 @@ def format_for_activations(fmt, act_dtype):
 
 
 def quantize_sizes(fmt, n, k):
-    """Byte sizes (data, scales, zeros) of a packed weight of format `fmt` (name or kt_weight_format) and shape
-    [n, k] (kt_quantize_sizes). Raises KerntuneError (KT_ERROR_INVALID_ARGUMENT) for an unknown format, n or
-    k < 1, k not a multiple of 64 or of the format's group."""
+    """Byte sizes (data, scales, zeros) of a packed weight of format `fmt` (a name, or a kt_weight_format int) and
+    shape [n, k] (ints: output and input features) (kt_quantize_sizes).
+    Raises TypeError (fmt not a str or int; n or k not an int: a float, bool or str is not converted), ValueError
+    (unknown format name; n or k outside int32), KerntuneError (KT_ERROR_INVALID_ARGUMENT) for an unknown format id,
+    n or k < 1, k not a multiple of 64 or of the format's group."""
     lib = library()
-    fid = format_id(fmt) if isinstance(fmt, str) else int(fmt)
+    fid = format_arg(fmt)
+    n, k = int_arg(n, "n"), int_arg(k, "k")
     d, s, z = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
-    check(lib, lib.kt_quantize_sizes(fid, _i32(n, "n"), _i32(k, "k"), ctypes.byref(d), ctypes.byref(s),
-                                     ctypes.byref(z)))
+    check(lib, lib.kt_quantize_sizes(fid, n, k, ctypes.byref(d), ctypes.byref(s), ctypes.byref(z)))
     return d.value, s.value, z.value
 
 
-def _i32(v, name):
-    """int(v), checked to fit an int32_t (ValueError otherwise)."""
-    iv = int(v)
+def format_arg(fmt):
+    """A format argument -> kt_weight_format: a name (format_id) or an int id (passed on as is; the library names an
+    unknown one). TypeError for anything else (a float, bool or None is not converted)."""
+    if isinstance(fmt, str):
+        return format_id(fmt)
+    if isinstance(fmt, bool) or not hasattr(fmt, "__index__"):
+        raise TypeError(f"format must be a str (one of {', '.join(WEIGHT_FORMATS)}) or an int kt_weight_format, got "
+                        f"{type(fmt).__name__} {fmt!r}")
+    return int_arg(fmt, "format")
+
+
+def int_arg(v, name):
+    """An integer argument (int or anything with __index__, not bool) that fits an int32_t: TypeError for a float,
+    bool, str or None (never truncated or parsed), ValueError outside [-2^31, 2^31)."""
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+    iv = v.__index__()
     if not -(2 ** 31) <= iv < 2 ** 31:
         raise ValueError(f"{name} = {iv} does not fit in int32")
     return iv

@@ -7,9 +7,10 @@ import os
 import threading
 import weakref
 
-from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_OK, QKV_ARGS_PACK as _QKV_ARGS_PACK,
-                   QKV_PROBLEM_PACK as _QKV_PROBLEM_PACK, KerntuneError, check, format_id, kt_attention_args,
-                   kt_attention_problem, kt_qkv_problem, library, raw_function, WEIGHT_ELEMENT_DTYPES)
+from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_ERROR_DATABASE, KT_OK,
+                   QKV_ARGS_PACK as _QKV_ARGS_PACK, QKV_PROBLEM_PACK as _QKV_PROBLEM_PACK, KerntuneError, check,
+                   format_id, import_torch, kt_attention_args, kt_attention_problem, kt_qkv_problem, library,
+                   raw_function, TorchNotInstalledError, WEIGHT_ELEMENT_DTYPES)
 from ._quant import PackedWeight
 
 __all__ = ["Runtime", "default_runtime", "attention", "qkv_proj", "explain_attention", "explain_qkv"]
@@ -18,8 +19,21 @@ _EXPLAIN_BUF = 4096
 
 
 def _torch():
-    import torch
-    return torch
+    return import_torch("kerntune's tensor functions (kt.Runtime, attention, qkv_proj, explain_*)")
+
+
+def _check_database_first(lib, db_path):
+    """Opens the database the way kt_runtime_create does, before torch or CUDA are needed, so that a missing or bad
+    database is reported as KT_ERROR_DATABASE on any machine (with or without torch or a GPU). kt_runtime_create checks
+    the database before it looks for a GPU: its KT_ERROR_DATABASE is raised; a runtime it could create (a GPU without
+    torch) is destroyed again; any other failure (no GPU) is left to the caller's own error."""
+    handle = ctypes.c_void_p()
+    path = None if db_path is None else os.fsencode(db_path)
+    st = lib.kt_runtime_create(path, ctypes.byref(handle))
+    if st == KT_OK:
+        lib.kt_runtime_destroy(handle)
+    elif st == KT_ERROR_DATABASE:
+        check(lib, st)
 
 
 # ---- argument checks (all raise before anything reaches the library) -----------------------------------------
@@ -202,15 +216,24 @@ class Runtime:
     shared by threads; close() must not race with calls. Use as a context manager or call close(); it is
     also closed when garbage collected and at interpreter exit (after synchronizing its device).
 
-    Raises KerntuneError: KT_ERROR_DATABASE (missing or bad database), KT_ERROR_CUDA (no GPU: also raised
-    when torch sees no CUDA device), KT_ERROR_UNSUPPORTED (GPU older than sm_80), KT_ERROR_LIBRARY.
+    Raises KerntuneError, checked in this order: KT_ERROR_LIBRARY (libkerntune.so cannot be loaded),
+    KT_ERROR_DATABASE (missing or bad database: checked before torch is needed, so on any machine), KT_ERROR_NO_TORCH
+    (torch not installed; the error is also a ModuleNotFoundError), KT_ERROR_CUDA (no GPU, or torch sees no CUDA
+    device), KT_ERROR_UNSUPPORTED (GPU older than sm_80).
     """
 
     def __init__(self, db_path=None, *, device=None):
         self._handle = None
         self._lib = library()
-        torch = _torch()
+        try:
+            torch, no_torch = import_torch("kt.Runtime"), None
+        except TorchNotInstalledError as e:
+            torch, no_torch = None, e
+        if no_torch is not None:
+            _check_database_first(self._lib, db_path)
+            raise no_torch
         if not torch.cuda.is_available():
+            _check_database_first(self._lib, db_path)
             raise KerntuneError(KT_ERROR_CUDA, "kt.Runtime: torch sees no CUDA device (torch.cuda.is_available() "
                                                "is False)")
         torch.cuda.init()
@@ -495,6 +518,9 @@ class Runtime:
         if not isinstance(weight, PackedWeight):
             raise TypeError(f"weight must be a kt.PackedWeight (kt.quantize(w, format)), got {type(weight).__name__}")
         wd, wsc, wz = weight.data, weight.scales, weight.zeros
+        if (wd.numel(), wsc.numel(), wz.numel()) != weight._nbytes:
+            raise ValueError(f"weight buffers hold {wd.numel()}, {wsc.numel()}, {wz.numel()} bytes, but "
+                             f"{weight.format} [{weight.n}, {weight.k}] needs {weight._nbytes} (resized in place?)")
         if not (wd.is_cuda and wd.get_device() == idx):
             raise ValueError(f"weight is on {weight.device}, but the runtime is on {self.device}: use "
                              f"weight.to({str(self.device)!r})")

@@ -5,9 +5,11 @@ Runs under pytest, or as a plain script (`python3 python/tests/test_kerntune_cpu
 The library: $KERNTUNE_LIB if set, else <repo>/build/runtime/libkerntune.so (cmake --build build).
 
 Checks: the package imports without torch; version(); kt_quantize_sizes for every format; kt_quantize /
-kt_dequantize through the torch-free helpers (exact values, errors with the library's message); the ctypes
-structs against include/kerntune/kerntune.h (field names, offsets and sizes computed from the header's field
-list with the x86-64 System V layout rules); the enum values; every KT_API function declared.
+kt_dequantize through the torch-free helpers (exact values, errors with the library's message, exact buffer
+lengths and float32 items required, NaN/inf and negative scales refused, nvfp4's tensor scale never subnormal);
+Runtime() without torch (the database checked first, then KT_ERROR_NO_TORCH); the ctypes structs against
+include/kerntune/kerntune.h (field names, offsets and sizes computed from the header's field list with the x86-64
+System V layout rules); the enum values; every KT_API function declared with the header's parameters.
 """
 
 import array
@@ -210,8 +212,166 @@ def test_quantize_errors_carry_the_library_message():
     data, scales, zeros, ts = _quant.quantize_buffer("int4", w, 4, 128)
     e = raises(kt.KerntuneError, _quant.dequantize_buffer, "int4", 4, 128, data, scales, bytes([16]) + zeros[1:], ts)
     assert "zeros[0] = 16" in e.message, e.message
-    e = raises(kt.KerntuneError, _quant.dequantize_buffer, "int4", 4, 128, data, b"", zeros, ts)
-    assert "scales is NULL" in e.message, e.message
+    e = raises(ValueError, _quant.dequantize_buffer, "int4", 4, 128, data, b"", zeros, ts)
+    assert "scales has 0 bytes, expected 8" in str(e), e
+
+
+# ---- issue 36: buffer sizes and element types, validation, Runtime without torch ---------------------------------
+
+def test_dequantize_buffer_requires_exact_lengths():
+    """Every buffer must have exactly the length the format and shape need: a short buffer, a long one, or an n * k
+    far beyond it (once a segfault, or 1 MiB of process memory returned from a 1 KiB buffer) is refused by name
+    before the library is called."""
+    n, k = 4, 128
+    data, scales, zeros, ts = _quant.quantize_buffer("int4", _weights(n, k), n, k)
+    assert (len(data), len(scales), len(zeros)) == (256, 8, 4)
+    cases = [
+        (("int8", n, k, data[:10], b"\0" * 16, b"", 1.0), "data has 10 bytes, expected 512"),
+        (("int8", n, k, bytes(512 + 1000), b"\0" * 16, b"", 1.0), "data has 1512 bytes, expected 512"),
+        (("int4", n, k, data, scales[:2], zeros, ts), "scales has 2 bytes, expected 8"),
+        (("int4", n, k, data, scales, b"", ts), "zeros has 0 bytes, expected 4"),
+        (("fp16", n, k, bytes(1024), b"\0", b"", 1.0), "scales has 1 bytes, expected 0"),
+        (("fp16", 4096, 128, bytes(1024), b"", b"", 1.0), "data has 1024 bytes, expected 1048576"),
+        (("fp16", 1 << 20, 1 << 10, bytes(2048), b"", b"", 1.0), "data has 2048 bytes, expected 2147483648"),
+    ]
+    for args, words in cases:
+        e = raises(ValueError, _quant.dequantize_buffer, *args)
+        assert words in str(e), (args[:3], str(e))
+    raises(TypeError, _quant.dequantize_buffer, "int4", n, k, list(data), scales, zeros, ts)
+    raises(TypeError, _quant.dequantize_buffer, "int4", n, k, data, scales, zeros, "1.0")
+    # Other byte containers of the right length are fine (the values are bytes).
+    assert _quant.dequantize_buffer("int4", n, k, bytearray(data), memoryview(scales), array.array("B", zeros),
+                                    ts) == _quant.dequantize_buffer("int4", n, k, data, scales, zeros, ts)
+
+
+def test_c_abi_checks_byte_lengths():
+    """The C ABI itself refuses a length that does not match (what protects every other caller)."""
+    n, k = 4, 128
+    out = (ctypes.c_double * (n * k))()
+    d = ctypes.create_string_buffer(1024)
+    st = LIB.kt_dequantize(kt.WEIGHT_FORMATS["fp16"], 4096, 128, ctypes.cast(d, ctypes.c_void_p), 1024, None, 0, None,
+                           0, 1.0, ctypes.cast(out, ctypes.c_void_p), ctypes.sizeof(out))
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT
+    msg = LIB.kt_last_error().decode()
+    assert "kt_dequantize: data_bytes is 1024" in msg and "exactly 1048576" in msg, msg
+    st = LIB.kt_dequantize(kt.WEIGHT_FORMATS["fp16"], n, k, ctypes.cast(d, ctypes.c_void_p), 1024, None, 0, None, 0,
+                           1.0, ctypes.cast(out, ctypes.c_void_p), ctypes.sizeof(out) - 8)
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT and "out_bytes is 4088" in LIB.kt_last_error().decode()
+    w = (ctypes.c_double * (n * k))()
+    st = LIB.kt_quantize(kt.WEIGHT_FORMATS["fp16"], ctypes.cast(w, ctypes.c_void_p), ctypes.sizeof(w), n, k,
+                         ctypes.cast(d, ctypes.c_void_p), 1024, None, 0, None, 0, ctypes.byref(ctypes.c_float()))
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT
+    msg = LIB.kt_last_error().decode()
+    assert "w_bytes is 4096" in msg and "exactly 2048 bytes of float32" in msg, msg
+
+
+def test_quantize_buffer_requires_float32_items_and_exact_count():
+    n, k = 4, 128
+    ones = [1.0] * (n * k)
+    # Not float32 items: refused, never reinterpreted (array('d') once quantized 1.0 as [0.0, 1.875]).
+    for w, words in ((array.array("d", ones), "item format 'd'"), (array.array("i", [1] * (n * k)), "item format 'i'"),
+                     ((ctypes.c_double * (n * k))(*ones), "item format '<d'"), (bytes(2048), "memoryview(b).cast('f')"),
+                     (ones, "array.array('f', w)")):
+        e = raises(TypeError, _quant.quantize_buffer, "fp16", w, n, k)
+        assert words in str(e), (type(w).__name__, str(e))
+    # The wrong count: a short ctypes array (once read 4 MiB past its end), a long array.
+    e = raises(ValueError, _quant.quantize_buffer, "fp16", (ctypes.c_float * 4)(1, 2, 3, 4), 1024, 1024)
+    assert "w has 4 float32 values, expected n * k = 1048576" in str(e), e
+    e = raises(ValueError, _quant.quantize_buffer, "int4", array.array("f", [0.0] * (n * k + 100)), n, k)
+    assert "w has 612 float32 values, expected n * k = 512" in str(e), e
+    # float32 in any buffer: array('f'), c_float arrays, read-only bytes cast to 'f' -> the same packed weight.
+    a = array.array("f", ones)
+    want = _quant.quantize_buffer("fp16", a, n, k)
+    assert want[0][:2] == b"\x00\x3c"  # 1.0 = fp16 0x3C00
+    assert _quant.quantize_buffer("fp16", (ctypes.c_float * (n * k))(*ones), n, k) == want
+    assert _quant.quantize_buffer("fp16", memoryview(a.tobytes()).cast("f"), n, k) == want
+    assert a == array.array("f", ones)  # only read
+
+
+def test_integer_and_format_arguments_are_not_coerced():
+    for args in ((3.7, 64, 128), (True, 64, 64), (None, 64, 128), ("fp16", 64.9, 64), ("fp16", "64", 64),
+                 ("fp16", 64, True)):
+        e = raises(TypeError, kt.quantize_sizes, *args)
+        assert "must be" in str(e), (args, str(e))
+    assert kt.quantize_sizes(kt.WEIGHT_FORMATS["int4"], 64, 128) == kt.quantize_sizes("int4", 64, 128)
+    raises(TypeError, _quant.quantize_buffer, "fp16", array.array("f", [0.0] * 128), 1.0, 128)
+
+
+def test_dequantize_refuses_nan_inf_16bit_and_negative_absmax_scales():
+    n, k = 2, 64
+    w = array.array("f", [0.25] * (n * k))
+    for fmt in ("fp16", "bf16", "fp16_kb64", "bf16_kb64"):
+        data = bytearray(_quant.quantize_buffer(fmt, w, n, k)[0])
+        half = fmt.startswith("fp16")
+        for bits, what in ((0x7E00 if half else 0x7FC0, "is NaN"), (0x7C00 if half else 0x7F80, "is infinite")):
+            d = bytearray(data)
+            d[(64 + 5) * 2:(64 + 5) * 2 + 2] = bits.to_bytes(2, "little")  # element (1, 5), both layouts here
+            e = raises(kt.KerntuneError, _quant.dequantize_buffer, fmt, n, k, bytes(d), b"", b"", 1.0)
+            assert "data element w[1, 5]" in e.message and what in e.message, (fmt, e.message)
+    for fmt in ("int8", "nf4"):
+        data, scales, zeros, ts = _quant.quantize_buffer(fmt, w, n, k)
+        bad = scales[:4] + array.array("f", [-1.0]).tobytes() + scales[8:]
+        e = raises(kt.KerntuneError, _quant.dequantize_buffer, fmt, n, k, data, bad, zeros, ts)
+        assert "scales entry 1 is negative (-1)" in e.message, e.message
+
+
+def test_nvfp4_tiny_weights_get_a_normal_tensor_scale():
+    """quantize never produces a tensor scale that dequantize (or a flush-to-zero kernel) refuses: weights whose
+    absmax / 2688 is below 2^-126 get exactly 2^-126; an all-zero weight gets 1."""
+    n, k = 2, 64
+    for v in (1e-40, 1e-38, 3e-35, 0.0):
+        for fmt in ("nvfp4", "nvfp4_kb128"):
+            kk = 128 if fmt == "nvfp4_kb128" else k
+            w = array.array("f", [v] * (n * kk))
+            data, scales, zeros, ts = _quant.quantize_buffer(fmt, w, n, kk)
+            assert ts == (1.0 if v == 0 else 2.0 ** -126), (fmt, v, ts)
+            back = _quant.dequantize_buffer(fmt, n, kk, data, scales, zeros, ts)
+            assert all(abs(x - w[0]) <= 0.25 * w[0] for x in back), (fmt, v, back[:4])
+    data, scales, zeros, ts = _quant.quantize_buffer("nvfp4", array.array("f", [1e-40] * (n * k)), n, k)
+    e = raises(kt.KerntuneError, _quant.dequantize_buffer, "nvfp4", n, k, data, scales, zeros, 3.78e-44)
+    assert "tensor_scale must be finite and >= 2^-126" in e.message, e.message
+
+
+def test_packed_weight_is_read_only():
+    pw = object.__new__(kt.PackedWeight)  # no torch needed to check the class itself
+    for name in ("n", "k", "format", "data", "scales", "zeros", "tensor_scale", "extra"):
+        e = raises(AttributeError, setattr, pw, name, 4096)
+        assert "read-only" in str(e), e
+    raises(AttributeError, delattr, pw, "n")
+
+
+class _NoTorch:
+    """Makes `import torch` fail inside the block, whether or not torch is installed."""
+
+    def __enter__(self):
+        self.saved = sys.modules.get("torch", _NoTorch)
+        sys.modules["torch"] = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is _NoTorch:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = self.saved
+        return False
+
+
+def test_runtime_without_torch_checks_the_database_then_names_torch():
+    with _NoTorch():
+        e = raises(kt.KerntuneError, kt.Runtime, "/nonexistent/kerntune.db")
+        assert e.status == kt.KT_ERROR_DATABASE and "/nonexistent/kerntune.db" in e.message, e
+        old = os.environ.pop("KERNTUNE_DB", None)
+        try:
+            e = raises(kt.KerntuneError, kt.Runtime)
+        finally:
+            if old is not None:
+                os.environ["KERNTUNE_DB"] = old
+        assert e.status == kt.KT_ERROR_NO_TORCH and e.status_name == "KT_ERROR_NO_TORCH", e
+        assert isinstance(e, ModuleNotFoundError) and e.name == "torch", e
+        assert "kt.Runtime needs torch" in str(e), e
+        for fn, args in ((kt.quantize, (None, "int4")), (kt.PackedWeight, ("int4", 4, 128, None, None, None))):
+            e = raises(kt.TorchNotInstalledError, fn, *args)
+            assert e.status == kt.KT_ERROR_NO_TORCH and "needs torch" in str(e), e
 
 
 def test_runtime_create_without_gpu_reports_cuda():
@@ -337,12 +497,36 @@ def test_enums_match_header():
     assert len([n for n in values if n.startswith("KT_WEIGHT_")]) == len(kt.FORMATS)
 
 
+def _param_kind(decl):
+    """A C parameter declaration of the header -> "ptr", "i32", "size", "f32" or "f64"."""
+    decl = decl.strip()
+    if "*" in decl:
+        return "ptr"
+    base = decl.replace("const ", "").split()[0]
+    return {"int32_t": "i32", "kt_status": "i32", "size_t": "size", "float": "f32", "double": "f64"}[base]
+
+
+def _ctype_kind(t):
+    if t in (ctypes.c_void_p, ctypes.c_char_p) or hasattr(t, "_type_") and isinstance(t._type_, type):
+        return "ptr"
+    return {ctypes.c_int32: "i32", ctypes.c_int: "i32", ctypes.c_size_t: "size", ctypes.c_float: "f32",
+            ctypes.c_double: "f64"}[t]
+
+
 def test_every_api_function_is_declared():
-    names = re.findall(r"KT_API\s+[\w\s\*]+?\b(kt_\w+)\s*\(", _strip_comments(HEADER))
+    """Every KT_API function has a prototype with the header's parameters, in number and kind (a changed
+    signature, e.g. the byte lengths added to kt_quantize, must reach the ctypes declaration)."""
+    protos = re.findall(r"KT_API\s+[\w\s\*]+?\b(kt_\w+)\s*\(([^)]*)\)", _strip_comments(HEADER))
+    names = [n for n, _ in protos]
     assert "kt_quantize" in names and "kt_dequantize" in names and "kt_quantize_sizes" in names, names
     assert set(names) == set(_lib._PROTOTYPES), set(names) ^ set(_lib._PROTOTYPES)
-    for n in names:
+    for n, params in protos:
         assert getattr(LIB, n).argtypes is not None, n
+        want = [] if params.strip() in ("", "void") else [_param_kind(p) for p in params.split(",")]
+        got = [_ctype_kind(t) for t in _lib._PROTOTYPES[n][1]]
+        assert got == want, (n, got, want)
+    # The loader's probe tells this build (byte lengths in kt_quantize / kt_dequantize) from an older one.
+    assert _lib._has_buffer_lengths(LIB)
 
 
 # ---- runner -------------------------------------------------------------------------------------------------

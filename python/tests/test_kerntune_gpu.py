@@ -348,6 +348,40 @@ def test_packed_weight_round_trip():
     assert torch.equal(fp16.data.view(torch.float16).cpu(), w.half().cpu())
 
 
+def test_packed_weight_is_read_only_and_copies(rt):
+    """Issue 36: a PackedWeight's geometry cannot be reassigned (pw.n = 4096 once made dequantize() over-read);
+    copies rebuild through the constructor; a buffer resized in place is refused, never read past."""
+    import copy
+    import pickle
+    pw_cpu, _, _ = packed("int4")
+    for name, value in (("n", 4096), ("k", 1024), ("format", "fp16"), ("data", pw_cpu.data[:1]), ("tensor_scale", 2.0)):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(pw_cpu, name, value)
+    assert pw_cpu.n == (HQ + 2 * HKV) * D and pw_cpu.k == K
+    want = pw_cpu.dequantize()
+    for c in (copy.copy(pw_cpu), copy.deepcopy(pw_cpu), pickle.loads(pickle.dumps(pw_cpu))):
+        assert (c.format, c.n, c.k, c.tensor_scale) == (pw_cpu.format, pw_cpu.n, pw_cpu.k, pw_cpu.tensor_scale)
+        assert torch.equal(c.dequantize(), want)
+    bad = kt.PackedWeight("int4", pw_cpu.n, pw_cpu.k, pw_cpu.data.clone(), pw_cpu.scales.clone(), pw_cpu.zeros.clone())
+    bad.data.resize_(10)
+    with pytest.raises(kt.KerntuneError, match="data_bytes is 10"):
+        bad.dequantize()
+    bad_gpu = kt.PackedWeight("int4", pw_cpu.n, pw_cpu.k, pw_cpu.data.to(DEV), pw_cpu.scales.to(DEV),
+                              pw_cpu.zeros.to(DEV))
+    bad_gpu.data.resize_(10)
+    x = torch.randn(1, K, device=DEV, dtype=torch.float16)
+    with pytest.raises(ValueError, match="resized in place"):
+        rt.qkv_proj(x, bad_gpu, None, None, num_heads=HQ, num_kv_heads=HKV, head_dim=D)
+
+
+def test_quantize_nvfp4_tiny_weights_tensor_scale():
+    """Issue 36: nvfp4's tensor scale is never a subnormal; tiny weights get 2^-126 and still dequantize."""
+    for v, want in ((1e-40, 2.0 ** -126), (3e-35, 2.0 ** -126), (0.0, 1.0)):
+        pw = kt.quantize(torch.full((4, 64), v), "nvfp4")
+        assert pw.tensor_scale == want, (v, pw.tensor_scale)
+        assert torch.isfinite(pw.dequantize()).all()
+
+
 # ---- qkv refusals: raised before any launch -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", ["cpu_x", "wrong_dtype", "noncontig_last", "weight_on_cpu", "weight_not_packed",

@@ -603,7 +603,11 @@ TEST_CASE("validate and quantize reject bad input, naming the field", "[quant]")
   PackedWeight nv = kt::quant::quantize(Format::nvfp4, w.data(), 4, 256);
   REQUIRE_NOTHROW(kt::quant::validate(nv));
   nv.tensor_scale = 0.f;
-  CHECK_THAT(msg(nv), Catch::Contains("tensor_scale must be finite and > 0"));
+  CHECK_THAT(msg(nv), Catch::Contains("tensor_scale must be finite and >= 2^-126"));
+  nv.tensor_scale = std::numeric_limits<float>::denorm_min() * 27;  // 3.78e-44, what quantize once gave 1e-40 weights
+  CHECK_THAT(msg(nv), Catch::Contains("tensor_scale must be finite and >= 2^-126"));
+  nv.tensor_scale = std::numeric_limits<float>::min();
+  CHECK_NOTHROW(kt::quant::validate(nv));
   PackedWeight mx = kt::quant::quantize(Format::mxfp4, w.data(), 4, 256);
   mx.scales[5] = 255;
   CHECK_THAT(msg(mx), Catch::Contains("scales entry 5"));
@@ -628,6 +632,68 @@ TEST_CASE("validate and quantize reject bad input, naming the field", "[quant]")
   w[70] = 1e6f;
   CHECK_THAT(qmsg(Format::fp16, w.data(), 2, 64), Catch::Contains("overflows fp16"));
   CHECK_NOTHROW(kt::quant::quantize(Format::bf16, w.data(), 2, 64));
+}
+
+TEST_CASE("validate refuses what quantize never writes: 16-bit NaN/inf, negative absmax scales", "[quant]") {
+  std::vector<float> w(2 * 128, 0.5f);
+  auto msg = [](const PackedWeight& pw) { return error_of([&] { kt::quant::validate(pw); }); };
+  for (const Format f : {Format::fp16, Format::bf16, Format::fp16_kb64, Format::bf16_kb64}) {
+    INFO(kt::quant::format_name(f));
+    const PackedWeight good = kt::quant::quantize(f, w.data(), 2, 128);
+    REQUIRE_NOTHROW(kt::quant::validate(good));
+    const bool half = kt::quant::format_element(f) == Format::fp16;
+    // Element (1, 70): row-major at (1 * 128 + 70) * 2, K-blocked at ((70 / 64) * 2 + 1) * 64 + 6, times 2.
+    const size_t off = kt::quant::format_k_blocked(f) ? ((1 * 2 + 1) * 64 + 6) * 2 : (128 + 70) * 2;
+    for (const uint16_t bits : {uint16_t(half ? 0x7E00 : 0x7FC1), uint16_t(half ? 0xFC00 : 0xFF80)}) {
+      PackedWeight p = good;
+      p.data[off] = static_cast<uint8_t>(bits & 0xFF);
+      p.data[off + 1] = static_cast<uint8_t>(bits >> 8);
+      const std::string m = msg(p);
+      CHECK_THAT(m, Catch::Contains("data element w[1, 70]"));
+      CHECK_THAT(m, Catch::Contains((bits & 0x8000) ? "is infinite" : "is NaN"));
+      std::vector<double> out(2 * 128);
+      CHECK_THROWS_AS(kt::quant::dequantize(p, out.data()), std::invalid_argument);
+    }
+  }
+  for (const Format f : {Format::int8, Format::nf4}) {
+    INFO(kt::quant::format_name(f));
+    PackedWeight p = kt::quant::quantize(f, w.data(), 2, 128);
+    const float neg = -0.25f;
+    std::memcpy(&p.scales[4], &neg, 4);
+    CHECK_THAT(msg(p), Catch::Contains("scales entry 1 is negative (-0.25)"));
+    const float zero = 0.f;  // an all-zero row / block stores 0: valid
+    std::memcpy(&p.scales[4], &zero, 4);
+    CHECK_NOTHROW(kt::quant::validate(p));
+  }
+}
+
+TEST_CASE("nvfp4 tensor scale of tiny and zero weights: a normal fp32 that validate accepts", "[quant]") {
+  const float fmin = std::numeric_limits<float>::min();
+  for (const float v : {1e-44f, 1e-40f, 1e-38f, 3e-35f, 4e-35f, 1.f}) {
+    INFO("w = " << v);
+    std::vector<float> w(2 * 64, v);
+    w[5] = -v;
+    const PackedWeight pw = kt::quant::quantize(Format::nvfp4, w.data(), 2, 64);
+    CHECK(std::isnormal(pw.tensor_scale));
+    CHECK(pw.tensor_scale == std::max(static_cast<float>(static_cast<double>(v) / 2688.0), fmin));
+    REQUIRE_NOTHROW(kt::quant::validate(pw));
+    std::vector<double> out(w.size());
+    kt::quant::dequantize(pw, out.data());
+    // 1e-44 is below the grid's smallest block (6 * 2^-136): every block stores zero. The others keep sign and size.
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (v < 6 * std::ldexp(1.0, -136)) {
+        CHECK(out[i] == 0.0);
+      } else {
+        CHECK(std::fabs(out[i] - w[i]) <= 0.25 * v);
+        CHECK((out[i] < 0) == (w[i] < 0));
+      }
+    }
+  }
+  std::vector<float> zero(64, 0.f);
+  const PackedWeight z = kt::quant::quantize(Format::nvfp4, zero.data(), 1, 64);
+  CHECK(z.tensor_scale == 1.f);
+  CHECK(std::all_of(z.scales.begin(), z.scales.end(), [](uint8_t b) { return b == 0; }));
+  CHECK(std::all_of(z.data.begin(), z.data.end(), [](uint8_t b) { return b == 0; }));
 }
 
 TEST_CASE("GPTQ int4 import reproduces the packed weight", "[quant]") {
