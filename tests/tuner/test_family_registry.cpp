@@ -9,6 +9,7 @@
 #include "generator/attention_family.h"
 #include "generator/qkv_family.h"
 #include "generator/registry.h"
+#include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
 #include "tuner/shapes_file.h"
 #include "tuner/tuner_registry.h"
@@ -287,4 +288,10 @@ TEST_CASE("resolve() for a family's JSON problem answers as the typed wrappers",
   CHECK(d.step == "default");
   CHECK(d.why.find(qf.class_key(qkv::problem_to_json(other))) != std::string::npos);
   CHECK(qf.same_config(d.config, qf.default_config(qkv::problem_to_json(other), kSm90a)));
+}
+
+TEST_CASE("C ABI kt_explain: NULL arguments are refused naming the argument", "[family][runtime]") {
+  char buf[64];
+  CHECK(kt_explain(nullptr, "attention_prefill", "{}", buf, sizeof buf) == KT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kt_last_error()).find("rt is NULL") != std::string::npos);
 }
