@@ -37,6 +37,7 @@ struct Traits {
   static double flops(const Problem& p) { return p.flops(); }
   static double min_bytes(const Problem&) { return 0; }
 
+  /// valid_configs prunes and orders by the arch's limits; it does not read the device model yet.
   static std::vector<Config> enumerate(const Problem& p, ArchId arch, const DeviceModel&) {
     return valid_configs(p, arch);
   }

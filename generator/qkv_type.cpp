@@ -38,6 +38,7 @@ struct Traits {
   static double flops(const Problem& p) { return p.flops(); }
   static double min_bytes(const Problem& p) { return p.min_bytes(); }
 
+  /// valid_configs prunes and orders by the arch's limits; it does not read the device model yet.
   static std::vector<Config> enumerate(const Problem& p, ArchId arch, const DeviceModel&) {
     return valid_configs(p, arch);
   }

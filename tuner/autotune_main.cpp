@@ -225,7 +225,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   kt::WorkOptions wopt;
   wopt.max_candidates = a.max_candidates;
   if (!a.only.empty()) wopt.keep = [&](const std::string& name) { return std::regex_search(name, only_re); };
-  kt::WorkPlan plan = kt::build_work(problems, arch, kt::DeviceModel::for_arch(arch), wopt);
+  // The device model: the GPU being tuned, else (compile-only) the arch's reference GPU.
+  kt::DeviceModel model = kt::DeviceModel::for_arch(arch);
+  if (use_gpu && device.sm_count > 0) model.sm_count = device.sm_count;
+  kt::WorkPlan plan = kt::build_work(problems, arch, model, wopt);
   std::vector<kt::KernelSource>& sources = plan.sources;
   const std::vector<Item>& items = plan.items;
   std::string per_family;
