@@ -10,14 +10,9 @@
 
 #include "attention/attention_config.h"
 #include "generator/compiler.h"
+#include "generator/family.h"  // ProblemError, LaunchDims
 
 namespace kt {
-
-/// A problem no variant supports, or a malformed one. The message names the family and the rule.
-struct ProblemError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-
 namespace attn {
 
 constexpr const char* kFamily = "attention_prefill";
@@ -69,14 +64,7 @@ std::string name_expression(const Problem& p, const Config& c);
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 
 /// Grid (m_blocks, num_heads, batch) for raster 0 or (num_heads, batch, m_blocks) for raster 1, with
-/// m_blocks = ceil(seqlen_q / tile_m); block warps * 32 threads; dynamic smem bytes.
-/// cluster_y: blocks along grid y per thread-block cluster (1: no cluster; qkv wgmma_pairs' cluster_m).
-struct LaunchDims {
-  unsigned grid_x, grid_y, grid_z;
-  unsigned block_x;
-  unsigned smem_bytes;
-  unsigned cluster_y = 1;
-};
+/// m_blocks = ceil(seqlen_q / tile_m); block warps * 32 threads; dynamic smem bytes; no cluster.
 LaunchDims launch_dims(const Problem& p, const Config& c);
 
 /// Kernel arguments for contiguous tensors in FlashAttention layout (strides derived from the shape).
@@ -97,6 +85,9 @@ bool same_config(const Config& a, const Config& b);
 /// Throws ProblemError if the strides/pointers cannot be handled: pointers and row/head/batch
 /// strides must be multiples of 8 elements (16-byte cp.async), sizes must match the problem.
 void check_params(const Problem& p, const FwdParams& params);
+
+/// This family as a kt::Family (generator/attention_type.cpp; listed in generator/registry.cpp).
+const Family& family_type();
 
 }  // namespace attn
 }  // namespace kt

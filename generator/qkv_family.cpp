@@ -622,8 +622,8 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count) {
   return int(std::min<long long>(sm_count, ws_units(p, c)));
 }
 
-attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
-  attn::LaunchDims d;
+LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
+  LaunchDims d;
   if (c.mainloop == kMainloopGemv) {  // one block per warps_n x row-tiles m16 tiles, per tile_m tokens
     d.grid_x = unsigned(gemv_row_blocks(p, c) * std::max(c.split_k, 1));  // split_k > 1: cluster ranks
     d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);

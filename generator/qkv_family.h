@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "generator/attention_family.h"  // ProblemError, LaunchDims
 #include "generator/compiler.h"
+#include "generator/family.h"  // ProblemError, LaunchDims
 #include "qkv_proj/qkv_proj_config.h"
 
 namespace kt {
@@ -121,7 +121,7 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
 /// balanced tail, a 1-D grid of gemv_balance_of(..).blocks()); wgmma_ws grids are 1-D
 /// (tiles x split_k blocks); wgmma_pairs: (feature tiles, token tiles rounded up to a multiple of cluster_m) with
 /// cluster_y = cluster_m. Throws for stream-K with sm_count < 1.
-attn::LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
+LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
 /// true when the config loads the weight with the L2 policy evict_first (qkv::launch sets QkvParams::w_evict_first):
 /// wgmma_pairs always; wgmma_ws with 16-bit weights and one token tile (ceil(m / tile_m) == 1); gemv with one token
 /// tile. The weight stream then replaces its own L2 lines rather than other data. Measured on the H100 against no hint
@@ -150,6 +150,9 @@ Config config_from_json(const nlohmann::json& j);
 /// present for the class (scales for quantized formats, zeros for int4, bias, positions), workspace when split or
 /// stream-K, wgmma_ws split_k at most the K steps.
 void check_params(const Problem& p, const Config& c, const QkvParams& a);
+
+/// This family as a kt::Family (generator/qkv_type.cpp; listed in generator/registry.cpp).
+const Family& family_type();
 
 }  // namespace qkv
 }  // namespace kt

@@ -11,6 +11,7 @@
 
 #include "cache/tuning_db.h"
 #include "cuda/driver.h"
+#include "generator/registry.h"
 #include "quant/quant.h"
 #include "runtime/runtime.h"
 #include "runtime/version.h"
@@ -368,6 +369,36 @@ kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, siz
   if (kt_status s = to_qkv_problem(p, &prob, fn)) return s;
   try {
     const kt::QkvChoice c = rt->rt.explain_qkv(prob);
+    write_line(c.step + ": " + c.variant_name + ": " + c.why, buf, buf_len);
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+kt_status kt_explain(kt_runtime* rt, const char* family, const char* problem_json, char* buf, size_t buf_len) {
+  const char* fn = "kt_explain";
+  if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_explain: rt is NULL");
+  if (!family) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_explain: family is NULL");
+  if (!problem_json) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_explain: problem_json is NULL");
+  if (!buf) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_explain: buf is NULL");
+  if (buf_len == 0) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_explain: buf_len is 0");
+  buf[0] = '\0';
+  try {
+    const kt::Family& f = kt::find_family(family);
+    nlohmann::json problem;
+    try {
+      problem = nlohmann::json::parse(problem_json);
+    } catch (const nlohmann::json::exception& e) {
+      return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_explain: problem_json does not parse: ") + e.what());
+    }
+    f.problem_key(problem);  // a missing or mistyped field: ProblemError -> INVALID_ARGUMENT
+    try {
+      f.canonical_problem(problem);
+    } catch (const kt::ProblemError& e) {
+      return fail(KT_ERROR_UNSUPPORTED, std::string("kt_explain: ") + e.what());
+    }
+    const kt::FamilyChoice c = rt->rt.explain(family, problem);
     write_line(c.step + ": " + c.variant_name + ": " + c.why, buf, buf_len);
     return KT_OK;
   } catch (...) {

@@ -194,7 +194,7 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
             CUstream stream) {
   check_params(problem, config, params);
   const int sm_count = config.split_k == 0 ? cuda::current_sm_count() : 0;  // stream-K, gemv's balanced tail
-  const attn::LaunchDims d = launch_dims(problem, config, sm_count);
+  const LaunchDims d = launch_dims(problem, config, sm_count);
   QkvParams a = params;
   a.w_evict_first = weight_evict_first(problem, config) ? 1 : 0;
   a.w_k_blocked = quant::format_packed_k_blocked(problem.format) ? 1 : 0;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "cuda/driver.h"
 #include "generator/arch.h"
 #include "generator/compiler.h"
+#include "generator/registry.h"
 #include "runtime/attention.h"
 #include "runtime/loaded_kernel.h"
 #include "runtime/qkv.h"
@@ -29,103 +31,104 @@ std::string fmt2(double x) {
   return buf;
 }
 
-/// "attention_prefill/bf16/d128/causal": the kernel class a tuned winner must share.
-std::string class_tag(const attn::Problem& p) {
-  return std::string(attn::kFamily) + (p.dtype == DType::f16 ? "/fp16" : "/bf16") + "/d" + std::to_string(p.head_dim) +
-         (p.causal ? "/causal" : "/full");
+/// A log distance on the 1e-9 grid, so that equal distances tie exactly.
+long long quantized(double d) { return std::llround(d * 1e9); }
+
+/// A usable tuned winner: its row, config and rank for the nearest step.
+struct Candidate {
+  const db::Winner* w;
+  nlohmann::json config;
+  long long distance, tie;
+};
+
+/// The typed choice of a family from the generic one.
+template <class Choice, class ConfigFromJson>
+Choice typed_choice(const FamilyChoice& g, ConfigFromJson config_from_json) {
+  Choice c;
+  c.step = g.step;
+  c.why = g.why;
+  c.config = config_from_json(g.config);
+  c.variant_name = g.variant_name;
+  c.binary_hash = g.binary_hash;
+  c.tuned_problem_key = g.tuned_problem_key;
+  c.tuned_median_us = g.tuned_median_us;
+  return c;
 }
-
-
 
 }  // namespace
 
-namespace {
+FamilyChoice resolve(const Family& f, const std::vector<db::Winner>& winners, const std::string& device_name,
+                     ArchId arch, const nlohmann::json& problem) {
+  const nlohmann::json p = f.canonical_problem(problem);
+  const std::string key = f.problem_key(p);
+  const std::string cls = f.class_key(p);
 
-/// Steps 1 and 2 of the lookup chain, shared by the families. cands: usable tuned winners (each has `w`,
-/// the db::Winner). Exact: the candidate whose problem key is `key` (smallest measurement id among
-/// duplicates). Nearest: the smallest rank(c), a tuple compared lexicographically; its first element is
-/// the log distance, quantized to 1e-9 so that equal distances tie exactly. Fills `ch` and returns true,
-/// or returns false when no candidate is usable (the caller then takes the family default).
-template <class Choice, class Cand, class Rank, class Fill>
-bool exact_or_nearest(const std::vector<Cand>& cands, const std::string& key, const std::string& device_name, Rank rank,
-                      Fill fill, Choice& ch) {
-  const Cand* exact = nullptr;
+  // Usable winners: this family and device class, parsable, same kernel class, config usable here.
+  std::vector<Candidate> cands;
+  int rejected = 0;
+  for (const auto& w : winners) {
+    if (w.family != f.name() || w.device_name != device_name) continue;
+    Candidate c{&w, {}, 0, 0};
+    try {
+      const nlohmann::json tuned = f.canonical_problem(nlohmann::json::parse(w.problem_json));
+      c.config = nlohmann::json::parse(w.config_json);
+      if (f.class_key(tuned) != cls) continue;
+      if (f.unusable(p, c.config, arch) != nullptr) {  // throws for a config this build cannot read
+        ++rejected;
+        continue;
+      }
+      const Nearness n = f.nearness(p, tuned);
+      c.distance = quantized(n.distance);
+      c.tie = quantized(n.tie);
+    } catch (const std::exception&) {
+      continue;  // a row this build cannot read is not a candidate
+    }
+    cands.push_back(std::move(c));
+  }
+
+  FamilyChoice ch;
+  ch.family = f.name();
+  auto fill = [&](const Candidate& c) {
+    ch.config = c.config;  // the tuned row's own binary (e.g. an sm_90 cubin on an sm_90a runtime)
+    ch.variant_name = c.w->variant_name;
+    ch.binary_hash = c.w->binary_hash;
+    ch.tuned_problem_key = c.w->problem_key;
+    ch.tuned_median_us = c.w->median_us;
+  };
+  // 1. exact problem key.
+  const Candidate* exact = nullptr;
   for (const auto& c : cands)
     if (c.w->problem_key == key && (!exact || c.w->measurement_id < exact->w->measurement_id)) exact = &c;
   if (exact) {
     ch.step = "exact";
-    fill(ch, *exact);
+    fill(*exact);
     ch.why = "tuned for exactly this problem on " + device_name + " (median " + fmt2(exact->w->median_us) + " us)";
-    return true;
+    return ch;
   }
-  const Cand* best = nullptr;
+  // 2. nearest: (distance, tie, key, measurement id).
+  auto rank = [](const Candidate& c) {
+    return std::make_tuple(c.distance, c.tie, std::cref(c.w->problem_key), c.w->measurement_id);
+  };
+  const Candidate* best = nullptr;
   for (const auto& c : cands)
     if (!best || rank(c) < rank(*best)) best = &c;
-  if (!best) return false;
-  ch.step = "nearest";
-  fill(ch, *best);
-  ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " +
-           fmt2(double(std::get<0>(rank(*best))) * 1e-9) + ") on " + device_name;
-  return true;
-}
-
-/// A log distance on the 1e-9 grid used by rank tuples.
-long long quantized(double d) { return std::llround(d * 1e9); }
-
-}  // namespace
-
-namespace {
-
-/// A tuned winner parsed back into its family's problem and config.
-template <class P, class C>
-struct TunedRow {
-  const db::Winner* w;
-  P p;
-  C c;
-};
-
-using Candidate = TunedRow<attn::Problem, attn::Config>;
-using QkvCandidate = TunedRow<qkv::Problem, qkv::Config>;
-
-/// The winners a family may answer from: its family and device class, rows this build can parse, the same
-/// kernel class as the asked problem (same_class), and a config usable for it here (unusable() == nullptr;
-/// those counted in *rejected).
-template <class P, class C, class ParseP, class ParseC, class SameClass, class Unusable>
-std::vector<TunedRow<P, C>> usable_rows(const std::vector<db::Winner>& winners, const char* family,
-                                        const std::string& device_name, ParseP parse_p, ParseC parse_c,
-                                        SameClass same_class, Unusable unusable, int* rejected) {
-  std::vector<TunedRow<P, C>> out;
-  for (const auto& w : winners) {
-    if (w.family != family || w.device_name != device_name) continue;
-    TunedRow<P, C> r{&w, {}, {}};
-    try {
-      r.p = parse_p(nlohmann::json::parse(w.problem_json));
-      r.c = parse_c(nlohmann::json::parse(w.config_json));
-    } catch (const std::exception&) {
-      continue;  // a row this build cannot read is not a candidate
-    }
-    if (!same_class(r.p)) continue;
-    if (unusable(r.c) != nullptr) {
-      ++*rejected;
-      continue;
-    }
-    out.push_back(r);
+  if (best) {
+    ch.step = "nearest";
+    fill(*best);
+    ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " + fmt2(double(best->distance) * 1e-9) +
+             ") on " + device_name;
+    return ch;
   }
-  return out;
+  // 3. the family's built-in default.
+  ch.step = "default";
+  ch.config = f.default_config(p, arch);
+  ch.variant_name = f.variant_name(p, ch.config, arch);
+  ch.why = "no tuned " + cls + " problem for " + (device_name.empty() ? "this device" : device_name);
+  if (rejected > 0)
+    ch.why += " (" + std::to_string(rejected) + " tuned config(s) " + f.rejected_as() + " on " + arch_name(arch) + ")";
+  ch.why += ": built-in default for " + arch_name(arch);
+  return ch;
 }
-
-/// What every family's choice takes from the tuned row: its config and its own binary (e.g. an sm_90 cubin
-/// on an sm_90a runtime).
-template <class Choice, class Row>
-void fill_from_row(Choice& ch, const Row& r) {
-  ch.config = r.c;
-  ch.variant_name = r.w->variant_name;
-  ch.binary_hash = r.w->binary_hash;
-  ch.tuned_problem_key = r.w->problem_key;
-  ch.tuned_median_us = r.w->median_us;
-}
-
-}  // namespace
 
 ArchId arch_for_compute_capability(int cc_major, int cc_minor) {
   if (cc_major < 8)
@@ -138,173 +141,59 @@ ArchId arch_for_compute_capability(int cc_major, int cc_minor) {
 AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
                                   const attn::Problem& p) {
   attn::check_problem(p);
-  const std::string key = p.key();
-
-  // Usable winners: this family and device class, parsable, same kernel class, config valid here.
-  int rejected_invalid = 0;
-  const auto cands = usable_rows<attn::Problem, attn::Config>(
-      winners, attn::kFamily, device_name, attn::problem_from_json, attn::config_from_json,
-      [&](const attn::Problem& t) { return t.dtype == p.dtype && t.head_dim == p.head_dim && t.causal == p.causal; },
-      [&](const attn::Config& c) { return attn::invalid_reason(p.dtype, p.head_dim, p.causal, c, arch); },
-      &rejected_invalid);
-  auto fill = [](AttentionChoice& ch, const Candidate& c) { fill_from_row(ch, c); };
-
-  // 1. exact problem key; 2. nearest in log space of the sequence lengths, ties by |ln| of batch * heads, then key.
-  const double bh = double(p.batch) * p.num_heads;
-  auto rank = [&](const Candidate& c) {
-    return std::make_tuple(quantized(std::fabs(std::log(double(p.seqlen_q) / c.p.seqlen_q)) +
-                                     std::fabs(std::log(double(p.seqlen_k) / c.p.seqlen_k))),
-                           quantized(std::fabs(std::log(bh / (double(c.p.batch) * c.p.num_heads)))), c.w->problem_key);
-  };
-  AttentionChoice found;
-  if (exact_or_nearest(cands, key, device_name, rank, fill, found)) return found;
-
-  // 3. the family's built-in default.
-  AttentionChoice ch;
-  ch.step = "default";
-  ch.config = attn::default_config(arch, p);
-  ch.variant_name = attn::variant_name(p, ch.config, arch);
-  ch.why = "no tuned " + class_tag(p) + " problem for " + (device_name.empty() ? "this device" : device_name);
-  if (rejected_invalid > 0)
-    ch.why += " (" + std::to_string(rejected_invalid) + " tuned config(s) invalid on " + arch_name(arch) + ")";
-  ch.why += ": built-in default for " + arch_name(arch);
-  return ch;
+  return typed_choice<AttentionChoice>(resolve(attn::family_type(), winners, device_name, arch, attn::problem_to_json(p)),
+                                       attn::config_from_json);
 }
-
-namespace {
-
-const char* qkv_dtype_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
-const char* qkv_format_tag(quant::Format f) { return qkv::format_tag(f); }
-
-/// "qkv_proj/bf16/nf4/k3584/h28/kv4/d128/bias/rope": the class a tuned qkv winner must share (its key less m).
-std::string qkv_class_tag(const qkv::Problem& p) {
-  return std::string(qkv::kFamily) + "/" + qkv_dtype_tag(p.dtype) + "/" + qkv_format_tag(p.format) + "/k" +
-         std::to_string(p.k) + "/h" + std::to_string(p.num_heads) + "/kv" + std::to_string(p.num_kv_heads) + "/d" +
-         std::to_string(p.head_dim) + (p.has_bias ? "/bias" : "/nobias") + (p.rope ? "/rope" : "/norope");
-}
-
-bool same_qkv_class(const qkv::Problem& a, const qkv::Problem& b) {
-  return a.dtype == b.dtype && a.format == b.format && a.k == b.k && a.num_heads == b.num_heads &&
-         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.has_bias == b.has_bias && a.rope == b.rope;
-}
-
-/// Why config c cannot compute p on arch, or nullptr. Correctness only: not the by-M pruning of valid_configs.
-const char* qkv_unusable(const qkv::Problem& p, const qkv::Config& c, ArchId arch) {
-  if (const char* r = qkv::invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return r;
-  if (c.split_k > 1 && c.split_k > p.k / c.tile_k) return "split_k exceeds k / tile_k";
-  if (c.mainloop == qkv::kMainloopGemv && qkv::gemv_smem_bytes(c, p.format, p.k) > qkv::gemv_smem_cap(arch.sm))
-    return "gemv shared memory for this k exceeds the per-block limit";
-  return nullptr;
-}
-
-
-
-}  // namespace
 
 QkvChoice resolve_qkv(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
                       const qkv::Problem& p) {
   qkv::check_problem(p);
-  const std::string key = p.key();
-
-  // Usable winners: this family and device class, parsable, same kernel class and k, config runs p here.
-  int rejected_invalid = 0;
-  const auto cands = usable_rows<qkv::Problem, qkv::Config>(
-      winners, qkv::kFamily, device_name, qkv::problem_from_json, qkv::config_from_json,
-      [&](const qkv::Problem& t) { return same_qkv_class(t, p) && t.m >= 1; },
-      [&](const qkv::Config& c) { return qkv_unusable(p, c, arch); }, &rejected_invalid);
-  auto fill = [](QkvChoice& ch, const QkvCandidate& c) { fill_from_row(ch, c); };
-
-  // 1. exact problem key; 2. nearest token count in log space, ties to the larger m', then key, then id. (A config
-  // tuned for more tokens runs fewer token tiles here, so its grid stays within the waves it was tuned for; one tuned
-  // for fewer may need more: on the H100, fp16 weights at M = 128 took 24.0 us in CUDA graphs with the M = 64 winner
-  // (two waves) and 17.7 with the M = 256 one; 15.4 tuned for 128. NOTES qkv_proj 28.)
-  auto rank = [&](const QkvCandidate& c) {
-    return std::make_tuple(quantized(std::fabs(std::log(double(p.m) / c.p.m))), -c.p.m, c.w->problem_key,
-                           c.w->measurement_id);
-  };
-  QkvChoice found;
-  if (exact_or_nearest(cands, key, device_name, rank, fill, found)) return found;
-
-  // 3. the family's built-in default.
-  QkvChoice ch;
-  ch.step = "default";
-  ch.config = qkv::default_config(arch, p);
-  ch.variant_name = qkv::variant_name(p, ch.config, arch);
-  ch.why = "no tuned " + qkv_class_tag(p) + " problem for " + (device_name.empty() ? "this device" : device_name);
-  if (rejected_invalid > 0)
-    ch.why += " (" + std::to_string(rejected_invalid) + " tuned config(s) unusable on " + arch_name(arch) + ")";
-  ch.why += ": built-in default for " + arch_name(arch);
-  return ch;
+  return typed_choice<QkvChoice>(resolve(qkv::family_type(), winners, device_name, arch, qkv::problem_to_json(p)),
+                                 qkv::config_from_json);
 }
 
 // ------------------------------------------------------------------------------------------------
 
 namespace {
 
-/// The problem fields as a POD hash key (no allocation to build, hash or compare).
-struct ProblemKey {
-  int dtype, batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim, causal;
-  bool operator==(const ProblemKey& o) const {
-    return dtype == o.dtype && batch == o.batch && seqlen_q == o.seqlen_q && seqlen_k == o.seqlen_k &&
-           num_heads == o.num_heads && num_kv_heads == o.num_kv_heads && head_dim == o.head_dim && causal == o.causal;
-  }
-};
-ProblemKey pod_key(const attn::Problem& p) {
-  return ProblemKey{static_cast<int>(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.num_heads, p.num_kv_heads,
-                    p.head_dim, p.causal ? 1 : 0};
-}
-struct ProblemKeyHash {
-  size_t operator()(const ProblemKey& k) const {
-    const int f[] = {k.dtype, k.batch, k.seqlen_q, k.seqlen_k, k.num_heads, k.num_kv_heads, k.head_dim, k.causal};
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-    for (int x : f) {
-      h ^= static_cast<uint32_t>(x);
-      h *= 1099511628211ull;
-    }
-    return static_cast<size_t>(h);
-  }
-};
-
-struct Resolved {
-  attn::Config config;
-  const LoadedKernel* kernel;  // owned by Impl::kernels
-};
-
-/// The qkv_proj problem fields as a POD hash key.
-struct QkvKey {
-  int f[9];  // dtype, format, m, k, num_heads, num_kv_heads, head_dim, has_bias, rope
-  bool operator==(const QkvKey& o) const {
-    for (int i = 0; i < 9; ++i)
+/// A problem of any family as a POD hash key (no allocation to build, hash or compare): the family's index in
+/// the registry and up to kMaxKeyFields ints of the family's RuntimeAdapter::pod_key (the rest zero).
+constexpr int kMaxKeyFields = 12;
+struct PodKey {
+  int family;
+  int f[kMaxKeyFields];
+  bool operator==(const PodKey& o) const {
+    if (family != o.family) return false;
+    for (int i = 0; i < kMaxKeyFields; ++i)
       if (f[i] != o.f[i]) return false;
     return true;
   }
 };
-QkvKey pod_key(const qkv::Problem& p) {
-  return QkvKey{{static_cast<int>(p.dtype), static_cast<int>(p.format), p.m, p.k, p.num_heads, p.num_kv_heads,
-                 p.head_dim, p.has_bias ? 1 : 0, p.rope ? 1 : 0}};
-}
-struct QkvKeyHash {
-  size_t operator()(const QkvKey& k) const {
+struct PodKeyHash {
+  size_t operator()(const PodKey& k) const {
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-    for (int x : k.f) {
+    auto mix = [&](int x) {
       h ^= static_cast<uint32_t>(x);
       h *= 1099511628211ull;
-    }
+    };
+    mix(k.family);
+    for (int x : k.f) mix(x);
     return static_cast<size_t>(h);
   }
 };
 
-/// What a qkv launch needs, copied out of the map under the shared lock (no allocation).
-struct QkvResolved {
-  qkv::Config config;
-  const LoadedKernel* kernel;  // owned by Impl::qkv_kernels
-  float* workspace;            // owned by the QkvEntry (null when split_k == 1)
+/// What a launch needs, copied out of the map under the shared lock (no allocation).
+struct Resolved {
+  const LoadedKernel* kernel;  // owned by Impl::kernels
+  const void* config;          // the family's Config, owned by the Entry
+  float* workspace;            // owned by the Entry (null when the config uses none)
   unsigned* counters;
 };
 
-/// A resolved qkv problem: its launch data and the split-K buffers it owns.
-struct QkvEntry {
-  QkvResolved r{};
+/// A resolved problem: its launch data, its typed config and the split-K buffers it owns.
+struct Entry {
+  Resolved r{};
+  std::shared_ptr<const void> config;
   cuda::DeviceBuffer workspace, counters;
 };
 
@@ -337,16 +226,13 @@ struct Runtime::Impl {
   std::mutex resolve_mu;
   std::unique_ptr<CubinCache> disk_cache;
   std::unique_ptr<Compiler> compiler;
-  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> kernels;  // by variant name
+  // Loaded kernels of every family, by family + name expression: variants that differ only in launch dimensions
+  // (qkv_proj's split_k) share one binary.
+  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> kernels;
+  // Resolved problems of every family (each owning its config and split-K buffers; the map's nodes never move,
+  // so the raw pointers in Resolved stay valid). The launch path reads it under map_mu's shared lock.
   mutable std::shared_mutex map_mu;
-  std::unordered_map<ProblemKey, Resolved, ProblemKeyHash> resolved;
-
-  // qkv_proj: winners, loaded kernels (by name expression: split_k is a launch dimension, so variants that
-  // differ only in split_k share one binary) and resolved problems (each owning its split-K buffers; the
-  // map's nodes never move, so the raw pointers in QkvResolved stay valid). Guarded as above.
-  std::vector<db::Winner> qkv_winners;
-  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> qkv_kernels;
-  std::unordered_map<QkvKey, QkvEntry, QkvKeyHash> qkv_resolved;
+  std::unordered_map<PodKey, Entry, PodKeyHash> resolved;
 
   void ensure_current() const {
     const auto& a = cuda::api();
@@ -359,19 +245,26 @@ struct Runtime::Impl {
     cuda::check(a.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
   }
 
-  /// Loads the kernel of `ch` for problem p (database binary -> disk cache -> NVRTC). Called under resolve_mu.
-  const LoadedKernel* load(const attn::Problem& p, const Choice& ch) {
-    auto it = kernels.find(ch.variant_name);
+  /// Loads the kernel of `ch` for problem p of family f (database binary -> disk cache -> NVRTC), one per name
+  /// expression. Called under resolve_mu.
+  const LoadedKernel* load(const Family& f, const nlohmann::json& p, const FamilyChoice& ch) {
+    const KernelSource src = f.kernel_source(p, ch.config, arch);
+    const std::string id = f.name() + "|" + src.name_expression;
+    auto it = kernels.find(id);
     if (it != kernels.end()) return it->second.get();
-    const unsigned smem = static_cast<unsigned>(attn::smem_bytes(ch.config, p.head_dim));
+    // The kernel's dynamic shared-memory ceiling: the generator's for the variant (qkv gemv stages 1 grows with K
+    // and one binary serves every K).
+    const unsigned smem = src.dynamic_smem_bytes;
     std::unique_ptr<LoadedKernel> k;
     std::string db_note;
     if (db && !ch.binary_hash.empty()) {
       auto b = db->get_binary(ch.binary_hash);
       if (!b) {
         db_note = "binary " + ch.binary_hash + " is missing from " + db_path;
-      } else if (b->variant_name != ch.variant_name) {
-        db_note = "binary " + ch.binary_hash + " is variant " + b->variant_name + ", expected " + ch.variant_name;
+      } else if (b->name_expression != src.name_expression) {
+        // Compare name expressions, not variant names: a binary shared by split_k variants carries the
+        // variant name of whichever was stored first.
+        db_note = "binary " + ch.binary_hash + " is " + b->name_expression + ", expected " + src.name_expression;
       } else {
         bool runs = false;
         try {
@@ -385,15 +278,71 @@ struct Runtime::Impl {
       }
     }
     if (!k) {
-      const CompileResult r = compile(attn::kernel_source(p, ch.config, arch));
+      const CompileResult r = compile(src);
       if (!r.ok)
         throw std::runtime_error("kt::Runtime: NVRTC failed to compile " + ch.variant_name +
                                  (db_note.empty() ? "" : " (" + db_note + ")") + ": " + r.error);
       k = std::make_unique<LoadedKernel>(r.cubin, r.report.lowered_name, smem);
     }
     const LoadedKernel* raw = k.get();
-    kernels.emplace(ch.variant_name, std::move(k));
+    kernels.emplace(id, std::move(k));
     return raw;
+  }
+
+  /// The launch path of every family, through its typed RuntimeAdapter A. The first call for a problem checks
+  /// the arguments, resolves it (resolve() over the winners), loads its kernel and allocates the workspace its
+  /// config needs; later calls do one hash lookup under the shared lock and launch, with no allocation.
+  template <class A>
+  void run(const typename A::Problem& p, const typename A::Params& params, CUstream stream) {
+    static const int family = family_index(A::family().name());
+    static_assert(A::kKeyFields <= kMaxKeyFields, "raise kMaxKeyFields");
+    PodKey key{family, {}};
+    A::pod_key(p, key.f);
+    Resolved r{};
+    bool found = false;
+    auto lookup = [&] {
+      std::shared_lock<std::shared_mutex> lock(map_mu);
+      auto it = resolved.find(key);
+      if (it != resolved.end()) {
+        r = it->second.r;
+        found = true;
+      }
+    };
+    lookup();
+    ensure_current();
+    if (!found) {
+      A::check_args(p, params);  // reject bad arguments before compiling anything
+      std::lock_guard<std::mutex> g(resolve_mu);
+      lookup();
+      if (!found) {
+        const Family& f = A::family();
+        const nlohmann::json pj = A::problem_to_json(p);
+        const FamilyChoice ch = resolve(f, winners, device_name, arch, pj);
+        auto config = std::make_shared<const typename A::Config>(A::config_from_json(ch.config));
+        Entry e;
+        e.config = config;
+        e.r.config = config.get();
+        e.r.kernel = load(f, pj, ch);
+        if (A::uses_workspace(*config)) {
+          e.workspace = cuda::DeviceBuffer(A::workspace_bytes(p, *config, cuda::current_sm_count()));
+          e.counters = cuda::DeviceBuffer(A::counter_bytes(p, *config));
+          e.counters.fill_u32(0);  // synchronizes the context: the zeros are there before any launch
+          e.r.workspace = reinterpret_cast<float*>(static_cast<uintptr_t>(e.workspace.ptr()));
+          e.r.counters = reinterpret_cast<unsigned*>(static_cast<uintptr_t>(e.counters.ptr()));
+        }
+        r = e.r;
+        std::unique_lock<std::shared_mutex> lock(map_mu);
+        resolved.emplace(key, std::move(e));
+      }
+    }
+    A::launch(*r.kernel, p, *static_cast<const typename A::Config*>(r.config), params, r.workspace, r.counters, stream);
+  }
+
+  size_t count_resolved(int family) const {
+    std::shared_lock<std::shared_mutex> lock(map_mu);
+    size_t n = 0;
+    for (const auto& kv : resolved) n += kv.first.family == family;
+    return n;
   }
 
   /// NVRTC through the disk cubin cache (both created on first use). Called under resolve_mu.
@@ -407,49 +356,6 @@ struct Runtime::Impl {
       compiler = std::make_unique<Compiler>(disk_cache.get(), 1);
     }
     return compiler->compile(src);
-  }
-
-  /// Loads the qkv kernel of `ch` (database binary -> disk cache -> NVRTC), one per name expression.
-  /// Called under resolve_mu.
-  const LoadedKernel* load_qkv(const qkv::Problem& p, const QkvChoice& ch) {
-    const std::string expr = qkv::name_expression(p, ch.config);
-    auto it = qkv_kernels.find(expr);
-    if (it != qkv_kernels.end()) return it->second.get();
-    // The kernel's dynamic shared-memory ceiling: gemv stages 1 grows with K (the launch passes the problem's bytes),
-    // and one binary serves every K, so take the generator's ceiling for the variant.
-    const unsigned smem = qkv::kernel_source(p, ch.config, arch).dynamic_smem_bytes;
-    std::unique_ptr<LoadedKernel> k;
-    std::string db_note;
-    if (db && !ch.binary_hash.empty()) {
-      auto b = db->get_binary(ch.binary_hash);
-      if (!b) {
-        db_note = "binary " + ch.binary_hash + " is missing from " + db_path;
-      } else if (b->name_expression != expr) {
-        // Compare name expressions, not variant names: a binary shared by split_k variants carries the
-        // variant name of whichever was stored first.
-        db_note = "binary " + ch.binary_hash + " is " + b->name_expression + ", expected " + expr;
-      } else {
-        bool runs = false;
-        try {
-          runs = arch_runs_on(parse_arch(b->arch), cc_major, cc_minor);
-        } catch (const std::invalid_argument&) {
-        }
-        if (runs && !b->cubin.empty() && !b->lowered_name.empty())
-          k = std::make_unique<LoadedKernel>(b->cubin, b->lowered_name, smem);
-        else
-          db_note = "binary " + ch.binary_hash + " (" + b->arch + ") does not run on this device";
-      }
-    }
-    if (!k) {
-      const CompileResult r = compile(qkv::kernel_source(p, ch.config, arch));
-      if (!r.ok)
-        throw std::runtime_error("kt::Runtime: NVRTC failed to compile " + qkv::variant_name(p, ch.config, arch) +
-                                 (db_note.empty() ? "" : " (" + db_note + ")") + ": " + r.error);
-      k = std::make_unique<LoadedKernel>(r.cubin, r.report.lowered_name, smem);
-    }
-    const LoadedKernel* raw = k.get();
-    qkv_kernels.emplace(expr, std::move(k));
-    return raw;
   }
 };
 
@@ -481,10 +387,7 @@ Runtime::Runtime(const std::string& db_path) : impl_(std::make_unique<Impl>()) {
   I.cc_major = info.cc_major;
   I.cc_minor = info.cc_minor;
   I.arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
-  if (I.db) {
-    I.winners = I.db->winners(I.device_name, attn::kFamily);
-    I.qkv_winners = I.db->winners(I.device_name, qkv::kFamily);
-  }
+  if (I.db) I.winners = I.db->winners(I.device_name);  // every family's: resolve() keeps its own
 }
 
 Runtime::~Runtime() {
@@ -493,111 +396,33 @@ Runtime::~Runtime() {
   try {
     const auto& a = cuda::api();
     CUcontext cur = nullptr;
-    const bool holds_device_state =
-        !impl_->kernels.empty() || !impl_->qkv_kernels.empty() || !impl_->qkv_resolved.empty();
+    const bool holds_device_state = !impl_->kernels.empty() || !impl_->resolved.empty();
     if (holds_device_state && a.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr)
       a.cuCtxSetCurrent(impl_->ctx);
   } catch (...) {
   }
-  impl_->resolved.clear();
+  impl_->resolved.clear();  // frees the split-K buffers
   impl_->kernels.clear();
-  impl_->qkv_resolved.clear();  // frees the split-K buffers
-  impl_->qkv_kernels.clear();
 }
 
 Runtime::Choice Runtime::explain(const attn::Problem& p) const {
   return resolve_attention(impl_->winners, impl_->device_name, impl_->arch, p);
 }
 
+FamilyChoice Runtime::explain(const std::string& family, const nlohmann::json& problem) const {
+  return resolve(find_family(family), impl_->winners, impl_->device_name, impl_->arch, problem);
+}
+
 void Runtime::attention_prefill(const attn::Problem& p, const attn::FwdParams& params, CUstream stream) {
-  auto& I = *impl_;
-  const ProblemKey key = pod_key(p);
-  Resolved r{};
-  bool found = false;
-  {
-    std::shared_lock<std::shared_mutex> lock(I.map_mu);
-    auto it = I.resolved.find(key);
-    if (it != I.resolved.end()) {
-      r = it->second;
-      found = true;
-    }
-  }
-  I.ensure_current();
-  if (!found) {
-    attn::check_params(p, params);  // reject bad arguments before compiling anything
-    std::lock_guard<std::mutex> g(I.resolve_mu);
-    {
-      std::shared_lock<std::shared_mutex> lock(I.map_mu);
-      auto it = I.resolved.find(key);
-      if (it != I.resolved.end()) {
-        r = it->second;
-        found = true;
-      }
-    }
-    if (!found) {
-      const Choice ch = explain(p);
-      r = Resolved{ch.config, I.load(p, ch)};
-      std::unique_lock<std::shared_mutex> lock(I.map_mu);
-      I.resolved.emplace(key, r);
-    }
-  }
-  attn::launch(*r.kernel, p, r.config, params, stream);
+  impl_->run<attn::RuntimeAdapter>(p, params, stream);
 }
 
 QkvChoice Runtime::explain_qkv(const qkv::Problem& p) const {
-  return resolve_qkv(impl_->qkv_winners, impl_->device_name, impl_->arch, p);
+  return resolve_qkv(impl_->winners, impl_->device_name, impl_->arch, p);
 }
 
 void Runtime::qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUstream stream) {
-  auto& I = *impl_;
-  const QkvKey key = pod_key(p);
-  QkvResolved r{};
-  bool found = false;
-  {
-    std::shared_lock<std::shared_mutex> lock(I.map_mu);
-    auto it = I.qkv_resolved.find(key);
-    if (it != I.qkv_resolved.end()) {
-      r = it->second.r;
-      found = true;
-    }
-  }
-  I.ensure_current();
-  if (!found) {
-    // Reject bad arguments before compiling anything: every check but the workspace's (which is ours) does not
-    // depend on the config.
-    qkv::Config unsplit{};
-    unsplit.split_k = 1;
-    qkv::check_params(p, unsplit, params);
-    std::lock_guard<std::mutex> g(I.resolve_mu);
-    {
-      std::shared_lock<std::shared_mutex> lock(I.map_mu);
-      auto it = I.qkv_resolved.find(key);
-      if (it != I.qkv_resolved.end()) {
-        r = it->second.r;
-        found = true;
-      }
-    }
-    if (!found) {
-      const QkvChoice ch = explain_qkv(p);
-      QkvEntry e;
-      e.r.config = ch.config;
-      e.r.kernel = I.load_qkv(p, ch);
-      if (qkv::uses_workspace(ch.config)) {
-        e.workspace = cuda::DeviceBuffer(qkv::workspace_bytes(p, ch.config, cuda::current_sm_count()));
-        e.counters = cuda::DeviceBuffer(qkv::counter_bytes(p, ch.config));
-        e.counters.fill_u32(0);  // synchronizes the context: the zeros are there before any launch
-        e.r.workspace = reinterpret_cast<float*>(static_cast<uintptr_t>(e.workspace.ptr()));
-        e.r.counters = reinterpret_cast<unsigned*>(static_cast<uintptr_t>(e.counters.ptr()));
-      }
-      r = e.r;
-      std::unique_lock<std::shared_mutex> lock(I.map_mu);
-      I.qkv_resolved.emplace(key, std::move(e));
-    }
-  }
-  qkv::QkvParams a = params;
-  a.workspace = r.workspace;
-  a.counters = r.counters;
-  qkv::launch(*r.kernel, p, r.config, a, stream);
+  impl_->run<qkv::RuntimeAdapter>(p, params, stream);
 }
 
 const std::string& Runtime::device_name() const { return impl_->device_name; }
@@ -605,13 +430,13 @@ ArchId Runtime::arch() const { return impl_->arch; }
 bool Runtime::has_db() const { return impl_->db != nullptr; }
 const std::string& Runtime::db_path() const { return impl_->db_path; }
 CUcontext Runtime::context() const { return impl_->ctx; }
-size_t Runtime::resolved_problems() const {
-  std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
-  return impl_->resolved.size();
-}
-size_t Runtime::resolved_qkv_problems() const {
-  std::shared_lock<std::shared_mutex> lock(impl_->map_mu);
-  return impl_->qkv_resolved.size();
+size_t Runtime::resolved_problems() const { return impl_->count_resolved(family_index(attn::kFamily)); }
+size_t Runtime::resolved_qkv_problems() const { return impl_->count_resolved(family_index(qkv::kFamily)); }
+size_t Runtime::resolved_problems(const std::string& family) const {
+  const auto& fs = families();
+  for (size_t i = 0; i < fs.size(); ++i)
+    if (fs[i]->name() == family) return impl_->count_resolved(int(i));
+  return 0;
 }
 
 }  // namespace kt

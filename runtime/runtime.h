@@ -12,6 +12,7 @@
 
 #include "cache/tuning_db.h"
 #include "generator/attention_family.h"
+#include "generator/family.h"
 #include "generator/qkv_family.h"
 
 namespace kt {
@@ -20,6 +21,34 @@ namespace kt {
 struct UnsupportedDevice : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+/// Which step of the lookup chain answered for a problem of any family, and what it chose.
+struct FamilyChoice {
+  std::string family;             ///< the family's registry name
+  std::string step;               ///< "exact" | "nearest" | "default"
+  std::string why;                ///< one human sentence naming the tuned problem / the reason
+  nlohmann::json config;          ///< the variant's config JSON (usable for the problem and the arch)
+  std::string variant_name;       ///< the winner's own variant name (exact/nearest); Family::variant_name for the default
+  std::string binary_hash;        ///< database binary to load; "" for the default step
+  std::string tuned_problem_key;  ///< the winner's problem key (exact/nearest); "" for default
+  double tuned_median_us = 0;     ///< the winner's median time on its own problem, microseconds (0 for default)
+};
+
+/// The lookup chain of any family as a pure function (no CUDA, no database I/O), parameterised by the family's
+/// class key, nearness and unusable() (generator/family.h):
+/// 1. family.canonical_problem(problem): throws ProblemError naming the rule when no variant supports it.
+/// 2. exact: a winner of the family on `device_name` whose problem_key is the problem's key (the smallest
+///    measurement id among duplicates).
+/// 3. nearest: among winners of the family and device class whose problem has the same class_key, the one with
+///    the smallest family.nearness() (distance, then tie, each quantized to 1e-9), then the smaller problem key,
+///    then the smaller measurement id.
+/// In steps 2 and 3 a winner is skipped when its problem/config JSON does not parse (or its problem is one no
+/// variant supports), when its family or device class differs, or when family.unusable() rejects its config for
+/// the problem on `arch` (counted in the default's `why`).
+/// 4. default: family.default_config(problem, arch).
+/// Deterministic: the result depends only on the arguments, not on the order of `winners`.
+FamilyChoice resolve(const Family& family, const std::vector<db::Winner>& winners, const std::string& device_name,
+                     ArchId arch, const nlohmann::json& problem);
 
 /// Which step of the lookup chain answered for a problem, and what it chose.
 struct AttentionChoice {
@@ -32,7 +61,8 @@ struct AttentionChoice {
   double tuned_median_us = 0;     ///< the winner's median time on its own problem, microseconds (0 for default)
 };
 
-/// The lookup chain as a pure function (no CUDA, no database I/O), used by Runtime::explain.
+/// The lookup chain as a pure function (no CUDA, no database I/O), used by Runtime::explain: resolve() for
+/// attention_prefill, typed.
 ///
 /// 1. check_problem(p): throws ProblemError naming the rule when no variant supports p
 ///    (head_dim not 64/128, num_heads % num_kv_heads != 0, sizes < 1, ...).
@@ -60,7 +90,8 @@ struct QkvChoice {
   double tuned_median_us = 0;     ///< the winner's median time on its own problem, microseconds (0 for default)
 };
 
-/// The qkv_proj lookup chain as a pure function (no CUDA, no database I/O), used by Runtime::explain_qkv.
+/// The qkv_proj lookup chain as a pure function (no CUDA, no database I/O), used by Runtime::explain_qkv:
+/// resolve() for qkv_proj, typed.
 ///
 /// 1. qkv::check_problem(p): throws ProblemError naming the rule when no variant supports p (k not a
 ///    multiple of 64 or of the format's block, head_dim not 64/128, num_heads % num_kv_heads != 0, ...).
@@ -101,6 +132,11 @@ class Runtime {
   /// The lookup chain for p on this device (resolve_attention over the database's winners).
   /// Throws ProblemError for an unsupported problem. Thread-safe.
   Choice explain(const attn::Problem& p) const;
+
+  /// The lookup chain for a problem of any registered family (resolve() over the database's winners), the
+  /// problem as its database JSON. Throws std::invalid_argument for an unknown family, ProblemError for an
+  /// unsupported or malformed problem. Thread-safe.
+  FamilyChoice explain(const std::string& family, const nlohmann::json& problem) const;
 
   /// Computes attention for p: o = softmax(scale * q k^T [+ causal mask]) v, tensors as described by
   /// attn::FwdParams (FlashAttention layout [B, S, H, D], strides in elements, 16-byte aligned).
@@ -151,6 +187,8 @@ class Runtime {
   size_t resolved_problems() const;
   /// Number of distinct problems resolved and cached by qkv_proj so far.
   size_t resolved_qkv_problems() const;
+  /// Number of distinct problems of `family` resolved and cached so far (0 for an unknown family).
+  size_t resolved_problems(const std::string& family) const;
 
  private:
   struct Impl;

@@ -1,6 +1,8 @@
 #include "tuner/attention_session.h"
 
 #include "runtime/attention.h"
+#include "tuner/attention_problems.h"
+#include "tuner/tuner_registry.h"
 
 namespace kt {
 namespace attn {
@@ -33,6 +35,40 @@ Outcome Session::measure(const LoadedKernel& kernel, const Config& config, CUstr
   out.timing = time_launches([&](int n) { launch(kernel, p_, config, params[n % params.size()], stream); }, stream,
                              budget_ms);
   return out;
+}
+
+namespace {
+
+class Measure : public MeasureSession {
+ public:
+  Measure(const Problem& p, uint64_t seed, size_t ref_rows, size_t l2) : s_(p, seed, ref_rows, l2) {}
+  kt::Outcome measure(const LoadedKernel& k, const nlohmann::json& config, CUstream stream,
+                      double budget_ms) override {
+    const auto o = s_.measure(k, config_from_json(config), stream, budget_ms);
+    return kt::Outcome{o.status, o.error, o.verdict.rel_l2, o.timing};
+  }
+
+ private:
+  Session s_;
+};
+
+}  // namespace
+
+TunerFamily tuner_family() {
+  TunerFamily f;
+  f.family = &family_type();
+  f.problems = [](const ShapesFile& shapes) {
+    std::vector<nlohmann::json> out;
+    for (const auto& p : attention_prefill_problems(shapes)) out.push_back(problem_to_json(p));
+    return out;
+  };
+  f.ref_rows = 512;  // a row costs seqlen_k x head_dim
+  f.tolerance = [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); };
+  f.session = [](const nlohmann::json& p, uint64_t seed, size_t ref_rows,
+                 size_t l2_bytes) -> std::unique_ptr<MeasureSession> {
+    return std::make_unique<Measure>(problem_from_json(p), seed, ref_rows, l2_bytes);
+  };
+  return f;
 }
 
 }  // namespace attn

@@ -14,6 +14,7 @@
 #include "tuner/timing.h"
 
 namespace kt {
+struct TunerFamily;
 namespace attn {
 
 /// Result of measuring one candidate. status is ok or wrong_result (launch failures throw).
@@ -44,6 +45,10 @@ class Session {
   std::unique_ptr<DeviceProblem> rotation_;
   size_t l2_bytes_;
 };
+
+/// attention_prefill's tuner registration (tuner/tuner_registry.cpp): the shapes file's prefill workloads
+/// (attention_prefill_problems), 512 reference rows, tolerance(dtype), and a Session per problem.
+TunerFamily tuner_family();
 
 }  // namespace attn
 }  // namespace kt

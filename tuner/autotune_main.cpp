@@ -28,12 +28,11 @@
 #include "cache/hash.h"
 #include "cache/tuning_db.h"
 #include "generator/arch.h"
-#include "generator/attention_family.h"
 #include "generator/nvrtc.h"
 #include "generator/registry.h"
-#include "tuner/attention_problems.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
+#include "tuner/work_items.h"
 #include "tuner/worker.h"
 
 #ifndef KT_VERSION
@@ -57,16 +56,7 @@ struct TuneArgs {
   bool compile_only = false, retune = false, no_cache = false;
 };
 
-/// One problem of one family, family-neutral: what the tuning loop, the database and the report need.
-struct Item {
-  std::string family, key;
-  nlohmann::json problem;
-  double flops = 0, bytes = 0;          ///< for TFLOP/s and GB/s (bytes 0 when not meaningful)
-  std::vector<nlohmann::json> configs;  ///< candidates, default first
-  std::vector<std::string> variants;    ///< per candidate
-  std::vector<size_t> source;           ///< per candidate: index of its binary in the compile list
-  std::string default_variant;
-};
+using Item = kt::WorkItem;
 
 long long now_s() { return static_cast<long long>(std::time(nullptr)); }
 
@@ -173,8 +163,7 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
 int run_tune(TuneArgs a, const std::string& argv_line) {
   kt::ArchId arch;
   kt::ShapesFile shapes;
-  std::vector<kt::attn::Problem> attn_problems;
-  std::vector<kt::qkv::Problem> qkv_problems;
+  std::vector<kt::ProblemRef> problems;
   try {
     arch = kt::parse_arch(a.arch);
     if (arch.sm == 90 && !arch.arch_specific) {
@@ -183,15 +172,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       std::fprintf(stderr, "autotune: --arch sm_90 tunes for sm_90a (adds the wgmma kernels; the cubins run on CC 9.0)\n");
     }
     shapes = kt::load_shapes(a.shapes);
-    if (a.families.empty()) {
-      if (!shapes.prefill.empty()) a.families.push_back(kt::attn::kFamily);
-      if (!shapes.qkv_tokens.empty()) a.families.push_back(kt::qkv::kFamily);
-    }
-    for (const auto& f : a.families) {
-      kt::find_family(f);
-      if (f == kt::attn::kFamily) attn_problems = kt::attention_prefill_problems(shapes);
-      if (f == kt::qkv::kFamily) qkv_problems = kt::qkv_proj_problems(shapes);
-    }
+    problems = kt::collect_problems(shapes, a.families);
     if (a.strategy != "exhaustive" && a.strategy != "halving")
       throw std::invalid_argument("unknown --strategy '" + a.strategy + "': use exhaustive or halving");
   } catch (const std::exception& e) {
@@ -233,9 +214,6 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   }
 
   // ---- enumerate: one work item per problem, its candidates in a deterministic order (default first) ----
-  std::vector<kt::KernelSource> sources;
-  std::map<std::string, size_t> index;  // family + name expression -> sources index (one binary per expression)
-  std::vector<Item> items;
   // --only: candidates whose variant name matches the regex (the default config always stays: it is the baseline).
   std::regex only_re;
   try {
@@ -244,49 +222,24 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::fprintf(stderr, "autotune: --only '%s' is not a valid regular expression: %s\n", a.only.c_str(), e.what());
     return 2;
   }
-  auto only_match = [&](const std::string& name) { return a.only.empty() || std::regex_search(name, only_re); };
-  auto keep_only = [](auto& v, auto pred) { v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& c) { return !pred(c); }), v.end()); };
-  auto add_source = [&](kt::KernelSource src) {
-    const std::string id = src.family + "|" + src.name_expression;
-    auto it = index.find(id);
-    if (it != index.end()) return it->second;
-    index.emplace(id, sources.size());
-    sources.push_back(std::move(src));
-    return sources.size() - 1;
-  };
-  for (const auto& p : attn_problems) {
-    Item it{kt::attn::kFamily, p.key(), kt::attn::problem_to_json(p), p.flops(), 0, {}, {}, {}, ""};
-    auto valid = kt::attn::valid_configs(p, arch);
-    const auto def = kt::attn::default_config(arch, p);
-    std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return kt::attn::same_config(c, def); });
-    keep_only(valid, [&](const auto& c) { return kt::attn::same_config(c, def) || only_match(kt::attn::variant_name(p, c, arch)); });
-    if (a.max_candidates > 0 && int(valid.size()) > a.max_candidates) valid.resize(size_t(a.max_candidates));
-    it.default_variant = kt::attn::variant_name(p, def, arch);
-    for (const auto& c : valid) {
-      it.configs.push_back(kt::attn::config_to_json(c));
-      it.variants.push_back(kt::attn::variant_name(p, c, arch));
-      it.source.push_back(add_source(kt::attn::kernel_source(p, c, arch)));
-    }
-    items.push_back(std::move(it));
+  kt::WorkOptions wopt;
+  wopt.max_candidates = a.max_candidates;
+  if (!a.only.empty()) wopt.keep = [&](const std::string& name) { return std::regex_search(name, only_re); };
+  // The device model: the GPU being tuned, else (compile-only) the arch's reference GPU.
+  kt::DeviceModel model = kt::DeviceModel::for_arch(arch);
+  if (use_gpu && device.sm_count > 0) model.sm_count = device.sm_count;
+  kt::WorkPlan plan = kt::build_work(problems, arch, model, wopt);
+  std::vector<kt::KernelSource>& sources = plan.sources;
+  const std::vector<Item>& items = plan.items;
+  std::string per_family;
+  for (const auto* f : kt::families()) {
+    size_t n = 0;
+    for (const auto& it : items) n += it.family == f->name();
+    if (n) per_family += (per_family.empty() ? "" : " + ") + std::to_string(n) + " " + f->name();
   }
-  for (const auto& p : qkv_problems) {
-    Item it{kt::qkv::kFamily, p.key(), kt::qkv::problem_to_json(p), p.flops(), p.min_bytes(), {}, {}, {}, ""};
-    auto valid = kt::qkv::valid_configs(p, arch);
-    const auto def = kt::qkv::default_config(arch, p);
-    std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return kt::qkv::same_config(c, def); });
-    keep_only(valid, [&](const auto& c) { return kt::qkv::same_config(c, def) || only_match(kt::qkv::variant_name(p, c, arch)); });
-    if (a.max_candidates > 0 && int(valid.size()) > a.max_candidates) valid.resize(size_t(a.max_candidates));
-    it.default_variant = kt::qkv::variant_name(p, def, arch);
-    for (const auto& c : valid) {
-      it.configs.push_back(kt::qkv::config_to_json(c));
-      it.variants.push_back(kt::qkv::variant_name(p, c, arch));
-      it.source.push_back(add_source(kt::qkv::kernel_source(p, c, arch)));
-    }
-    items.push_back(std::move(it));
-  }
-  std::printf("autotune %s: %s, %s, %zu attention_prefill + %zu qkv_proj problems, %zu distinct binaries, NVRTC %s%s\n",
-              KT_VERSION, shapes.model.name.c_str(), a.arch.c_str(), attn_problems.size(), qkv_problems.size(),
-              sources.size(), kt::nvrtc_version().c_str(), use_gpu ? (", on " + device.name).c_str() : "");
+  std::printf("autotune %s: %s, %s, %s problems, %zu distinct binaries, NVRTC %s%s\n", KT_VERSION,
+              shapes.model.name.c_str(), a.arch.c_str(), per_family.empty() ? "no" : per_family.c_str(), sources.size(),
+              kt::nvrtc_version().c_str(), use_gpu ? (", on " + device.name).c_str() : "");
 
   // ---- compile ----
   std::unique_ptr<kt::CubinCache> cache;
@@ -414,9 +367,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     int n_compiled = 0, n_failed = 0, n_verified = 0;
     if (!t.cands.empty()) {
       try {
-        // float64 reference rows: attention rows are cheap (S_k x D); a qkv row costs N x K.
+        // float64 reference rows: as many as the family's registration asks (a row's cost differs per family).
         pool->set_problem({{"cmd", "problem"}, {"family", it.family}, {"problem", it.problem}, {"seed", 1},
-                           {"ref_rows", it.family == kt::qkv::kFamily ? 48 : 512}});
+                           {"ref_rows", kt::find_tuner_family(it.family).ref_rows}});
       } catch (const std::exception& e) {
         std::fprintf(stderr, "autotune: %s: %s\n", it.key.c_str(), e.what());
         no_winner++;
@@ -531,14 +484,21 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
 int run_show(const std::string& path, const std::string& family) {
   try {
+    if (!family.empty()) kt::find_family(family);  // an unknown name fails naming the registered families
     kt::db::TuningDb db(path, true);
     const auto ws = db.winners("", family);
     std::printf("%-24s %-62s %-66s %10s %8s\n", "device", "problem", "winner", "median_us", "metric");
     for (const auto& w : ws)
       std::printf("%-24.24s %-62s %-66s %10.1f %8.1f\n", w.device_name.c_str(), w.problem_key.c_str(),
                   w.variant_name.c_str(), w.median_us, w.metric);
-    std::printf("%zu winners; %lld measurements, %lld binaries, %lld runs, %lld devices\n", ws.size(),
-                db.count("measurements"), db.count("binaries"), db.count("runs"), db.count("devices"));
+    std::string per_family;  // winners per registered family
+    for (const auto* f : kt::families()) {
+      const auto n = std::count_if(ws.begin(), ws.end(), [&](const auto& w) { return w.family == f->name(); });
+      per_family += (per_family.empty() ? "" : ", ") + std::to_string(n) + " " + f->name();
+    }
+    std::printf("%zu winners (%s); %lld measurements, %lld binaries, %lld runs, %lld devices\n", ws.size(),
+                per_family.c_str(), db.count("measurements"), db.count("binaries"), db.count("runs"),
+                db.count("devices"));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune show: %s\n", e.what());

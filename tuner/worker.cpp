@@ -15,7 +15,6 @@
 
 #include "cuda/driver.h"
 #include "cuda/nvml.h"
-#include "generator/attention_family.h"
 #include "runtime/loaded_kernel.h"
 #include "tuner/session.h"
 
@@ -103,7 +102,7 @@ int worker_main(const std::string& db_path, int in_fd, int out_fd) {
     if (cmd == "problem") {
       try {
         session.reset();
-        session = make_session(req.value("family", std::string(attn::kFamily)), req.at("problem"),
+        session = make_session(req.at("family").get<std::string>(), req.at("problem"),
                                req.value("seed", 1ULL), req.value("ref_rows", size_t(512)), size_t(dev.l2_bytes));
         reply(out_fd, {{"type", "ready"}});
       } catch (const std::exception& e) {

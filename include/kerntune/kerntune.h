@@ -207,6 +207,15 @@ KT_API kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_q
  *  problem), UNSUPPORTED. */
 KT_API kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, size_t buf_len);
 
+/** Writes which kernel the runtime would use for a problem of any registered family, and why, as one
+ *  NUL-terminated line "<step>: <variant>: <why>" (as kt_attention_explain), truncated to buf_len - 1 bytes.
+ *  family: "attention_prefill", "qkv_proj", ...; problem_json: the problem as the tuning database stores it
+ *  (e.g. {"dtype":"bf16","batch":1,"seqlen_q":512,"seqlen_k":512,"num_heads":28,"num_kv_heads":4,
+ *  "head_dim":128,"causal":true}). Does not touch the GPU.
+ *  Errors: INVALID_ARGUMENT (rt, family, problem_json or buf NULL, buf_len 0, unknown family, JSON that does
+ *  not parse, a problem field missing or mistyped), UNSUPPORTED (a problem no kernel supports). */
+KT_API kt_status kt_explain(kt_runtime* rt, const char* family, const char* problem_json, char* buf, size_t buf_len);
+
 /* Host-side weight quantization (no runtime, no GPU): the quantizers of quant/quant.h behind the C ABI, so
  * that callers without C++ (Python/ctypes, Rust, ...) can produce the packed weights kt_qkv_proj reads.
  * A packed weight of (weight_format, n, k) is three host byte buffers plus one float, laid out as specified

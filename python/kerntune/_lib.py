@@ -230,6 +230,8 @@ _PROTOTYPES = {
                              ctypes.c_void_p]),
     "kt_qkv_explain": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_qkv_problem), ctypes.POINTER(ctypes.c_char),
                                 ctypes.c_size_t]),
+    "kt_explain": (_c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char),
+                            ctypes.c_size_t]),
     "kt_quantize_sizes": (_c_int, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_size_t),
                                    ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
     "kt_quantize": (_c_int, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_int32,

@@ -2,6 +2,7 @@
 
 import atexit
 import ctypes
+import json
 import math
 import os
 import threading
@@ -410,6 +411,22 @@ class Runtime:
         st = self._launch(torch, self._lib.kt_attention_prefill, h, ctypes.byref(p), ctypes.byref(a))
         check(self._lib, st)
         return (out, lse) if return_lse else out
+
+    def explain(self, family, problem):
+        """Which kernel the runtime would use for a problem of any registered family, and why: one line
+        "<step>: <variant>: <why>". family: "attention_prefill", "qkv_proj", ...; problem: a dict as the tuning
+        database stores it (e.g. {"dtype": "bf16", "batch": 1, "seqlen_q": 512, "seqlen_k": 512, "num_heads": 28,
+        "num_kv_heads": 4, "head_dim": 128, "causal": True}). No GPU work.
+        Raises TypeError (family not a str, problem not a dict), KerntuneError (KT_ERROR_INVALID_ARGUMENT for an
+        unknown family or a missing field, KT_ERROR_UNSUPPORTED, ...)."""
+        if not isinstance(family, str):
+            raise TypeError(f"family must be a str, got {type(family).__name__}")
+        if not isinstance(problem, dict):
+            raise TypeError(f"problem must be a dict, got {type(problem).__name__}")
+        h = self._live()
+        buf = ctypes.create_string_buffer(_EXPLAIN_BUF)
+        check(self._lib, self._lib.kt_explain(h, family.encode(), json.dumps(problem).encode(), buf, _EXPLAIN_BUF))
+        return buf.value.decode("utf-8", "replace")
 
     def explain_attention(self, q, k, causal=False, *, dtype=None):
         """Which kernel attention(q, k, v, causal) would use, and why: one line "<step>: <variant>: <why>"

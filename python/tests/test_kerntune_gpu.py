@@ -144,6 +144,18 @@ def test_explain_attention(rt):
     assert line.split(":")[0] in ("exact", "nearest", "default"), line
     assert "attention_prefill__bf16_d128_causal" in line, line
     assert rt.explain_attention((1, 512, 28, 128), (1, 512, 4, 128), True, dtype=torch.bfloat16) == line
+    # The family-generic explain (the problem as the database stores it) answers the same line.
+    problem = {"dtype": "bf16", "batch": 1, "seqlen_q": 512, "seqlen_k": 512, "num_heads": 28, "num_kv_heads": 4,
+               "head_dim": 128, "causal": True}
+    assert rt.explain("attention_prefill", problem) == line
+    with pytest.raises(kt.KerntuneError) as ei:
+        rt.explain("gemm", problem)
+    assert ei.value.status == kt.KT_ERROR_INVALID_ARGUMENT and "unknown family 'gemm'" in ei.value.message
+    with pytest.raises(kt.KerntuneError) as ei:
+        rt.explain("attention_prefill", dict(problem, head_dim=96))
+    assert ei.value.status == kt.KT_ERROR_UNSUPPORTED, ei.value.message
+    with pytest.raises(TypeError):
+        rt.explain("attention_prefill", "not a dict")
 
 
 def test_module_level_functions():

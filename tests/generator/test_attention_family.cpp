@@ -199,6 +199,6 @@ TEST_CASE("device headers are embedded and the registry names the family", "[gen
   for (const char* want : {"attention/flash_fwd.cuh", "attention/attention_config.h", "common/ptx.cuh", "common/kt_types.h"})
     CHECK(names.count(want) == 1);
   CHECK(embedded_headers_hash().size() == 32);
-  CHECK(find_family("attention_prefill").name == "attention_prefill");
+  CHECK(find_family("attention_prefill").name() == "attention_prefill");
   CHECK_THROWS_WITH(find_family("gemm"), Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill"));
 }

@@ -290,6 +290,21 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
     char small[8];
     REQUIRE(kt_attention_explain(crt, &cp, small, sizeof small) == KT_OK);
     CHECK(std::string(small) == "nearest");
+    // The family-generic explain answers as the typed one, through the registry.
+    char generic[1024];
+    REQUIRE(kt_explain(crt, "attention_prefill", attn::problem_to_json(qwen(1000)).dump().c_str(), generic,
+                       sizeof generic) == KT_OK);
+    CHECK(std::string(generic) == std::string(buf));
+    CHECK(rt.explain("attention_prefill", attn::problem_to_json(qwen(1000))).why == rt.explain(qwen(1000)).why);
+    CHECK(kt_explain(crt, "gemm", "{}", generic, sizeof generic) == KT_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(kt_last_error()).find("unknown family 'gemm'") != std::string::npos);
+    CHECK(kt_explain(crt, "attention_prefill", "{\"dtype\":", generic, sizeof generic) == KT_ERROR_INVALID_ARGUMENT);
+    CHECK(kt_explain(crt, "attention_prefill", "{\"dtype\":\"bf16\"}", generic, sizeof generic) ==
+          KT_ERROR_INVALID_ARGUMENT);
+    attn::Problem p96 = qwen(64);
+    p96.head_dim = 96;
+    CHECK(kt_explain(crt, "attention_prefill", attn::problem_to_json(p96).dump().c_str(), generic, sizeof generic) ==
+          KT_ERROR_UNSUPPORTED);
 
     // Unsupported head_dim: KT_ERROR_UNSUPPORTED naming the rule.
     const HostInputs in = make_inputs(qwen(64), 3);

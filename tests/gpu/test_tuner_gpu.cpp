@@ -94,7 +94,8 @@ TEST_CASE("a faulting or hanging candidate is recorded and tuning continues in a
     db.put_binary(record_of(bad[1]));
   }
   WorkerPool pool({kt_test::autotune_path(), "__worker", "--db", dbp}, /*watchdog_s=*/5, /*setup_watchdog_s=*/120);
-  pool.set_problem({{"cmd", "problem"}, {"problem", attn::problem_to_json(p)}, {"seed", 3}, {"ref_rows", 256}});
+  pool.set_problem({{"cmd", "problem"}, {"family", attn::kFamily}, {"problem", attn::problem_to_json(p)}, {"seed", 3},
+                   {"ref_rows", 256}});
   auto measure = [&](const CompileResult& r) {
     return pool.measure({{"cmd", "measure"}, {"config", attn::config_to_json(good_cfg)}, {"variant", r.kernel.variant_name},
                          {"binary_hash", r.cache_key}, {"budget_ms", 5}});

@@ -143,6 +143,11 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   std::tie(rc, out) = run("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'"));
+  // `autotune show` checks --family against the registry before opening the database.
+  std::tie(rc, out) = run("show --db /nonexistent/kt.db --family gemm");
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill") &&
+                      Catch::Contains("qkv_proj"));
 
   std::tie(rc, out) = run("--arch sm_90a --compile-only --only '(' --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   CHECK(rc == 2);

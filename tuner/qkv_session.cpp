@@ -1,0 +1,87 @@
+#include "tuner/qkv_session.h"
+
+#include <algorithm>
+
+#include "runtime/qkv.h"
+#include "tuner/qkv_harness.h"
+#include "tuner/qkv_problems.h"
+#include "tuner/tuner_registry.h"
+
+namespace kt {
+namespace qkv {
+namespace {
+
+/// qkv_proj: the quantized weight depends only on (format, dtype, n, k, seed), so the worker keeps the last one
+/// and reuses it across the M values of a sweep.
+class Measure : public MeasureSession {
+ public:
+  Measure(const qkv::Problem& p, uint64_t seed, size_t ref_rows, size_t l2) {
+    static std::unique_ptr<qkv::HostInputs> cached;  // one worker process = one thread
+    const bool reuse = cached && cached->problem.format == p.format && cached->problem.dtype == p.dtype &&
+                       cached->problem.n() == p.n() && cached->problem.k == p.k && cached_seed_ == seed;
+    if (reuse && cached->problem.m == p.m && cached->problem.has_bias == p.has_bias && cached->problem.rope == p.rope) {
+      in_ = *cached;
+    } else if (reuse) {
+      in_ = qkv::make_inputs_with_weight(p, seed, *cached);
+    } else {
+      in_ = qkv::make_inputs(p, seed);
+    }
+    cached = std::make_unique<qkv::HostInputs>(in_);
+    cached_seed_ = seed;
+    ref_ = qkv::reference_rows(in_, ref_rows, seed + 5);
+    check_ = std::make_unique<qkv::DeviceInputs>(in_, 1);
+    const size_t wb = qkv::DeviceInputs::weight_bytes(in_);
+    rot_copies_ = int(3 * l2 / std::max<size_t>(wb, 1) + 1);
+  }
+  Outcome measure(const LoadedKernel& k, const nlohmann::json& config, CUstream stream, double budget_ms) override {
+    Outcome out;
+    const auto c = qkv::config_from_json(config);
+    check_->poison();
+    qkv::launch(k, in_.problem, c, check_->params(0, c), stream);
+    cuda::check(cuda::api().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    std::vector<uint16_t> q, kk, v;
+    check_->download(q, kk, v);
+    const auto vd = qkv::verify(in_, ref_, q, kk, v);
+    out.rel_err = vd.rel_l2;
+    if (!vd.pass) {
+      out.status = db::Status::wrong_result;
+      out.error = vd.message;
+      return out;
+    }
+    if (!rot_) rot_ = std::make_unique<qkv::DeviceInputs>(in_, rot_copies_);
+    std::vector<qkv::QkvParams> params;
+    for (int r = 0; r < rot_->copies(); ++r) params.push_back(rot_->params(r, c));
+    out.timing = time_launches([&](int n) { qkv::launch(k, in_.problem, c, params[n % params.size()], stream); }, stream,
+                               budget_ms, std::min(20.0, budget_ms / 2));
+    return out;
+  }
+
+ private:
+  static inline uint64_t cached_seed_ = 0;
+  qkv::HostInputs in_;
+  qkv::RefRows ref_;
+  std::unique_ptr<qkv::DeviceInputs> check_, rot_;
+  int rot_copies_ = 1;
+};
+
+}  // namespace
+
+TunerFamily tuner_family() {
+  TunerFamily f;
+  f.family = &family_type();
+  f.problems = [](const ShapesFile& shapes) {
+    std::vector<nlohmann::json> out;
+    for (const auto& p : qkv_proj_problems(shapes)) out.push_back(problem_to_json(p));
+    return out;
+  };
+  f.ref_rows = 48;  // a row costs n x k
+  f.tolerance = [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); };
+  f.session = [](const nlohmann::json& p, uint64_t seed, size_t ref_rows,
+                 size_t l2_bytes) -> std::unique_ptr<MeasureSession> {
+    return std::make_unique<Measure>(problem_from_json(p), seed, ref_rows, l2_bytes);
+  };
+  return f;
+}
+
+}  // namespace qkv
+}  // namespace kt

@@ -1,0 +1,56 @@
+// The tuner's work list, family-neutral: the problems a shapes file names for the registered families, and per
+// problem its candidates (default first) with the distinct binaries to compile. autotune's tuning loop, the
+// database rows and the report read only this.
+#pragma once
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "generator/compiler.h"
+#include "generator/family.h"
+#include "tuner/shapes_file.h"
+#include "tuner/tuner_registry.h"
+
+namespace kt {
+
+/// One problem of one family.
+struct ProblemRef {
+  const TunerFamily* family;
+  nlohmann::json problem;  ///< canonical problem JSON
+};
+
+/// The problems of `shapes` for the families named in `families`, or for every registered family the file names
+/// problems for when `families` is empty (then filled with those names). Registry order, then the file's order.
+/// Throws std::invalid_argument naming an unknown family, ProblemError naming the file and the rule for an
+/// unsupported problem.
+std::vector<ProblemRef> collect_problems(const ShapesFile& shapes, std::vector<std::string>& families);
+
+/// One problem's candidates, family-neutral: what the tuning loop, the database and the report need.
+struct WorkItem {
+  std::string family, key;
+  nlohmann::json problem;
+  double flops = 0, bytes = 0;          ///< for TFLOP/s and GB/s (bytes 0 when not meaningful)
+  std::vector<nlohmann::json> configs;  ///< candidates, default first
+  std::vector<std::string> variants;    ///< per candidate
+  std::vector<size_t> source;           ///< per candidate: index of its binary in WorkPlan::sources
+  std::string default_variant;
+};
+
+struct WorkOptions {
+  int max_candidates = 0;  ///< at most this many candidates per problem (default first); 0 = all
+  /// Keeps a candidate by variant name (autotune --only); the default config always stays. Empty: keep all.
+  std::function<bool(const std::string& variant)> keep;
+};
+
+struct WorkPlan {
+  std::vector<KernelSource> sources;  ///< distinct binaries: one per (family, name expression)
+  std::vector<WorkItem> items;        ///< one per problem, in the order of `problems`
+};
+
+/// Enumerates every problem's candidates for `arch` and `device` in the family's order, the default config first,
+/// then `keep`, then `max_candidates`.
+WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const DeviceModel& device,
+                    const WorkOptions& options);
+
+}  // namespace kt
