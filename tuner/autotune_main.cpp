@@ -758,6 +758,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  // Tuning options do not apply to show / merge: refuse them rather than ignore them.
+  if (*show || *merge)
+    for (const CLI::Option* opt : app.get_options())
+      if (opt->count() > 0) {
+        std::fprintf(stderr, "autotune %s: %s is a tuning option; it does not apply here (see %s --help)\n",
+                     *show ? "show" : "merge", opt->get_name().c_str(), *show ? "show" : "merge");
+        return 2;
+      }
   if (*show) {
     if (!show_family.empty()) {
       try {
@@ -788,6 +796,7 @@ int main(int argc, char** argv) {
     o.compile_only = a.compile_only;
     o.retune = a.retune;
     o.no_cache = a.no_cache;
+    o.strategy = a.strategy;
     o.strategy_given = app.count("--strategy") > 0;
     o.cache_dir_given = app.count("--cache-dir") > 0;
     kt::cli::check_tune_options(o);

@@ -23,14 +23,14 @@ constexpr int kMaxJobs = 256;             ///< --jobs: 0 (all hardware threads) 
 /// The tune options as given on the command line. `*_given`: the option appeared (its value may be the
 /// default).
 struct TuneOptions {
-  std::string arch, db, json_out, cache_dir;
+  std::string arch, db, json_out, cache_dir, strategy = "exhaustive";
   double budget_ms = 100, watchdog_s = 30;
   int max_candidates = 0, jobs = 0;
   bool compile_only = false, retune = false, no_cache = false;
   bool strategy_given = false, cache_dir_given = false;
 };
 
-/// Refuses, naming the option and its range: --budget-ms not finite or outside (0, kMaxBudgetMs]; --watchdog-s
+/// Refuses, naming the option and its range: a --strategy other than exhaustive or halving; --budget-ms not finite or outside (0, kMaxBudgetMs]; --watchdog-s
 /// not finite or outside (0, kMaxWatchdogS]; a budget not below the watchdog (every candidate would time
 /// out); --max-candidates < 0; --jobs outside [0, kMaxJobs]; --compile-only with --retune or --strategy (nothing
 /// is measured); --no-cache with --cache-dir; --compile-only without --arch; --db ":memory:" or a "file:" URI

@@ -110,6 +110,8 @@ TEST_CASE("check_tune_options: numeric options are range-checked, NaN and infini
   CHECK(error_of(o) == "--jobs must be in [0, 256] (0 = all hardware threads), got 100000");
   o.jobs = 256;
   CHECK(error_of(o) == "");
+  o.strategy = "random";
+  CHECK(error_of(o) == "unknown --strategy 'random': use exhaustive or halving");
 }
 
 TEST_CASE("check_tune_options: contradicting options and unusable paths are refused", "[tuner][cli]") {
@@ -200,6 +202,13 @@ TEST_CASE("autotune: every argument error exits 2 and names the option", "[tuner
   for (const char* args : {"show", "merge", "merge out.db", "show --db x.db merge a.db b.db"}) {
     INFO(args);
     CHECK(run(args).first == 2);
+  }
+  for (const char* args : {"--arch sm_90a show --db x.db", "--compile-only merge out.db in.db"}) {
+    INFO(args);
+    const auto [rc, out] = run(args);
+    CHECK(rc == 2);
+    CHECK_THAT(out, Catch::Contains("is a tuning option; it does not apply here"));
+    CHECK_FALSE(fs::exists("out.db"));
   }
   auto [rc, out] = run("show --db " + (t.path / "none.db").string() + " --family foo");
   CHECK(rc == 2);
