@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -329,7 +330,11 @@ TEST_CASE("autotune: SIGINT and SIGTERM during compilation stop cleanly with exi
 TEST_CASE("example_attention_prefill checks its database before the GPU", "[tuner][cli]") {
   TempDir t;
   const std::string bad = t.file("notsqlite.db", std::string(4096, 'x'));
-  const std::string exe = KT_EXAMPLE_PREFILL_PATH;
+  // $KT_EXAMPLE_PREFILL, else the build's, else next to this test binary (scripts/stage_gpu.sh's layout).
+  std::string exe = KT_EXAMPLE_PREFILL_PATH;
+  if (const char* e = std::getenv("KT_EXAMPLE_PREFILL"); e && *e) exe = e;
+  else if (!fs::exists(exe)) exe = (fs::read_symlink("/proc/self/exe").parent_path() / "example_attention_prefill").string();
+  REQUIRE(fs::exists(exe));
   auto run_example = [&](const std::string& args) {
     FILE* f = popen((exe + " " + args + " 2>&1").c_str(), "r");
     REQUIRE(f);
