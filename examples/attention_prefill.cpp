@@ -5,13 +5,15 @@
 //
 // Shape: Qwen2.5-7B prefill, B=1, S=2048, 28 query heads / 4 KV heads, head_dim 128, causal, bf16.
 // Prints the lookup chain's answer, the error against the reference and PASS/FAIL; exits 1 on FAIL
-// or error, 0 (after "no GPU found: ...") on a machine without a GPU.
+// or error. The database is checked first, on any machine: a file that is not a readable tuning database
+// exits 1 with the error. Then, on a machine without a GPU, it exits 0 after "no GPU found: ...".
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "cache/tuning_db.h"
 #include "cuda/driver.h"
 #include "generator/arch.h"
 #include "runtime/runtime.h"
@@ -19,14 +21,25 @@
 
 int main(int argc, char** argv) {
   using namespace kt;
+  std::string db_path = argc > 1 ? argv[1] : "";
+  if (db_path.empty())
+    if (const char* env = std::getenv("KERNTUNE_DB"); env && *env) db_path = env;
+  if (!db_path.empty()) {
+    try {
+      db::TuningDb db(db_path, /*read_only=*/true);
+      db.winners();  // reads the winners view: a corrupt or foreign database fails here
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
+  }
   std::string why;
   if (!cuda::gpu_available(&why)) {
     std::printf("no GPU found: %s\n", why.c_str());
     return 0;
   }
   try {
-    std::string db_path = argc > 1 ? argv[1] : "";
-    Runtime rt(db_path);  // "" -> $KERNTUNE_DB, else built-in defaults
+    Runtime rt(db_path);  // "" -> built-in defaults
     std::printf("device: %s (%s), database: %s\n", rt.device_name().c_str(), arch_name(rt.arch()).c_str(),
                 rt.has_db() ? rt.db_path().c_str() : "(none: built-in defaults)");
 

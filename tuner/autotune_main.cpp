@@ -1,13 +1,14 @@
 // autotune: enumerate, compile (NVRTC, parallel, cached), verify against float64 and time every variant
 // of every problem a shapes file names; store binaries and every measurement in a SQLite database.
 //
-//   autotune --arch sm_90 --shapes shapes/qwen7b.json --db qwen7b-h100.db        tune (resumes)
+//   autotune --shapes shapes/qwen7b.json --db qwen7b-h100.db                      tune (--arch: the GPU's; resumes)
 //   autotune --arch sm_90a --shapes shapes/qwen7b.json --compile-only            CI sweep, no GPU
 //   autotune show --db qwen7b-h100.db                                            list winners
 //   autotune merge out.db a.db b.db                                              merge databases
 //
 // Exit codes: 0 ok; 1 a valid variant failed to compile, or a problem has no verified candidate;
-// 2 bad input (arguments, shapes file, unsupported problem, arch mismatch, database); 130 interrupted.
+// 2 bad input (arguments, shapes file, unsupported problem, arch mismatch, database); 130 interrupted
+// (SIGINT or SIGTERM: the compilations in progress finish, what is compiled or measured is kept).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -17,19 +18,23 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "cache/hash.h"
 #include "cache/tuning_db.h"
 #include "generator/arch.h"
 #include "generator/nvrtc.h"
 #include "generator/registry.h"
+#include "tuner/cli_checks.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
 #include "tuner/work_items.h"
@@ -42,9 +47,18 @@
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-void on_sigint(int) {
+// SIGINT / SIGTERM: finish the compilation or measurement in progress, keep everything done, exit 130.
+// A second signal stops at once (measured rows are already committed; the cubin cache writes atomically).
+void on_signal(int sig) {
   g_interrupted = true;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C stops at once; measured rows are already committed
+  static const char msg[] = "\nautotune: interrupted: stopping after the work in progress (again to stop at once)\n";
+  const ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)n;
+  std::signal(sig, SIG_DFL);
+}
+void install_signal_handlers() {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
 }
 
 struct TuneArgs {
@@ -161,17 +175,27 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
 }
 
 int run_tune(TuneArgs a, const std::string& argv_line) {
+  install_signal_handlers();
   kt::ArchId arch;
   kt::ShapesFile shapes;
   std::vector<kt::ProblemRef> problems;
-  try {
+  // Hopper's arch-specific features (wgmma) need sm_90a cubins; they run on exactly the GPUs sm_90 names (CC 9.0).
+  auto set_arch = [&] {
     arch = kt::parse_arch(a.arch);
     if (arch.sm == 90 && !arch.arch_specific) {
-      // Hopper's arch-specific features (wgmma) need sm_90a cubins; they run on exactly the GPUs sm_90 names (CC 9.0).
       arch.arch_specific = true;
       std::fprintf(stderr, "autotune: --arch sm_90 tunes for sm_90a (adds the wgmma kernels; the cubins run on CC 9.0)\n");
     }
+  };
+  try {
+    if (!a.arch.empty()) set_arch();  // else the GPU's, once the worker has found it
     shapes = kt::load_shapes(a.shapes);
+    if (shapes.hugging_face)
+      std::fprintf(stderr,
+                   "autotune: reading %s as a Hugging Face config.json (model %s; dtypes bf16 and fp16 and the "
+                   "workloads of shapes/qwen7b.json)\n",
+                   a.shapes.c_str(), shapes.model.name.c_str());
+    for (const auto& w : kt::cli::check_families(shapes, a.families)) std::fprintf(stderr, "autotune: %s\n", w.c_str());
     problems = kt::collect_problems(shapes, a.families);
     if (a.strategy != "exhaustive" && a.strategy != "halving")
       throw std::invalid_argument("unknown --strategy '" + a.strategy + "': use exhaustive or halving");
@@ -189,6 +213,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::fprintf(stderr, "autotune: tuning needs --db FILE (or --compile-only)\n");
     return 2;
   }
+  std::error_code fs_ec;
+  const bool db_existed = !a.db.empty() && std::filesystem::exists(a.db, fs_ec);
   if (use_gpu) {
     pool = std::make_unique<kt::WorkerPool>(std::vector<std::string>{self, "__worker", "--db", a.db}, a.watchdog_s, 900);
     try {
@@ -199,9 +225,30 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       std::fprintf(stderr, "autotune: %s\n", e.what());
       return 2;
     } catch (const std::exception& e) {
-      std::printf("autotune: %s: running the compile-only sweep\n", e.what());
       use_gpu = false;
       pool.reset();
+      if (a.arch.empty()) {
+        if (!db_existed) std::filesystem::remove(a.db, fs_ec);  // leave no empty database behind
+        std::string archs;
+        for (const auto& s : kt::supported_archs()) archs += (archs.empty() ? "" : ", ") + s;
+        std::fprintf(stderr, "autotune: %s: --arch is needed to compile without a GPU: one of %s\n", e.what(),
+                     archs.c_str());
+        return 2;
+      }
+      std::printf("autotune: %s: running the compile-only sweep; the compiled binaries are stored in %s (no "
+                  "measurements: run the same command on a GPU to tune)\n",
+                  e.what(), a.db.c_str());
+    }
+    if (use_gpu && a.arch.empty()) {
+      try {
+        a.arch = kt::cli::arch_for_gpu(device.name, device.cc_major, device.cc_minor);
+        std::fprintf(stderr, "autotune: no --arch given: tuning for %s, the arch of the GPU found (%s)\n",
+                     a.arch.c_str(), device.name.c_str());
+        set_arch();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "autotune: %s\n", e.what());
+        return 2;
+      }
     }
     if (use_gpu && !kt::arch_runs_on(arch, device.cc_major, device.cc_minor)) {
       std::fprintf(stderr,
@@ -252,13 +299,55 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   kt::Compiler compiler(cache.get(), a.jobs);
   const bool tty = isatty(fileno(stdout));
   const auto t_compile = std::chrono::steady_clock::now();
-  auto results = compiler.compile_all(sources, [&](size_t done, size_t total, const kt::CompileResult& r) {
-    if (tty) std::printf("\rcompiling %zu/%zu", done, total);
-    else if (done % 20 == 0 || done == total || !r.ok)
-      std::printf("compiled %zu/%zu%s\n", done, total, r.ok ? "" : (" FAILED: " + r.kernel.variant_name).c_str());
-    std::fflush(stdout);
-  });
+  std::printf("autotune: compiling %zu binaries on %d threads: %s if none is cached\n", sources.size(),
+              std::min<int>(compiler.jobs(), int(std::max<size_t>(1, sources.size()))),
+              kt::cli::compile_estimate(sources.size(), compiler.jobs()).c_str());
+  std::fflush(stdout);
+  // Compiler::compile_all's loop, stopping at an interrupt: the compilations in progress finish (their cubins
+  // reach the cache), no new one starts.
+  std::vector<kt::CompileResult> results(sources.size());
+  std::vector<char> finished(sources.size(), 0);
+  {
+    std::atomic<size_t> next{0};
+    size_t done = 0;
+    std::mutex mu;
+    auto work = [&] {
+      for (size_t i = next++; i < sources.size() && !g_interrupted; i = next++) {
+        kt::CompileResult r;
+        try {
+          r = compiler.compile(sources[i]);
+        } catch (const std::exception& e) {
+          r.kernel = sources[i];
+          r.error = e.what();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        results[i] = std::move(r);
+        finished[i] = 1;
+        ++done;
+        const size_t total = sources.size();
+        if (tty) std::printf("\rcompiling %zu/%zu", done, total);
+        else if (done % 20 == 0 || done == total || !results[i].ok)
+          std::printf("compiled %zu/%zu%s\n", done, total,
+                      results[i].ok ? "" : (" FAILED: " + results[i].kernel.variant_name).c_str());
+        std::fflush(stdout);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < std::min<int>(compiler.jobs(), int(sources.size())); ++t) threads.emplace_back(work);
+    for (auto& t : threads) t.join();
+  }
+  if (g_interrupted) {
+    std::vector<kt::CompileResult> kept;  // only what was compiled
+    for (size_t i = 0; i < results.size(); ++i)
+      if (finished[i]) kept.push_back(std::move(results[i]));
+    results = std::move(kept);
+  }
   if (tty) std::printf("\n");
+  if (g_interrupted && results.size() < sources.size()) {
+    // The binaries compiled so far are in the cache (and, without a GPU, stored below); a rerun resumes.
+    std::printf("autotune: interrupted after compiling %zu of %zu binaries%s; rerun the same command to resume\n",
+                results.size(), sources.size(), cache ? " (they are in the cubin cache)" : "");
+  }
   if (!use_gpu) print_compile_table(results);
   size_t failed = 0, spilling = 0;
   for (const auto& r : results) {
@@ -275,7 +364,63 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
               failed, spilling,
               cache ? (std::to_string(cache->hits()) + " hits / " + std::to_string(cache->misses()) + " misses").c_str()
                     : "off");
-  if (!use_gpu) return failed ? 1 : 0;
+  if (!use_gpu) {
+    // Without a GPU (or with --compile-only) a --db is pre-filled with the compiled binaries, and --json gets the
+    // compile report: neither is left empty or silently skipped.
+    if (!a.db.empty()) {
+      try {
+        kt::db::TuningDb db(a.db);
+        char host[256] = {0};
+        gethostname(host, sizeof host - 1);
+        const long long run_id =
+            db.begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
+        size_t stored = 0;
+        for (const auto& r : results)
+          if (r.ok) {
+            db.put_binary(binary_record(r, compiler));
+            ++stored;
+          }
+        db.end_run(run_id, now_s());
+        std::printf("autotune: stored %zu compiled binaries in %s (no measurements, no winners: tune on a GPU "
+                    "with --db %s)\n",
+                    stored, a.db.c_str(), a.db.c_str());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "autotune: %s\n", e.what());
+        return 2;
+      }
+    }
+    if (!a.json_out.empty()) {
+      nlohmann::json problems = nlohmann::json::array(), binaries = nlohmann::json::array();
+      for (const auto& it : items)
+        problems.push_back({{"family", it.family}, {"problem", it.key}, {"flops", it.flops}, {"bytes", it.bytes},
+                            {"candidates", it.variants.size()}, {"default", it.default_variant}});
+      for (const auto& r : results) {
+        nlohmann::json b = {{"variant", r.kernel.variant_name}, {"ok", r.ok}};
+        if (r.ok) {
+          b["registers"] = r.report.registers;
+          b["spill_bytes"] = r.report.spill_store_bytes + r.report.spill_load_bytes;
+          b["smem_bytes"] = r.report.static_smem_bytes + int(r.kernel.dynamic_smem_bytes);
+          b["compile_ms"] = r.report.compile_ms;
+          b["cache_hit"] = r.cache_hit;
+        } else {
+          b["error"] = r.error;
+        }
+        binaries.push_back(b);
+      }
+      nlohmann::json doc = {{"device", nullptr}, {"measured", false}, {"arch", a.arch}, {"shapes", a.shapes},
+                            {"problems", problems}, {"binaries", binaries}};
+      std::ofstream f(a.json_out);
+      f << doc.dump(1) << "\n";
+      if (!f) {
+        std::fprintf(stderr, "autotune: cannot write --json %s\n", a.json_out.c_str());
+        return 2;
+      }
+      std::printf("autotune: compile report (no measurements) in %s\n", a.json_out.c_str());
+    }
+    if (g_interrupted) return 130;
+    return failed ? 1 : 0;
+  }
+  if (g_interrupted) return 130;
 
   // ---- database: device, run, binaries ----
   std::unique_ptr<kt::db::TuningDb> db;
@@ -321,8 +466,6 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::printf("autotune: %zu candidates to measure (%zu already in %s%s), strategy %s, budget %.0f ms each\n", total,
               skipped, a.db.c_str(), a.retune ? "" : "; --retune measures them again", a.strategy.c_str(), a.budget_ms);
 
-  std::signal(SIGINT, on_sigint);
-  std::signal(SIGTERM, on_sigint);
   Progress progress(total);
   auto record = [&](const Item& it, size_t c, const kt::WorkerResult* wr) {
     const auto& cr = results[it.source[c]];
@@ -532,8 +675,10 @@ int main(int argc, char** argv) {
   CLI::App app{"kerntune autotune: compile, verify and time kernel variants; store the winners in a tuning database"};
   app.require_subcommand(0, 1);
   TuneArgs a;
-  app.add_option("--arch", a.arch, "target architecture: sm_80, sm_86, sm_89, sm_90 (tuned as sm_90a), sm_90a (must run on the GPU)");
-  app.add_option("--shapes", a.shapes, "shapes file (kerntune JSON) or a Hugging Face config.json");
+  app.add_option("--arch", a.arch,
+                 "target architecture: sm_80, sm_86, sm_89, sm_90 (tuned as sm_90a), sm_90a (must run on the GPU); "
+                 "default: the GPU's; required with --compile-only or without a GPU");
+  app.add_option("--shapes", a.shapes, "shapes file (kerntune JSON) or a Hugging Face config.json (required to tune)");
   app.add_option("--db", a.db, "tuning database (SQLite); created if missing, resumed if present");
   app.add_option("--families", a.families, "families to tune (default: all the shapes file names)");
   app.add_option("--strategy", a.strategy, "exhaustive (default) or halving (all at budget/4, best quarter at full budget)");
@@ -543,11 +688,12 @@ int main(int argc, char** argv) {
                  "anywhere in the name; the default config is always kept); applied before --max-candidates");
   app.add_option("--budget-ms", a.budget_ms, "measured GPU time per candidate, milliseconds (default 100)");
   app.add_option("--watchdog-s", a.watchdog_s, "seconds before a candidate's worker is killed as timed out (default 30)");
-  app.add_option("--jobs", a.jobs, "parallel NVRTC compilations (default: all cores)");
+  app.add_option("--jobs", a.jobs, "parallel NVRTC compilations, 0..256 (default 0: all cores)");
   app.add_option("--cache-dir", a.cache_dir, "cubin cache directory (default $KERNTUNE_CACHE_DIR or ~/.cache/kerntune)");
   app.add_flag("--no-cache", a.no_cache, "compile everything; do not read or write the cubin cache");
-  app.add_option("--json", a.json_out, "also write the per-problem report as JSON");
-  app.add_flag("--compile-only", a.compile_only, "enumerate and compile only (no GPU needed)");
+  app.add_option("--json", a.json_out, "also write the per-problem report as JSON (compile report without a GPU)");
+  app.add_flag("--compile-only", a.compile_only,
+               "enumerate and compile only (no GPU needed); with --db, store the binaries there");
   app.add_flag("--retune", a.retune, "measure again what the database already has");
 
   auto* show = app.add_subcommand("show", "list the winners of a tuning database");
@@ -566,12 +712,56 @@ int main(int argc, char** argv) {
   std::string worker_db;
   worker->add_option("--db", worker_db)->required();
 
-  CLI11_PARSE(app, argc, argv);
-  if (*show) return run_show(show_db, show_family);
+  // Every argument error exits 2 (bad input), as documented; --help exits 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  // Tuning options do not apply to show / merge: refuse them rather than ignore them.
+  if (*show || *merge)
+    for (const CLI::Option* opt : app.get_options())
+      if (opt->count() > 0) {
+        std::fprintf(stderr, "autotune %s: %s is a tuning option; it does not apply here (see %s --help)\n",
+                     *show ? "show" : "merge", opt->get_name().c_str(), *show ? "show" : "merge");
+        return 2;
+      }
+  if (*show) {
+    if (!show_family.empty()) {
+      try {
+        kt::find_family(show_family);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "autotune show: --family: %s\n", e.what());
+        return 2;
+      }
+    }
+    return run_show(show_db, show_family);
+  }
   if (*merge) return run_merge(merge_out, merge_in);
   if (*worker) return kt::worker_main(worker_db, 0, 1);
-  if (a.arch.empty() || a.shapes.empty()) {
-    std::fprintf(stderr, "autotune: --arch and --shapes are required (see --help)\n");
+  if (a.shapes.empty()) {
+    std::fprintf(stderr, "autotune: --shapes FILE is required to tune (see --help)\n");
+    return 2;
+  }
+  try {
+    kt::cli::TuneOptions o;
+    o.arch = a.arch;
+    o.db = a.db;
+    o.json_out = a.json_out;
+    o.cache_dir = a.cache_dir;
+    o.budget_ms = a.budget_ms;
+    o.watchdog_s = a.watchdog_s;
+    o.max_candidates = a.max_candidates;
+    o.jobs = a.jobs;
+    o.compile_only = a.compile_only;
+    o.retune = a.retune;
+    o.no_cache = a.no_cache;
+    o.strategy = a.strategy;
+    o.strategy_given = app.count("--strategy") > 0;
+    o.cache_dir_given = app.count("--cache-dir") > 0;
+    kt::cli::check_tune_options(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;
   }
   return run_tune(a, argv_line);

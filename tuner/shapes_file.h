@@ -1,45 +1,60 @@
 // Shapes files: a model's attention geometry plus the workloads the autotuner tunes for it.
 //
-// Format (JSON object; shapes/qwen7b.json is the reference example):
+// Format: a JSON object (plain JSON: no comments, no trailing commas, no duplicate keys); shapes/qwen7b.json
+// is the reference example. This one names every field:
 //
 //   {
-//     "model": "Qwen2.5-7B",               // string, required: display name
-//     "hidden_size": 3584,                 // positive integer, required
-//     "num_attention_heads": 28,           // positive integer, required (query heads, Hq)
-//     "num_key_value_heads": 4,            // positive integer, required (Hkv); Hq % Hkv == 0
-//     "head_dim": 128,                     // positive integer, required (D); Hq * D need not equal
-//                                          //   hidden_size
-//     "qkv_bias": true,                    // boolean, optional (default false): Q/K/V projection has a bias
-//     "rope_theta": 1000000.0,             // positive number, optional (default 10000)
-//     "dtypes": ["bf16", "fp16"],          // activation dtypes, optional (default ["bf16", "fp16"]);
-//                                          //   names as accepted by kt::parse_dtype, no duplicates
-//     "workloads": {                       // required; at least one workload in total
-//       "attention_prefill": [             // optional list
-//         {"batch": 1, "seqlen": 512,      //   batch, seqlen (= seqlen_q): positive integers, required
-//          "seqlen_k": 512,                //   optional, default = seqlen
-//          "causal": true}                 //   optional, default true (bottom-right aligned)
+//     "model": "Qwen2.5-7B",
+//     "hidden_size": 3584,
+//     "num_attention_heads": 28,
+//     "num_key_value_heads": 4,
+//     "head_dim": 128,
+//     "qkv_bias": true,
+//     "rope_theta": 1000000.0,
+//     "dtypes": ["bf16", "fp16"],
+//     "workloads": {
+//       "attention_prefill": [
+//         {"batch": 1, "seqlen": 512},
+//         {"batch": 4, "seqlen": 128, "seqlen_k": 1024, "causal": false}
 //       ],
-//       "qkv_proj": {                      // optional
-//         "tokens": [1, 16, 64],           //   M values (tokens per call): positive integers, required
-//         "formats": ["fp16", "int4"]      //   weight formats, required: fp16, bf16, int8, int4, nf4,
-//       },                                 //   mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, int4_kb128,
-//                                          //   nf4_kb128, mxfp4_kb128, nvfp4_kb128 (see quant/quant_format.h
-//                                          //   and ANCHORS.md "Format definitions")
-//       "attention_decode": [              // optional list (one query token per sequence)
-//         {"batch": 1, "kv_len": 4096}     //   positive integers, required
-//       ]
+//       "qkv_proj": {"tokens": [1, 16, 64], "formats": ["fp16", "int4"]},
+//       "attention_decode": [{"batch": 1, "kv_len": 4096}]
 //     }
 //   }
 //
-// Unknown keys are rejected with their name (top level, inside "workloads", "qkv_proj" and every
-// workload entry), so a misspelt key never silently drops a workload.
+//   model                 string, required: display name (no control characters)
+//   hidden_size           integer 1..kMaxHiddenSize, required: K of the Q/K/V projection
+//   num_attention_heads   integer 1..kMaxHeads, required: query heads Hq
+//   num_key_value_heads   integer 1..kMaxHeads, required: Hkv, with Hq % Hkv == 0
+//   head_dim              integer 1..kMaxHeadDim, required: D (Hq * D need not equal hidden_size)
+//   qkv_bias              boolean, optional (default false): the Q/K/V projection has a bias
+//   rope_theta            positive number, optional (default 10000)
+//   dtypes                activation dtypes, optional (default ["bf16", "fp16"]): names kt::parse_dtype
+//                         accepts, no duplicates
+//   workloads             object, required, at least one workload in total:
+//     attention_prefill   optional list of {batch 1..kMaxBatch, seqlen 1..kMaxSeqlen (= seqlen_q), required;
+//                         seqlen_k 1..kMaxSeqlen, default = seqlen; causal, default true (bottom-right
+//                         aligned)}; no two entries equal
+//     qkv_proj            optional {tokens: M values 1..kMaxTokens, required; formats: weight formats, required:
+//                         fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, int4_kb128,
+//                         nf4_kb128, mxfp4_kb128, nvfp4_kb128 (quant/quant_format.h, ANCHORS.md "Format
+//                         definitions"), no duplicates}
+//     attention_decode    optional list of {batch 1..kMaxBatch, kv_len 1..kMaxSeqlen} (one query token per
+//                         sequence), no two entries equal
 //
-// A Hugging Face transformers config.json is accepted too (detected: no "workloads" key but
-// "hidden_size" and "num_attention_heads" present); see load_shapes.
+// No tensor of a workload (Q, K/V, the fp16 Q/K/V weight, the projection's input and output, at 2 bytes an
+// element) may exceed kMaxTensorBytes. Unknown keys are rejected with their name (top level, inside
+// "workloads", "qkv_proj" and every workload entry), so a misspelt key never silently drops a workload.
+//
+// A Hugging Face transformers config.json is accepted too: a file with none of the kerntune-only keys
+// ("model", "dtypes", "qkv_bias", "workloads") and with "hidden_size" and "num_attention_heads" (or a
+// multimodal "text_config" holding them). Any kerntune-only key makes it a kerntune file, whose unknown keys
+// are then errors. See load_shapes.
 #pragma once
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,9 +63,19 @@
 
 namespace kt {
 
+/// Size bounds, checked where a shapes file is parsed; a larger value is refused with the bound in the message.
+constexpr int kMaxHiddenSize = 65536;            ///< hidden_size
+constexpr int kMaxHeads = 1024;                  ///< num_attention_heads, num_key_value_heads
+constexpr int kMaxHeadDim = 1024;                ///< head_dim (the families support fewer; they say which)
+constexpr int kMaxBatch = 65535;                 ///< batch (a CUDA grid dimension)
+constexpr int kMaxSeqlen = 1 << 20;              ///< seqlen, seqlen_k, kv_len
+constexpr int kMaxTokens = 1 << 20;              ///< qkv_proj tokens
+constexpr long long kMaxTensorBytes = 64LL << 30;  ///< any one tensor of a workload, at 2 bytes an element
+constexpr int kMaxJsonDepth = 64;                ///< JSON nesting (a shapes file needs 4)
+
 /// Attention geometry of a model (one transformer layer; all layers are equal).
 struct ModelShape {
-  std::string name;     ///< display name ("model", or HF "_name_or_path" / "model_type")
+  std::string name;     ///< display name ("model", or HF "_name_or_path" / "architectures" / "model_type")
   int hidden_size;      ///< K of the Q/K/V projection
   int num_heads;        ///< query heads Hq
   int num_kv_heads;     ///< key/value heads Hkv (GQA: Hq % Hkv == 0; MQA: 1)
@@ -82,6 +107,17 @@ struct ShapesFile {
   std::vector<int> qkv_tokens;           ///< qkv_proj M values (tokens)
   std::vector<std::string> qkv_formats;  ///< qkv_proj weight formats, canonical lower-case names
   std::vector<DecodeWorkload> decode;    ///< attention_decode workloads
+  bool hugging_face = false;             ///< read as a Hugging Face config.json (default workloads): callers
+                                         ///< tell the user, e.g. "reading X as a Hugging Face config.json"
+
+  /// The number of workloads (problems before the dtype axis) under each "workloads" key of the file, keyed by
+  /// the key's name (which is the family's name): attention_prefill, qkv_proj (tokens x formats),
+  /// attention_decode.
+  std::vector<std::pair<std::string, size_t>> workload_counts() const {
+    return {{"attention_prefill", prefill.size()},
+            {"qkv_proj", qkv_tokens.empty() ? 0 : qkv_tokens.size() * qkv_formats.size()},
+            {"attention_decode", decode.size()}};
+  }
 };
 
 /// Any problem with a shapes file. The message starts with the source name and names the field,
@@ -98,22 +134,26 @@ const std::vector<std::string>& known_weight_formats();
 
 /// Reads a kerntune shapes file (format above) or a Hugging Face config.json.
 ///
-/// Hugging Face config.json (detected: no "workloads" key, but "hidden_size" and
-/// "num_attention_heads"): other keys are ignored;
-///   head_dim     = config["head_dim"] if present (and not null), else hidden_size / num_attention_heads
+/// Hugging Face config.json (no kerntune-only key; "hidden_size" and "num_attention_heads" at the top level or
+/// in "text_config", whose fields are then used): other keys are ignored; `hugging_face` is set;
+///   head_dim     = "head_dim" if present (and not null), else hidden_size / num_attention_heads
 ///                  (which must divide exactly);
-///   num_kv_heads = config["num_key_value_heads"] if present, else num_attention_heads;
-///   qkv_bias     = config["attention_bias"] if present, else (model_type == "qwen2");
-///   rope_theta   = config["rope_theta"] if present, else 10000;
-///   name         = "_name_or_path" if present and non-empty, else "model_type", else "unknown";
-///   dtypes = {bf16, fp16}; workloads = those of shapes/qwen7b.json.
+///   num_kv_heads = "num_key_value_heads" if present, else num_attention_heads;
+///   qkv_bias     = "attention_bias" if present, else (model_type == "qwen2");
+///   rope_theta   = "rope_theta" if present, else "rope_parameters"."rope_theta" if present, else 10000;
+///   name         = top-level "_name_or_path" if non-empty, else "architectures"[0], else "model_type",
+///                  else "unknown";
+///   dtypes = {bf16, fp16}; workloads = those of shapes/qwen7b.json. The size bounds above apply.
 ///
-/// Throws ShapesError (message names the file and the field) when the file cannot be read, is not
-/// valid JSON, or fails validation: positive integers, Hq % Hkv == 0 ("field 'num_key_value_heads':
-/// 28 attention heads are not a multiple of 5 KV heads"), known dtypes and formats, no unknown keys.
+/// Throws ShapesError (message names the file and the field) when the path is a directory or cannot be read,
+/// is not valid JSON, has a duplicate key ("duplicate key 'head_dim'") or is nested deeper than kMaxJsonDepth,
+/// or fails validation: positive integers within the bounds, Hq % Hkv == 0 ("field 'num_key_value_heads': 28
+/// attention heads are not a multiple of 5 KV heads"), tensors within kMaxTensorBytes, known dtypes and
+/// formats, no duplicate entries, no unknown keys.
 ShapesFile load_shapes(const std::string& path);
 
 /// As load_shapes, from an already parsed JSON value; source_name is used as `source` and in messages.
+/// Duplicate keys cannot be detected here (the parsed value has kept one of them).
 ShapesFile parse_shapes(const nlohmann::json& j, const std::string& source_name);
 
 }  // namespace kt

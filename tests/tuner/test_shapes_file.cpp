@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "reference/dtype_convert.h"
@@ -257,4 +258,155 @@ TEST_CASE("shapes file: every error names the file and the field", "[shapes]") {
     CHECK_THROWS_AS(kt::load_shapes(missing), kt::ShapesError);
     CHECK_THROWS_WITH(kt::load_shapes(missing), Catch::StartsWith(missing + ": cannot open file"));
   }
+}
+
+TEST_CASE("shapes file: any kerntune-only key means the kerntune format", "[shapes]") {
+  std::string path;
+  // A missing or misspelt "workloads" is an error, not a switch to Hugging Face defaults.
+  std::string msg = error_of(replace(kValid, R"("workloads": {)", R"("unused": 0, "workload": {)"), &path);
+  CHECK(contains(msg, path + ": unknown field 'unused'"));
+  CHECK(contains(msg, "because it has the key 'model'"));
+  msg = error_of(replace(kValid, R"("workloads")", R"("workload")"), &path);
+  CHECK(contains(msg, path + ": unknown field 'workload' (expected one of: model, hidden_size"));
+  auto j = nlohmann::json::parse(kValid);
+  j.erase("workloads");
+  CHECK_THROWS_WITH(kt::parse_shapes(j, "k.json"), "k.json: missing field 'workloads'");
+  // Each kerntune-only key alone selects the kerntune format (then "model" is missing).
+  for (const char* key : {"dtypes", "qkv_bias", "workloads"}) {
+    auto k = nlohmann::json::parse(kValid);
+    nlohmann::json only = {{"hidden_size", 256}, {"num_attention_heads", 8}, {key, k[key]}};
+    CHECK_THROWS_WITH(kt::parse_shapes(only, "k.json"), "k.json: missing field 'model'");
+  }
+  CHECK_FALSE(kt::parse_shapes(nlohmann::json::parse(kValid), "k.json").hugging_face);
+  nlohmann::json hf = {{"hidden_size", 256}, {"num_attention_heads", 8}, {"rope_theta", 20000.0}};
+  const auto s = kt::parse_shapes(hf, "config.json");
+  CHECK(s.hugging_face);
+  CHECK(s.model.rope_theta == 20000.0);
+}
+
+TEST_CASE("shapes file: duplicate keys and duplicate workloads are errors", "[shapes]") {
+  std::string path;
+  std::string msg = error_of(replace(kValid, R"("head_dim": 32,)", R"("head_dim": 32, "head_dim": 64,)"), &path);
+  CHECK(msg == path + ": duplicate key 'head_dim' (JSON would silently keep the last one)");
+  // The path of a nested duplicate names the array element.
+  msg = error_of(replace(kValid, R"({"batch": 2, "seqlen": 5,)", R"({"batch": 2, "seqlen": 5, "batch": 2,)"), &path);
+  CHECK(contains(msg, path + ": duplicate key 'workloads.attention_prefill[1].batch'"));
+  msg = error_of(replace(kValid, R"("formats": ["nf4"] })", R"("formats": ["nf4"], "tokens": [2] })"), &path);
+  CHECK(contains(msg, path + ": duplicate key 'workloads.qkv_proj.tokens'"));
+  // Equal keys in different objects are fine.
+  CHECK_NOTHROW(kt::load_shapes(TempFile(kValid).path));
+
+  msg = error_of(replace(kValid, R"({"batch": 1, "seqlen": 37})", R"({"batch": 1, "seqlen": 37}, {"batch": 1, "seqlen": 37, "seqlen_k": 37, "causal": true})"),
+                 &path);
+  CHECK(msg == path + ": field 'workloads.attention_prefill[1]': duplicates workloads.attention_prefill[0] (the same "
+                      "problem would be tuned twice)");
+  // The same sizes with another mask are another problem.
+  CHECK_NOTHROW(kt::load_shapes(
+      TempFile(replace(kValid, R"({"batch": 1, "seqlen": 37})", R"({"batch": 1, "seqlen": 37}, {"batch": 1, "seqlen": 37, "causal": false})"))
+          .path));
+  msg = error_of(replace(kValid, R"({"batch": 3, "kv_len": 1000})", R"({"batch": 3, "kv_len": 1000}, {"batch": 3, "kv_len": 1000})"),
+                 &path);
+  CHECK(contains(msg, path + ": field 'workloads.attention_decode[1]': duplicates workloads.attention_decode[0]"));
+}
+
+TEST_CASE("shapes file: sizes are bounded where they are parsed", "[shapes]") {
+  std::string path;
+  // num_attention_heads 2^24 would overflow N = (Hq + 2 Hkv) D in int.
+  std::string msg = error_of(replace(kValid, R"("num_attention_heads": 8)", R"("num_attention_heads": 16777216)"), &path);
+  CHECK(msg == path + ": field 'num_attention_heads': 16777216 is too large: at most 1024 is supported");
+  msg = error_of(replace(kValid, R"("hidden_size": 256)", R"("hidden_size": 2147483584)"), &path);
+  CHECK(msg == path + ": field 'hidden_size': 2147483584 is too large: at most 65536 is supported");
+  msg = error_of(replace(kValid, R"("seqlen_k": 577)", R"("seqlen_k": 2147483647)"), &path);
+  CHECK(msg == path + ": field 'workloads.attention_prefill[1].seqlen_k': 2147483647 is too large: at most 1048576 is "
+                      "supported");
+  msg = error_of(replace(kValid, R"("kv_len": 1000)", R"("kv_len": 1048577)"), &path);
+  CHECK(contains(msg, "field 'workloads.attention_decode[0].kv_len': 1048577 is too large: at most 1048576"));
+  msg = error_of(replace(kValid, "[1, 1000]", "[1, 2000000]"), &path);
+  CHECK(contains(msg, "field 'workloads.qkv_proj.tokens[1]': 2000000 is too large: at most 1048576"));
+  msg = error_of(replace(kValid, R"("head_dim": 32)", R"("head_dim": 2048)"), &path);
+  CHECK(contains(msg, "field 'head_dim': 2048 is too large: at most 1024"));
+  msg = error_of(replace(kValid, R"("batch": 1, "seqlen": 37)", R"("batch": 65536, "seqlen": 37)"), &path);
+  CHECK(contains(msg, "field 'workloads.attention_prefill[0].batch': 65536 is too large: at most 65535"));
+
+  // Each value at its bound, but a tensor over kMaxTensorBytes: K/V of 65535 x 2^20 x 2 x 32 x 2 bytes.
+  msg = error_of(replace(kValid, R"("batch": 2, "seqlen": 5, "seqlen_k": 577)", R"("batch": 65535, "seqlen": 5, "seqlen_k": 1048576)"),
+                 &path);
+  CHECK(contains(msg, path + ": field 'workloads.attention_prefill[1]': K (and V) would take 8191.9 GiB (batch 65535 x "
+                             "seqlen_k 1048576 x 2 KV heads x head_dim 32 x 2 bytes); the limit is 64 GiB per tensor"));
+  // The fp16 Q/K/V weight: 65536 x (1024 + 2 x 1024) x 1024 x 2 bytes.
+  msg = error_of(replace(replace(replace(replace(kValid, R"("hidden_size": 256)", R"("hidden_size": 65536)"),
+                                         R"("num_attention_heads": 8)", R"("num_attention_heads": 1024)"),
+                                 R"("num_key_value_heads": 2)", R"("num_key_value_heads": 1024)"),
+                         R"("head_dim": 32)", R"("head_dim": 1024)"),
+                 &path);
+  CHECK(contains(msg, "field 'hidden_size': the Q/K/V weight would take 384.0 GiB"));
+  // Below the limit is accepted: K/V of 128 x 2^20 x 2 x 32 x 2 bytes = 16 GiB.
+  CHECK_NOTHROW(kt::load_shapes(
+      TempFile(replace(kValid, R"("batch": 2, "seqlen": 5, "seqlen_k": 577)", R"("batch": 128, "seqlen": 5, "seqlen_k": 1048576)"))
+          .path));
+  // Hugging Face configs are bounded too.
+  nlohmann::json hf = {{"hidden_size", 3584}, {"num_attention_heads", 16777216}};
+  CHECK_THROWS_WITH(kt::parse_shapes(hf, "hf.json"), Catch::Contains("'num_attention_heads': 16777216 is too large"));
+}
+
+TEST_CASE("shapes file: names with control characters, deep nesting and directories are refused", "[shapes]") {
+  std::string path;
+  std::string msg = error_of(replace(kValid, R"("Tiny")", R"("x\u001b[31mRED")"), &path);
+  CHECK(msg == path + ": field 'model': contains the control character 0x1b; expected printable text");
+  msg = error_of(replace(kValid, R"("Tiny")", R"("two\nlines")"), &path);
+  CHECK(contains(msg, "field 'model': contains the control character 0x0a"));
+  CHECK(kt::load_shapes(TempFile(replace(kValid, R"("Tiny")", R"("Tiny – ünïcode")")).path).model.name ==
+        "Tiny – ünïcode");
+
+  msg = error_of(replace(kValid, R"("Tiny")", std::string(100, '[') + std::string(100, ']')), &path);
+  CHECK(contains(msg, path + ": JSON nested more than 64 levels deep"));
+
+  const std::string dir = "/tmp/kt_shapes_test_dir_" + std::to_string(::getpid());
+  REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+  CHECK_THROWS_WITH(kt::load_shapes(dir), dir + ": is a directory, expected a JSON file");
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("shapes file: Hugging Face text_config, rope_parameters and architectures", "[shapes]") {
+  // A multimodal config: the text model's geometry is nested; the name comes from architectures.
+  nlohmann::json vl = nlohmann::json::parse(R"({
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+    "vision_config": {"hidden_size": 1280, "num_heads": 16},
+    "text_config": {"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+                    "rope_theta": 1000000.0, "vocab_size": 152064}})");
+  const auto s = kt::parse_shapes(vl, "vl.json");
+  CHECK(s.hugging_face);
+  CHECK(s.model.name == "Qwen2_5_VLForConditionalGeneration");
+  CHECK(s.model.hidden_size == 3584);
+  CHECK(s.model.num_heads == 28);
+  CHECK(s.model.num_kv_heads == 4);
+  CHECK(s.model.head_dim == 128);
+  CHECK(s.model.qkv_bias);  // the text model's model_type is qwen2
+  CHECK(s.model.rope_theta == 1000000.0);
+  vl["text_config"]["num_key_value_heads"] = 5;
+  CHECK_THROWS_WITH(kt::parse_shapes(vl, "vl.json"), Catch::Contains("28 attention heads are not a multiple of 5"));
+  vl["text_config"]["num_key_value_heads"] = "4";
+  CHECK_THROWS_WITH(kt::parse_shapes(vl, "vl.json"),
+                    Catch::Contains("field 'text_config.num_key_value_heads': expected a positive integer"));
+
+  // Newer transformers: rope_theta inside rope_parameters.
+  nlohmann::json llama = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+                          {"rope_parameters", {{"rope_theta", 500000.0}, {"rope_type", "default"}}}};
+  CHECK(kt::parse_shapes(llama, "x").model.rope_theta == 500000.0);
+  CHECK(kt::parse_shapes(llama, "x").model.name == "llama");
+  llama["rope_parameters"]["rope_theta"] = -1;
+  CHECK_THROWS_WITH(kt::parse_shapes(llama, "x"), Catch::Contains("field 'rope_parameters.rope_theta'"));
+  llama["rope_parameters"].erase("rope_theta");
+  CHECK(kt::parse_shapes(llama, "x").model.rope_theta == 10000.0);
+  // Name: _name_or_path first, then architectures[0]; an empty _name_or_path is skipped.
+  llama["architectures"] = {"LlamaForCausalLM"};
+  CHECK(kt::parse_shapes(llama, "x").model.name == "LlamaForCausalLM");
+  llama["_name_or_path"] = "";
+  CHECK(kt::parse_shapes(llama, "x").model.name == "LlamaForCausalLM");
+  llama["_name_or_path"] = "meta-llama/Llama-3.1-8B";
+  CHECK(kt::parse_shapes(llama, "x").model.name == "meta-llama/Llama-3.1-8B");
+  llama.erase("_name_or_path");
+  llama.erase("architectures");
+  llama.erase("model_type");
+  CHECK(kt::parse_shapes(llama, "x").model.name == "unknown");
 }

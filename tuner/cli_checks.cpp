@@ -1,0 +1,140 @@
+#include "tuner/cli_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "generator/arch.h"
+#include "generator/registry.h"
+#include "tuner/tuner_registry.h"
+
+namespace kt::cli {
+namespace {
+
+std::string num(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+// A file the run will write: not a directory, and its folder exists.
+void check_output_path(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw CliError(option + " '" + path + "' is a directory; give a file name");
+  const fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) return;
+  if (!fs::exists(parent, ec))
+    throw CliError(option + " '" + path + "': folder '" + parent.string() + "' does not exist");
+  if (!fs::is_directory(parent, ec))
+    throw CliError(option + " '" + path + "': '" + parent.string() + "' is not a folder");
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& a : supported_archs()) s += (s.empty() ? "" : ", ") + a;
+  return s;
+}
+
+}  // namespace
+
+void check_tune_options(const TuneOptions& o) {
+  if (o.strategy != "exhaustive" && o.strategy != "halving")
+    throw CliError("unknown --strategy '" + o.strategy + "': use exhaustive or halving");
+  if (!std::isfinite(o.budget_ms) || o.budget_ms <= 0 || o.budget_ms > kMaxBudgetMs)
+    throw CliError("--budget-ms must be a number of milliseconds in (0, " + num(kMaxBudgetMs) + "], got " +
+                   num(o.budget_ms));
+  if (!std::isfinite(o.watchdog_s) || o.watchdog_s <= 0 || o.watchdog_s > kMaxWatchdogS)
+    throw CliError("--watchdog-s must be a number of seconds in (0, " + num(kMaxWatchdogS) + "], got " +
+                   num(o.watchdog_s));
+  if (!o.compile_only && o.budget_ms / 1000 >= o.watchdog_s)
+    throw CliError("--budget-ms " + num(o.budget_ms) + " is not below --watchdog-s " + num(o.watchdog_s) +
+                   " (" + num(o.budget_ms / 1000) + " s): every candidate would be killed as timed out");
+  if (o.max_candidates < 0)
+    throw CliError("--max-candidates must be >= 0 (0 = all candidates), got " + std::to_string(o.max_candidates));
+  if (o.jobs < 0 || o.jobs > kMaxJobs)
+    throw CliError("--jobs must be in [0, " + std::to_string(kMaxJobs) + "] (0 = all hardware threads), got " +
+                   std::to_string(o.jobs));
+  if (o.compile_only && o.retune) throw CliError("--retune has no effect with --compile-only (nothing is measured)");
+  if (o.compile_only && o.strategy_given)
+    throw CliError("--strategy has no effect with --compile-only (nothing is measured)");
+  if (o.no_cache && o.cache_dir_given)
+    throw CliError("--no-cache and --cache-dir contradict each other: give one of them");
+  if (o.compile_only && o.arch.empty())
+    throw CliError("--compile-only needs --arch (there is no GPU to take it from): one of " + supported_list());
+  if (o.db == ":memory:" || o.db.rfind("file:", 0) == 0)
+    throw CliError("--db '" + o.db +
+                   "' is not a file: the worker processes and later runs could not see it; give a file name");
+  if (!o.db.empty()) check_output_path("--db", o.db);
+  if (!o.json_out.empty()) check_output_path("--json", o.json_out);
+}
+
+std::vector<std::string> check_families(const ShapesFile& shapes, const std::vector<std::string>& families) {
+  // Workload counts per family come from the tuner registry (each family reads its own problems from the file);
+  // workloads the file names for a family that is not registered yet are listed by the shapes file itself.
+  struct Kind {
+    std::string family;
+    size_t count;
+    bool registered;
+  };
+  std::vector<Kind> kinds;
+  for (const auto& tf : tuner_families()) kinds.push_back({tf.family->name(), tf.problems(shapes).size(), true});
+  for (const auto& [name, count] : shapes.workload_counts()) {
+    const bool known = std::any_of(kinds.begin(), kinds.end(), [&](const Kind& k) { return k.family == name; });
+    if (!known) kinds.push_back({name, count, false});
+  }
+  std::vector<std::string> warnings;
+  if (!families.empty()) {
+    for (const auto& f : families) {
+      try {
+        find_tuner_family(f);
+      } catch (const std::invalid_argument& e) {
+        throw CliError(e.what());
+      }
+      for (const auto& k : kinds)
+        if (f == k.family && k.count == 0)
+          throw CliError("--families " + f + ": " + shapes.source + " has no " + f + " workloads");
+    }
+    return warnings;
+  }
+  size_t tunable = 0;
+  std::string present;
+  for (const auto& k : kinds) {
+    if (k.count == 0) continue;
+    present += (present.empty() ? "" : ", ") + k.family;
+    if (k.registered) {
+      tunable += k.count;
+    } else {
+      warnings.push_back(shapes.source + ": its " + std::to_string(k.count) + " " + k.family +
+                         " workload(s) are skipped: the " + k.family + " family is not implemented yet");
+    }
+  }
+  if (tunable == 0)
+    throw CliError(shapes.source + " has only " + present +
+                   " workloads, and no family that can tune them is implemented yet: nothing to tune");
+  return warnings;
+}
+
+std::string arch_for_gpu(const std::string& gpu_name, int cc_major, int cc_minor) {
+  std::string arch = "sm_" + std::to_string(cc_major) + std::to_string(cc_minor);
+  if (arch == "sm_90") arch = "sm_90a";
+  const auto& s = supported_archs();
+  if (std::find(s.begin(), s.end(), arch) == s.end())
+    throw CliError("the GPU found, " + gpu_name + " (compute capability " + std::to_string(cc_major) + "." +
+                   std::to_string(cc_minor) + "), has no kerntune kernels: supported are " + supported_list() +
+                   " (--compile-only --arch ... builds for one of them without running)");
+  return arch;
+}
+
+std::string compile_estimate(size_t binaries, int threads) {
+  const double s = double(binaries) * kCompileSecondsPerBinary / std::max(1, threads);
+  char b[64];
+  if (s < 90) std::snprintf(b, sizeof b, "about %.0f s", std::max(1.0, s));
+  else if (s < 5400) std::snprintf(b, sizeof b, "about %.0f min", s / 60);
+  else std::snprintf(b, sizeof b, "about %.1f h", s / 3600);
+  return b;
+}
+
+}  // namespace kt::cli
