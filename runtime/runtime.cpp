@@ -191,8 +191,9 @@ bool same_qkv_class(const qkv::Problem& a, const qkv::Problem& b) {
 /// Why config c cannot compute p on arch, or nullptr. Correctness only: not the by-M pruning of valid_configs.
 const char* qkv_unusable(const qkv::Problem& p, const qkv::Config& c, ArchId arch) {
   if (const char* r = qkv::invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return r;
-  if (c.split_k > 1 && c.split_k > p.k / c.tile_k) return "split_k exceeds k / tile_k";
-  if (c.mainloop == qkv::kMainloopGemv && qkv::gemv_smem_bytes(c, p.format, p.k) > qkv::gemv_smem_cap(arch.sm))
+  const int step = c.mainloop == qkv::Mainloop::gemv ? qkv::gemv_step_k(p.format) : qkv::tile_k(c);
+  if (qkv::k_split_blocks(c) > 1 && qkv::k_split_blocks(c) > p.k / step) return "split_k exceeds k / tile_k";
+  if (c.mainloop == qkv::Mainloop::gemv && qkv::gemv_smem_bytes(c, p.format, p.k) > qkv::gemv_smem_cap(arch.sm))
     return "gemv shared memory for this k exceeds the per-block limit";
   return nullptr;
 }
@@ -565,8 +566,7 @@ void Runtime::qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUst
   if (!found) {
     // Reject bad arguments before compiling anything: every check but the workspace's (which is ours) does not
     // depend on the config.
-    qkv::Config unsplit{};
-    unsplit.split_k = 1;
+    const qkv::Config unsplit{};  // mma, split_k 1: no workspace
     qkv::check_params(p, unsplit, params);
     std::lock_guard<std::mutex> g(I.resolve_mu);
     {
