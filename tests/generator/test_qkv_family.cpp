@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -270,20 +271,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         const auto it = std::find_if(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, want); });
         CHECK(it - cs.begin() < 120);
       }
-    const auto cs = valid_configs(qwen(quant::Format::nf4, DType::bf16, 1), arch);
-    std::vector<Config> gemv;
-    for (const auto& c : cs)
-      if (c.mainloop == Mainloop::gemv && !gemv_balanced(c)) gemv.push_back(c);
-    size_t ring = 0;
-    for (const auto& c : gemv) ring += gemv_ring(c);
-    REQUIRE(ring > 10);
-    for (size_t i = 0; i < 40; ++i) CHECK(gemv_ring(gemv[i]) == (i % 4 == 3));
-    int last_prefetch = 0;  // the ring's prefetch-1 configs that fit come before its deeper ones
-    for (size_t i = 3; i < 40; i += 4) {
-      if (gemv[i].gemv.prefetch < last_prefetch)
-        FAIL_CHECK("register-ring prefetch order: " << gemv[i].gemv.prefetch << " after " << last_prefetch);
-      last_prefetch = gemv[i].gemv.prefetch;
-    }
+    // (every fourth whole-unit gemv candidate on the register ring, prefetch 1 first: the order properties test below)
   }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
     const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
@@ -1188,4 +1176,157 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   const auto bad_pairs = compiler.compile(kernel_source(pf, mk_pairs(128, 88, 6), arch));
   CHECK_FALSE(bad_pairs.ok);
   CHECK_THAT(bad_pairs.error, Catch::Contains("invalid qkv_wgmma_pairs variant"));
+}
+
+TEST_CASE("qkv_proj candidate order: properties for every device model, read from the device and not an H100's constants",
+          "[generator][qkv]") {
+  const ArchId arch = parse_arch("sm_90a");
+  DeviceModel h100_pcie = device_model(arch, 114), small_gpu = device_model(arch, 40);
+  small_gpu.smem_per_sm = 100 * 1024;  // a GPU with less shared memory per SM than the H100's 228 KB
+  const DeviceModel models[] = {device_model(arch), h100_pcie, small_gpu};
+  CHECK(device_model(arch).sm_count == 132);
+  CHECK(device_model(arch).smem_per_sm == 228 * 1024);
+  CHECK(device_model(arch).smem_per_block == max_smem_per_block(90));
+  CHECK(device_model(parse_arch("sm_80")).sm_count == 108);
+  CHECK(device_model(parse_arch("sm_86")).smem_per_block == max_smem_per_block(86));
+  CHECK_THROWS_WITH(device_model(arch, 0), Catch::Contains("sm_count must be >= 1"));
+  DeviceModel none = device_model(arch);
+  none.sm_count = 0;
+  CHECK_THROWS_WITH(valid_configs(qwen(), arch, none), Catch::Contains("sm_count"));
+  CHECK(valid_configs(qwen(), arch).size() == valid_configs(qwen(), arch, device_model(arch)).size());
+
+  for (const DeviceModel& dev : models)
+    for (auto [f, dt] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::fp16, DType::f16},
+                         {quant::Format::int8, DType::bf16}, {quant::Format::int4_kb128, DType::f16}})
+      for (int m : {1, 16, 37, 64, 256, 1024, 4096}) {
+        const Problem p = qwen(f, dt, m);
+        const double sms = dev.sm_count;
+        INFO(p.key() << " on " << dev.sm_count << " SMs, " << dev.smem_per_sm << " bytes per SM");
+        const auto cs = valid_configs(p, arch, dev);
+        REQUIRE(!cs.empty());
+        // Deterministic: the same list again.
+        const auto again = valid_configs(p, arch, dev);
+        REQUIRE(again.size() == cs.size());
+        for (size_t i = 0; i < cs.size(); ++i) CHECK(same_config(cs[i], again[i]));
+        // Every candidate valid, none twice, names unique; the default is valid and among the candidates (the tuner
+        // measures it first as the baseline).
+        std::set<std::string> names;
+        for (const auto& c : cs) {
+          CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch) == nullptr);
+          CHECK(names.insert(variant_name(p, c, arch)).second);
+        }
+        const Config def = default_config(arch, p);
+        CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, def, arch) == nullptr);
+        CHECK(std::any_of(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, def); }));
+        // Decode sizes try the weight-streaming kernel first; gemv only up to M = 64.
+        if (m <= 16) CHECK(cs.front().mainloop == Mainloop::gemv);
+        if (m > 64) CHECK(std::none_of(cs.begin(), cs.end(), [](const Config& c) { return c.mainloop == Mainloop::gemv; }));
+        std::vector<Config> by[5];
+        for (const auto& c : cs) by[int(c.mainloop)].push_back(c);
+        // mma: split-K only while the grid has fewer than 2 blocks per SM of this device; grids closest to 2 per SM first.
+        double last = -1;
+        for (const auto& c : by[int(Mainloop::mma)]) {
+          const double blocks = double((p.n() + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
+          if (c.mma.split_k > 1) CHECK(blocks < 2 * sms);
+          const double dist = std::round(std::fabs(std::log2(blocks * c.mma.split_k / (2 * sms))) * 2) / 2;
+          CHECK(dist >= last);
+          last = dist;
+        }
+        // wgmma: split-K only while the grid has fewer blocks than SMs; whole waves first (the busy share of the last
+        // wave, non-increasing down the list).
+        last = 2;
+        for (const auto& c : by[int(Mainloop::wgmma)]) {
+          const double blocks = double(p.n() / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
+          if (c.wgmma.split_k > 1) CHECK(blocks < sms);
+          const double waves = blocks * c.wgmma.split_k / sms;
+          const double eff = std::round((waves < 1 ? waves : waves >= 4 ? 1.0 : waves / std::ceil(waves)) * 8) / 8;
+          CHECK(eff <= last);
+          last = eff;
+        }
+        // wgmma_ws: stream-K only with more (tile, K step) units than SMs, a cluster split only with fewer output tiles
+        // than SMs.
+        for (const auto& c : by[int(Mainloop::wgmma_ws)]) {
+          if (ws_stream_k(c)) CHECK(ws_units(p, c) > dev.sm_count);
+          if (ws_split(c) > 1) CHECK(double((p.n() + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m) < sms);
+        }
+        // gemv: every fourth whole-unit candidate runs the register ring while both kinds last (3 others, 1 ring).
+        std::vector<Config> whole;
+        for (const auto& c : by[int(Mainloop::gemv)])
+          if (!gemv_balanced(c) && c.gemv.load != kTmaX) whole.push_back(c);
+        size_t rings = 0;
+        for (const auto& c : whole) rings += gemv_ring(c);
+        const size_t rounds = std::min(rings, (whole.size() - rings) / 3);
+        for (size_t i = 0; i < 4 * rounds; ++i) CHECK(gemv_ring(whole[i]) == (i % 4 == 3));
+        if (m <= 16) CHECK(rounds >= 4);
+        if (m == 1 && f == quant::Format::nf4 && &dev == &models[0]) {  // the ring's prefetch-1 configs that fit first
+          int last_prefetch = 0;
+          for (size_t i = 3; i < 40 && i < 4 * rounds; i += 4) {
+            CHECK(whole[i].gemv.prefetch >= last_prefetch);
+            last_prefetch = whole[i].gemv.prefetch;
+          }
+          CHECK(rounds >= 10);
+        }
+      }
+  // The order follows the device: 114 SMs make different whole waves than 132 for a prefill-sized problem, and the
+  // register-ring gemv configs whose blocks fit in 228 KB per SM need not fit in 100 KB.
+  auto order = [&](const Problem& p, const DeviceModel& dev) {
+    std::vector<std::string> v;
+    for (const auto& c : valid_configs(p, arch, dev)) v.push_back(variant_name(p, c, arch));
+    return v;
+  };
+  CHECK(order(qwen(quant::Format::int4, DType::bf16, 4096), device_model(arch)) !=
+        order(qwen(quant::Format::int4, DType::bf16, 4096), h100_pcie));
+  CHECK(order(qwen(quant::Format::nf4, DType::bf16, 1), device_model(arch)) !=
+        order(qwen(quant::Format::nf4, DType::bf16, 1), small_gpu));
+}
+
+TEST_CASE("qkv_proj config JSON: one object per mainloop, every field named; the flat schema-1 form is refused", "[generator][qkv]") {
+  const Problem p = qwen();
+  const Config cs[] = {mk_mma(16, 128, 64, 1, 4, 2, 8, 1),
+                       mk_gemv(8, 32, 7, 1, kBulk, 2, GemvReduce::cluster, 4),
+                       mk_gemv(8, 16, 4, 1, kTmaX, 1, GemvReduce::balanced_tail),
+                       mk_wgmma(128, 256, 64, 3, 1, 2),
+                       mk_ws(16, 128, 2, 2, 8, 3),
+                       mk_ws(128, 128, 2, 1, 6, 0),
+                       mk_pairs(128, 96, 8, 2)};
+  for (const Config& c : cs) {
+    const nlohmann::json j = config_to_json(c);
+    INFO(j.dump());
+    const std::string ml = j.at("mainloop");
+    CHECK(ml == mainloop_name(c.mainloop));
+    CHECK(j.size() == 4);  // mainloop, tile_m, tile_n and the mainloop's object
+    REQUIRE(j.contains(ml));
+    CHECK(same_config(config_from_json(j), c));
+    // the variant name spells the mainloop, the tile and every field of its object, in order
+    const std::string name = variant_name(p, c, parse_arch("sm_90a"));
+    CHECK(name.find("__" + ml + "_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_") != std::string::npos);
+  }
+  CHECK(config_to_json(cs[1]).at("gemv") ==
+        nlohmann::json{{"warps_k", 7}, {"warps_n", 1}, {"load", "bulk_rows"}, {"prefetch", 2}, {"reduce", "cluster"}, {"cluster", 4}});
+  CHECK(config_to_json(cs[5]).at("wgmma_ws") ==
+        nlohmann::json{{"consumers", 2}, {"k_groups", 1}, {"stages", 6}, {"split", "stream_k"}, {"split_k", 1}});
+  // A config stored by schema 1 (flat fields, their meaning depending on the mainloop) names the migration.
+  const auto old = nlohmann::json::parse(
+      R"({"mainloop":"gemv","tile_m":8,"tile_n":16,"tile_k":128,"warps_m":4,"warps_n":1,"stages":2,"split_k":0,"prefetch":1,"cluster_m":1})");
+  CHECK_THROWS_WITH(config_from_json(old), Catch::Contains("schema 1") && Catch::Contains("migrate"));
+  auto missing = config_to_json(cs[4]);
+  missing["wgmma_ws"].erase("k_groups");
+  CHECK_THROWS_WITH(config_from_json(missing), Catch::Contains("k_groups"));
+  auto bad_split = config_to_json(cs[4]);
+  bad_split["wgmma_ws"]["split"] = "split_k_0";
+  CHECK_THROWS_WITH(config_from_json(bad_split), Catch::Contains("'wgmma_ws.split': unknown value 'split_k_0'"));
+}
+
+TEST_CASE("quant weight formats: element x layout, the public identifiers unchanged", "[generator][qkv]") {
+  for (int i = 0; i < quant::kFormatCount; ++i) {
+    const auto f = quant::Format(i);
+    INFO(format_tag(f));
+    const quant::WeightFormat w = quant::weight_format(f);
+    CHECK(quant::format_of(w) == f);
+    CHECK(int(w.element) == int(quant::format_element(f)));
+    CHECK((w.layout == quant::Layout::k_blocked) == quant::format_k_blocked(f));
+    CHECK((std::string(format_tag(f)).find("_kb") != std::string::npos) == (w.layout == quant::Layout::k_blocked));
+  }
+  CHECK(quant::format_of({quant::Element::int4, quant::Layout::k_blocked}) == quant::Format::int4_kb128);
+  CHECK(quant::format_of({quant::Element::nvfp4, quant::Layout::row_major}) == quant::Format::nvfp4);
 }
