@@ -269,9 +269,11 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     }
     items.push_back(std::move(it));
   }
+  // The candidate order counts waves on the GPU being tuned (compile-only: a representative GPU of the arch).
+  const kt::DeviceModel dev_model = use_gpu && device.sm_count > 0 ? kt::device_model(arch, device.sm_count) : kt::device_model(arch);
   for (const auto& p : qkv_problems) {
     Item it{kt::qkv::kFamily, p.key(), kt::qkv::problem_to_json(p), p.flops(), p.min_bytes(), {}, {}, {}, ""};
-    auto valid = kt::qkv::valid_configs(p, arch);
+    auto valid = kt::qkv::valid_configs(p, arch, dev_model);
     const auto def = kt::qkv::default_config(arch, p);
     std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return kt::qkv::same_config(c, def); });
     keep_only(valid, [&](const auto& c) { return kt::qkv::same_config(c, def) || only_match(kt::qkv::variant_name(p, c, arch)); });
