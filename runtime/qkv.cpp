@@ -42,7 +42,7 @@ TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long 
                       box, swizzle128, "cuTensorMapEncodeTiled");
 }
 
-/// The weight of gemv stages 2 as a 5-D byte tensor (qkv_gemv_tma in qkv_gemv.cuh): {row bytes, 8 rows g, 2 halves h,
+/// The weight of gemv tma as a 5-D byte tensor (qkv_gemv_tma in qkv_gemv.cuh): {row bytes, 8 rows g, 2 halves h,
 /// head_dim / 16 tiles, heads}, strides {1 row, head_dim / 2 rows, 8 rows, head_dim rows}, box {64, 8, 2, 1, 1}: the 16
 /// RoPE-paired rows (g, g + head_dim / 2) of one m16 tile for one 64-byte warp step.
 TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_dim, int heads) {
@@ -53,7 +53,7 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv rows)");
 }
 
-/// The K-blocked packed weight of gemv stages 2 ([K bytes / 64][N][64 bytes], quant_format.h) as a 5-D byte tensor {64
+/// The K-blocked packed weight of gemv tma ([K bytes / 64][N][64 bytes], quant_format.h) as a 5-D byte tensor {64
 /// bytes, 8 rows g, head_dim / 16 tiles, 2 heads halves (2 head + h), K bytes / 64 blocks}, strides {1 row, 8 rows,
 /// head_dim / 2 rows, 1 block} (a row is 64 bytes within a block of N rows), box {64, 8, 1, 2, 1}: the same 16 RoPE-paired
 /// rows per 64-byte warp step as encode_gemv_rows, each half one contiguous 512-byte run (QkvParams::w_k_blocked).
@@ -65,7 +65,7 @@ TmaDescriptor encode_gemv_blocks(const void* base, long long row_bytes, int head
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv K blocks)");
 }
 
-/// X of gemv stages 3 (qkv_gemv_tma_x in qkv_gemv.cuh) as a 3-D tensor of 16-bit elements {64, K / 64, M}, strides
+/// X of gemv tma_x (qkv_gemv_tma_x in qkv_gemv.cuh) as a 3-D tensor of 16-bit elements {64, K / 64, M}, strides
 /// {128 bytes, x_row_bytes}, box {64, step_k / 64, tile_m} (one warp step of K for a block's tokens), 128-byte swizzle;
 /// tokens past M read as zeros. K must be a multiple of 64 (check_params).
 TmaDescriptor encode_gemv_x(const void* x, long long k, long long m, long long x_row_bytes, int step_k, int tile_m) {

@@ -15,7 +15,7 @@ for fb in nf4_kb128:base mxfp4_kb128:base mxfp4_kb128:new; do
 J
   bin=build-gpu/autotune; lib=build-gpu/libkerntune.so; [ $b = base ] && { bin=build-gpu/base/autotune; lib=build-gpu/base/libkerntune.so; }
   db=/tmp/kt/l_${f}_${b}.db; rm -f $db
-  $bin --arch sm_90 --shapes /tmp/kt/$f.json --db $db --only 'gemv_m8_n16_w8x1_s0_p1__' --max-candidates 0 --budget-ms 5 2>&1 | grep "kb128/m1" 
+  $bin --arch sm_90 --shapes /tmp/kt/$f.json --db $db --only 'gemv_m8_n16_wk8_wn1_register_ring_p1_nored__' --max-candidates 0 --budget-ms 5 2>&1 | grep "kb128/m1" 
   KERNTUNE_LIB=$PWD/$lib timeout 150 $NCU --clock-control none --kernel-name-base mangled -k regex:'qkv_gemv.*Li8ELi16ELi8ELi1ELi1ELi0ELb0E' \
     --launch-skip 10 --launch-count 1 --section SourceCounters --section WarpStateStats --metrics gpu__time_duration.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio \
     --print-details all python3 bench/lone_launch_probe.py --db $db --formats $f --dtype bf16 --m 1 --reps 20 --skip-host --kerntune-only > $OUT/ncu_${f}_$b.txt 2>&1
