@@ -529,7 +529,7 @@ constexpr int kWsConsumerRegs = 232, kWsProducerRegs = 40;
 constexpr int kWsConsumerRegs4 = 112, kWsProducerRegs4 = 24;
 static_assert(128 * kWsProducerRegs + 256 * kWsConsumerRegs <= 384 * 168, "wgmma_ws: setmaxnreg beyond the block's registers");
 static_assert(128 * kWsProducerRegs4 + 512 * kWsConsumerRegs4 <= 640 * 96, "wgmma_ws: setmaxnreg beyond the block's registers");
-/// wgmma_ws: K groups (Config::warps_n, 1 or 2): with 2, each feature warpgroup has a twin that takes every other K
+/// wgmma_ws: K groups (WsConfig::k_groups, 1 or 2): with 2, each feature warpgroup has a twin that takes every other K
 /// step of the block's range (twice the decode threads per SM for the same tile and grid); the twins' partial sums meet
 /// in shared memory over the ring after the mainloop (ws_kgroup_xfer_bytes).
 KT_HD constexpr int ws_kgroups(const Config& c) { return c.ws.k_groups; }
