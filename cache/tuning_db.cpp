@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cache/migration_v2.h"
+
 namespace kt {
 namespace db {
 
@@ -36,10 +38,15 @@ Status parse_status(const std::string& name) {
 
 namespace {
 
-// Migration i brings PRAGMA user_version from i to i + 1. Append only; never edit a shipped script.
-const char* const kMigrations[] = {
+// Migration i brings PRAGMA user_version from i to i + 1: its SQL script, then its data rewrite (or none). Append
+// only; never edit a shipped migration.
+struct Migration {
+  const char* sql;
+  void (*rewrite)(SQLite::Database&);
+};
+const Migration kMigrations[] = {
     // 0 -> 1: the initial schema.
-    R"sql(
+    {R"sql(
 CREATE TABLE devices(
   id INTEGER PRIMARY KEY,
   name TEXT NOT NULL,
@@ -131,6 +138,10 @@ SELECT device_name, family, problem_key, problem_json, variant_name, config_json
        median_us, metric, registers, smem_bytes, measurement_id
 FROM ranked WHERE rank_in_tie = 1;
 )sql",
+     nullptr},
+    // 1 -> 2: qkv_proj configs with one meaning per field (one object per mainloop) and their variant names
+    // (cache/migration_v2.h).
+    {"", migrate_qkv_configs_v1_to_v2},
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == TuningDb::kSchemaVersion, "one migration script per schema version");
@@ -323,7 +334,8 @@ TuningDb::TuningDb(const std::string& path, bool read_only) : impl_(std::make_un
       // Another process may have migrated between our read and our write lock: re-read under the lock.
       const int now = I.user_version();
       if (now > v) return;
-      I.db->exec(kMigrations[v]);
+      if (*kMigrations[v].sql) I.db->exec(kMigrations[v].sql);
+      if (kMigrations[v].rewrite) kMigrations[v].rewrite(*I.db);
       // PRAGMA takes no bound parameters; the value is a compile-time schema number, not data.
       I.db->exec("PRAGMA user_version = " + std::to_string(v + 1));
       ++I.migrations_applied;

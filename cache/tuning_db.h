@@ -1,7 +1,8 @@
 // The SQLite tuning database: one file holding devices, tuning runs, compiled binaries (cubins) and
 // every measurement, with a winners view. Readable with the plain `sqlite3` shell. No CUDA here.
 //
-// Schema (PRAGMA user_version = 1; migrations are applied in order on open):
+// Schema (PRAGMA user_version = 2; migrations are applied in order on open; 2 rewrote qkv_proj's config_json and
+// variant names, cache/migration_v2.h):
 //   devices(id, name, uuid UNIQUE, cc_major, cc_minor, sm_count, l2_bytes, driver_version,
 //           sm_clock_khz, mem_clock_khz)
 //   runs(id, argv, shapes_path, shapes_hash, kerntune_version, host, started_at, ended_at)   -- unix seconds
@@ -134,7 +135,7 @@ class TuningDb {
   const std::string& path() const;
   /// Current PRAGMA user_version (kSchemaVersion after open).
   int schema_version() const;
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   /// How many migration scripts this open applied (0 when the file was already current).
   int migrations_applied() const;
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/kt_types.h"
+#include "generator/arch.h"  // DeviceModel, device_model()
 #include "generator/compiler.h"
 
 namespace kt {
@@ -33,15 +34,6 @@ struct LaunchDims {
   unsigned cluster_y = 1;
 };
 
-/// What enumeration, pruning and launch shapes may read about the GPU: its multiprocessors and the largest
-/// dynamic shared memory one block may request (bytes).
-struct DeviceModel {
-  int sm_count = 0;
-  int smem_per_block = 0;
-  /// The reference GPU of an arch: sm_90 -> H100 SXM (132 SMs), sm_80 -> A100 (108), sm_86 -> RTX 3090 (82),
-  /// sm_89 -> RTX 4090 (128); shared memory max_smem_per_block(arch.sm).
-  static DeviceModel for_arch(ArchId arch);
-};
 
 /// How far a tuned problem is from an asked one of the same class, for the runtime's nearest step: smaller is
 /// nearer. Compared as (distance, tie) after quantizing both to 1e-9, then by the tuned problem key.

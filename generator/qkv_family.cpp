@@ -92,7 +92,7 @@ std::vector<Config> config_space() {
         for (const auto& w : warps)
           for (int st : {2, 3})
             for (int sk : {1, 2, 4, 8, 16})
-              for (int pf : {1, 2, 4}) out.push_back(Config{tm, tn, tk, w[0], w[1], st, sk, pf, kMainloopMma});
+              for (int pf : {1, 2, 4}) out.push_back(make_config(tm, tn, MmaConfig{tk, w[0], w[1], st, sk, pf}));
   return out;
 }
 
@@ -103,23 +103,26 @@ std::vector<Config> gemv_config_space(quant::Format f) {
   for (int tm : {8, 16, 32, 64})
     for (int rt : {1, 2})  // m16 tiles per warp
       for (const auto& w : warps)
-        for (int st : {0, 1, 2, 3})
+        for (GemvLoad ld : {GemvLoad::register_ring, GemvLoad::bulk_rows, GemvLoad::tma, GemvLoad::tma_x})
           for (int pf : {1, 2, 4}) {
-            // stages 2 / 3: TMA window prefetch + 1 = 2 or 3 steps; 5 only for 16-bit weights, whose 64-byte steps are a
-            // quarter of a 4-bit step's K (for the packed formats it never won a probe)
-            if (st >= 2 && pf == 4 && quant::format_bits(f) != 16) continue;
-            out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 1, pf, kMainloopGemv});
-            // its balanced tail (split_k 0, right after it in the order): stages 0 and 2, tile_m 8 and 16 only. The
+            // tma / tma_x: TMA window prefetch + 1 = 2 or 3 steps; 5 only for 16-bit weights, whose 64-byte steps are
+            // a quarter of a 4-bit step's K (for the packed formats it never won a probe)
+            if ((ld == GemvLoad::tma || ld == GemvLoad::tma_x) && pf == 4 && quant::format_bits(f) != 16) continue;
+            out.push_back(make_config(tm, w[1] * 16 * rt, GemvConfig{w[0], w[1], ld, pf, GemvReduce::none, 1}));
+            // its balanced tail (right after it in the order): every load but bulk_rows, tile_m 8 and 16 only. The
             // decode sizes run one wave of units, where whole units leave some SMs one more than others (NOTES
-            // qkv_proj 30: faster in graphs for stages 0 and 2, slower for stages 1, whose blocks hold whole rows).
-            if (st != 1 && tm <= 16) out.push_back(Config{tm, w[1] * 16 * rt, gemv_step_k(f), w[0], w[1], st, 0, pf, kMainloopGemv});
+            // qkv_proj 30: faster in graphs for the register ring and tma, slower for bulk_rows, whose blocks hold
+            // whole rows).
+            if (ld != GemvLoad::bulk_rows && tm <= 16)
+              out.push_back(make_config(tm, w[1] * 16 * rt, GemvConfig{w[0], w[1], ld, pf, GemvReduce::balanced_tail, 1}));
           }
-  // K split over a thread-block cluster (stages 1): cluster size x warps along K (warps_n 1).
+  // K split over a thread-block cluster (bulk_rows): cluster size x warps along K (warps_n 1).
   for (int tm : {8, 16, 32, 64})
     for (int rt : {1, 2})
       for (int cs : {2, 4, 8})
         for (int wk : {1, 2, 4, 8})
-          for (int pf : {1, 2}) out.push_back(Config{tm, 16 * rt, gemv_step_k(f), wk, 1, 1, cs, pf, kMainloopGemv});
+          for (int pf : {1, 2})
+            out.push_back(make_config(tm, 16 * rt, GemvConfig{wk, 1, GemvLoad::bulk_rows, pf, GemvReduce::cluster, cs}));
   return out;
 }
 
@@ -132,7 +135,7 @@ std::vector<Config> wgmma_config_space(quant::Format f) {
           for (int sk : {1, 2, 4, 8, 16})
             for (int pf : {1, 2}) {
               if (quant::format_bits(f) == 16 && pf != 1) continue;
-              out.push_back(Config{tm, tn, tk, tm / 16, 1, st, sk, pf, kMainloopWgmma});
+              out.push_back(make_config(tm, tn, WgmmaConfig{tk, st, sk, pf}));
             }
   return out;
 }
@@ -143,7 +146,7 @@ std::vector<Config> ws_config_space() {
     for (int wm : {4, 8})
       for (int atoms : {1, 2})
         for (int st : {2, 3, 4, 6, 8})
-          for (int sk : {0, 1, 2, 3, 4}) {
+          for (int sk : {0, 1, 2, 3, 4}) {  // 0: stream-K
             // split_k 2 / 3 / 4 form clusters, one binary per split (not a launch dimension): offered with rings of 4
             // or more slots only (what won on the H100), which keeps the CI compile sweep's binary count in bounds;
             // 3 (108 blocks for 36 tiles of 128 features: M = 64 with tile_m 64, M = 256 with tile_m 256) from tile_m
@@ -152,13 +155,14 @@ std::vector<Config> ws_config_space() {
             // the gemv kernel wins there)
             if (sk > 1 && st < 4) continue;
             if (sk == 3 && tm < 16) continue;
-            out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 1, st, sk, 1, kMainloopWgmmaWs});
-            // Two K groups (warps_n 2: a twin of each consumer warpgroup takes every other K step; NOTES qkv_proj 21):
+            const WsSplit split = sk == 0 ? WsSplit::stream_k : WsSplit::split_k;
+            out.push_back(make_config(tm, 16 * wm * atoms, WsConfig{wm / 4, 1, st, split, std::max(sk, 1)}));
+            // Two K groups (k_groups 2: a twin of each consumer warpgroup takes every other K step; NOTES qkv_proj 21):
             // for the decode-bound token tiles of 16 and 32 with one atom per warpgroup, rings of 6 or 8 slots (each
             // group waits on every other slot, so 4 slots left each group 2 in flight and measured slower), split_k >= 1
             if (tm == 16 || tm == 32)
               if (atoms == 1 && (st == 6 || st == 8) && sk >= 1)
-                out.push_back(Config{tm, 16 * wm * atoms, 64, wm, 2, st, sk, 1, kMainloopWgmmaWs});
+                out.push_back(make_config(tm, 16 * wm * atoms, WsConfig{wm / 4, 2, st, split, sk}));
           }
   return out;
 }
@@ -168,7 +172,7 @@ std::vector<Config> pairs_config_space() {
   for (int tm : {64, 128})
     for (int tn : {40, 48, 56, 64, 72, 80, 96, 128})
       for (int st : {4, 6, 8, 12, 16})
-        for (int cm : {1, 2, 4}) out.push_back(Config{tm, tn, 64, tm / 16, 1, st, 1, 1, kMainloopWgmmaPairs, cm});
+        for (int cm : {1, 2, 4}) out.push_back(make_config(tm, tn, PairsConfig{st, cm}));
   return out;
 }
 
@@ -177,7 +181,7 @@ namespace {
 /// Feature tiles of a config: wgmma_pairs (D/2 / box pairs) pair chunks x groups of box_heads heads; the others
 /// ceil(n / tile_n).
 long long pairs_feature_tiles_or_n(const Problem& p, const Config& c) {
-  if (c.mainloop != kMainloopWgmmaPairs) return (p.n() + c.tile_n - 1) / c.tile_n;
+  if (c.mainloop != Mainloop::wgmma_pairs) return (p.n() + c.tile_n - 1) / c.tile_n;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   return (long long)(p.head_dim / 2 / wp_box_pairs(c)) * ((heads + wp_box_heads(c) - 1) / wp_box_heads(c));
 }
@@ -217,23 +221,24 @@ int next_pow2_at_least(int m, int lo, int hi) {
   return c;
 }
 
-/// mma candidates for the problem, heuristic order: grids closest to two blocks per SM of a 132-SM GPU, then
-/// larger tiles (more reuse of each loaded weight and X element).
-std::vector<Config> mma_candidates(const Problem& p, ArchId arch) {
+/// mma candidates for the problem, heuristic order: grids closest to two blocks per SM, then larger tiles (more reuse
+/// of each loaded weight and X element).
+std::vector<Config> mma_candidates(const Problem& p, ArchId arch, const DeviceModel& dev) {
   std::vector<Config> out;
   const int m_cap = next_pow2_at_least(p.m, 16, 128);
+  const double two_per_sm = 2.0 * dev.sm_count;
   for (const auto& c : config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > m_cap) continue;
-    if (c.stages == 3 && c.tile_m < 64) continue;  // X tiles of 16/32 rows are too small for a deeper ring to matter
-    if (c.prefetch > 1 && c.tile_m > 32) continue;  // deep weight prefetch pays where the MMA work per tile is small
+    if (c.mma.stages == 3 && c.tile_m < 64) continue;  // X tiles of 16/32 rows are too small for a deeper ring to matter
+    if (c.mma.prefetch > 1 && c.tile_m > 32) continue;  // deep weight prefetch pays where the MMA work per tile is small
     const long long blocks = output_tiles(p, c);
-    if (c.split_k > 1 && (blocks >= 264 || c.split_k > p.k / c.tile_k)) continue;
+    if (c.mma.split_k > 1 && (blocks >= two_per_sm || c.mma.split_k > p.k / c.mma.tile_k)) continue;
     out.push_back(c);
   }
   auto score = [&](const Config& c) {
-    const double blocks = double(output_tiles(p, c)) * c.split_k;
-    return std::make_pair(std::round(std::fabs(std::log2(blocks / 264.0)) * 2) / 2, -double(c.tile_m) * c.tile_n);
+    const double blocks = double(output_tiles(p, c)) * c.mma.split_k;
+    return std::make_pair(std::round(std::fabs(std::log2(blocks / two_per_sm)) * 2) / 2, -double(c.tile_m) * c.tile_n);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   return out;
@@ -243,43 +248,43 @@ std::vector<Config> mma_candidates(const Problem& p, ArchId arch) {
 /// row, the second read mostly from L2: more, lighter blocks); every warp gets at least one K step.
 /// Heuristic order: most of the weight requested at once (warps x steps in flight, capped by the K steps each warp
 /// has) while every block still fits on the GPU at once (a register estimate), then fewer registers.
-std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
+std::vector<Config> gemv_candidates(const Problem& p, ArchId arch, const DeviceModel& dev) {
   std::vector<Config> out;
   if (p.m > 64) return out;
   const int tm = next_pow2_at_least(p.m, 8, 64);
   const int steps = (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format);
-  std::vector<Config> bal;  // the balanced tails (split_k 0), placed after their twins at the end
-  std::vector<Config> xt;   // stages 3 (X by TMA), each placed right before its stages-2 twin
+  std::vector<Config> bal;  // the balanced tails, placed after their twins at the end
+  std::vector<Config> xt;   // tma_x (X by TMA), each placed right before its tma twin
   for (const auto& c : gemv_config_space(p.format)) {
     if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
-    if (c.warps_m * c.split_k > steps) continue;  // every warp gets a K step
-    if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // the rows' scales (stages 1: and data) in smem
-    if (c.stages == 3 && p.k % 64 != 0) continue;  // X's tensor map is {64, K / 64, M}
-    (c.stages == 3 ? xt : c.split_k == 0 ? bal : out).push_back(c);
+    if (c.gemv.warps_k * gemv_cluster(c) > steps) continue;  // every warp gets a K step
+    if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // the rows' scales (bulk_rows: and data)
+    if (c.gemv.load == GemvLoad::tma_x && p.k % 64 != 0) continue;  // X's tensor map is {64, K / 64, M}
+    (c.gemv.load == GemvLoad::tma_x ? xt : gemv_balanced(c) ? bal : out).push_back(c);
   }
   const int tiles = p.n() / 16;
   auto fit = [&](const Config& c) {  // 1 when every block fits on the GPU at once (registers, shared memory)
-    const double blocks =
-        std::ceil(double(tiles) / (c.warps_n * gemv_row_tiles(c))) * ((p.m + c.tile_m - 1) / c.tile_m) * c.split_k;
-    return std::min({1.0, 132.0 * 65536 / (blocks * c.warps_m * c.warps_n * 32 * gemv_reg_estimate(c, p.format)),
-                     132.0 * 228 * 1024 / (blocks * (gemv_smem_bytes(c, p.format, p.k) + 1024.0))});
+    const double blocks = std::ceil(double(tiles) / (c.gemv.warps_n * gemv_row_tiles(c))) *
+                          ((p.m + c.tile_m - 1) / c.tile_m) * gemv_cluster(c);
+    return std::min({1.0, double(dev.sm_count) * dev.regs_per_sm / (blocks * threads(c) * gemv_reg_estimate(c, p.format)),
+                     double(dev.sm_count) * dev.smem_per_sm / (blocks * (gemv_smem_bytes(c, p.format, p.k) + 1024.0))});
   };
   auto score = [&](const Config& c) {
-    const int steps_per_warp = (steps + c.warps_m - 1) / c.warps_m;
+    const int steps_per_warp = (steps + c.gemv.warps_k - 1) / c.gemv.warps_k;
     const double in_flight =  // share of the weight requested at once
-        c.stages >= 1 ? 1.0 : double(std::min(c.prefetch, steps_per_warp)) / steps_per_warp;
+        !gemv_ring(c) ? 1.0 : double(std::min(c.gemv.prefetch, steps_per_warp)) / steps_per_warp;
     return std::make_pair(-std::round(in_flight * fit(c) * 8) / 8, gemv_reg_estimate(c, p.format));
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
-  // The register ring (stages 0) in an order of its own, every fourth candidate: blocks that fit, then the fewest
-  // steps in flight, then registers. in_flight above ranks its prefetch-1 variants last, but they are the ones that
-  // win: whole-space probe on the H100 (Qwen2.5-7B, M = 1, NOTES qkv_proj 22): nf4 w7 x 1 stages 0 prefetch 1
-  // 10.41 us against 11.82 for the best stages-1 config, ranked 184th before.
+  // The register ring in an order of its own, every fourth candidate: blocks that fit, then the fewest steps in
+  // flight, then registers. in_flight above ranks its prefetch-1 variants last, but they are the ones that win:
+  // whole-space probe on the H100 (Qwen2.5-7B, M = 1, NOTES qkv_proj 22): nf4 w7 x 1 register ring prefetch 1
+  // 10.41 us against 11.82 for the best bulk_rows config, ranked 184th before.
   std::vector<Config> ring, rest;
-  for (const auto& c : out) (c.stages == 0 ? ring : rest).push_back(c);
+  for (const auto& c : out) (gemv_ring(c) ? ring : rest).push_back(c);
   std::stable_sort(ring.begin(), ring.end(), [&](const Config& a, const Config& b) {
     auto key = [&](const Config& c) {
-      return std::make_tuple(-std::round(fit(c) * 8) / 8, c.prefetch, gemv_reg_estimate(c, p.format));
+      return std::make_tuple(-std::round(fit(c) * 8) / 8, c.gemv.prefetch, gemv_reg_estimate(c, p.format));
     };
     return key(a) < key(b);
   });
@@ -288,69 +293,72 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch) {
     if (i < rest.size()) mixed.push_back(rest[i]);
     if ((i % 3 == 2 || i >= rest.size()) && r < ring.size()) mixed.push_back(ring[r++]);
   }
-  // Each balanced tail (split_k 0) right after its whole-unit twin (the same filters keep both), so that a
-  // --max-candidates prefix measures both.
-  // Each stages-3 config (X by TMA) with its balanced tail right before its stages-2 twins: at M = 16 it is the int4
-  // and int8 winner (by 2 us for int4; NOTES qkv_proj 34).
+  // Each balanced tail right after its whole-unit twin (the same filters keep both), so that a --max-candidates
+  // prefix measures both. Each tma_x config (X by TMA) with its balanced tail right before its tma twins: at M = 16 it
+  // is the int4 and int8 winner (by 2 us for int4; NOTES qkv_proj 34).
   std::vector<Config> ordered;
-  auto twins = [&](const std::vector<Config>& from, Config t, int split_k) {
-    t.split_k = split_k;
+  auto twins = [&](const std::vector<Config>& from, Config t, GemvReduce reduce) {
+    t.gemv.reduce = reduce;
     for (const auto& x : from)
       if (same_config(x, t)) ordered.push_back(x);
   };
   for (const auto& c : mixed) {
-    if (c.stages == 2) {
+    if (c.gemv.load == GemvLoad::tma) {
       Config t = c;
-      t.stages = 3;
-      twins(xt, t, 1);
-      twins(xt, t, 0);
+      t.gemv.load = GemvLoad::tma_x;
+      twins(xt, t, GemvReduce::none);
+      twins(xt, t, GemvReduce::balanced_tail);
     }
     ordered.push_back(c);
-    twins(bal, c, 0);
+    twins(bal, c, GemvReduce::balanced_tail);
   }
   return ordered;
 }
 
-/// wgmma candidates (sm_90a): tile_m 64, or larger once M fills more than half of it; split_k > 1 only while the grid has fewer blocks than the
-/// SMs of an H100 (132), and split_k <= K / tile_k. Heuristic order: wave efficiency on 132 SMs (busy share of the
-/// last wave; 1 from 4 waves on), then larger tiles, then the deeper X ring.
-std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch) {
+/// wgmma candidates (sm_90a): tile_m 64, or larger once M fills more than half of it; split_k > 1 only while the grid
+/// has fewer blocks than SMs, and split_k <= K / tile_k. Heuristic order: wave efficiency (busy share of the last
+/// wave; 1 from 4 waves on), then larger tiles, then the deeper X ring.
+std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch, const DeviceModel& dev) {
   std::vector<Config> out;
   for (const auto& c : wgmma_config_space(p.format)) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 64 && p.m <= c.tile_m / 2) continue;  // a tile at least half full of tokens
     const long long blocks = output_tiles(p, c);
-    if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / c.tile_k)) continue;
+    if (c.wgmma.split_k > 1 && (blocks >= dev.sm_count || c.wgmma.split_k > p.k / c.wgmma.tile_k)) continue;
     out.push_back(c);
   }
   auto score = [&](const Config& c) {
-    const double blocks = double(output_tiles(p, c)) * c.split_k;
-    const double waves = blocks / 132.0;
+    const double blocks = double(output_tiles(p, c)) * c.wgmma.split_k;
+    const double waves = blocks / dev.sm_count;
     // wave efficiency: the share of the last wave that is busy (1 = whole waves), folded with the fill of one wave;
     // from 4 waves on the tail costs little and larger tiles (less L2 traffic per FLOP) come first
     const double eff = waves < 1 ? waves : waves >= 4 ? 1.0 : waves / std::ceil(waves);
-    return std::make_tuple(-std::round(eff * 8) / 8, -double(c.tile_m) * c.tile_n, -c.stages, c.tile_k);
+    return std::make_tuple(-std::round(eff * 8) / 8, -double(c.tile_m) * c.tile_n, -c.wgmma.stages, c.wgmma.tile_k);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   return out;
 }
 
+/// The wgmma_ws split of a config as one number for grouping: 0 for stream-K, else split_k.
+int ws_split_key(const Config& c) { return ws_stream_k(c) ? 0 : c.ws.split_k; }
+
 /// The wgmma_ws candidates `model_order` (ws_candidates' cost-model order) regrouped for 64 < M <= 1024, where the cost
 /// model ranks tile shapes poorly. Whole-space probes on the H100 (Qwen2.5-7B, M = 256, NOTES qkv_proj 22): the
 /// fastest variant sat at model rank 55 (fp16), 22 (int4) and 12 (int8) of the ws list, behind rings of the
-/// model's favourite shapes. So: one shape class per (tile_m, tile_n, split_k, K groups), the classes in the order of
+/// model's favourite shapes. So: one shape class per (tile_m, tile_n, split, K groups), the classes in the order of
 /// their best-ranked member, and the list takes one config of each class in turn. Within a class: two consumer
 /// warpgroups first (they won every M >= 64 probe), then cluster partial slots that fit beside the ring (no cluster
 /// barrier before the reduction: int4 m128 n256 c2 cl3 took 28.64 us with s4, slots beside, against 32.63 / 32.73
 /// with s6 / s8, slots over the ring), then deeper rings.
 std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, quant::Format f) {
   auto classes = group_in_order(model_order, [](const Config& a, const Config& b) {
-    return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.split_k == b.split_k && ws_kgroups(a) == ws_kgroups(b);
+    return a.tile_m == b.tile_m && a.tile_n == b.tile_n && ws_split_key(a) == ws_split_key(b) &&
+           ws_kgroups(a) == ws_kgroups(b);
   });
   for (auto& k : classes)
     std::stable_sort(k.begin(), k.end(), [&](const Config& a, const Config& b) {
       auto key = [&](const Config& c) {
-        return std::make_tuple(-ws_consumers(c), c.split_k > 1 && !ws_cluster_slots_beside(c, f) ? 1 : 0, -c.stages);
+        return std::make_tuple(-ws_consumers(c), ws_cluster(c) > 1 && !ws_cluster_slots_beside(c, f) ? 1 : 0, -c.ws.stages);
       };
       return key(a) < key(b);
     });
@@ -358,70 +366,72 @@ std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, qu
 }
 
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
-/// split_k > 1 only while there are fewer output tiles than the SMs of an H100 (132), and split_k <= the K steps;
-/// stream-K (split_k 0) with more units than SMs. Ordered by the cost model below, split modes taken in turn up to
-/// M = 1024 (beyond M = 64 each mode's list by shape class, ws_by_shape_class).
-std::vector<Config> ws_candidates(const Problem& p, ArchId arch) {
+/// split_k > 1 only while there are fewer output tiles than SMs, and split_k <= the K steps; stream-K with more units
+/// than SMs. Ordered by the cost model below, split modes taken in turn up to M = 1024 (beyond M = 64 each mode's list
+/// by shape class, ws_by_shape_class).
+std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceModel& dev) {
   std::vector<Config> out;
+  const double sms = dev.sm_count;
   for (const auto& c : ws_config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 8 && p.m <= c.tile_m / 2) continue;
     if (c.tile_m < 64 && p.m > 128) continue;  // beyond decode-ish sizes, token tiles under 64 only add blocks
     const long long blocks = output_tiles(p, c);
-    if (c.split_k > 1 && (blocks >= 132 || c.split_k > p.k / 64)) continue;
-    if (c.split_k == 0 && ws_units(p, c) <= 132) continue;  // stream-K needs more units than SMs
+    if (ws_cluster(c) > 1 && (blocks >= dev.sm_count || ws_cluster(c) > p.k / 64)) continue;
+    if (ws_stream_k(c) && ws_units(p, c) <= dev.sm_count) continue;  // stream-K needs more units than SMs
     out.push_back(c);
   }
-  // Cost model: whole waves on 132 SMs x K steps per block (+ 2 for a split-K partial's round trip) x tensor work per
-  // step (tile_m below 64 costs as 64: decode-bound, not MMA-bound) x (1 + 64 / tile_m + 64 / tile_n) for the operand
-  // traffic per FLOP of smaller tiles; stream-K: one wave of units / 132 steps, + 2 per block sharing a tile (each
+  // Cost model: whole waves x K steps per block (+ 2 for a split-K partial's round trip) x tensor work per step
+  // (tile_m below 64 costs as 64: decode-bound, not MMA-bound) x (1 + 64 / tile_m + 64 / tile_n) for the operand
+  // traffic per FLOP of smaller tiles; stream-K: one wave of units / SMs steps, + 2 per block sharing a tile (each
   // partial is written and read back). Ties: deeper rings first.
   auto score = [&](const Config& c) {
     const double tiles = double(output_tiles(p, c));
-    const double blocks = c.split_k == 0 ? 132 : tiles * c.split_k;
-    const double steps = c.split_k == 0 ? std::ceil(double(ws_units(p, c)) / 132) + 2 * (1 + 132 / tiles)
-                                        : std::ceil(double(p.k / 64) / c.split_k) + (c.split_k > 1 ? 2 : 0);
-    const double cost = std::ceil(blocks / 132.0) * steps * std::max(c.tile_m, 64) * c.tile_n *
+    const int split = ws_cluster(c);
+    const double blocks = ws_stream_k(c) ? sms : tiles * split;
+    const double steps = ws_stream_k(c) ? std::ceil(double(ws_units(p, c)) / sms) + 2 * (1 + sms / tiles)
+                                        : std::ceil(double(p.k / 64) / split) + (split > 1 ? 2 : 0);
+    const double cost = std::ceil(blocks / sms) * steps * std::max(c.tile_m, 64) * c.tile_n *
                         (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
-    return std::make_pair(cost, -c.stages);
+    return std::make_pair(cost, -c.ws.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   // The model ranks stream-K far ahead of split_k 1 at decode-ish M, but measured (H100, Qwen2.5-7B, NOTES qkv_proj 17)
   // split_k 1 wins for 16-bit weights at M = 16..256 (fewer blocks, no partials: the stream-K fix-up tail costs
   // 5-10 us) while stream-K wins for 4-bit. So up to M = 1024 a --max-candidates prefix must hold both: the list takes the best
   // remaining config of each split mode in turn (the mode of the model's best config, then split_k 1, then the others in
-  // the order of their best config; the model's order within a mode). Up to M = 1024 since session 16: the whole-space
+  // the order of their best config; the model's order within a mode). Up to M = 1024: the whole-space
   // probe at M = 1024 (NOTES qkv_proj 22) found m192 n128 c2 sk1 2-5% ahead of the tuned m256 stream-K for the packed
   // formats, at model rank 65-85; with modes in turn and shape classes it is 5th, and the stream-K winners stay in the
   // 24-candidate prefix (packed m256 first, fp16 m96 n256 9th). Beyond M = 1024 the model's order holds the winners (the
   // same change there pushed the M = 4096 / 16384 sk1 winners to 33rd-41st, checked on the CPU).
   if (p.m > 1024) return out;
-  auto modes = group_in_order(out, [](const Config& a, const Config& b) { return a.split_k == b.split_k; });
+  auto modes = group_in_order(out, [](const Config& a, const Config& b) { return ws_split_key(a) == ws_split_key(b); });
   if (p.m > 64)
     for (auto& m : modes) m = ws_by_shape_class(m, p.format);
-  auto sk1 = std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return m[0].split_k == 1; });
+  auto sk1 = std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return ws_split_key(m[0]) == 1; });
   if (sk1 != modes.end() && sk1 - modes.begin() > 1) std::rotate(modes.begin() + 1, sk1, sk1 + 1);  // second in turn
   return take_in_turn(modes);
 }
 
 /// wgmma_pairs candidates (sm_90a, 16-bit weights, M > 16): tile_m above 64 only once M fills more than half of it.
-/// Ordered by a cost model fitted to the H100 probe (NOTES qkv_proj 25) -- whole waves on 132 SMs x tile work x
+/// Ordered by a cost model fitted to the H100 probe (NOTES qkv_proj 25) -- whole waves x tile work x
 /// (1 + 64 / tile_n + 64 / tile_m) for the operand traffic per FLOP of smaller tiles, x 1.1 / 1.25 for 8- / 4-pair
 /// boxes (their 16- / 8-byte output pieces cost L2 write throughput), x 1.25 for one consumer warpgroup (tile_m 64)
 /// where two fit (M > 64) -- then regrouped by tile shape, one config of each shape in turn, so that a
 /// --max-candidates prefix holds several shapes. Within a shape: clusters of 2 token tiles first, then 4, then none
 /// (cluster_m at most the token tiles), each with the deepest ring of up to 12 slots first.
-std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
+std::vector<Config> pairs_candidates(const Problem& p, ArchId arch, const DeviceModel& dev) {
   std::vector<Config> out;
   if (p.m <= 16) return out;  // 64-token tiles mostly idle: the weight-streaming kernels win (NOTES qkv_proj 25)
   for (const auto& c : pairs_config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 64 && p.m <= c.tile_m / 2) continue;
-    if (c.cluster_m > (p.m + c.tile_m - 1) / c.tile_m) continue;  // a cluster of token tiles past M
+    if (c.pairs.cluster_m > (p.m + c.tile_m - 1) / c.tile_m) continue;  // a cluster of token tiles past M
     out.push_back(c);
   }
   auto score = [&](const Config& c) {
-    const double waves = std::ceil(double(output_tiles(p, c)) / 132.0);
+    const double waves = std::ceil(double(output_tiles(p, c)) / dev.sm_count);
     const double pieces = wp_box_pairs(c) == 16 ? 1.0 : wp_box_pairs(c) == 8 ? 1.1 : 1.25;
     const double one_wg = c.tile_m == 64 && p.m > 64 ? 1.25 : 1.0;
     // Ties (one shape): clusters of 2 token tiles, then 4, then none (CUDA graphs, m128 n96 s8: M = 256 cm2 18.0 us
@@ -429,22 +439,27 @@ std::vector<Config> pairs_candidates(const Problem& p, ArchId arch) {
     // then deeper rings first up to 12 slots, 16 last (M = 64: m64 n48 s16 16.95 us vs s12 16.47 in autotune timing,
     // NOTES qkv_proj 26, and 15.26 vs 14.31 in CUDA graphs, NOTES 27; the m128 rings of 8 slots beat 6: M = 256 22.36
     // vs 24.01 in autotune timing, cm2 17.98 vs 19.86 in graphs).
+    const int cm = c.pairs.cluster_m, st = c.pairs.stages;
     return std::make_tuple(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg,
-                           c.cluster_m == 2 ? 0 : c.cluster_m == 4 ? 1 : 2, c.stages > 12 ? 0 : -c.stages);
+                           cm == 2 ? 0 : cm == 4 ? 1 : 2, st > 12 ? 0 : -st);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   return take_in_turn(group_in_order(out, [](const Config& a, const Config& b) { return a.tile_m == b.tile_m && a.tile_n == b.tile_n; }));
 }
 }  // namespace
 
-std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
+std::vector<Config> valid_configs(const Problem& p, ArchId arch) { return valid_configs(p, arch, device_model(arch)); }
+
+std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& dev) {
+  if (dev.sm_count < 1 || dev.smem_per_sm < 1 || dev.regs_per_sm < 1)
+    fail("valid_configs: the device model needs sm_count, smem_per_sm and regs_per_sm >= 1");
   // Up to M = 64 the gemv kernel and the tiled list alternate in the order (what --max-candidates keeps); beyond,
   // only the tiled list. On sm_90a the tiled list is the wgmma_ws and wgmma_pairs candidates in turn, then wgmma and
   // mma.sync alternating, for M <= 64; beyond, one wgmma_pairs, two wgmma_ws, one wgmma and one mma.sync candidate in
   // turn (the two warp-specialized kernels won every tuned M > 64 on the H100, so they get three fifths of a
   // --max-candidates prefix; the other two stay in it as a check).
-  const auto g = gemv_candidates(p, arch), ws = ws_candidates(p, arch), w = wgmma_candidates(p, arch),
-             mm = mma_candidates(p, arch), pr = pairs_candidates(p, arch);
+  const auto g = gemv_candidates(p, arch, dev), ws = ws_candidates(p, arch, dev), w = wgmma_candidates(p, arch, dev),
+             mm = mma_candidates(p, arch, dev), pr = pairs_candidates(p, arch, dev);
   std::vector<Config> m;
   if (p.m <= 64)  // decode sizes: the weight-streaming ws variants (stream-K first), with the pairs kernel's in turn
     for (size_t i = 0; i < std::max(ws.size(), pr.size()); ++i) {
@@ -472,8 +487,8 @@ Config default_config(ArchId arch, const Problem& p) {
   if (p.m <= 16) {
     const int tm = p.m <= 8 ? 8 : 16, kw0 = quant::format_bits(p.format) == 4 ? 4 : 8;
     for (int kw : {kw0, kw0 / 2})  // fewer K warps (more registers each) where the register budget needs it
-      for (int st : {1, 0, 2}) {  // (K-blocked packed weights: stages 0 or 2)
-        const Config g{tm, 16, gemv_step_k(p.format), kw, 1, st, 1, 1, kMainloopGemv};
+      for (GemvLoad ld : {GemvLoad::bulk_rows, GemvLoad::register_ring, GemvLoad::tma}) {  // (K-blocked packed: not bulk_rows)
+        const Config g = make_config(tm, 16, GemvConfig{kw, 1, ld, 1, GemvReduce::none, 1});
         if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, g, arch) &&
             gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
           return g;
@@ -484,19 +499,20 @@ Config default_config(ArchId arch, const Problem& p) {
   // with 6 slots, which won M = 256 for fp16 and nf4 weights; else wgmma 128 x 128, 3 stages).
   if (arch.sm == 90 && arch.arch_specific && p.m > 64) {
     std::vector<Config> prefs;
-    if (p.m > 512) prefs.push_back(Config{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs});
-    if (p.m <= 512) prefs.push_back(Config{128, 128, 64, 8, 1, 6, 0, 1, kMainloopWgmmaWs});
-    if (p.m > 512) prefs.push_back(Config{256, 128, 64, 16, 1, 3, 1, 1, kMainloopWgmma});
-    prefs.push_back(Config{128, 128, 64, 8, 1, 3, 1, 1, kMainloopWgmma});
+    if (p.m > 512) prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 1}));
+    if (p.m <= 512) prefs.push_back(make_config(128, 128, WsConfig{2, 1, 6, WsSplit::stream_k, 1}));
+    if (p.m > 512) prefs.push_back(make_config(256, 128, WgmmaConfig{64, 3, 1, 1}));
+    prefs.push_back(make_config(128, 128, WgmmaConfig{64, 3, 1, 1}));
     for (const auto& c : prefs)
       if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
   }
   // Otherwise preference by M (a split-K tile for small M, a 128x128 tile for prefill);
   // the first one valid for the format wins, else the first valid config of the space.
+  auto mma = [](int tm, int tn, int wm, int wn, int st, int sk) { return make_config(tm, tn, MmaConfig{64, wm, wn, st, sk, 1}); };
   const std::vector<Config> prefs =
-      p.m <= 16   ? std::vector<Config>{{16, 128, 64, 1, 4, 2, 4, 1}, {16, 128, 64, 1, 8, 2, 4, 1}, {16, 256, 64, 1, 8, 2, 4, 1}}
-      : p.m <= 64 ? std::vector<Config>{{32, 128, 64, 1, 4, 2, 2, 1}, {32, 128, 64, 2, 4, 2, 2, 1}, {64, 128, 64, 2, 4, 2, 1, 1}}
-                  : std::vector<Config>{{128, 128, 64, 2, 4, 3, 1, 1}, {128, 256, 64, 2, 4, 3, 1, 1}, {64, 128, 64, 2, 4, 3, 1, 1}};
+      p.m <= 16   ? std::vector<Config>{mma(16, 128, 1, 4, 2, 4), mma(16, 128, 1, 8, 2, 4), mma(16, 256, 1, 8, 2, 4)}
+      : p.m <= 64 ? std::vector<Config>{mma(32, 128, 1, 4, 2, 2), mma(32, 128, 2, 4, 2, 2), mma(64, 128, 2, 4, 2, 1)}
+                  : std::vector<Config>{mma(128, 128, 2, 4, 3, 1), mma(128, 256, 2, 4, 3, 1), mma(64, 128, 2, 4, 3, 1)};
   for (const auto& c : prefs)
     if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
   const auto v = valid_configs(p, arch);
@@ -505,79 +521,129 @@ Config default_config(ArchId arch, const Problem& p) {
 }
 
 bool same_config(const Config& a, const Config& b) {
-  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.tile_k == b.tile_k && a.warps_m == b.warps_m &&
-         a.warps_n == b.warps_n && a.stages == b.stages && a.split_k == b.split_k && a.prefetch == b.prefetch &&
-         a.mainloop == b.mainloop && a.cluster_m == b.cluster_m;
+  if (a.mainloop != b.mainloop || a.tile_m != b.tile_m || a.tile_n != b.tile_n) return false;
+  switch (a.mainloop) {
+    case Mainloop::mma:
+      return a.mma.tile_k == b.mma.tile_k && a.mma.warps_m == b.mma.warps_m && a.mma.warps_n == b.mma.warps_n &&
+             a.mma.stages == b.mma.stages && a.mma.split_k == b.mma.split_k && a.mma.prefetch == b.mma.prefetch;
+    case Mainloop::gemv:
+      return a.gemv.warps_k == b.gemv.warps_k && a.gemv.warps_n == b.gemv.warps_n && a.gemv.load == b.gemv.load &&
+             a.gemv.prefetch == b.gemv.prefetch && a.gemv.reduce == b.gemv.reduce && a.gemv.cluster == b.gemv.cluster;
+    case Mainloop::wgmma:
+      return a.wgmma.tile_k == b.wgmma.tile_k && a.wgmma.stages == b.wgmma.stages && a.wgmma.split_k == b.wgmma.split_k &&
+             a.wgmma.prefetch == b.wgmma.prefetch;
+    case Mainloop::wgmma_ws:
+      return a.ws.consumers == b.ws.consumers && a.ws.k_groups == b.ws.k_groups && a.ws.stages == b.ws.stages &&
+             a.ws.split == b.ws.split && a.ws.split_k == b.ws.split_k;
+    case Mainloop::wgmma_pairs: return a.pairs.stages == b.pairs.stages && a.pairs.cluster_m == b.pairs.cluster_m;
+  }
+  return false;
+}
+
+const char* mainloop_name(Mainloop m) {
+  switch (m) {
+    case Mainloop::mma: return "mma";
+    case Mainloop::gemv: return "gemv";
+    case Mainloop::wgmma: return "wgmma";
+    case Mainloop::wgmma_ws: return "wgmma_ws";
+    case Mainloop::wgmma_pairs: return "wgmma_pairs";
+  }
+  return "?";
+}
+
+const char* gemv_load_name(GemvLoad l) {
+  switch (l) {
+    case GemvLoad::register_ring: return "register_ring";
+    case GemvLoad::bulk_rows: return "bulk_rows";
+    case GemvLoad::tma: return "tma";
+    case GemvLoad::tma_x: return "tma_x";
+  }
+  return "?";
+}
+
+const char* gemv_reduce_name(GemvReduce r) {
+  switch (r) {
+    case GemvReduce::none: return "none";
+    case GemvReduce::cluster: return "cluster";
+    case GemvReduce::balanced_tail: return "balanced_tail";
+  }
+  return "?";
 }
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dt_tag(p.dtype) << '_' << fmt_tag(p.format) << "_d" << p.head_dim << '_'
-    << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__";
-  if (c.mainloop == kMainloopGemv)
-    s << "gemv_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps_m << 'x' << c.warps_n << "_s" << c.stages << "_p"
-      << c.prefetch << (c.split_k > 1 ? "_cl" + std::to_string(c.split_k) : c.split_k == 0 ? std::string("_bal") : std::string());
-  else if (c.mainloop == kMainloopWgmmaWs)
-    s << "wgmma_ws_m" << c.tile_m << "_n" << c.tile_n << "_c" << ws_consumers(c) << "_s" << c.stages
-      << (c.split_k == 0  ? std::string("_streamk")
-          : c.split_k > 1 ? "_cl" + std::to_string(c.split_k)  // split-K over a thread-block cluster
-                          : std::string("_sk1"))
-      << (ws_kgroups(c) > 1 ? "_kg" + std::to_string(ws_kgroups(c)) : std::string());
-  else if (c.mainloop == kMainloopWgmmaPairs)
-    s << "wgmma_pairs_m" << c.tile_m << "_n" << c.tile_n << "_s" << c.stages
-      << (c.cluster_m > 1 ? "_cm" + std::to_string(c.cluster_m) : std::string());
-  else if (c.mainloop == kMainloopWgmma)
-    s << "wgmma_m" << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_s" << c.stages << "_sk" << c.split_k << "_p"
-      << c.prefetch;
-  else
-    s << 'm' << c.tile_m << "_n" << c.tile_n << "_k" << c.tile_k << "_w" << c.warps_m << 'x' << c.warps_n << "_s"
-      << c.stages << "_sk" << c.split_k << "_p" << c.prefetch;
+    << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__" << mainloop_name(c.mainloop)
+    << "_m" << c.tile_m << "_n" << c.tile_n;
+  switch (c.mainloop) {
+    case Mainloop::mma:
+      s << "_k" << c.mma.tile_k << "_w" << c.mma.warps_m << 'x' << c.mma.warps_n << "_s" << c.mma.stages << "_sk"
+        << c.mma.split_k << "_p" << c.mma.prefetch;
+      break;
+    case Mainloop::gemv:
+      s << "_wk" << c.gemv.warps_k << "_wn" << c.gemv.warps_n << '_' << gemv_load_name(c.gemv.load) << "_p"
+        << c.gemv.prefetch
+        << (c.gemv.reduce == GemvReduce::cluster         ? "_cl" + std::to_string(c.gemv.cluster)
+            : c.gemv.reduce == GemvReduce::balanced_tail ? std::string("_bal")
+                                                         : std::string("_nored"));
+      break;
+    case Mainloop::wgmma:
+      s << "_k" << c.wgmma.tile_k << "_s" << c.wgmma.stages << "_sk" << c.wgmma.split_k << "_p" << c.wgmma.prefetch;
+      break;
+    case Mainloop::wgmma_ws:
+      s << "_c" << c.ws.consumers << "_kg" << c.ws.k_groups << "_s" << c.ws.stages
+        << (ws_stream_k(c) ? std::string("_streamk") : "_sk" + std::to_string(c.ws.split_k));
+      break;
+    case Mainloop::wgmma_pairs: s << "_s" << c.pairs.stages << "_cm" << c.pairs.cluster_m; break;
+  }
   s << "__" << arch_name(arch);
   return s.str();
 }
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
-  if (c.mainloop == kMainloopGemv) {  // qkv_gemv<.., stages>, qkv_gemv_cluster<.., split_k>, qkv_gemv_tma<..> (stages 2),
-                                      // qkv_gemv_tma_x<..> (stages 3)
-    s << (c.split_k > 1 ? "kt::qkv::qkv_gemv_cluster<kt::DType::"
-          : c.stages == 2 ? "kt::qkv::qkv_gemv_tma<kt::DType::"
-          : c.stages == 3 ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
-                          : "kt::qkv::qkv_gemv<kt::DType::")
+  if (c.mainloop == Mainloop::gemv) {  // qkv_gemv<.., load>, qkv_gemv_cluster<.., cluster>, qkv_gemv_tma<..> (tma),
+                                       // qkv_gemv_tma_x<..> (tma_x); the template's Stages argument is int(load)
+    const GemvConfig& g = c.gemv;
+    const bool cl = g.reduce == GemvReduce::cluster;
+    s << (cl                             ? "kt::qkv::qkv_gemv_cluster<kt::DType::"
+          : g.load == GemvLoad::tma      ? "kt::qkv::qkv_gemv_tma<kt::DType::"
+          : g.load == GemvLoad::tma_x    ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
+                                         : "kt::qkv::qkv_gemv<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
-      << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch;
-    if (c.split_k > 1 || c.stages < 2) s << ", " << (c.split_k > 1 ? c.split_k : c.stages);
-    if (c.split_k == 0) s << ", true";  // Balance
+      << ", " << g.warps_k << ", " << g.warps_n << ", " << g.prefetch;
+    if (cl || !gemv_tma(c)) s << ", " << (cl ? g.cluster : int(g.load));
+    if (g.reduce == GemvReduce::balanced_tail) s << ", true";  // Balance
     s << ">";
     return s.str();
   }
-  if (c.mainloop == kMainloopWgmmaWs) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
-    s << (c.split_k > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
+  if (c.mainloop == Mainloop::wgmma_ws) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
+    s << (ws_cluster(c) > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
-      << ", " << ws_consumers(c) << ", " << c.stages << ", "
-      << (c.split_k > 1 ? std::to_string(c.split_k) : c.split_k == 0 ? "true" : "false")
+      << ", " << ws_consumers(c) << ", " << c.ws.stages << ", "
+      << (ws_cluster(c) > 1 ? std::to_string(ws_cluster(c)) : ws_stream_k(c) ? "true" : "false")
       << (ws_kgroups(c) > 1 ? ", " + std::to_string(ws_kgroups(c)) : std::string()) << ">";
     return s.str();
   }
-  if (c.mainloop == kMainloopWgmmaPairs) {
+  if (c.mainloop == Mainloop::wgmma_pairs) {
     s << "kt::qkv::qkv_wgmma_pairs<kt::DType::"
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
-      << ", " << c.stages << ">";
+      << ", " << c.pairs.stages << ">";
     return s.str();
   }
-  if (c.mainloop == kMainloopWgmma) {
+  if (c.mainloop == Mainloop::wgmma) {
     s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
       << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
-      << c.tile_m << ", " << c.tile_n << ", " << c.tile_k << ", " << c.stages << ", " << c.prefetch << ">";
+      << c.tile_m << ", " << c.tile_n << ", " << c.wgmma.tile_k << ", " << c.wgmma.stages << ", " << c.wgmma.prefetch << ">";
     return s.str();
   }
   s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
     << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
-    << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ", "
-    << c.prefetch << ">";
+    << ", " << c.tile_n << ", " << c.mma.tile_k << ", " << c.mma.warps_m << ", " << c.mma.warps_n << ", " << c.mma.stages
+    << ", " << c.mma.prefetch << ">";
   return s.str();
 }
 
@@ -586,29 +652,29 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.family = kFamily;
   k.variant_name = variant_name(p, c, arch);
   k.name_expression = name_expression(p, c);
-  k.source = c.mainloop == kMainloopGemv    ? "#include \"qkv_proj/qkv_gemv.cuh\"\n"
-             : c.mainloop == kMainloopWgmma ? "#include \"qkv_proj/qkv_wgmma.cuh\"\n"
-             : c.mainloop == kMainloopWgmmaWs ? "#include \"qkv_proj/qkv_wgmma_ws.cuh\"\n"
-             : c.mainloop == kMainloopWgmmaPairs ? "#include \"qkv_proj/qkv_wgmma_pairs.cuh\"\n"
-                                            : "#include \"qkv_proj/qkv_proj.cuh\"\n";
+  k.source = c.mainloop == Mainloop::gemv          ? "#include \"qkv_proj/qkv_gemv.cuh\"\n"
+             : c.mainloop == Mainloop::wgmma       ? "#include \"qkv_proj/qkv_wgmma.cuh\"\n"
+             : c.mainloop == Mainloop::wgmma_ws    ? "#include \"qkv_proj/qkv_wgmma_ws.cuh\"\n"
+             : c.mainloop == Mainloop::wgmma_pairs ? "#include \"qkv_proj/qkv_wgmma_pairs.cuh\"\n"
+                                                   : "#include \"qkv_proj/qkv_proj.cuh\"\n";
   k.arch = arch;
-  // gemv: shared memory grows with K (the rows' scales; stages 1 their data too; set at launch): allow the whole
+  // gemv: shared memory grows with K (the rows' scales; bulk_rows their data too; set at launch): allow the whole
   // per-block maximum.
-  k.dynamic_smem_bytes = unsigned(c.mainloop == kMainloopGemv ? gemv_smem_cap(arch.sm)
-                                  : c.mainloop == kMainloopWgmma              ? wgmma_smem_bytes(c, p.format)
-                                  : c.mainloop == kMainloopWgmmaWs            ? ws_smem_bytes(c, p.format)
-                                  : c.mainloop == kMainloopWgmmaPairs         ? wp_smem_bytes(c)
-                                                                              : smem_bytes(c));
+  k.dynamic_smem_bytes = unsigned(c.mainloop == Mainloop::gemv          ? gemv_smem_cap(arch.sm)
+                                  : c.mainloop == Mainloop::wgmma       ? wgmma_smem_bytes(c, p.format)
+                                  : c.mainloop == Mainloop::wgmma_ws    ? ws_smem_bytes(c, p.format)
+                                  : c.mainloop == Mainloop::wgmma_pairs ? wp_smem_bytes(c)
+                                                                        : smem_bytes(c));
   return k;
 }
 
 int gemv_row_blocks(const Problem& p, const Config& c) {
-  const int per_block = c.warps_n * gemv_row_tiles(c);
+  const int per_block = c.gemv.warps_n * gemv_row_tiles(c);
   return (p.n() / 16 + per_block - 1) / per_block;
 }
 
 GemvBalance gemv_balance_of(const Problem& p, const Config& c, int sm_count) {
-  if (sm_count < 1) fail("gemv split_k 0 (balanced tail) needs the GPU's SM count (got " + std::to_string(sm_count) + ")");
+  if (sm_count < 1) fail("gemv balanced_tail needs the GPU's SM count (got " + std::to_string(sm_count) + ")");
   const long long units = (long long)gemv_row_blocks(p, c) * ((p.m + c.tile_m - 1) / c.tile_m);
   return gemv_balance(units, (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format), sm_count);
 }
@@ -622,12 +688,16 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count) {
   return int(std::min<long long>(sm_count, ws_units(p, c)));
 }
 
+bool needs_sm_count(const Config& c) {
+  return (c.mainloop == Mainloop::gemv && gemv_balanced(c)) || (c.mainloop == Mainloop::wgmma_ws && ws_stream_k(c));
+}
+
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   LaunchDims d;
-  if (c.mainloop == kMainloopGemv) {  // one block per warps_n x row-tiles m16 tiles, per tile_m tokens
-    d.grid_x = unsigned(gemv_row_blocks(p, c) * std::max(c.split_k, 1));  // split_k > 1: cluster ranks
+  if (c.mainloop == Mainloop::gemv) {  // one block per warps_n x row-tiles m16 tiles, per tile_m tokens
+    d.grid_x = unsigned(gemv_row_blocks(p, c) * gemv_cluster(c));  // a cluster reduction: its ranks
     d.grid_y = unsigned((p.m + c.tile_m - 1) / c.tile_m);
-    if (c.split_k == 0) {  // the balanced tail: a 1-D grid (gemv_balance)
+    if (gemv_balanced(c)) {  // the balanced tail: a 1-D grid (gemv_balance)
       d.grid_x = unsigned(gemv_balance_of(p, c, sm_count).blocks());
       d.grid_y = 1;
     }
@@ -636,55 +706,61 @@ LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
     d.smem_bytes = unsigned(gemv_smem_bytes(c, p.format, p.k));
     return d;
   }
-  if (c.mainloop == kMainloopWgmmaWs) {  // a 1-D grid over the (tile, K step) units (qkv_proj_config.h)
+  if (c.mainloop == Mainloop::wgmma_ws) {  // a 1-D grid over the (tile, K step) units (qkv_proj_config.h)
     const long long tiles = output_tiles(p, c);
-    d.grid_x = unsigned(c.split_k == 0 ? stream_k_blocks(p, c, sm_count) : tiles * c.split_k);
+    d.grid_x = unsigned(ws_stream_k(c) ? stream_k_blocks(p, c, sm_count) : tiles * ws_cluster(c));
     d.grid_y = d.grid_z = 1;
     d.block_x = unsigned(threads(c));
     d.smem_bytes = unsigned(ws_smem_bytes(c, p.format));
     return d;
   }
+  const int cluster_m = c.mainloop == Mainloop::wgmma_pairs ? c.pairs.cluster_m : 1;
   d.grid_x = unsigned(pairs_feature_tiles_or_n(p, c));  // ceil(n / tile_n); wgmma_pairs: pair chunks x head groups
   // Token tiles; wgmma_pairs: rounded up to whole clusters of cluster_m (the blocks past M exit at once).
-  d.grid_y = unsigned(((p.m + c.tile_m - 1) / c.tile_m + c.cluster_m - 1) / c.cluster_m * c.cluster_m);
-  d.cluster_y = unsigned(c.cluster_m);
-  d.grid_z = unsigned(c.split_k);
+  d.grid_y = unsigned(((p.m + c.tile_m - 1) / c.tile_m + cluster_m - 1) / cluster_m * cluster_m);
+  d.cluster_y = unsigned(cluster_m);
+  d.grid_z = unsigned(c.mainloop == Mainloop::wgmma ? c.wgmma.split_k : c.mainloop == Mainloop::mma ? c.mma.split_k : 1);
   d.block_x = unsigned(threads(c));
-  d.smem_bytes = unsigned(c.mainloop == kMainloopWgmma        ? wgmma_smem_bytes(c, p.format)
-                          : c.mainloop == kMainloopWgmmaPairs ? wp_smem_bytes(c)
-                                                              : smem_bytes(c));
+  d.smem_bytes = unsigned(c.mainloop == Mainloop::wgmma         ? wgmma_smem_bytes(c, p.format)
+                          : c.mainloop == Mainloop::wgmma_pairs ? wp_smem_bytes(c)
+                                                                : smem_bytes(c));
   return d;
 }
 
 bool weight_evict_first(const Problem& p, const Config& c) {
   const bool one_token_tile = p.m <= c.tile_m;
-  if (c.mainloop == kMainloopWgmmaPairs) return true;
-  if (c.mainloop == kMainloopWgmmaWs) return quant::format_bits(p.format) == 16 && one_token_tile;
-  if (c.mainloop == kMainloopGemv) return one_token_tile;
+  if (c.mainloop == Mainloop::wgmma_pairs) return true;
+  if (c.mainloop == Mainloop::wgmma_ws) return quant::format_bits(p.format) == 16 && one_token_tile;
+  if (c.mainloop == Mainloop::gemv) return one_token_tile;
   return false;  // mma / wgmma: cp.async loads without a policy
 }
 
 bool uses_workspace(const Config& c) {
-  if (c.mainloop == kMainloopWgmmaWs) return c.split_k == 0;  // split_k > 1 reduces through the cluster's shared memory
-  if (c.mainloop == kMainloopGemv) return c.split_k == 0;    // the balanced tail; split_k > 1 is a cluster
-  return c.split_k != 1;
+  switch (c.mainloop) {
+    case Mainloop::wgmma_ws: return ws_stream_k(c);  // split_k > 1 reduces through the cluster's shared memory
+    case Mainloop::gemv: return gemv_balanced(c);     // a cluster reduction uses distributed shared memory
+    case Mainloop::mma: return c.mma.split_k != 1;
+    case Mainloop::wgmma: return c.wgmma.split_k != 1;
+    case Mainloop::wgmma_pairs: return false;
+  }
+  return false;
 }
 
 size_t workspace_bytes(const Problem& p, const Config& c, int sm_count) {
   if (!uses_workspace(c)) return 0;
   const auto d = launch_dims(p, c, sm_count);
-  if (c.mainloop == kMainloopWgmmaWs) return size_t(ws_workspace_slots(c, d.grid_x)) * c.tile_m * c.tile_n * 4;
-  if (c.mainloop == kMainloopGemv) {  // one partial per tail piece: [tail unit][piece][tile_n features x tile_m tokens]
+  if (c.mainloop == Mainloop::wgmma_ws) return size_t(ws_workspace_slots(c, d.grid_x)) * c.tile_m * c.tile_n * 4;
+  if (c.mainloop == Mainloop::gemv) {  // one partial per tail piece: [tail unit][piece][tile_n features x tile_m tokens]
     const GemvBalance b = gemv_balance_of(p, c, sm_count);
     return std::max<size_t>(16, size_t(b.tail) * b.split * c.tile_m * c.tile_n * 4);
   }
-  return size_t(d.grid_x) * d.grid_y * c.split_k * c.tile_m * c.tile_n * 4;
+  return size_t(d.grid_x) * d.grid_y * d.grid_z * c.tile_m * c.tile_n * 4;  // mma / wgmma: grid_z = split_k
 }
 
 size_t counter_bytes(const Problem& p, const Config& c) {
   if (!uses_workspace(c)) return 0;
-  if (c.mainloop == kMainloopGemv)  // one per (unit, warp column): enough for any SM count's tail
-    return size_t(gemv_row_blocks(p, c)) * ((p.m + c.tile_m - 1) / c.tile_m) * c.warps_n * 4;
+  if (c.mainloop == Mainloop::gemv)  // one per (unit, warp column): enough for any SM count's tail
+    return size_t(gemv_row_blocks(p, c)) * ((p.m + c.tile_m - 1) / c.tile_m) * c.gemv.warps_n * 4;
   return size_t(output_tiles(p, c)) * 4;
 }
 
@@ -715,29 +791,86 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"mainloop", c.mainloop == kMainloopGemv      ? "gemv"
-                      : c.mainloop == kMainloopWgmma   ? "wgmma"
-                      : c.mainloop == kMainloopWgmmaWs ? "wgmma_ws"
-                      : c.mainloop == kMainloopWgmmaPairs ? "wgmma_pairs"
-                                                       : "mma"},
-          {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"tile_k", c.tile_k}, {"warps_m", c.warps_m},
-          {"warps_n", c.warps_n}, {"stages", c.stages}, {"split_k", c.split_k}, {"prefetch", c.prefetch},
-          {"cluster_m", c.cluster_m}};
+  nlohmann::json j = {{"mainloop", mainloop_name(c.mainloop)}, {"tile_m", c.tile_m}, {"tile_n", c.tile_n}};
+  switch (c.mainloop) {
+    case Mainloop::mma:
+      j["mma"] = {{"tile_k", c.mma.tile_k}, {"warps_m", c.mma.warps_m}, {"warps_n", c.mma.warps_n},
+                  {"stages", c.mma.stages}, {"split_k", c.mma.split_k}, {"prefetch", c.mma.prefetch}};
+      break;
+    case Mainloop::gemv:
+      j["gemv"] = {{"warps_k", c.gemv.warps_k}, {"warps_n", c.gemv.warps_n}, {"load", gemv_load_name(c.gemv.load)},
+                   {"prefetch", c.gemv.prefetch}, {"reduce", gemv_reduce_name(c.gemv.reduce)}, {"cluster", c.gemv.cluster}};
+      break;
+    case Mainloop::wgmma:
+      j["wgmma"] = {{"tile_k", c.wgmma.tile_k}, {"stages", c.wgmma.stages}, {"split_k", c.wgmma.split_k},
+                    {"prefetch", c.wgmma.prefetch}};
+      break;
+    case Mainloop::wgmma_ws:
+      j["wgmma_ws"] = {{"consumers", c.ws.consumers}, {"k_groups", c.ws.k_groups}, {"stages", c.ws.stages},
+                       {"split", ws_stream_k(c) ? "stream_k" : "split_k"}, {"split_k", c.ws.split_k}};
+      break;
+    case Mainloop::wgmma_pairs:
+      j["wgmma_pairs"] = {{"stages", c.pairs.stages}, {"cluster_m", c.pairs.cluster_m}};
+      break;
+  }
+  return j;
 }
+
+namespace {
+
+/// The enumerator of `names` (indexed by value) that `s` spells; fails naming the field and the choices.
+template <class E, size_t N>
+E parse_enum(const std::string& field, const std::string& s, const char* const (&names)[N]) {
+  std::string all;
+  for (size_t i = 0; i < N; ++i) {
+    if (s == names[i]) return E(int(i));
+    all += (i ? ", " : "") + std::string(names[i]);
+  }
+  fail("config JSON field '" + field + "': unknown value '" + s + "' (expected " + all + ")");
+}
+
+}  // namespace
 
 Config config_from_json(const nlohmann::json& j) {
   try {
-    const std::string ml = j.value("mainloop", std::string("mma"));
-    if (ml != "mma" && ml != "gemv" && ml != "wgmma" && ml != "wgmma_ws" && ml != "wgmma_pairs")
-      fail("config JSON field 'mainloop': unknown mainloop '" + ml + "' (expected mma, gemv, wgmma, wgmma_ws or wgmma_pairs)");
-    return Config{j.at("tile_m"), j.at("tile_n"), j.at("tile_k"), j.at("warps_m"),
-                  j.at("warps_n"), j.at("stages"), j.at("split_k"), j.value("prefetch", 1),
-                  ml == "gemv"          ? kMainloopGemv
-                  : ml == "wgmma"       ? kMainloopWgmma
-                  : ml == "wgmma_ws"    ? kMainloopWgmmaWs
-                  : ml == "wgmma_pairs" ? kMainloopWgmmaPairs
-                                        : kMainloopMma,
-                  j.value("cluster_m", 1)};
+    if (!j.is_object()) fail("config JSON must be an object, got " + j.dump());
+    if (j.contains("stages") || j.contains("split_k") || j.contains("warps_m"))
+      fail("config JSON " + j.dump() +
+           " has the flat fields of tuning database schema 1 (stages / split_k / warps_m for every mainloop); open the "
+           "database read-write with this kerntune once (autotune --db FILE, or kerntune's TuningDb) to migrate it");
+    static const char* const kMainloops[] = {"mma", "gemv", "wgmma", "wgmma_ws", "wgmma_pairs"};
+    const std::string ml = j.at("mainloop");
+    Config c{};
+    c.mainloop = parse_enum<Mainloop>("mainloop", ml, kMainloops);
+    c.tile_m = j.at("tile_m");
+    c.tile_n = j.at("tile_n");
+    if (!j.contains(ml) || !j.at(ml).is_object())
+      fail("config JSON " + j.dump() + ": mainloop '" + ml + "' needs its fields in an object '" + ml + "'");
+    const nlohmann::json& f = j.at(ml);
+    switch (c.mainloop) {
+      case Mainloop::mma:
+        c.mma = MmaConfig{f.at("tile_k"), f.at("warps_m"), f.at("warps_n"), f.at("stages"), f.at("split_k"), f.at("prefetch")};
+        break;
+      case Mainloop::gemv: {
+        static const char* const kLoads[] = {"register_ring", "bulk_rows", "tma", "tma_x"};
+        static const char* const kReduce[] = {"none", "cluster", "balanced_tail"};
+        c.gemv = GemvConfig{f.at("warps_k"), f.at("warps_n"), parse_enum<GemvLoad>("gemv.load", f.at("load"), kLoads),
+                            f.at("prefetch"), parse_enum<GemvReduce>("gemv.reduce", f.at("reduce"), kReduce),
+                            f.at("cluster")};
+        break;
+      }
+      case Mainloop::wgmma:
+        c.wgmma = WgmmaConfig{f.at("tile_k"), f.at("stages"), f.at("split_k"), f.at("prefetch")};
+        break;
+      case Mainloop::wgmma_ws: {
+        static const char* const kSplits[] = {"split_k", "stream_k"};
+        c.ws = WsConfig{f.at("consumers"), f.at("k_groups"), f.at("stages"),
+                        parse_enum<WsSplit>("wgmma_ws.split", f.at("split"), kSplits), f.at("split_k")};
+        break;
+      }
+      case Mainloop::wgmma_pairs: c.pairs = PairsConfig{f.at("stages"), f.at("cluster_m")}; break;
+    }
+    return c;
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("config JSON: ") + e.what());
   }
@@ -765,19 +898,19 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (p.has_bias && reinterpret_cast<std::uintptr_t>(a.bias) % 4 != 0) fail("bias must be 4-byte aligned (read in pairs)");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
   if (uses_workspace(c) && (!a.workspace || !a.counters))
-    fail(c.mainloop == kMainloopGemv ? "gemv split_k 0 (balanced tail) needs a workspace and counters"
-         : c.split_k == 0            ? "stream-K (split_k 0) needs a workspace and counters"
-                                     : "split_k > 1 needs a workspace and counters");
-  if (c.mainloop == kMainloopWgmmaWs && ws_units(p, c) > 2147483647LL)
+    fail(c.mainloop == Mainloop::gemv       ? "gemv balanced_tail needs a workspace and counters"
+         : c.mainloop == Mainloop::wgmma_ws ? "wgmma_ws stream-K needs a workspace and counters"
+                                            : "split_k > 1 needs a workspace and counters");
+  if (c.mainloop == Mainloop::wgmma_ws && ws_units(p, c) > 2147483647LL)
     fail("wgmma_ws: " + std::to_string(ws_units(p, c)) + " (tile, K step) units exceed the kernel's 32-bit index");
-  if (c.mainloop == kMainloopWgmmaWs && c.split_k > p.k / 64)
-    fail("wgmma_ws: split_k " + std::to_string(c.split_k) + " exceeds the " + std::to_string(p.k / 64) +
+  if (c.mainloop == Mainloop::wgmma_ws && ws_cluster(c) > p.k / 64)
+    fail("wgmma_ws: split_k " + std::to_string(ws_cluster(c)) + " exceeds the " + std::to_string(p.k / 64) +
          " K steps of 64 (every block needs at least one)");
-  if (c.mainloop == kMainloopGemv && c.stages == 3 && p.k % 64 != 0)
-    fail("gemv stages 3 reads X through a {64, K / 64, M} tensor map: k = " + std::to_string(p.k) +
+  if (c.mainloop == Mainloop::gemv && c.gemv.load == GemvLoad::tma_x && p.k % 64 != 0)
+    fail("gemv tma_x reads X through a {64, K / 64, M} tensor map: k = " + std::to_string(p.k) +
          " must be a multiple of 64");
-  if (c.mainloop == kMainloopGemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
-    fail("gemv holds the block's row scales (stages 1: and rows) in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
+  if (c.mainloop == Mainloop::gemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
+    fail("gemv holds the block's row scales (bulk_rows: and rows) in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
          " bytes for k = " + std::to_string(p.k) + " exceed the " + std::to_string(gemv_smem_cap(90)) + " bytes per block");
   if (quant::format_element(p.format) == quant::Format::nvfp4 && !(a.tensor_scale > 0.f))
     fail(std::string(fmt_tag(p.format)) + " needs a positive tensor_scale");

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "generator/arch.h"  // DeviceModel
 #include "generator/compiler.h"
 #include "generator/family.h"  // ProblemError, LaunchDims
 #include "qkv_proj/qkv_proj_config.h"
@@ -40,43 +41,51 @@ struct Problem {
 /// the format's group, 16-bit weights (fp16 / bf16 and their K-blocked twins) matching the activation dtype.
 void check_problem(const Problem& p);
 
+/// "mma", "gemv", "wgmma", "wgmma_ws", "wgmma_pairs": the mainloop's name in config JSON and variant names.
+const char* mainloop_name(Mainloop m);
+/// "register_ring", "bulk_rows", "tma", "tma_x".
+const char* gemv_load_name(GemvLoad l);
+/// "none", "cluster", "balanced_tail".
+const char* gemv_reduce_name(GemvReduce r);
+
 /// Raw axes of the tiled (mma) mainloop: tile_m {16, 32, 64, 128} x tile_n {64, 128, 256} x tile_k {64, 128} x
 /// warps (m x n) {1x4, 1x8, 2x2, 2x4, 4x2} x stages {2, 3} x split_k {1, 2, 4, 8, 16} x prefetch {1, 2, 4}.
 std::vector<Config> config_space();
 /// Raw axes of the weight-streaming (gemv) mainloop for format f: tile_m {8, 16, 32, 64} x m16 tiles per warp
-/// {1, 2} x warps (K x N) {2x1, 4x1, 7x1, 8x1, 14x1, 16x1, 4x2, 7x2, 8x2, 2x4, 4x4} x stages {0 register ring,
-/// 1 bulk copy to shared memory, 2 per-step TMA to shared memory} x prefetch {1, 2, 4} (stages 2: {1, 2}, and 4 for 16-bit weights); tile_k = gemv_step_k(f), split_k 1; plus the cluster variants:
-/// tile_m as above x m16 tiles per warp {1, 2} x split_k (cluster blocks splitting K) {2, 4, 8} x warps K {1, 2, 4, 8}
-/// (warps N 1) x prefetch {1, 2}, stages 1.
+/// {1, 2} x warps (K x N) {2x1, 4x1, 7x1, 8x1, 14x1, 16x1, 4x2, 7x2, 8x2, 2x4, 4x4} x load {register_ring, bulk_rows,
+/// tma, tma_x} x prefetch {1, 2, 4} (tma / tma_x: {1, 2}, and 4 for 16-bit weights), reduce none, and for tile_m 8 / 16
+/// and every load but bulk_rows its balanced_tail twin; plus the cluster variants: tile_m as above x m16 tiles per warp
+/// {1, 2} x cluster (blocks splitting K) {2, 4, 8} x warps K {1, 2, 4, 8} (warps N 1) x prefetch {1, 2}, bulk_rows.
 std::vector<Config> gemv_config_space(quant::Format f);
 /// Raw axes of the Hopper (wgmma, sm_90a) mainloop for format f: tile_m {64, 128, 256} x tile_n {64, 128, 256} x tile_k
-/// {64, 128} x stages {2, 3, 4} x split_k {1, 2, 4, 8, 16} x prefetch {1, 2} (1 only for 16-bit weights); warps
-/// tile_m / 16 x 1.
+/// {64, 128} x stages {2, 3, 4} x split_k {1, 2, 4, 8, 16} x prefetch {1, 2} (1 only for 16-bit weights).
 std::vector<Config> wgmma_config_space(quant::Format f);
-/// The warp-specialized wgmma space (sm_90a): tile_m {8, 16, 32, 64, 96, 128, 192, 256} tokens, one or two consumer warpgroups of one or two m64
-/// atoms, stages 2..8, split_k 0 (stream-K), 1, 2, 4, 8, 16.
+/// The warp-specialized wgmma space (sm_90a): tile_m {8, 16, 32, 64, 96, 128, 192, 256} tokens, one or two consumer
+/// warpgroups of one or two m64 atoms, stages {2, 3, 4, 6, 8}, split stream-K or split_k 1 (and 2, 3, 4 with rings of 4
+/// or more; 3 from tile_m 16), and two K groups for tile_m 16 / 32 with one atom, rings of 6 or 8 and split_k.
 std::vector<Config> ws_config_space();
 
 /// The RoPE-paired wgmma space (sm_90a, 16-bit weights; qkv_wgmma_pairs.cuh): tile_m {64, 128} tokens (one consumer
 /// warpgroup per 64) x tile_n {40, 48, 56, 64, 72, 80, 96, 128} features (tile_n / 2 RoPE pairs: wp_box_pairs of each
 /// of wp_box_heads heads) x stages {4, 6, 8, 12, 16} (those that fit shared memory) x cluster_m {1, 2, 4} (token
-/// tiles per thread-block cluster: a launch attribute, so the cluster_m variants of a shape share one binary); split_k 1.
+/// tiles per thread-block cluster: a launch attribute, so the cluster_m variants of a shape share one binary).
 std::vector<Config> pairs_config_space();
 
-/// Valid configs for the problem.
-///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_m x split_k <= K
-///    steps, shared memory (stages 1: grows with K;
-///    stages 2: a ring, only the mbarriers grow with K) within the per-block limit. Ordered by the share
-///    of the weight requested at once while every block fits on a 132-SM GPU, then fewer registers; every fourth
-///    candidate is a register-ring (stages 0) config, in an order of its own (blocks that fit, then prefetch 1 first,
-///    then fewer registers).
+/// Valid configs for the problem, in the order a --max-candidates prefix keeps, for the GPU `dev` (SM count, shared
+/// memory and registers; the two-argument form: device_model(arch)).
+///  - gemv (M <= 64 only): tile_m = the power of two >= M within 8..64 or half of it (>= 8), warps_k x cluster <= K
+///    steps, shared memory (bulk_rows: grows with K; tma: a ring, only the mbarriers grow with K) within the
+///    per-block limit. Ordered by the share of the weight requested at once while every block fits on the GPU at once
+///    (dev's SMs x registers and shared memory per SM), then fewer registers; every fourth candidate is a
+///    register_ring config, in an order of its own (blocks that fit, then prefetch 1 first, then fewer registers); each
+///    balanced_tail right after its twin, each tma_x (and its balanced tail) right before its tma twin.
 ///  - mma: tile_m <= max(16, next power of two >= M); stages 3 only for tile_m >= 64; split_k > 1 only while the
-///    grid has fewer than 2 blocks per SM of an H100-class GPU (264), and split_k <= K / tile_k. Ordered by grid
-///    closest to 264 blocks, then larger tiles.
-///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer than 132 blocks. Ordered by
-///    wave efficiency on 132 SMs, then larger tiles, then deeper X rings.
+///    grid has fewer than 2 blocks per SM, and split_k <= K / tile_k. Ordered by grid closest to 2 blocks per SM,
+///    then larger tiles.
+///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer
+///    blocks than SMs. Ordered by wave efficiency, then larger tiles, then deeper X rings.
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
-///    stream-K (split_k 0) with more units than SMs; ordered by a cost model (whole waves x K steps x tile work x operand
+///    stream-K with more units than SMs; ordered by a cost model (whole waves x K steps x tile work x operand
 ///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn.
 ///  - wgmma_pairs (sm_90a, 16-bit weights, M > 16): tile_m 128 only for M > 64; ordered by a cost model (whole waves x
 ///    tile work x operand traffic per FLOP x output piece size x one-warpgroup tiles where two fit), one config per
@@ -85,23 +94,26 @@ std::vector<Config> pairs_config_space();
 /// beyond, one wgmma_pairs, two wgmma_ws, one wgmma and one mma in turn (the Hopper kernels won every tuned M > 64 on
 /// the H100). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
 /// --max-candidates keeps first.
+std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& dev);
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);
 
-/// mma:  "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a";
-/// gemv: "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w7x1_s1_p2__sm_90a" (warps K x N), with "_cl4" after the
-/// prefetch for K split over a cluster of 4 blocks (split_k 4);
-/// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a".
-/// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6__sm_90a", with "_cm2" / "_cm4" after
-/// the stages for clusters of 2 / 4 token tiles (cluster_m).
-/// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups), or
-/// "..._wgmma_ws_m16_n128_c2_s8_streamk__sm_90a" for stream-K.
+/// The variant name: family, class, mainloop, tile_m, tile_n, then every field of the mainloop's struct in declaration
+/// order, then the arch:
+/// mma:   "qkv_proj__bf16_nf4_d128_bias_rope__mma_m16_n128_k64_w1x4_s2_sk8_p1__sm_90a" (tile_k, warps m x n, stages,
+///        split_k, prefetch);
+/// gemv:  "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk7_wn1_bulk_rows_p2_nored__sm_90a" (warps_k, warps_n, load,
+///        prefetch, reduce: "_nored", "_cl4" for a cluster of 4 blocks, "_bal" for the balanced tail);
+/// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a" (tile_k, stages, split_k, prefetch);
+/// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk1__sm_90a" (consumers, k_groups,
+///        stages, split: "_sk<n>" or "_streamk");
+/// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6_cm2__sm_90a" (stages, cluster_m).
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 /// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
 /// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,
-/// prefetch, stages) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with split_k > 1: ..., prefetch,
-/// cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
+/// prefetch, int(load)) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with a cluster reduction: ...,
+/// prefetch, cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
 /// binary. The format argument is quant::format_element(format): a K-blocked 16-bit format names the binary of its
 /// row-major twin (the TMA kernels read either through the tensor map the host encodes; runtime/qkv.cpp).
 std::string name_expression(const Problem& p, const Config& c);
@@ -110,15 +122,17 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 long long ws_units(const Problem& p, const Config& c);
 /// gemv: blocks of rows (warps_n x m16 row tiles each) over the n() output features.
 int gemv_row_blocks(const Problem& p, const Config& c);
-/// gemv split_k 0: gemv_balance (qkv_proj_config.h) of the problem's (row block, token tile) units on sm_count SMs.
+/// gemv balanced_tail: gemv_balance (qkv_proj_config.h) of the problem's (row block, token tile) units on sm_count SMs.
 /// Throws when sm_count < 1.
 GemvBalance gemv_balance_of(const Problem& p, const Config& c, int sm_count);
 /// wgmma_ws stream-K grid: one block per SM (the kernel holds one block per SM), at most one per unit. Throws when
 /// sm_count < 1.
 int stream_k_blocks(const Problem& p, const Config& c, int sm_count);
+/// Whether launch_dims and workspace_bytes read the SM count: wgmma_ws stream-K and gemv balanced_tail.
+bool needs_sm_count(const Config& c);
 /// Grid, block and dynamic shared memory of a launch. sm_count: the GPU's SMs (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
-/// read only for a stream-K config (wgmma_ws split_k 0), whose grid is one block per SM, and for gemv split_k 0 (the
-/// balanced tail, a 1-D grid of gemv_balance_of(..).blocks()); wgmma_ws grids are 1-D
+/// read only for a stream-K config (wgmma_ws), whose grid is one block per SM, and for gemv balanced_tail (a 1-D grid
+/// of gemv_balance_of(..).blocks()); wgmma_ws grids are 1-D
 /// (tiles x split_k blocks); wgmma_pairs: (feature tiles, token tiles rounded up to a multiple of cluster_m) with
 /// cluster_y = cluster_m. Throws for stream-K with sm_count < 1.
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
@@ -131,12 +145,12 @@ LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
 /// with packed weights (int4 M = 16 +0.2 us) or with several token tiles (int4 M = 4096 +1%: the other token tiles
 /// re-read the weight from the L2), gemv with two token tiles (the second reads the rows from the L2).
 bool weight_evict_first(const Problem& p, const Config& c);
-/// true when the config reduces partial tiles through a workspace: split_k > 1 of mma.sync / wgmma, stream-K
-/// (wgmma_ws split_k 0) or gemv's balanced tail (gemv split_k 0); never for gemv or wgmma_ws with split_k > 1 (their
-/// split_k blocks form a cluster and reduce in distributed shared memory).
+/// true when the config reduces partial tiles through a workspace: split_k > 1 of mma.sync / wgmma, wgmma_ws stream-K
+/// or gemv's balanced tail; never for a gemv cluster reduction or wgmma_ws split_k > 1 (their blocks form a cluster
+/// and reduce in distributed shared memory).
 bool uses_workspace(const Config& c);
 /// Split-K / stream-K workspace (fp32 partial tiles) in bytes for a launch on a GPU with sm_count SMs, and counters
-/// (one unsigned per output tile; gemv split_k 0: per (row block, token tile, warp column); zero-initialized,
+/// (one unsigned per output tile; gemv balanced_tail: per (row block, token tile, warp column); zero-initialized,
 /// self-resetting); both 0 when !uses_workspace(c).
 size_t workspace_bytes(const Problem& p, const Config& c, int sm_count);
 size_t counter_bytes(const Problem& p, const Config& c);

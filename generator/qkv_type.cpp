@@ -38,17 +38,18 @@ struct Traits {
   static double flops(const Problem& p) { return p.flops(); }
   static double min_bytes(const Problem& p) { return p.min_bytes(); }
 
-  /// valid_configs prunes and orders by the arch's limits; it does not read the device model yet.
-  static std::vector<Config> enumerate(const Problem& p, ArchId arch, const DeviceModel&) {
-    return valid_configs(p, arch);
+  /// valid_configs prunes by the arch's limits and orders by the device model (waves over its SM count).
+  static std::vector<Config> enumerate(const Problem& p, ArchId arch, const DeviceModel& device) {
+    return valid_configs(p, arch, device);
   }
   static Config default_config(ArchId arch, const Problem& p) { return qkv::default_config(arch, p); }
   static bool same_config(const Config& a, const Config& b) { return qkv::same_config(a, b); }
   /// Correctness only, not the by-M pruning of valid_configs: a tile larger than M still computes the result.
   static const char* unusable(const Problem& p, const Config& c, ArchId arch) {
     if (const char* r = invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return r;
-    if (c.split_k > 1 && c.split_k > p.k / c.tile_k) return "split_k exceeds k / tile_k";
-    if (c.mainloop == kMainloopGemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm))
+    const int step = c.mainloop == Mainloop::gemv ? gemv_step_k(p.format) : tile_k(c);
+    if (k_split_blocks(c) > 1 && k_split_blocks(c) > p.k / step) return "split_k exceeds k / tile_k";
+    if (c.mainloop == Mainloop::gemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm))
       return "gemv shared memory for this k exceeds the per-block limit";
     return nullptr;
   }

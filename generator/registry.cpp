@@ -28,11 +28,5 @@ int family_index(const std::string& name) {
 
 const Family& find_family(const std::string& name) { return *families()[size_t(family_index(name))]; }
 
-DeviceModel DeviceModel::for_arch(ArchId arch) {
-  DeviceModel d;
-  d.sm_count = arch.sm >= 90 ? 132 : arch.sm == 89 ? 128 : arch.sm == 86 ? 82 : 108;
-  d.smem_per_block = max_smem_per_block(arch.sm);
-  return d;
-}
 
 }  // namespace kt

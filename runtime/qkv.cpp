@@ -42,7 +42,7 @@ TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long 
                       box, swizzle128, "cuTensorMapEncodeTiled");
 }
 
-/// The weight of gemv stages 2 as a 5-D byte tensor (qkv_gemv_tma in qkv_gemv.cuh): {row bytes, 8 rows g, 2 halves h,
+/// The weight of gemv tma as a 5-D byte tensor (qkv_gemv_tma in qkv_gemv.cuh): {row bytes, 8 rows g, 2 halves h,
 /// head_dim / 16 tiles, heads}, strides {1 row, head_dim / 2 rows, 8 rows, head_dim rows}, box {64, 8, 2, 1, 1}: the 16
 /// RoPE-paired rows (g, g + head_dim / 2) of one m16 tile for one 64-byte warp step.
 TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_dim, int heads) {
@@ -53,7 +53,7 @@ TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_d
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv rows)");
 }
 
-/// The K-blocked packed weight of gemv stages 2 ([K bytes / 64][N][64 bytes], quant_format.h) as a 5-D byte tensor {64
+/// The K-blocked packed weight of gemv tma ([K bytes / 64][N][64 bytes], quant_format.h) as a 5-D byte tensor {64
 /// bytes, 8 rows g, head_dim / 16 tiles, 2 heads halves (2 head + h), K bytes / 64 blocks}, strides {1 row, 8 rows,
 /// head_dim / 2 rows, 1 block} (a row is 64 bytes within a block of N rows), box {64, 8, 1, 2, 1}: the same 16 RoPE-paired
 /// rows per 64-byte warp step as encode_gemv_rows, each half one contiguous 512-byte run (QkvParams::w_k_blocked).
@@ -65,7 +65,7 @@ TmaDescriptor encode_gemv_blocks(const void* base, long long row_bytes, int head
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv K blocks)");
 }
 
-/// X of gemv stages 3 (qkv_gemv_tma_x in qkv_gemv.cuh) as a 3-D tensor of 16-bit elements {64, K / 64, M}, strides
+/// X of gemv tma_x (qkv_gemv_tma_x in qkv_gemv.cuh) as a 3-D tensor of 16-bit elements {64, K / 64, M}, strides
 /// {128 bytes, x_row_bytes}, box {64, step_k / 64, tile_m} (one warp step of K for a block's tokens), 128-byte swizzle;
 /// tokens past M read as zeros. K must be a multiple of 64 (check_params).
 TmaDescriptor encode_gemv_x(const void* x, long long k, long long m, long long x_row_bytes, int step_k, int tile_m) {
@@ -117,8 +117,8 @@ TmaDescriptor encode_pair_rows(const void* base, quant::Format f, long long k, i
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, dims, strides, box, true, "cuTensorMapEncodeTiled (pair rows)");
 }
 
-/// The tensor maps of a wgmma_ws launch (and of gemv stages 3) depend on the pointers, M, K, N, the X row stride and the
-/// tile shape; gemv stages 2 has only the weight's map (the weight pointer, K, N, head_dim), so new activation buffers or
+/// The tensor maps of a wgmma_ws launch (and of gemv tma_x) depend on the pointers, M, K, N, the X row stride and the
+/// tile shape; gemv tma has only the weight's map (the weight pointer, K, N, head_dim), so new activation buffers or
 /// token counts reuse it. The last 64 encodings are kept (the tuner rotates over up to about 20 weight copies), so repeated launches
 /// encode nothing.
 struct MapKey {
@@ -132,7 +132,7 @@ struct MapKey {
 WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) {
   MapKey key;
   std::memset(&key, 0, sizeof key);  // padding compares equal
-  const bool x_map = c.mainloop != kMainloopGemv || c.stages == 3;  // gemv stages 2: the weight's map only
+  const bool x_map = c.mainloop != Mainloop::gemv || c.gemv.load == GemvLoad::tma_x;  // gemv tma: the weight's map only
   key.x = x_map ? a.x : nullptr;
   key.w = a.w_data;
   key.x_row_stride = x_map ? a.x_row_stride : 0;
@@ -142,7 +142,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
   key.format = int(problem.format);
   key.tile_m = x_map ? c.tile_m : 0;
   key.tile_n = x_map ? c.tile_n : 0;
-  key.mainloop = c.mainloop;
+  key.mainloop = int(c.mainloop);
   key.head_dim = problem.head_dim;
   struct Entry {
     MapKey key;
@@ -164,7 +164,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
   }
   const int bits = quant::format_bits(problem.format);
   const bool packed_kb = quant::format_packed_k_blocked(problem.format);
-  if (c.mainloop == kMainloopGemv) {  // stages 2: the weight's map only; stages 3: X's too
+  if (c.mainloop == Mainloop::gemv) {  // tma: the weight's map only; tma_x: X's too
     if (x_map)
       w.x_map = encode_gemv_x(a.x, a.k_dim, a.m, a.x_row_stride * 2, gemv_step_k(problem.format), c.tile_m);
     else
@@ -173,7 +173,7 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
                         : encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
   } else {
     w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
-    w.w_map = c.mainloop == kMainloopWgmmaPairs
+    w.w_map = c.mainloop == Mainloop::wgmma_pairs
                   ? encode_pair_rows(a.w_data, problem.format, a.k_dim, problem.head_dim, problem.n() / problem.head_dim,
                                      wp_box_pairs(c), wp_box_heads(c))
               : bits == 16 ? encode_wide_rows(a.w_data, problem.format, a.k_dim, problem.n(), c.tile_n)
@@ -193,19 +193,19 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const QkvParams& params,
             CUstream stream) {
   check_params(problem, config, params);
-  const int sm_count = config.split_k == 0 ? cuda::current_sm_count() : 0;  // stream-K, gemv's balanced tail
+  const int sm_count = needs_sm_count(config) ? cuda::current_sm_count() : 0;  // stream-K, gemv's balanced tail
   const LaunchDims d = launch_dims(problem, config, sm_count);
   QkvParams a = params;
   a.w_evict_first = weight_evict_first(problem, config) ? 1 : 0;
   a.w_k_blocked = quant::format_packed_k_blocked(problem.format) ? 1 : 0;
   a.gemv_full = a.gemv_split = 0;
-  if (config.mainloop == kMainloopGemv && config.split_k == 0) {
+  if (config.mainloop == Mainloop::gemv && gemv_balanced(config)) {
     const GemvBalance b = gemv_balance_of(problem, config, sm_count);
     a.gemv_full = b.full;
     a.gemv_split = b.split;
   }
-  if (config.mainloop == kMainloopWgmmaWs || config.mainloop == kMainloopWgmmaPairs ||
-      (config.mainloop == kMainloopGemv && config.stages >= 2)) {
+  if (config.mainloop == Mainloop::wgmma_ws || config.mainloop == Mainloop::wgmma_pairs ||
+      (config.mainloop == Mainloop::gemv && gemv_tma(config))) {
     const WsParams w = ws_params(problem, config, a);
     kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &w, d.cluster_y);
     return;

@@ -29,8 +29,7 @@ struct RuntimeAdapter {
     for (int i = 0; i < kKeyFields; ++i) f[i] = v[i];
   }
   static void check_args(const Problem& p, const Params& a) {
-    Config unsplit{};
-    unsplit.split_k = 1;
+    const Config unsplit{};  // mma, split_k 1: no workspace
     check_params(p, unsplit, a);
   }
   static bool uses_workspace(const Config& c) { return qkv::uses_workspace(c); }

@@ -159,8 +159,8 @@ class Runtime {
   /// arguments and templates/qkv_proj/quant_format.h for the packed weight layout.
   /// The first call for a problem resolves it (explain_qkv), loads its kernel (the database's binary for this
   /// device, else the disk cubin cache, else NVRTC; one loaded kernel per binary, shared by the problems and by
-  /// the variants that differ only in split_k) and, when the chosen config splits K (split_k > 1, or wgmma_ws
-  /// stream-K: split_k 0), allocates the workspace and zero-filled counters for that problem on the current
+  /// the variants that differ only in split_k) and, when the chosen config reduces through a workspace
+  /// (qkv::uses_workspace: mma / wgmma split_k > 1, wgmma_ws stream-K, the gemv balanced tail), allocates the workspace and zero-filled counters for that problem on the current
   /// device (qkv::workspace_bytes / counter_bytes).
   /// Later calls do one hash lookup under a shared lock and launch, with no allocation.
   /// params.workspace and params.counters are ignored: the runtime sets them (to its own buffers, or null

@@ -273,8 +273,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   wopt.max_candidates = a.max_candidates;
   if (!a.only.empty()) wopt.keep = [&](const std::string& name) { return std::regex_search(name, only_re); };
   // The device model: the GPU being tuned, else (compile-only) the arch's reference GPU.
-  kt::DeviceModel model = kt::DeviceModel::for_arch(arch);
-  if (use_gpu && device.sm_count > 0) model.sm_count = device.sm_count;
+  const kt::DeviceModel model =
+      use_gpu && device.sm_count > 0 ? kt::device_model(arch, device.sm_count) : kt::device_model(arch);
   kt::WorkPlan plan = kt::build_work(problems, arch, model, wopt);
   std::vector<kt::KernelSource>& sources = plan.sources;
   const std::vector<Item>& items = plan.items;

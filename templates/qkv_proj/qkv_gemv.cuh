@@ -1,4 +1,4 @@
-// Fused Q/K/V projection, weight-streaming mainloop for decode-sized M ("gemv", Config::mainloop = kMainloopGemv).
+// Fused Q/K/V projection, weight-streaming mainloop for decode-sized M ("gemv", Config::mainloop = Mainloop::gemv).
 //
 // At small M the projection is bound by reading the packed weight once (8-9 MB for Qwen2.5-7B in 4-bit), and by
 // latency: every serialized round trip to memory (a K step that waits for the previous one, a split-K partial
@@ -314,7 +314,10 @@ template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN
 __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap, const TmaDescriptor* xmap = nullptr) {
   static_assert(!Balance || Cluster == 1, "the balanced tail splits K across independent blocks, not a cluster");
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Balance ? 0 : Cluster, Prefetch, kMainloopGemv};
+  constexpr Config C = make_config(
+      TileM, TileN,
+      GemvConfig{WarpsK, WarpsN, GemvLoad(Stages), Prefetch,
+                 Balance ? GemvReduce::balanced_tail : Cluster > 1 ? GemvReduce::cluster : GemvReduce::none, Cluster});
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
   constexpr bool kStream = Stages >= 2;  // each warp's own steps by TMA boxes, one mbarrier per step
   constexpr bool kXTma = Stages == 3;    // and the step's X tile by a TMA box on the same mbarrier

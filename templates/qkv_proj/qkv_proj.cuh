@@ -353,7 +353,7 @@ template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN
           int Stages, int Prefetch>
 __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams p) {
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, TileK, WarpsM, WarpsN, Stages, 1, Prefetch};  // split_k is gridDim.z (run time)
+  constexpr Config C = make_config(TileM, TileN, MmaConfig{TileK, WarpsM, WarpsN, Stages, 1, Prefetch});  // split_k: gridDim.z
   const int SplitK = gridDim.z;
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,

@@ -1,4 +1,4 @@
-// Fused Q/K/V projection, Hopper tiled mainloop ("wgmma", Config::mainloop = kMainloopWgmma; sm_90a only).
+// Fused Q/K/V projection, Hopper tiled mainloop ("wgmma", Config::mainloop = Mainloop::wgmma; sm_90a only).
 //
 //   Y[m, n] = sum_k X[m, k] W[n, k]: one block computes tokens m0 .. m0 + tile_m - 1 (tile_m / 64 warpgroups, 64 rows
 //   each, up to 4) by features n0 .. n0 + tile_n - 1, with wgmma.mma_async.m64n{tile_n}k16 (fp32 accumulators in registers,
@@ -66,7 +66,7 @@ __device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScal
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int Stages, int Prefetch>
 __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, TileK, TileM / 16, 1, Stages, 1, Prefetch, kMainloopWgmma};
+  constexpr Config C = make_config(TileM, TileN, WgmmaConfig{TileK, Stages, 1, Prefetch});  // split_k: gridDim.z
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma variant: see invalid_reason() in qkv_proj_config.h");

@@ -1,5 +1,5 @@
 // Fused Q/K/V projection, warp-specialized Hopper mainloop with RoPE-paired feature tiles ("wgmma_pairs",
-// Config::mainloop = kMainloopWgmmaPairs; sm_90a; 16-bit weights only; NOTES.md qkv_proj 23 and 25).
+// Config::mainloop = Mainloop::wgmma_pairs; sm_90a; 16-bit weights only; NOTES.md qkv_proj 23 and 25).
 //
 //   Y[m, n] = sum_k X[m, k] W[n, k] with the tokens as wgmma's A operand (64 per consumer warpgroup, tile_m = 64 x
 //   consumers) and the features as its N (tile_n 40 .. 128). RoPE rotates pair (i, i + D/2) of a head (rotate-half;
@@ -87,14 +87,14 @@ __device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int h
 template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
 __device__ __forceinline__ void wp_body(const WsParams& wp) {
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, 64, TileM / 16, 1, Stages, 1, 1, kMainloopWgmmaPairs};
+  constexpr Config C = make_config(TileM, TileN, PairsConfig{Stages, 1});  // cluster_m: a launch attribute
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma_pairs variant: see invalid_reason() in qkv_proj_config.h");
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const QkvParams& p = wp.p;
-  // A token tile past M: the grid's token tiles are rounded up to whole clusters (Config::cluster_m, a launch
+  // A token tile past M: the grid's token tiles are rounded up to whole clusters (PairsConfig::cluster_m, a launch
   // attribute; nothing here waits on the cluster).
   if (int(blockIdx.y) * TileM >= p.m) return;
   constexpr int kCT = TileM * 2;  // consumer threads (one warpgroup per 64 tokens); the producer warp follows

@@ -1,4 +1,4 @@
-// Fused Q/K/V projection, warp-specialized Hopper mainloop ("wgmma_ws", Config::mainloop = kMainloopWgmmaWs; sm_90a).
+// Fused Q/K/V projection, warp-specialized Hopper mainloop ("wgmma_ws", Config::mainloop = Mainloop::wgmma_ws; sm_90a).
 //
 //   Swap-AB: Y^T[n, m] = sum_k W[n, k] X[m, k]. The weight is wgmma's A operand (M = 64 output features per atom), the
 //   tokens are its N (tile_m = 8 .. 256), so decode-sized M wastes no tensor-core rows and the dequantized weight never
@@ -12,7 +12,7 @@
 //   consumer warps release the slot on its empty mbarrier once the wgmma that read it retired. With two or four consumer
 //   warpgroups the producer warpgroup gives its registers to them (setmaxnreg).
 //
-//   K groups (KGroups = Config::warps_n, 1 or 2; split_k >= 1): with 2, each consumer warpgroup has a twin (warpgroups
+//   K groups (KGroups = WsConfig::k_groups, 1 or 2; WsSplit::split_k): with 2, each consumer warpgroup has a twin (warpgroups
 //   Consumers .. 2 Consumers - 1) that takes the odd K steps of the block's range while the first group takes the even
 //   ones: twice the decode threads per SM for the same tiles and grid (packed weights at decode sizes are bound by the
 //   decode's instructions, NOTES qkv_proj 21). A slot is released by the warps of the group that read it. After the
@@ -234,7 +234,8 @@ template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
   constexpr quant::Format F = static_cast<quant::Format>(F_);
-  constexpr Config C{TileM, TileN, 64, 4 * Consumers, KGroups, Stages, StreamK ? 0 : ClusterK, 1, kMainloopWgmmaWs};
+  constexpr Config C = make_config(
+      TileM, TileN, WsConfig{Consumers, KGroups, Stages, StreamK ? WsSplit::stream_k : WsSplit::split_k, StreamK ? 1 : ClusterK});
   static_assert(ClusterK == 1 || !StreamK, "stream-K blocks do not form clusters");
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,

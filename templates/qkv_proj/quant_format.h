@@ -64,6 +64,32 @@ KT_HD constexpr Format format_element(Format f) {
                                     : f;
 }
 
+/// A weight format is an element encoding and a layout. Format names the pairs kerntune supports (the public
+/// identifiers: the C ABI's KT_WEIGHT_*, Python's "int4_kb128", the database keys); Element and Layout are its two axes.
+/// Element's values are those of the row-major Format of the same encoding (the kernels' template argument).
+enum class Element : int { fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, nf4 = 4, mxfp4 = 5, nvfp4 = 6 };
+/// row_major: [N][K] elements; k_blocked: [K / 64][N][64] (16-bit) or [K bytes / 64][N][64 bytes] (packed).
+enum class Layout : int { row_major = 0, k_blocked = 1 };
+struct WeightFormat {
+  Element element;
+  Layout layout;
+};
+KT_HD constexpr Element element_of(Format f) { return Element(int(format_element(f))); }
+KT_HD constexpr Layout layout_of(Format f) { return format_k_blocked(f) ? Layout::k_blocked : Layout::row_major; }
+KT_HD constexpr WeightFormat weight_format(Format f) { return WeightFormat{element_of(f), layout_of(f)}; }
+/// The Format of (element, layout): every element has both layouts (16-bit elements block K by 64 elements, int8 by
+/// 64 bytes, 4-bit by 128 elements).
+KT_HD constexpr Format format_of(WeightFormat w) {
+  return w.layout == Layout::row_major ? Format(int(w.element))
+         : w.element == Element::fp16  ? Format::fp16_kb64
+         : w.element == Element::bf16  ? Format::bf16_kb64
+         : w.element == Element::int8  ? Format::int8_kb64
+         : w.element == Element::int4  ? Format::int4_kb128
+         : w.element == Element::nf4   ? Format::nf4_kb128
+         : w.element == Element::mxfp4 ? Format::mxfp4_kb128
+                                       : Format::nvfp4_kb128;
+}
+
 /// Bits per stored element.
 KT_HD constexpr int format_bits(Format f) {
   return format_element(f) == Format::fp16 || format_element(f) == Format::bf16 ? 16 : format_element(f) == Format::int8 ? 8 : 4;

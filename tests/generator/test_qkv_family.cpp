@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -37,6 +38,21 @@ QkvParams host_params(const Problem& p, int* dummy) {
   a.tensor_scale = 1.f;
   return a;
 }
+Config mk_mma(int tm, int tn, int tk, int wm, int wn, int st, int sk, int pf) {
+  return make_config(tm, tn, MmaConfig{tk, wm, wn, st, sk, pf});
+}
+Config mk_gemv(int tm, int tn, int wk, int wn, GemvLoad ld, int pf, GemvReduce r = GemvReduce::none, int cluster = 1) {
+  return make_config(tm, tn, GemvConfig{wk, wn, ld, pf, r, cluster});
+}
+Config mk_wgmma(int tm, int tn, int tk, int st, int sk, int pf) { return make_config(tm, tn, WgmmaConfig{tk, st, sk, pf}); }
+/// split_k 0: stream-K.
+Config mk_ws(int tm, int tn, int consumers, int k_groups, int st, int sk) {
+  return make_config(tm, tn, WsConfig{consumers, k_groups, st, sk == 0 ? WsSplit::stream_k : WsSplit::split_k, sk == 0 ? 1 : sk});
+}
+Config mk_pairs(int tm, int tn, int st, int cm = 1) { return make_config(tm, tn, PairsConfig{st, cm}); }
+/// wgmma_ws split as one number: 0 for stream-K, else split_k.
+int ws_split(const Config& c) { return ws_stream_k(c) ? 0 : c.ws.split_k; }
+const GemvLoad kRing = GemvLoad::register_ring, kBulk = GemvLoad::bulk_rows, kTma = GemvLoad::tma, kTmaX = GemvLoad::tma_x;
 }  // namespace
 
 TEST_CASE("qkv_proj problems are refused with the rule they break", "[generator][qkv]") {
@@ -71,51 +87,58 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     for (const auto& c : cs) {
       CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch) == nullptr);
       const auto d = launch_dims(p, c, 132);
-      if (c.mainloop == kMainloopGemv) {
+      if (c.mainloop == Mainloop::gemv) {
         CHECK(m <= 64);
         const int tm = m <= 8 ? 8 : m <= 16 ? 16 : 64;           // the power of two >= M, at least 8, or half of it
         CHECK((c.tile_m == tm || (tm > 8 && c.tile_m == tm / 2)));
-        CHECK(c.tile_k == 128);                                 // 4-bit warp step
-        CHECK((c.split_k == 0 || c.split_k == 1 || c.split_k == 2 || c.split_k == 4 || c.split_k == 8));  // 0: balanced tail
-        if (c.split_k > 1) CHECK(c.stages == 1);                // K over a cluster's blocks
-        CHECK(c.warps_m * c.split_k <= 3584 / 128);             // every warp gets a K step
-        if (c.split_k >= 1) CHECK(d.grid_x * c.tile_n == 4608u * c.split_k);  // blocks (x cluster ranks) cover the 288 m16 tiles
-        if (c.split_k == 0) CHECK(d.grid_x == unsigned(gemv_balance(4608 / c.tile_n * ((m + c.tile_m - 1) / c.tile_m), 28, 132).blocks()));
-        CHECK(uses_workspace(c) == (c.split_k == 0));           // clusters reduce in distributed shared memory
-      } else if (c.mainloop == kMainloopWgmmaWs) {
+        const int cl = gemv_cluster(c);
+        CHECK((cl == 1 || cl == 2 || cl == 4 || cl == 8));
+        if (c.gemv.reduce != GemvReduce::cluster) CHECK(c.gemv.cluster == 1);
+        if (c.gemv.reduce == GemvReduce::cluster) CHECK(c.gemv.load == kBulk);  // K over a cluster's blocks
+        CHECK(c.gemv.warps_k * cl <= 3584 / 128);             // every warp gets a K step (4-bit warp step 128)
+        if (!gemv_balanced(c)) CHECK(d.grid_x * c.tile_n == 4608u * cl);  // blocks (x cluster ranks) cover the 288 m16 tiles
+        if (gemv_balanced(c)) CHECK(d.grid_x == unsigned(gemv_balance(4608 / c.tile_n * ((m + c.tile_m - 1) / c.tile_m), 28, 132).blocks()));
+        CHECK(uses_workspace(c) == gemv_balanced(c));         // clusters reduce in distributed shared memory
+      } else if (c.mainloop == Mainloop::wgmma_ws) {
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 8 || m > c.tile_m / 2));  // a token tile more than half full
-        CHECK(d.block_x == unsigned(c.warps_m * c.warps_n * 32 + 128));  // consumer warps (x K groups) + the producer
+        CHECK(d.block_x == unsigned(c.ws.consumers * c.ws.k_groups * 128 + 128));  // consumer warpgroups (x K groups) + the producer
+        CHECK(c.tile_n == 64 * c.ws.consumers * ws_atoms(c));
         const long long tiles = (long long)((4608 + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
-        if (c.split_k > 1) CHECK(tiles < 132);
-        if (c.split_k >= 1) CHECK(d.grid_x == unsigned(tiles * c.split_k));
-        if (c.split_k == 0) {  // stream-K: one block per SM, more units than SMs
+        if (ws_split(c) > 1) CHECK(tiles < 132);
+        if (!ws_stream_k(c)) CHECK(d.grid_x == unsigned(tiles * c.ws.split_k));
+        if (ws_stream_k(c)) {  // stream-K: one block per SM, more units than SMs
+          CHECK(c.ws.split_k == 1);
           CHECK(d.grid_x == 132u);
           CHECK(tiles * 56 > 132);
         }
         CHECK(d.grid_y == 1u);
         CHECK(d.smem_bytes == unsigned(ws_smem_bytes(c, p.format)));
-      } else if (c.mainloop == kMainloopWgmma) {
+      } else if (c.mainloop == Mainloop::wgmma) {
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 64 || m > c.tile_m / 2));  // one warpgroup per 64 tokens
-        CHECK(c.warps_m == c.tile_m / 16);
-        if (c.split_k > 1) CHECK(d.grid_x * d.grid_y < 132);
+        CHECK(d.block_x == unsigned(c.tile_m / 16 * 32));  // one warpgroup per 64 tokens
+        if (c.wgmma.split_k > 1) CHECK(d.grid_x * d.grid_y < 132);
+        CHECK(d.grid_z == unsigned(c.wgmma.split_k));
         CHECK(d.smem_bytes == unsigned(wgmma_smem_bytes(c, p.format)));
       } else {
         CHECK(c.tile_n % p.head_dim == 0);  // RoPE needs whole heads in a tile
-        if (m <= 16) CHECK(c.tile_m == 16);
-        if (c.split_k > 1) CHECK(d.grid_x * d.grid_y < 264);
+        if (c.mainloop == Mainloop::mma) {
+          if (m <= 16) CHECK(c.tile_m == 16);
+          if (c.mma.split_k > 1) CHECK(d.grid_x * d.grid_y < 264);
+          CHECK(d.grid_z == unsigned(c.mma.split_k));
+        }
       }
       CHECK(names.insert(variant_name(p, c, arch)).second);
     }
     bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false, has_ws = false, has_cluster = false;
     for (const auto& c : cs) {
-      has_split |= c.split_k > 1 && c.mainloop == kMainloopMma;
-      has_gemv |= c.mainloop == kMainloopGemv;
-      has_cluster |= c.mainloop == kMainloopGemv && c.split_k > 1;
-      has_wgmma |= c.mainloop == kMainloopWgmma;
-      has_ws |= c.mainloop == kMainloopWgmmaWs;
-      has_half_gemv |= c.mainloop == kMainloopGemv && c.tile_m == 8 && m > 8;
+      has_split |= c.mainloop == Mainloop::mma && c.mma.split_k > 1;
+      has_gemv |= c.mainloop == Mainloop::gemv;
+      has_cluster |= c.mainloop == Mainloop::gemv && c.gemv.reduce == GemvReduce::cluster;
+      has_wgmma |= c.mainloop == Mainloop::wgmma;
+      has_ws |= c.mainloop == Mainloop::wgmma_ws;
+      has_half_gemv |= c.mainloop == Mainloop::gemv && c.tile_m == 8 && m > 8;
     }
     CHECK(has_half_gemv == (m == 16));  // M = 16 also gets two 8-token tiles per set of rows
     CHECK(has_split == (m <= 256));
@@ -124,31 +147,31 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(has_wgmma);               // sm_90a: the Hopper mainloops at every M
     CHECK(has_ws);
     // Decode sizes try the weight-streaming kernel first.
-    if (m <= 16) CHECK(cs.front().mainloop == kMainloopGemv);
-    // Packed weights at M = 16 are decode-bound: the 108 blocks of split_k 3 over 36 tiles of 128 features are among
-    // the first 24 candidates (the prefix a --max-candidates 24 tune measures); split_k 3 never with tile_m 8 (M <= 8
-    // is the gemv's).
+    if (m <= 16) CHECK(cs.front().mainloop == Mainloop::gemv);
+    // Packed weights at M = 16 are decode-bound: the 108 blocks of split_k 3 over 36 tiles of 128 features (NOTES
+    // qkv_proj 20) are among the first 24 candidates (the prefix a --max-candidates 24 tune measures); split_k 3
+    // never with tile_m 8 (M <= 8 is the gemv's).
     bool ws_split3_m16 = false;
     for (size_t i = 0; i < cs.size(); ++i) {
       const Config& c = cs[i];
-      if (c.mainloop != kMainloopWgmmaWs || c.split_k != 3) continue;
+      if (c.mainloop != Mainloop::wgmma_ws || ws_split(c) != 3) continue;
       CHECK(c.tile_m >= 16);
       ws_split3_m16 |= i < 24 && c.tile_m == 16 && c.tile_n == 128;
     }
     if (m == 16) CHECK(ws_split3_m16);
-    // Two K groups (warps_n 2) only for the decode-bound token tiles 16 / 32, one atom per consumer warpgroup, rings of
+    // Two K groups only for the decode-bound token tiles 16 / 32, one atom per consumer warpgroup, rings of
     // 6 or 8 slots, never stream-K; the M = 16 list holds one with split_k 3 among the first 60 (the decode tune's
-    // --max-candidates).
+    // --max-candidates; NOTES qkv_proj 21).
     bool kg2_m16 = false;
     for (size_t i = 0; i < cs.size(); ++i) {
       const Config& c = cs[i];
-      if (c.mainloop != kMainloopWgmmaWs || c.warps_n == 1) continue;
-      CHECK(c.warps_n == 2);
+      if (c.mainloop != Mainloop::wgmma_ws || c.ws.k_groups == 1) continue;
+      CHECK(c.ws.k_groups == 2);
       CHECK((c.tile_m == 16 || c.tile_m == 32));
       CHECK(ws_atoms(c) == 1);
-      CHECK((c.stages == 6 || c.stages == 8));
-      CHECK(c.split_k >= 1);
-      kg2_m16 |= i < 60 && c.split_k == 3 && c.tile_m == 16;
+      CHECK((c.ws.stages == 6 || c.ws.stages == 8));
+      CHECK(!ws_stream_k(c));
+      kg2_m16 |= i < 60 && ws_split(c) == 3 && c.tile_m == 16;
     }
     if (m == 16) CHECK(kg2_m16);
   }
@@ -159,12 +182,12 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       p.k = k;
       bool found = false;
       for (const auto& c : valid_configs(p, arch))
-        found |= c.mainloop == kMainloopWgmmaWs && c.warps_n == 2 && c.split_k == split;
+        found |= c.mainloop == Mainloop::wgmma_ws && c.ws.k_groups == 2 && ws_split(c) == split;
       CHECK(found);
     }
   }
-  {  // M = 256: the fastest wgmma_ws variants of whole-space probes on the H100 (the cost model ranked them 12th to
-     // 55th among the ws candidates) are in the first 24 candidates (a --max-candidates 24 tune), through
+  {  // M = 256: the fastest wgmma_ws variants of whole-space probes on the H100 (NOTES qkv_proj 22; the cost model ranked
+     // them 12th to 55th among the ws candidates) are in the first 24 candidates (a --max-candidates 24 tune), through
      // the shape-class order: every (tile, split) class's first config before any class's second.
     struct Want {
       quant::Format f;
@@ -179,36 +202,36 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       bool found = false;
       for (size_t i = 0; i < std::min<size_t>(24, cs.size()); ++i) {
         const Config& c = cs[i];
-        found |= c.mainloop == kMainloopWgmmaWs && c.tile_m == w.tile_m && c.tile_n == 128 && ws_consumers(c) == 2 &&
-                 c.split_k == w.split_k && (w.stages == 0 || c.stages == w.stages);
+        found |= c.mainloop == Mainloop::wgmma_ws && c.tile_m == w.tile_m && c.tile_n == 128 && ws_consumers(c) == 2 &&
+                 ws_split(c) == w.split_k && (w.stages == 0 || c.ws.stages == w.stages);
       }
       CHECK(found);
       // Within a class two consumer warpgroups come first: the first ws config of each shape class has them when the
       // class has any.
       std::vector<const Config*> firsts;
       for (const auto& c : cs) {
-        if (c.mainloop != kMainloopWgmmaWs) continue;
+        if (c.mainloop != Mainloop::wgmma_ws) continue;
         bool seen = false;
         for (const Config* f : firsts)
-          seen |= f->tile_m == c.tile_m && f->tile_n == c.tile_n && f->split_k == c.split_k && f->warps_n == c.warps_n;
+          seen |= f->tile_m == c.tile_m && f->tile_n == c.tile_n && ws_split(*f) == ws_split(c) && f->ws.k_groups == c.ws.k_groups;
         if (seen) continue;
         firsts.push_back(&c);
         bool class_has_c2 = false;
         for (const auto& o : cs)
-          class_has_c2 |= o.mainloop == kMainloopWgmmaWs && o.tile_m == c.tile_m && o.tile_n == c.tile_n &&
-                          o.split_k == c.split_k && o.warps_n == c.warps_n && ws_consumers(o) == 2;
+          class_has_c2 |= o.mainloop == Mainloop::wgmma_ws && o.tile_m == c.tile_m && o.tile_n == c.tile_n &&
+                          ws_split(o) == ws_split(c) && o.ws.k_groups == c.ws.k_groups && ws_consumers(o) == 2;
         if (class_has_c2) CHECK(ws_consumers(c) == 2);
       }
     }
   }
-  {  // M = 1024 (modes in turn and shape classes up to M = 1024): the whole-space probe's winner of
+  {  // M = 1024 (modes in turn and shape classes up to M = 1024, NOTES qkv_proj 22-23): the whole-space probe's winner of
      // the packed formats (m192 n128 c2 sk1) and the stream-K winners of the tune (packed m256 n128 c2 s4, fp16 m96 n256
      // c2 s4) are all in the 24-candidate prefix.
     auto in_prefix = [&](quant::Format f, DType dt, int tile_m, int tile_n, int split_k, int stages) {
       const auto cs = valid_configs(qwen(f, dt, 1024), arch);
       for (size_t i = 0; i < std::min<size_t>(24, cs.size()); ++i)
-        if (cs[i].mainloop == kMainloopWgmmaWs && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n && ws_consumers(cs[i]) == 2 &&
-            cs[i].split_k == split_k && (stages == 0 || cs[i].stages == stages))
+        if (cs[i].mainloop == Mainloop::wgmma_ws && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n && ws_consumers(cs[i]) == 2 &&
+            ws_split(cs[i]) == split_k && (stages == 0 || cs[i].ws.stages == stages))
           return true;
       return false;
     };
@@ -219,56 +242,41 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     }
     CHECK(in_prefix(quant::Format::fp16, DType::f16, 96, 256, 0, 4));
   }
-  {  // gemv order: every fourth gemv candidate runs the register ring (stages 0), prefetch 1 first; the stages-0 winners of
-     // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1) and the tuned int8 M = 16 winner (m16 w4 x 1
-     // stages 2) lie in the decode tune's 120-candidate prefix (bench/tune_h100.sh; each balanced tail comes right
-     // after its twin, so 120 candidates hold 60 gemv configs). The order below is that of the whole-unit configs (the
-     // balanced ones taken out).
-    auto pos = [&](const Problem& p, int tile_m, int warps_m, int stages, int prefetch) {
+  {  // gemv order: every fourth gemv candidate runs the register ring, prefetch 1 first; the register-ring winners of
+     // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1, NOTES qkv_proj 22) and the tuned int8 M = 16 winner
+     // (m16 w4 x 1 tma) lie in the decode tune's 120-candidate prefix (bench/tune_h100.sh; each balanced tail
+     // comes right after its twin, so the prefix holds twice the gemv candidates' 60 of before). The order below is
+     // that of the whole-unit configs (the balanced ones taken out).
+    auto pos = [&](const Problem& p, int tile_m, int warps_k, GemvLoad load, int prefetch) {
       const auto cs = valid_configs(p, arch);
+      const Config want = mk_gemv(tile_m, 16, warps_k, 1, load, prefetch);
       for (size_t i = 0; i < cs.size(); ++i)
-        if (cs[i].mainloop == kMainloopGemv && cs[i].tile_m == tile_m && cs[i].tile_n == 16 && cs[i].warps_m == warps_m &&
-            cs[i].warps_n == 1 && cs[i].stages == stages && cs[i].prefetch == prefetch && cs[i].split_k == 1)
-          return int(i);
+        if (same_config(cs[i], want)) return int(i);
       return -1;
     };
     for (DType dt : {DType::bf16, DType::f16})
       for (auto f : {quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4}) {
-        const int i = pos(qwen(f, dt, 1), 8, 7, 0, 1);
+        const int i = pos(qwen(f, dt, 1), 8, 7, kRing, 1);
         CHECK(i >= 0);
         CHECK(i < 120);
       }
-    const int i8 = pos(qwen(quant::Format::int8, DType::bf16, 16), 16, 4, 2, 1);
+    const int i8 = pos(qwen(quant::Format::int8, DType::bf16, 16), 16, 4, kTma, 1);
     CHECK(i8 >= 0);
     CHECK(i8 < 120);
-    // the int4 M = 16 winner, m16 w4 x 1 stages 3 prefetch 1 balanced, in the prefix too
+    // the int4 M = 16 winner, m16 w4 x 1 tma_x prefetch 1 balanced (NOTES qkv_proj 34), in the prefix too
     for (auto f : {quant::Format::int4, quant::Format::int4_kb128})
       for (DType dt : {DType::bf16, DType::f16}) {
         const auto cs = valid_configs(qwen(f, dt, 16), arch);
-        const auto it = std::find_if(cs.begin(), cs.end(), [](const Config& c) {
-          return c.mainloop == kMainloopGemv && c.tile_m == 16 && c.tile_n == 16 && c.warps_m == 4 && c.stages == 3 &&
-                 c.prefetch == 1 && c.split_k == 0;
-        });
+        const Config want = mk_gemv(16, 16, 4, 1, kTmaX, 1, GemvReduce::balanced_tail);
+        const auto it = std::find_if(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, want); });
         CHECK(it - cs.begin() < 120);
       }
-    const auto cs = valid_configs(qwen(quant::Format::nf4, DType::bf16, 1), arch);
-    std::vector<Config> gemv;
-    for (const auto& c : cs)
-      if (c.mainloop == kMainloopGemv && c.split_k != 0) gemv.push_back(c);
-    size_t ring = 0;
-    for (const auto& c : gemv) ring += c.stages == 0;
-    REQUIRE(ring > 10);
-    for (size_t i = 0; i < 40; ++i) CHECK((gemv[i].stages == 0) == (i % 4 == 3));
-    int last_prefetch = 0;  // the ring's prefetch-1 configs that fit come before its deeper ones
-    for (size_t i = 3; i < 40; i += 4) {
-      if (gemv[i].prefetch < last_prefetch) FAIL_CHECK("stages-0 prefetch order: " << gemv[i].prefetch << " after " << last_prefetch);
-      last_prefetch = gemv[i].prefetch;
-    }
+    // (every fourth whole-unit gemv candidate on the register ring, prefetch 1 first: the order properties test below)
   }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
     const auto cs = valid_configs(qwen(quant::Format::int8, DType::bf16, 37), arch);
     REQUIRE(cs.size() >= 2);
-    CHECK((cs[0].mainloop == kMainloopGemv && cs[1].mainloop != kMainloopGemv));
+    CHECK((cs[0].mainloop == Mainloop::gemv && cs[1].mainloop != Mainloop::gemv));
   }
   {  // wgmma: sm_90a only; beyond M = 64 the tiled list takes two wgmma_ws, one wgmma and one mma.sync config in turn;
      // not offered on sm_90 (no "a" features).
@@ -276,10 +284,10 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     const auto cs = valid_configs(p4, arch);
     REQUIRE(cs.size() >= 8);
     for (size_t i = 0; i < 8; ++i)
-      CHECK(cs[i].mainloop == (i % 4 < 2 ? kMainloopWgmmaWs : i % 4 == 2 ? kMainloopWgmma : kMainloopMma));
+      CHECK(cs[i].mainloop == (i % 4 < 2 ? Mainloop::wgmma_ws : i % 4 == 2 ? Mainloop::wgmma : Mainloop::mma));
     for (const auto& c : valid_configs(p4, parse_arch("sm_90")))
-      CHECK((c.mainloop != kMainloopWgmma && c.mainloop != kMainloopWgmmaWs));
-    const Config wg{128, 256, 64, 8, 1, 3, 1, 2, kMainloopWgmma};
+      CHECK((c.mainloop != Mainloop::wgmma && c.mainloop != Mainloop::wgmma_ws));
+    const Config wg = mk_wgmma(128, 256, 64, 3, 1, 2);
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, arch) == nullptr);
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, parse_arch("sm_90"))).find("sm_90a") !=
           std::string::npos);
@@ -294,7 +302,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p4, wg, 132).grid_x == 18);
     CHECK(launch_dims(p4, wg, 132).grid_y == 32);
     auto bad = wg;
-    bad.warps_m = 4;  // one warpgroup cannot cover 128 tokens
+    bad.tile_m = 96;  // not whole warpgroups of 64 tokens
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("warpgroup") != std::string::npos);
     bad = wg;
     bad.tile_n = 192;
@@ -303,19 +311,19 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     const Problem pf = qwen(quant::Format::fp16, DType::f16, 4096);
     CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, wg, arch) != nullptr);  // prefetch 2
     auto wf = wg;
-    wf.prefetch = 1;
+    wf.wgmma.prefetch = 1;
     CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, wf, arch) == nullptr);
     CHECK(wgmma_w_buffers(wf, pf.format) == 4);
   }
   {  // wgmma_ws: fields, names, JSON, shared memory, threads, rules.
     const Problem p4 = qwen(quant::Format::int4, DType::bf16, 4096);
-    const Config ws{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs};
+    const Config ws = mk_ws(256, 128, 2, 1, 4, 1);
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, ws, arch) == nullptr);
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, ws, parse_arch("sm_90"))).find("sm_90a") !=
           std::string::npos);
     CHECK(ws_consumers(ws) == 2);
     CHECK(ws_atoms(ws) == 1);
-    CHECK(variant_name(p4, ws, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a");
+    CHECK(variant_name(p4, ws, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk1__sm_90a");
     CHECK(name_expression(p4, ws) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4, false>");
     CHECK(kernel_source(p4, ws, arch).source.find("qkv_wgmma_ws.cuh") != std::string::npos);
     CHECK(config_to_json(ws).at("mainloop") == "wgmma_ws");
@@ -327,11 +335,11 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p4, ws, 132).grid_y == 1);
     CHECK(workspace_bytes(p4, ws, 132) == 0);
     auto split = ws;
-    split.split_k = 2;  // a cluster of 2 blocks per tile: partials through the ranks' shared memory, no workspace
+    split.ws.split_k = 2;  // a cluster of 2 blocks per tile: partials through the ranks' shared memory, no workspace
     CHECK(workspace_bytes(p4, split, 132) == 0);
     CHECK(counter_bytes(p4, split) == 0);
     CHECK(!uses_workspace(split));
-    CHECK(variant_name(p4, split, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_cl2__sm_90a");
+    CHECK(variant_name(p4, split, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk2__sm_90a");
     CHECK(name_expression(p4, split) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4, 2>");
     CHECK(launch_dims(p4, split, 132).grid_x == 36 * 16 * 2);
     // Each rank finishes 128 of the 256 token rows. Its shared memory: the ring or its fp32 output tile over it,
@@ -354,7 +362,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     // over the ring (a cluster barrier after the mainloops) and the output tile after them.
     const Problem pb16 = qwen(quant::Format::bf16, DType::bf16, 256);
     auto split3 = ws;
-    split3.split_k = 3;
+    split3.ws.split_k = 3;
     CHECK(invalid_reason(pb16.dtype, pb16.format, pb16.head_dim, pb16.rope, split3, arch) == nullptr);
     CHECK(ws_cluster_rows(split3) == 88);
     CHECK(!ws_cluster_slots_beside(split3, pb16.format));
@@ -363,15 +371,15 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(pb16, split3, 132).smem_bytes == 1024u + 4 * (256 * 128 + 128 * 128));
     CHECK(launch_dims(pb16, split3, 132).grid_x == 36 * 3);
     auto split16 = ws;
-    split16.split_k = 16;  // beyond the portable cluster size
+    split16.ws.split_k = 16;  // beyond the portable cluster size
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, split16, arch)).find("cluster") !=
           std::string::npos);
-    // stream-K (split_k 0): its own name and template flag, one block per SM, two partial slots per block, the
+    // stream-K: its own name and template flag, one block per SM, two partial slots per block, the
     // output tile next to the ring in shared memory.
     const Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
-    const Config sk{16, 128, 64, 8, 1, 8, 0, 1, kMainloopWgmmaWs};
+    const Config sk = mk_ws(16, 128, 2, 1, 8, 0);
     CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, sk, arch) == nullptr);
-    CHECK(variant_name(p16, sk, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_s8_streamk__sm_90a");
+    CHECK(variant_name(p16, sk, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg1_s8_streamk__sm_90a");
     CHECK(name_expression(p16, sk) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, true>");
     CHECK(same_config(config_from_json(config_to_json(sk)), sk));
     CHECK(ws_units(p16, sk) == 36 * 56);
@@ -379,37 +387,37 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p16, sk, 114).grid_x == 114);
     CHECK(launch_dims(p16, sk, 132).smem_bytes == 1024u + 8 * (16 * 128 + 128 * 32) + 16 * 132 * 4);
     // 256-token stream-K tiles go through the epilogue 32 rows at a time: 4 bf16 slots of 48 KB fit beside it.
-    const Config sk256{256, 128, 64, 8, 1, 4, 0, 1, kMainloopWgmmaWs};
+    const Config sk256 = mk_ws(256, 128, 2, 1, 4, 0);
     const Problem pb = qwen(quant::Format::bf16, DType::bf16, 4096);
     CHECK(ws_epilogue_rows(sk256) == 32);
     CHECK(ws_smem_bytes(sk256, pb.format) == 1024 + 4 * (256 * 128 + 128 * 128) + 32 * 132 * 4);
     CHECK(invalid_reason(pb.dtype, pb.format, pb.head_dim, pb.rope, sk256, arch) == nullptr);
     // Two K groups: 4 consumer warpgroups + the producer (640 threads), named and instantiated with the group count;
     // their partial sums meet over the ring, so the ring must hold them; not with stream-K.
-    const Config kg{16, 128, 64, 8, 2, 8, 3, 1, kMainloopWgmmaWs};
+    const Config kg = mk_ws(16, 128, 2, 2, 8, 3);
     CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kg, arch) == nullptr);
     CHECK(ws_kgroups(kg) == 2);
     CHECK(launch_dims(p16, kg, 132).block_x == 640);
     CHECK(launch_dims(p16, kg, 132).grid_x == 36 * 3);
-    CHECK(variant_name(p16, kg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_s8_cl3_kg2__sm_90a");
+    CHECK(variant_name(p16, kg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg2_s8_sk3__sm_90a");
     CHECK(name_expression(p16, kg) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, 3, 2>");
     CHECK(same_config(config_from_json(config_to_json(kg)), kg));
     CHECK(ws_kgroup_xfer_bytes(kg) == 256 * 8 * 4);  // 256 threads x 8 fp32 accumulators
     auto kg1 = kg;
-    kg1.split_k = 1;
+    kg1.ws.split_k = 1;
     CHECK(name_expression(p16, kg1) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, false, 2>");
     auto kgs = kg;
-    kgs.split_k = 0;
+    kgs.ws.split = WsSplit::stream_k, kgs.ws.split_k = 1;
     CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgs, arch)).find("K groups") !=
           std::string::npos);
     CHECK(ws_consumer_reg_budget(kg) == kWsConsumerRegs4);
     CHECK(ws_consumer_reg_budget(kg1) == kWsConsumerRegs4);
     auto kg3 = kg;
-    kg3.warps_n = 3;
+    kg3.ws.k_groups = 3;
     CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kg3, arch) != nullptr);
     // split_k 2, tile_m 64: 2 slots of X [64][64] + int4 rows [128][32 bytes] = 24 KB (more than the rank's 32-row
     // output tile) cannot hold the 256 threads x 32 fp32 partials (32 KB)
-    const Config kgsmall{64, 128, 64, 8, 2, 2, 2, 1, kMainloopWgmmaWs};
+    const Config kgsmall = mk_ws(64, 128, 2, 2, 2, 2);
     CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgsmall, arch)).find("over the ring") !=
           std::string::npos);
     CHECK(workspace_bytes(p16, sk, 132) == size_t(2) * 132 * 16 * 128 * 4);
@@ -418,8 +426,16 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     Problem tiny = p16;
     tiny.k = 64;  // 36 units < 132 SMs: one block per unit
     CHECK(launch_dims(tiny, sk, 132).grid_x == 36);
-    auto mma_sk0 = Config{16, 128, 64, 1, 4, 2, 0, 1};
-    CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, mma_sk0, arch) != nullptr);  // stream-K: ws only
+    auto mma_sk0 = mk_mma(16, 128, 64, 1, 4, 2, 0, 1);
+    CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, mma_sk0, arch) != nullptr);  // split_k >= 1
+    auto sk_split = sk;  // stream-K blocks are one per SM: no split_k besides
+    sk_split.ws.split_k = 2;
+    CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, sk_split, arch)).find("stream-K") !=
+          std::string::npos);
+    auto cons3 = ws;
+    cons3.ws.consumers = 3;
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, cons3, arch)).find("consumers") !=
+          std::string::npos);
     auto bad = ws;
     bad.tile_n = 192;  // 96 features per consumer warpgroup is not a whole number of m64 atoms
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("atoms") != std::string::npos);
@@ -430,14 +446,14 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     bad.tile_m = 24;
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("tile_m") != std::string::npos);
     bad = ws;
-    bad.stages = 9;
+    bad.ws.stages = 9;
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
     // wgmma_ws split modes taken in turn: the first ws candidates of a 16-bit M = 64 problem hold both stream-K and
     // split_k 1 (split_k 1 wins there on the H100; the cost model alone put every stream-K config first).
     {
       std::vector<int> first_modes;
       for (const auto& c : valid_configs(qwen(quant::Format::fp16, DType::f16, 64), arch))
-        if (c.mainloop == kMainloopWgmmaWs && first_modes.size() < 4) first_modes.push_back(c.split_k);
+        if (c.mainloop == Mainloop::wgmma_ws && first_modes.size() < 4) first_modes.push_back(ws_split(c));
       REQUIRE(first_modes.size() == 4);
       CHECK(std::count(first_modes.begin(), first_modes.end(), 0) >= 1);
       CHECK(std::count(first_modes.begin(), first_modes.end(), 1) >= 1);
@@ -446,30 +462,30 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     // decode sizes: tile_m 8 with split-K is offered for M = 1
     bool small_split = false;
     for (const auto& c : valid_configs(qwen(quant::Format::int4, DType::bf16, 1), arch))
-      small_split |= c.mainloop == kMainloopWgmmaWs && c.tile_m == 8 && c.split_k > 1;
+      small_split |= c.mainloop == Mainloop::wgmma_ws && c.tile_m == 8 && ws_split(c) > 1;
     CHECK(small_split);
   }
-  const Config c{16, 128, 64, 1, 4, 2, 8, 1};
+  const Config c = mk_mma(16, 128, 64, 1, 4, 2, 8, 1);
   const Problem p = qwen();
-  CHECK(variant_name(p, c, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__m16_n128_k64_w1x4_s2_sk8_p1__sm_90a");
+  CHECK(variant_name(p, c, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__mma_m16_n128_k64_w1x4_s2_sk8_p1__sm_90a");
   CHECK(name_expression(p, c) == "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
   CHECK(p.key() == "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope");
   CHECK(p.n() == 4608);
   CHECK(workspace_bytes(p, c, 132) == size_t(36) * 1 * 8 * 16 * 128 * 4);
   CHECK(counter_bytes(p, c) == 36 * 4);
-  CHECK(workspace_bytes(p, Config{16, 128, 64, 1, 4, 2, 1, 1}, 132) == 0);
+  CHECK(workspace_bytes(p, mk_mma(16, 128, 64, 1, 4, 2, 1, 1), 132) == 0);
   CHECK(problem_from_json(problem_to_json(p)).key() == p.key());
   CHECK(same_config(config_from_json(config_to_json(c)), c));
   // The weight bytes the roofline counts: 4-bit data + fp32 absmax per 64.
   CHECK(p.min_bytes() == Approx(4608.0 * 3584 / 2 + 4608.0 * 3584 / 64 * 4 + 2.0 * 16 * 3584 + 2.0 * 16 * 4608 + 2 * 4608));
   // gemv configs: their own name and template, a JSON round trip that keeps the mainloop.
-  const Config gv{8, 32, 128, 4, 1, 0, 1, 1, kMainloopGemv};  // 4 K warps x 1, two m16 tiles per warp
+  const Config gv = mk_gemv(8, 32, 4, 1, kRing, 1);  // 4 K warps x 1, two m16 tiles per warp
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv, arch) == nullptr);
-  CHECK(variant_name(p, gv, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w4x1_s0_p1__sm_90a");
+  CHECK(variant_name(p, gv, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_register_ring_p1_nored__sm_90a");
   CHECK(name_expression(p, gv) == "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1, 0>");
   CHECK(config_to_json(gv).at("mainloop") == "gemv");
   CHECK(same_config(config_from_json(config_to_json(gv)), gv));
-  CHECK_FALSE(same_config(gv, Config{8, 32, 128, 4, 1, 0, 1, 1, kMainloopMma}));
+  CHECK_FALSE(same_config(gv, mk_mma(8, 32, 128, 4, 1, 0, 1, 1)));
   CHECK(kernel_source(p, gv, arch).source.find("qkv_gemv.cuh") != std::string::npos);
   CHECK(workspace_bytes(p, gv, 132) == 0);  // no split-K workspace
   CHECK(launch_dims(p, gv, 132).grid_x == 144);  // 288 m16 tiles, 2 per block
@@ -478,7 +494,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(launch_dims(p, gv, 132).smem_bytes == 3 * 2 * 32 * 16);  // K slices 1..3: a float4 per lane per m16 tile
   // stages 1: the block's 32 rows of nf4 (1792 data + 224 scale bytes each for K = 3584) join the partials.
   auto gv1 = gv;
-  gv1.stages = 1;
+  gv1.gemv.load = kBulk;
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, arch) == nullptr);
   CHECK(launch_dims(p, gv1, 132).smem_bytes == 3 * 2 * 32 * 16 + 32 * (1792 + 224));
   // The ceiling: 227 KB per block less 1 KB and the decode table's 8 KB of static shared memory.
@@ -489,9 +505,9 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
      // 128 bytes of TMA alignment slack, a per-warp ring and one mbarrier per (step, warp column); sm_90 only; no
      // cluster; never prefetch 4 in the space.
     auto gv2 = gv;
-    gv2.stages = 2;
+    gv2.gemv.load = kTma;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, arch) == nullptr);
-    CHECK(variant_name(p, gv2, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w4x1_s2_p1__sm_90a");
+    CHECK(variant_name(p, gv2, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_tma_p1_nored__sm_90a");
     CHECK(name_expression(p, gv2) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1>");
     // Data: a ring per warp of prefetch + 2 slots x its 2 m16 tiles x 1 KB, not the rows' 1792 bytes; scales whole.
     CHECK(gemv_ring_slots(gv2) == 3);
@@ -502,8 +518,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(gemv_seg_bytes(p.format, 1088, 1) == 544);
     {  // 16-bit weights: stages 1 holds 32 rows x 7 KB; the stages-2 ring does not grow with K.
       const auto f16 = quant::Format::fp16;
-      auto h1 = gv1, h2 = gv2;
-      h1.tile_k = h2.tile_k = gemv_step_k(f16);
+      const auto h1 = gv1, h2 = gv2;  // (the warp step is the format's, not a config field)
       CHECK(gemv_smem_bytes(h1, f16, 3584) - gemv_smem_bytes(h1, f16, 1792) == 32 * 3584);
       CHECK(gemv_smem_bytes(h2, f16, 3584) - gemv_smem_bytes(h2, f16, 1792) == 8 * (112 - 56));
     }
@@ -512,78 +527,86 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, parse_arch("sm_80"))).find("sm_90") !=
           std::string::npos);
     auto cl2 = gv2;
-    cl2.split_k = 2;
-    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl2, arch)).find("stages 1") != std::string::npos);
+    cl2.gemv.reduce = GemvReduce::cluster, cl2.gemv.cluster = 2;
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl2, arch)).find("bulk_rows") != std::string::npos);
     auto s4 = gv2;
-    s4.stages = 4;
-    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s4, arch)).find("stages must be") != std::string::npos);
-    // stages 3 (X by TMA too): tile_m 16 / 32 and packed weights only, its own kernel (WsParams with X's 3-D map), the
+    s4.gemv.load = GemvLoad(4);
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s4, arch)).find("load must be") != std::string::npos);
+    // tma_x (X by TMA too): tile_m 16 / 32 and packed weights only, its own kernel (WsParams with X's 3-D map), the
     // X rings (prefetch + 1 boxes of tile_m x 128 elements x 2 bytes per warp, 1 KB of alignment slack) beside
-    // stages 2's, K a multiple of 64.
+    // tma's, K a multiple of 64.
     auto s3 = gv2;
-    s3.stages = 3;
+    s3.gemv.load = kTmaX;
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch)).find("tile_m 16 or 32") != std::string::npos);
     s3.tile_m = 16;
     s3.tile_n = 16;  // (two m16 tiles per warp at tile_m 16 exceed the register budget)
     auto s3_2 = s3;
-    s3_2.stages = 2;
+    s3_2.gemv.load = kTma;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch) == nullptr);
-    CHECK(variant_name(p, s3, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m16_n16_w4x1_s3_p1__sm_90a");
+    CHECK(variant_name(p, s3, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m16_n16_wk4_wn1_tma_x_p1_nored__sm_90a");
     CHECK(name_expression(p, s3) == "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, 4, 128, true, true, 16, 16, 4, 1, 1>");
     CHECK(gemv_smem_bytes(s3, p.format, p.k) - gemv_smem_bytes(s3_2, p.format, p.k) == 1024 - 128 + 4 * 2 * 16 * 128 * 2);
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, parse_arch("sm_80"))).find("sm_90") !=
           std::string::npos);
-    auto s3w = s3;  // 16-bit weights
-    s3w.tile_k = gemv_step_k(quant::Format::bf16);
-    CHECK(std::string(invalid_reason(DType::bf16, quant::Format::bf16, p.head_dim, p.rope, s3w, arch)).find("stages 3") !=
+    const auto s3w = s3;  // 16-bit weights
+    CHECK(std::string(invalid_reason(DType::bf16, quant::Format::bf16, p.head_dim, p.rope, s3w, arch)).find("tma_x") !=
           std::string::npos);
     CHECK(same_config(config_from_json(config_to_json(s3)), s3));
     CHECK(same_config(config_from_json(config_to_json(gv2)), gv2));
     int n2 = 0;
     for (const auto& c : gemv_config_space(p.format))
-      if (c.stages == 2) {
+      if (c.gemv.load == kTma) {
         ++n2;
-        CHECK(c.prefetch != 4);
-        CHECK((c.split_k == 1 || (c.split_k == 0 && c.tile_m <= 16)));  // (0: the balanced tail, tile_m 8 and 16)
+        CHECK(c.gemv.prefetch != 4);
+        CHECK((c.gemv.reduce == GemvReduce::none || (gemv_balanced(c) && c.tile_m <= 16)));  // (the balanced tail: tile_m 8, 16)
       }
     CHECK(n2 == 4 * 2 * 11 * 2 + 2 * 2 * 11 * 2);
     int n2_16 = 0, p4_16 = 0;  // 16-bit weights also get window 5 (prefetch 4)
     for (const auto& c : gemv_config_space(quant::Format::bf16))
-      if (c.stages == 2) {
+      if (c.gemv.load == kTma) {
         ++n2_16;
-        p4_16 += c.prefetch == 4;
+        p4_16 += c.gemv.prefetch == 4;
       }
     CHECK(n2_16 == 4 * 2 * 11 * 3 + 2 * 2 * 11 * 3);  // (+ the balanced tails of tile_m 8 and 16)
     CHECK(p4_16 == 4 * 2 * 11 + 2 * 2 * 11);
   }
-  {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so stages 1 is not offered.
+  {  // fp16 weights with K = 16384: 32 rows x 32 KB do not fit, so bulk_rows is not offered.
     Problem big = qwen(quant::Format::fp16, DType::f16, 1);
     big.k = 16384;
     for (const auto& c : valid_configs(big, arch))
-      if (c.mainloop == kMainloopGemv && c.stages >= 1) CHECK(gemv_smem_bytes(c, big.format, big.k) <= 226 * 1024);
+      if (c.mainloop == Mainloop::gemv && !gemv_ring(c)) CHECK(gemv_smem_bytes(c, big.format, big.k) <= 226 * 1024);
   }
   auto bad_json = config_to_json(gv);
   bad_json["mainloop"] = "tma";
-  CHECK_THROWS_WITH(config_from_json(bad_json), Catch::Contains("unknown mainloop 'tma'"));
+  CHECK_THROWS_WITH(config_from_json(bad_json), Catch::Contains("'mainloop': unknown value 'tma'"));
+  bad_json = config_to_json(gv);
+  bad_json["gemv"]["load"] = "stages2";
+  CHECK_THROWS_WITH(config_from_json(bad_json), Catch::Contains("'gemv.load': unknown value 'stages2'") &&
+                                                    Catch::Contains("register_ring, bulk_rows, tma, tma_x"));
+  bad_json = config_to_json(gv);
+  bad_json.erase("gemv");
+  CHECK_THROWS_WITH(config_from_json(bad_json), Catch::Contains("object 'gemv'"));
   auto gv_bad = gv;
-  gv_bad.tile_k = 64;  // not the 4-bit warp step
-  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("warp step") != std::string::npos);
-  gv_bad = gv;
   gv_bad.tile_n = 48;  // not warps_n x 16 or x 32
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch) != nullptr);
   gv_bad = gv;
-  gv_bad.split_k = 2;  // a cluster needs stages 1
-  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("stages 1") != std::string::npos);
-  gv_bad.stages = 1;
-  gv_bad.split_k = 3;
-  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("split_k") != std::string::npos);
-  {  // K split over a cluster of 4 blocks (split_k 4, stages 1): its own template and name, 4 x the blocks, no
+  gv_bad.gemv.reduce = GemvReduce::cluster, gv_bad.gemv.cluster = 2;  // a cluster needs bulk_rows
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("bulk_rows") != std::string::npos);
+  gv_bad.gemv.load = kBulk;
+  gv_bad.gemv.cluster = 3;
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("cluster 2, 4 or 8") !=
+        std::string::npos);
+  gv_bad = gv;
+  gv_bad.gemv.cluster = 2;  // a cluster size without the cluster reduction
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("cluster must be 1") !=
+        std::string::npos);
+  {  // K split over a cluster of 4 blocks (reduce cluster, cluster 4, bulk_rows): its own template and name, 4 x the blocks, no
      // workspace; each block holds ceil(28 / 4) = 7 warp steps (448 bytes) of its 32 rows, the rows' whole scales,
      // and the cluster's partial sums (3 ranks) beside the block's 3 K slices'.
     auto cl = gv1;
-    cl.split_k = 4;
+    cl.gemv.reduce = GemvReduce::cluster, cl.gemv.cluster = 4;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl, arch) == nullptr);
-    CHECK(variant_name(p, cl, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_w4x1_s1_p1_cl4__sm_90a");
+    CHECK(variant_name(p, cl, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_bulk_rows_p1_cl4__sm_90a");
     CHECK(name_expression(p, cl) == "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1, 4>");
     CHECK(!uses_workspace(cl));
     CHECK(workspace_bytes(p, cl, 132) == 0);
@@ -597,26 +620,26 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(same_config(config_from_json(config_to_json(cl)), cl));
   }
   gv_bad = gv;
-  gv_bad.warps_m = 16;
+  gv_bad.gemv.warps_k = 16;
   gv_bad.tile_n = 16;
-  gv_bad.prefetch = 2;
+  gv_bad.gemv.prefetch = 2;
   gv_bad.tile_m = 16;  // 512 threads: 40 + 8 + 2 x (14 + 32) + 8 = 148 registers > 112
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("registers") != std::string::npos);
   // wgmma tile_k 128 on large tiles: rejected by the register estimate (these compiled to 48-416 spilled bytes), while
   // 128 x 128 tile_k 128 stays valid.
   for (auto [f, d] : {std::pair{quant::Format::fp16, DType::f16}, {quant::Format::int4, DType::bf16}}) {
-    const Config w256{256, 128, 128, 16, 1, 2, 1, 1, kMainloopWgmma}, w64{64, 256, 128, 4, 1, 2, 1, 1, kMainloopWgmma},
-        w128{128, 128, 128, 8, 1, 2, 1, 1, kMainloopWgmma};
+    const Config w256 = mk_wgmma(256, 128, 128, 2, 1, 1), w64 = mk_wgmma(64, 256, 128, 2, 1, 1),
+        w128 = mk_wgmma(128, 128, 128, 2, 1, 1);
     CHECK(std::string(invalid_reason(d, f, 128, true, w256, arch)).find("register") != std::string::npos);
     if (f == quant::Format::fp16) CHECK(std::string(invalid_reason(d, f, 128, true, w64, arch)).find("register") != std::string::npos);
     CHECK(invalid_reason(d, f, 128, true, w128, arch) == nullptr);
   }
   // RoPE with a tile narrower than a head is invalid, and says so.
-  CHECK(std::string(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, Config{16, 64, 64, 1, 4, 2, 1, 1}, arch))
+  CHECK(std::string(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, mk_mma(16, 64, 64, 1, 4, 2, 1, 1), arch))
             .find("RoPE") != std::string::npos);
 }
 
-TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, names, order", "[generator][qkv]") {
+TEST_CASE("qkv_proj gemv balanced tail: the cut, grid, workspace, names, order", "[generator][qkv]") {
   // gemv_balance: whole units in multiples of the SM count, the rest split along K into about one piece per SM.
   for (long long units : {1LL, 5LL, 131LL, 132LL, 133LL, 288LL, 576LL, 1000LL})
     for (int steps : {1, 3, 28, 56})
@@ -641,14 +664,14 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, na
 
   const ArchId arch = parse_arch("sm_90a");
   const Problem p = qwen(quant::Format::int4, DType::bf16, 1);
-  const Config base{8, 16, 128, 4, 1, 2, 1, 1, kMainloopGemv};
+  const Config base = mk_gemv(8, 16, 4, 1, kTma, 1);
   Config bal = base;
-  bal.split_k = 0;
+  bal.gemv.reduce = GemvReduce::balanced_tail;
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, bal, arch) == nullptr);
-  CHECK(variant_name(p, bal, arch) == "qkv_proj__bf16_int4_d128_bias_rope__gemv_m8_n16_w4x1_s2_p1_bal__sm_90a");
+  CHECK(variant_name(p, bal, arch) == "qkv_proj__bf16_int4_d128_bias_rope__gemv_m8_n16_wk4_wn1_tma_p1_bal__sm_90a");
   CHECK(name_expression(p, bal) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, 3, 128, true, true, 8, 16, 4, 1, 1, true>");
   Config bal0 = bal;
-  bal0.stages = 0;
+  bal0.gemv.load = kRing;
   CHECK(name_expression(p, bal0) == "kt::qkv::qkv_gemv<kt::DType::bf16, 3, 128, true, true, 8, 16, 4, 1, 1, 0, true>");
   CHECK(same_config(config_from_json(config_to_json(bal)), bal));
   CHECK(uses_workspace(bal));
@@ -668,93 +691,93 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): the cut, grid, workspace, na
   }
   int dummy[4];
   QkvParams a = host_params(p, dummy);
-  CHECK_THROWS_WITH(check_params(p, bal, a), Catch::Contains("balanced tail"));  // no workspace
-  {  // stages 3 reads X through a {64, K / 64, M} map: K a multiple of 64
+  CHECK_THROWS_WITH(check_params(p, bal, a), Catch::Contains("balanced_tail"));  // no workspace
+  {  // tma_x reads X through a {64, K / 64, M} map: K a multiple of 64
     Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
-    const Config x3{16, 16, 128, 4, 1, 3, 1, 1, kMainloopGemv};
+    const Config x3 = mk_gemv(16, 16, 4, 1, kTmaX, 1);
     QkvParams a16 = a;
     a16.m = 16;
     CHECK_NOTHROW(check_params(p16, x3, a16));
     p16.k = a16.k_dim = 3584 + 32;
     p16.format = quant::Format::nvfp4;  // (groups of 16 along K)
     CHECK_THROWS_WITH(check_params(p16, x3, a16), Catch::Contains("multiple of 64"));
-    for (const auto& c : valid_configs(p16, arch)) CHECK(!(c.mainloop == kMainloopGemv && c.stages == 3));
+    for (const auto& c : valid_configs(p16, arch)) CHECK(!(c.mainloop == Mainloop::gemv && c.gemv.load == kTmaX));
   }
-  // In the candidate order each balanced config comes right after its whole-unit twin, for stages 0 and 2 at M <= 16
+  // In the candidate order each balanced config comes right after its whole-unit twin, for every load but bulk_rows at M <= 16
   // only; none at M = 64.
   for (int m : {1, 16}) {
     const auto cs = valid_configs(qwen(quant::Format::int4, DType::bf16, m), arch);
     std::vector<Config> g;
     for (const auto& c : cs)
-      if (c.mainloop == kMainloopGemv) g.push_back(c);
+      if (c.mainloop == Mainloop::gemv) g.push_back(c);
     int n_bal = 0;
     for (size_t i = 0; i < g.size(); ++i)
-      if (g[i].split_k == 0) {
+      if (gemv_balanced(g[i])) {
         ++n_bal;
-        CHECK(g[i].stages != 1);
+        CHECK(g[i].gemv.load != kBulk);
         CHECK(g[i].tile_m <= 16);
         REQUIRE(i > 0);
         Config twin = g[i];
-        twin.split_k = 1;
+        twin.gemv.reduce = GemvReduce::none;
         CHECK(same_config(g[i - 1], twin));
       }
     CHECK(n_bal > 10);
-    // each stages-3 config right before its stages-2 twins (s3, s3 bal, s2, s2 bal)
+    // each tma_x config right before its tma twins (tma_x, tma_x bal, tma, tma bal)
     int n3 = 0;
     for (size_t i = 0; i < g.size(); ++i)
-      if (g[i].stages == 3 && g[i].split_k == 1) {
+      if (g[i].gemv.load == kTmaX && !gemv_balanced(g[i])) {
         ++n3;
         CHECK(m == 16);
         Config t = g[i];
-        t.stages = 2;
+        t.gemv.load = kTma;
         REQUIRE(i + 2 < g.size());
         CHECK((same_config(g[i + 1], t) || same_config(g[i + 2], t)));
       }
     CHECK((m == 1 ? n3 == 0 : n3 > 4));
   }
   for (const auto& c : valid_configs(qwen(quant::Format::int8, DType::bf16, 64), arch))
-    CHECK(!(c.mainloop == kMainloopGemv && c.split_k == 0));
+    CHECK(!(c.mainloop == Mainloop::gemv && gemv_balanced(c)));
 }
 
-TEST_CASE("qkv_proj gemv: stages 0 keeps every format's scales in its register ring, stages 1..3 in shared memory sized with K and checked", "[generator][qkv]") {
-  // gemv_smem_scales: stages 0 loads the scales' raw bits with each step's units, so its shared
-  // memory is the partial sums' alone for every format; stages 1..3 copy each row's scales (and int4 zero points).
+TEST_CASE("qkv_proj gemv: the register ring keeps every format's scales in registers, the other loads in shared memory sized with K and checked", "[generator][qkv]") {
+  // gemv_smem_scales: the register ring loads the scales' raw bits with each step's units (NOTES qkv_proj 37), so its
+  // shared memory is the partial sums' alone for every format; bulk_rows, tma and tma_x copy each row's scales (and
+  // int4 zero points).
   const ArchId arch = parse_arch("sm_90a");
-  const Config s0{8, 32, 128, 4, 1, 0, 1, 1, kMainloopGemv};  // two m16 tiles per warp: tile_n 32 rows
+  const Config s0 = mk_gemv(8, 32, 4, 1, kRing, 1);  // two m16 tiles per warp: tile_n 32 rows
   const int partial = gemv_partial_bytes(s0);
-  CHECK(!gemv_smem_scales(0));
-  CHECK(gemv_smem_scales(1));
-  CHECK(gemv_smem_scales(2));
-  CHECK(gemv_smem_scales(3));
+  CHECK(!gemv_smem_scales(kRing));
+  CHECK(gemv_smem_scales(kBulk));
+  CHECK(gemv_smem_scales(kTma));
+  CHECK(gemv_smem_scales(kTmaX));
   for (quant::Format f : {quant::Format::mxfp4, quant::Format::mxfp4_kb128, quant::Format::nvfp4, quant::Format::nvfp4_kb128,
                           quant::Format::nf4, quant::Format::int4, quant::Format::int8, quant::Format::bf16}) {
     INFO("format " << int(f));
-    Config cfg = s0;
-    cfg.tile_k = gemv_step_k(f);
+    const Config cfg = s0;
     CHECK(gemv_smem_bytes(cfg, f, 3584) == partial);
     CHECK(gemv_smem_bytes(cfg, f, 131072) == partial);  // no term grows with K
     if (invalid_reason(DType::bf16, f, 128, true, cfg, arch) == nullptr)
       CHECK(launch_dims(qwen(f, DType::bf16, 1), cfg, 132).smem_bytes == unsigned(partial));
   }
-  // The kernels take the per-block cap as their dynamic shared memory attribute (stages 1..3 grow with K).
+  // The kernels take the per-block cap as their dynamic shared memory attribute (bulk_rows, tma, tma_x grow with K).
   CHECK(kernel_source(qwen(quant::Format::mxfp4, DType::bf16, 1), s0, arch).dynamic_smem_bytes == unsigned(gemv_smem_cap(90)));
-  // Stages 2 holds tile_n x K / 16 scale bytes of nvfp4: a K whose scales do not fit is left out of valid_configs and
-  // refused by check_params, naming the row scales and k; stages 0 runs that K.
+  // tma holds tile_n x K / 16 scale bytes of nvfp4: a K whose scales do not fit is left out of valid_configs and
+  // refused by check_params, naming the row scales and k; the register ring runs that K.
   Problem huge = qwen(quant::Format::nvfp4, DType::bf16, 1);
   const auto at_3584 = valid_configs(huge, arch);
   const auto s2 = std::find_if(at_3584.begin(), at_3584.end(),
-                               [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 2; });
+                               [](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == kTma; });
   REQUIRE(s2 != at_3584.end());
   // doubling K adds tile_n x K / 16 scale bytes and one 8-byte mbarrier per (K step, warp column)
   CHECK(gemv_smem_bytes(*s2, huge.format, 7168) - gemv_smem_bytes(*s2, huge.format, 3584) ==
-        s2->tile_n * 3584 / 16 + 8 * s2->warps_n * 3584 / gemv_step_k(huge.format));
+        s2->tile_n * 3584 / 16 + 8 * s2->gemv.warps_n * 3584 / gemv_step_k(huge.format));
   huge.k = 524288;
   REQUIRE(gemv_smem_bytes(*s2, huge.format, huge.k) > gemv_smem_cap(90));
   bool any_s0 = false;
   for (const auto& c : valid_configs(huge, arch))
-    if (c.mainloop == kMainloopGemv) {
+    if (c.mainloop == Mainloop::gemv) {
       CHECK(gemv_smem_bytes(c, huge.format, huge.k) <= gemv_smem_cap(arch.sm));
-      any_s0 = any_s0 || c.stages == 0;
+      any_s0 = any_s0 || gemv_ring(c);
     }
   CHECK(any_s0);
   int dummy[4];
@@ -773,7 +796,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
     int n = 0;
     std::set<std::string> names;
     for (const auto& c : cs) {
-      if (c.mainloop != kMainloopWgmmaPairs) continue;
+      if (c.mainloop != Mainloop::wgmma_pairs) continue;
       ++n;
       INFO(variant_name(p, c, arch));
       CHECK(names.insert(variant_name(p, c, arch)).second);
@@ -788,12 +811,13 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
       // Token tiles rounded up to whole clusters of cluster_m, never more than one cluster's worth past M, and a
       // cluster of more token tiles than M has is not offered.
       const int token_tiles = (p.m + c.tile_m - 1) / c.tile_m;
-      CHECK((c.cluster_m == 1 || c.cluster_m == 2 || c.cluster_m == 4));
-      CHECK(c.cluster_m <= token_tiles);
-      CHECK(d.cluster_y == unsigned(c.cluster_m));
+      const int cm = c.pairs.cluster_m;
+      CHECK((cm == 1 || cm == 2 || cm == 4));
+      CHECK(cm <= token_tiles);
+      CHECK(d.cluster_y == unsigned(cm));
       CHECK(d.grid_y % d.cluster_y == 0);
       CHECK(d.grid_y >= unsigned(token_tiles));
-      CHECK(d.grid_y < unsigned(token_tiles + c.cluster_m));
+      CHECK(d.grid_y < unsigned(token_tiles + cm));
       CHECK(d.block_x == unsigned(c.tile_m * 2 + 32));  // a consumer warpgroup per 64 tokens + the producer warp
       CHECK(d.smem_bytes == unsigned(wp_smem_bytes(c)));
       CHECK(!uses_workspace(c));
@@ -810,7 +834,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   for (int m : {1, 16, 17, 37, 64, 256, 4096}) {
     INFO("m " << m);
     const int n = check_space(qwen(quant::Format::fp16, DType::f16, m));
-    CHECK((n > 0) == (m > 16));  // M <= 16: the weight-streaming kernels
+    CHECK((n > 0) == (m > 16));  // M <= 16: the weight-streaming kernels (NOTES qkv_proj 25)
     CHECK(check_space(qwen(quant::Format::bf16, DType::bf16, m)) == n);
     CHECK(check_space(qwen(quant::Format::nf4, DType::bf16, m)) == 0);  // 16-bit weights only
   }
@@ -822,25 +846,21 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   CHECK(check_space(p64) > 40);
 
   const Problem pf = qwen(quant::Format::fp16, DType::f16, 256);
-  const Config c{128, 96, 64, 8, 1, 6, 1, 1, kMainloopWgmmaPairs};
+  const Config c = mk_pairs(128, 96, 6);
   CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, c, arch) == nullptr);
-  CHECK(variant_name(pf, c, arch) == "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n96_s6__sm_90a");
+  CHECK(variant_name(pf, c, arch) == "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n96_s6_cm1__sm_90a");
   CHECK(name_expression(pf, c) == "kt::qkv::qkv_wgmma_pairs<kt::DType::f16, 0, 128, true, true, 128, 96, 6>");
   CHECK(kernel_source(pf, c, arch).source.find("qkv_wgmma_pairs.cuh") != std::string::npos);
   CHECK(config_to_json(c).at("mainloop") == "wgmma_pairs");
   CHECK(same_config(config_from_json(config_to_json(c)), c));
-  // Clusters of token tiles: a launch attribute, so the name changes and the binary does not; JSON round trip; a
-  // database entry written before the field existed reads as cluster_m 1.
+  // Clusters of token tiles: a launch attribute, so the name changes and the binary does not; JSON round trip.
   auto cm2 = c;
-  cm2.cluster_m = 2;
+  cm2.pairs.cluster_m = 2;
   CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, cm2, arch) == nullptr);
   CHECK(variant_name(pf, cm2, arch) == "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n96_s6_cm2__sm_90a");
   CHECK(name_expression(pf, cm2) == name_expression(pf, c));
   CHECK(!same_config(cm2, c));
   CHECK(same_config(config_from_json(config_to_json(cm2)), cm2));
-  auto old_json = config_to_json(c);
-  old_json.erase("cluster_m");
-  CHECK(config_from_json(old_json).cluster_m == 1);
   const auto d2 = launch_dims(pf, cm2, 132);
   CHECK(d2.grid_y == 2u);
   CHECK(d2.cluster_y == 2u);
@@ -848,7 +868,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   p300.m = 300;
   CHECK(launch_dims(p300, cm2, 132).grid_y == 4u);
   auto cm4 = c;
-  cm4.cluster_m = 4;
+  cm4.pairs.cluster_m = 4;
   CHECK(launch_dims(p300, cm4, 132).grid_y == 4u);
   CHECK(launch_dims(p300, c, 132).grid_y == 3u);
   CHECK(launch_dims(p300, c, 132).cluster_y == 1u);
@@ -856,10 +876,10 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   // lies over the ring (and is smaller here).
   CHECK(wp_smem_bytes(c) == 1024 + 6 * (128 + 96) * 128);
   auto one = c;  // n128 with a 1-slot ring: the staging tile [128][2 x 128 + 16] is the larger
-  one.tile_n = 128, one.stages = 1;
+  one.tile_n = 128, one.pairs.stages = 1;
   CHECK(wp_smem_bytes(one) == 1024 + 128 * (2 * 128 + 16));
   auto deep = c;  // 8 slots: 224 KB + alignment + static barriers, bias, positions, RoPE turns: within 227 KB
-  deep.stages = 8;
+  deep.pairs.stages = 8;
   CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, deep, arch) == nullptr);
   CHECK(launch_dims(pf, c, 132).grid_x == 4u * 12u);  // 4 chunks of 16 pairs x 12 groups of 3 heads (Qwen2.5-7B: 36)
   auto refused = [&](Config b, quant::Format f, const char* arch_name, const char* why) {
@@ -872,7 +892,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   refused(c, quant::Format::int4, "sm_90a", "16-bit");
   refused(c, quant::Format::fp16, "sm_90", "sm_90a");
   auto b = c;
-  b.tile_m = 256, b.warps_m = 16;
+  b.tile_m = 256;
   refused(b, quant::Format::fp16, "sm_90a", "tile_m");
   b = c, b.tile_n = 36;
   refused(b, quant::Format::fp16, "sm_90a", "tile_n");
@@ -880,30 +900,30 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   refused(b, quant::Format::fp16, "sm_90a", "tile_n");
   b = c, b.tile_n = 160;
   refused(b, quant::Format::fp16, "sm_90a", "tile_n");
-  b = c, b.warps_m = 4;
-  refused(b, quant::Format::fp16, "sm_90a", "warps");
-  b = c, b.split_k = 2;
-  refused(b, quant::Format::fp16, "sm_90a", "split_k");
-  b = c, b.stages = 12;  // 12 x 28 KB ring: over the 227 KB per block
+  b = c, b.pairs.stages = 17;
+  refused(b, quant::Format::fp16, "sm_90a", "stages");
+  b = c, b.pairs.stages = 12;  // 12 x 28 KB ring: over the 227 KB per block
   refused(b, quant::Format::fp16, "sm_90a", "shared memory");
-  b = c, b.cluster_m = 3;
+  b = c, b.pairs.cluster_m = 3;
   refused(b, quant::Format::fp16, "sm_90a", "cluster_m");
-  b = c, b.cluster_m = 8;
+  b = c, b.pairs.cluster_m = 8;
   refused(b, quant::Format::fp16, "sm_90a", "cluster_m");
-  // cluster_m is a wgmma_pairs field only.
-  Config ws{128, 128, 64, 8, 1, 6, 1, 1, kMainloopWgmmaWs};
+  // cluster_m is a wgmma_pairs field only: the other mainloops' launches have no token-tile clusters.
+  Config ws = mk_ws(128, 128, 2, 1, 6, 1);
   REQUIRE(invalid_reason(DType::f16, quant::Format::fp16, 128, true, ws, arch) == nullptr);
-  ws.cluster_m = 2;
-  refused(ws, quant::Format::fp16, "sm_90a", "cluster_m");
+  ws.pairs.cluster_m = 2;  // not read for wgmma_ws
+  CHECK(launch_dims(pf, ws, 132).cluster_y == 1u);
 
-  // Order: the tuned winner shapes of the probe lie in the 24-candidate prefix a tune measures, with rings of 8 slots
-  // for the m128 shapes (the staging tile lies over the ring; faster at M = 256); M = 64 keeps 12 slots (16 measures
-  // slower). Clusters of 2 token tiles wherever M has 2 or more (faster at M = 256 and 1024 in CUDA graphs).
+  // Order: the tuned winner shapes of the probe (NOTES qkv_proj 25) lie in the 24-candidate prefix a tune measures,
+  // with the rings of 8 slots that the m128 shapes could not have before the staging tile moved over the ring
+  // (faster at M = 256 in the session-18 tune, NOTES qkv_proj 26); M = 64 keeps 12 slots (16 measured slower).
+  // With clusters of 2 token tiles wherever M has 2 or more (NOTES qkv_proj 27: m128 n96 s8 at M = 256 18.0 vs 19.9
+  // us in CUDA graphs; M = 1024 57.4 vs 66.1).
   auto in_prefix = [&](int m, int tile_m, int tile_n, int stages, int cluster_m) {
     const auto cs = valid_configs(qwen(quant::Format::fp16, DType::f16, m), arch);
     for (size_t i = 0; i < std::min<size_t>(24, cs.size()); ++i)
-      if (cs[i].mainloop == kMainloopWgmmaPairs && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n &&
-          cs[i].stages == stages && cs[i].cluster_m == cluster_m)
+      if (cs[i].mainloop == Mainloop::wgmma_pairs && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n &&
+          cs[i].pairs.stages == stages && cs[i].pairs.cluster_m == cluster_m)
         return true;
     return false;
   };
@@ -934,7 +954,7 @@ TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major 
       const Problem pk = qwen(kb, dt, m), pr = qwen(rm, dt, m);
       const auto ck = valid_configs(pk, arch), cr = valid_configs(pr, arch);
       REQUIRE(!ck.empty());
-      std::set<int> mainloops;
+      std::set<Mainloop> mainloops;
       for (const auto& c : ck) {
         mainloops.insert(c.mainloop);
         // the same kernel as the row-major twin (the layout is in the host's tensor map), a name of its own
@@ -942,25 +962,25 @@ TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major 
         CHECK(variant_name(pk, c, arch) != variant_name(pr, c, arch));
         CHECK(variant_name(pk, c, arch).find(std::string("_") + format_tag(kb) + "_d128") != std::string::npos);
       }
-      CHECK(mainloops.count(kMainloopWgmmaWs) == 1);
-      CHECK(mainloops.count(kMainloopGemv) + mainloops.count(kMainloopMma) + mainloops.count(kMainloopWgmma) == 0);
-      if (m >= 64) CHECK(mainloops.count(kMainloopWgmmaPairs) == 1);
+      CHECK(mainloops.count(Mainloop::wgmma_ws) == 1);
+      CHECK(mainloops.count(Mainloop::gemv) + mainloops.count(Mainloop::mma) + mainloops.count(Mainloop::wgmma) == 0);
+      if (m >= 64) CHECK(mainloops.count(Mainloop::wgmma_pairs) == 1);
       // exactly the twin's TMA configs, in the twin's order
       std::vector<Config> tma;
       for (const auto& c : cr)
-        if (c.mainloop == kMainloopWgmmaWs || c.mainloop == kMainloopWgmmaPairs) tma.push_back(c);
+        if (c.mainloop == Mainloop::wgmma_ws || c.mainloop == Mainloop::wgmma_pairs) tma.push_back(c);
       REQUIRE(tma.size() == ck.size());
       for (size_t i = 0; i < tma.size(); ++i) CHECK(same_config(tma[i], ck[i]));
       // the default config is valid for the format
       CHECK(invalid_reason(pk.dtype, pk.format, pk.head_dim, pk.rope, default_config(arch, pk), arch) == nullptr);
     }
   const Problem p = qwen(quant::Format::fp16_kb64, DType::f16, 16);
-  for (const auto& c : {Config{16, 128, 64, 1, 4, 2, 1, 1, kMainloopMma}, Config{8, 16, 32, 8, 1, 1, 1, 1, kMainloopGemv},
-                        Config{64, 128, 64, 4, 1, 3, 1, 1, kMainloopWgmma}})
+  for (const auto& c : {mk_mma(16, 128, 64, 1, 4, 2, 1, 1), mk_gemv(8, 16, 8, 1, kBulk, 1),
+                        mk_wgmma(64, 128, 64, 3, 1, 1)})
     CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked"));
 }
 
-TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0 / 2 / 3 and wgmma_ws only, the row-major twin's binaries",
+TEST_CASE("qkv_proj K-blocked packed weights: gemv register_ring / tma / tma_x and wgmma_ws only, the row-major twin's binaries",
           "[generator][qkv]") {
   const ArchId arch = parse_arch("sm_90a");
   const std::pair<quant::Format, quant::Format> pairs[] = {
@@ -975,39 +995,42 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0 / 2 / 3 and wgmma_ws
         CHECK_NOTHROW(check_problem(pk));
         const auto ck = valid_configs(pk, arch), cr = valid_configs(pr, arch);
         REQUIRE(!ck.empty());
-        std::set<int> mainloops;
+        std::set<Mainloop> mainloops;
         for (const auto& c : ck) {
           mainloops.insert(c.mainloop);
-          if (c.mainloop == kMainloopGemv) CHECK(c.stages != 1);
+          if (c.mainloop == Mainloop::gemv) CHECK(c.gemv.load != kBulk);
           CHECK(name_expression(pk, c) == name_expression(pr, c));  // the layout lives in the host's tensor maps
           CHECK(variant_name(pk, c, arch).find(std::string("_") + format_tag(kb) + "_d128") != std::string::npos);
         }
-        CHECK(mainloops.count(kMainloopWgmmaWs) == 1);
-        CHECK(mainloops.count(kMainloopMma) + mainloops.count(kMainloopWgmma) + mainloops.count(kMainloopWgmmaPairs) == 0);
+        CHECK(mainloops.count(Mainloop::wgmma_ws) == 1);
+        CHECK(mainloops.count(Mainloop::mma) + mainloops.count(Mainloop::wgmma) + mainloops.count(Mainloop::wgmma_pairs) == 0);
         if (m <= 16) {
-          CHECK(mainloops.count(kMainloopGemv) == 1);
-          CHECK(std::any_of(ck.begin(), ck.end(), [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 0; }));
-          CHECK(std::any_of(ck.begin(), ck.end(), [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 2; }));
-          CHECK(std::any_of(ck.begin(), ck.end(), [](const Config& c) { return c.mainloop == kMainloopGemv && c.stages == 3; }) ==
+          CHECK(mainloops.count(Mainloop::gemv) == 1);
+          auto has = [&](GemvLoad l) {
+            return std::any_of(ck.begin(), ck.end(), [&](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == l; });
+          };
+          CHECK(has(kRing));
+          CHECK(has(kTma));
+          CHECK(has(kTmaX) ==
                 (m == 16));  // X by TMA: tile_m 16 / 32 only
         }
-        // exactly the twin's gemv stages-0 / 2 / 3 and wgmma_ws configs (the decode order interleaves the stages that remain)
+        // exactly the twin's gemv register_ring / tma / tma_x and wgmma_ws configs (the decode order interleaves the loads that remain)
         std::vector<Config> tma;
         for (const auto& c : cr)
-          if (c.mainloop == kMainloopWgmmaWs || (c.mainloop == kMainloopGemv && c.stages != 1)) tma.push_back(c);
+          if (c.mainloop == Mainloop::wgmma_ws || (c.mainloop == Mainloop::gemv && c.gemv.load != kBulk)) tma.push_back(c);
         REQUIRE(tma.size() == ck.size());
         for (const auto& c : tma)
           CHECK(std::any_of(ck.begin(), ck.end(), [&](const Config& o) { return same_config(c, o); }));
         CHECK(invalid_reason(pk.dtype, pk.format, pk.head_dim, pk.rope, default_config(arch, pk), arch) == nullptr);
-        if (m == 1) CHECK(default_config(arch, pk).mainloop == kMainloopGemv);
+        if (m == 1) CHECK(default_config(arch, pk).mainloop == Mainloop::gemv);
       }
   const Problem p = qwen(quant::Format::int4_kb128, DType::bf16, 16);
-  for (const auto& c : {Config{16, 128, 64, 1, 4, 2, 1, 1, kMainloopMma}, Config{8, 16, 128, 4, 1, 1, 1, 1, kMainloopGemv},
-                        Config{64, 128, 64, 4, 1, 3, 1, 1, kMainloopWgmma}})
+  for (const auto& c : {mk_mma(16, 128, 64, 1, 4, 2, 1, 1), mk_gemv(8, 16, 4, 1, kBulk, 1),
+                        mk_wgmma(64, 128, 64, 3, 1, 1)})
     CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked packed"));
   // the register ring reads K-blocked units by address (ld.global.nc), on sm_80 too
-  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, Config{8, 16, 128, 4, 1, 0, 1, 1, kMainloopGemv}, arch) == nullptr);
-  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, Config{8, 16, 128, 4, 1, 0, 1, 1, kMainloopGemv},
+  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, mk_gemv(8, 16, 4, 1, kRing, 1), arch) == nullptr);
+  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, mk_gemv(8, 16, 4, 1, kRing, 1),
                        parse_arch("sm_80")) == nullptr);
   // K must tile into 64-byte blocks: 4-bit K a multiple of 128, int8 of 64.
   Problem odd = qwen(quant::Format::nf4_kb128, DType::bf16, 1);
@@ -1021,9 +1044,9 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0 / 2 / 3 and wgmma_ws
 }
 
 TEST_CASE("qkv_proj weight L2 policy: evict_first where it measured faster", "[generator][qkv]") {
-  const Config pairs{128, 96, 64, 8, 1, 8, 1, 1, kMainloopWgmmaPairs, 2}, ws8{8, 128, 64, 4, 1, 8, 2, 1, kMainloopWgmmaWs},
-      ws256{256, 128, 64, 8, 1, 4, 1, 1, kMainloopWgmmaWs}, gemv8{8, 16, 128, 4, 1, 1, 1, 1, kMainloopGemv},
-      mma{64, 128, 64, 2, 4, 2, 1, 1, kMainloopMma}, wgmma{128, 128, 64, 8, 1, 3, 1, 1, kMainloopWgmma};
+  const Config pairs = mk_pairs(128, 96, 8, 2), ws8 = mk_ws(8, 128, 1, 1, 8, 2),
+      ws256 = mk_ws(256, 128, 2, 1, 4, 1), gemv8 = mk_gemv(8, 16, 4, 1, kBulk, 1),
+      mma = mk_mma(64, 128, 64, 2, 4, 2, 1, 1), wgmma = mk_wgmma(128, 128, 64, 3, 1, 1);
   for (int m : {1, 64, 256, 1024, 4096}) CHECK(weight_evict_first(qwen(quant::Format::fp16, DType::f16, m), pairs));
   CHECK(weight_evict_first(qwen(quant::Format::fp16_kb64, DType::f16, 1), ws8));
   CHECK(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 8), ws8));
@@ -1039,7 +1062,7 @@ TEST_CASE("qkv_proj weight L2 policy: evict_first where it measured faster", "[g
 
 TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   const Problem p = qwen(quant::Format::int4, DType::f16, 16);
-  const Config c{16, 128, 64, 1, 4, 2, 4, 1};
+  const Config c = mk_mma(16, 128, 64, 1, 4, 2, 4, 1);
   QkvParams a{};
   auto fake = [](std::uintptr_t v) { return reinterpret_cast<void*>(v); };
   a.x = fake(0x1000);
@@ -1093,7 +1116,7 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   b.w_zeros = fake(0x7004);
   CHECK_NOTHROW(check_params(p, c, b));
   // wgmma_ws: every block needs a K step; stream-K needs the workspace too.
-  const Config ws_split{16, 128, 64, 8, 1, 4, 16, 1, kMainloopWgmmaWs};
+  const Config ws_split = mk_ws(16, 128, 2, 1, 4, 16);
   Problem short_k = p;
   short_k.k = 512;  // 8 K steps < split_k 16
   b = a;
@@ -1109,7 +1132,7 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   b.num_heads = huge.num_heads;
   b.x_row_stride = huge.k;
   CHECK_THROWS_WITH(check_params(huge, ws_split, b), Catch::Contains("32-bit index"));
-  const Config ws_stream{16, 128, 64, 8, 1, 4, 0, 1, kMainloopWgmmaWs};
+  const Config ws_stream = mk_ws(16, 128, 2, 1, 4, 0);
   b = a;
   b.counters = nullptr;
   CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
@@ -1131,11 +1154,11 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
     CHECK(r.ok);
     CHECK(r.report.spill_store_bytes == 0);
   }
-  const auto bad = compiler.compile(kernel_source(qwen(), Config{16, 64, 64, 1, 4, 2, 1, 1}, arch));  // RoPE, tile_n 64
+  const auto bad = compiler.compile(kernel_source(qwen(), mk_mma(16, 64, 64, 1, 4, 2, 1, 1), arch));  // RoPE, tile_n 64
   CHECK_FALSE(bad.ok);
   CHECK_THAT(bad.error, Catch::Contains("invalid qkv_proj variant"));
   // The gemv template static_asserts the same rules (here: 3 warps along K).
-  const auto bad_gemv = compiler.compile(kernel_source(qwen(), Config{8, 32, 128, 3, 1, 0, 1, 2, kMainloopGemv}, arch));
+  const auto bad_gemv = compiler.compile(kernel_source(qwen(), mk_gemv(8, 32, 3, 1, kRing, 2), arch));
   CHECK_FALSE(bad_gemv.ok);
   CHECK_THAT(bad_gemv.error, Catch::Contains("invalid qkv_gemv variant"));
   // wgmma_pairs (16-bit weights only, so not in the nvfp4 class): every binary of the fp16 class compiles without
@@ -1143,14 +1166,167 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   std::vector<KernelSource> pairs;
   const Problem pf = qwen(quant::Format::fp16, DType::f16, 256);
   for (const auto& c : valid_configs(pf, arch))
-    if (c.mainloop == kMainloopWgmmaPairs) pairs.push_back(kernel_source(pf, c, arch));
+    if (c.mainloop == Mainloop::wgmma_pairs) pairs.push_back(kernel_source(pf, c, arch));
   REQUIRE(pairs.size() >= 45);
   for (const auto& r : compiler.compile_all(pairs)) {
     INFO(r.kernel.variant_name << "\n" << r.error);
     CHECK(r.ok);
     CHECK(r.report.spill_store_bytes == 0);
   }
-  const auto bad_pairs = compiler.compile(kernel_source(pf, Config{128, 88, 64, 8, 1, 6, 1, 1, kMainloopWgmmaPairs}, arch));
+  const auto bad_pairs = compiler.compile(kernel_source(pf, mk_pairs(128, 88, 6), arch));
   CHECK_FALSE(bad_pairs.ok);
   CHECK_THAT(bad_pairs.error, Catch::Contains("invalid qkv_wgmma_pairs variant"));
+}
+
+TEST_CASE("qkv_proj candidate order: properties for every device model, read from the device and not an H100's constants",
+          "[generator][qkv]") {
+  const ArchId arch = parse_arch("sm_90a");
+  DeviceModel h100_pcie = device_model(arch, 114), small_gpu = device_model(arch, 40);
+  small_gpu.smem_per_sm = 100 * 1024;  // a GPU with less shared memory per SM than the H100's 228 KB
+  const DeviceModel models[] = {device_model(arch), h100_pcie, small_gpu};
+  CHECK(device_model(arch).sm_count == 132);
+  CHECK(device_model(arch).smem_per_sm == 228 * 1024);
+  CHECK(device_model(arch).smem_per_block == max_smem_per_block(90));
+  CHECK(device_model(parse_arch("sm_80")).sm_count == 108);
+  CHECK(device_model(parse_arch("sm_86")).smem_per_block == max_smem_per_block(86));
+  CHECK_THROWS_WITH(device_model(arch, 0), Catch::Contains("sm_count must be >= 1"));
+  DeviceModel none = device_model(arch);
+  none.sm_count = 0;
+  CHECK_THROWS_WITH(valid_configs(qwen(), arch, none), Catch::Contains("sm_count"));
+  CHECK(valid_configs(qwen(), arch).size() == valid_configs(qwen(), arch, device_model(arch)).size());
+
+  for (const DeviceModel& dev : models)
+    for (auto [f, dt] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::fp16, DType::f16},
+                         {quant::Format::int8, DType::bf16}, {quant::Format::int4_kb128, DType::f16}})
+      for (int m : {1, 16, 37, 64, 256, 1024, 4096}) {
+        const Problem p = qwen(f, dt, m);
+        const double sms = dev.sm_count;
+        INFO(p.key() << " on " << dev.sm_count << " SMs, " << dev.smem_per_sm << " bytes per SM");
+        const auto cs = valid_configs(p, arch, dev);
+        REQUIRE(!cs.empty());
+        // Deterministic: the same list again.
+        const auto again = valid_configs(p, arch, dev);
+        REQUIRE(again.size() == cs.size());
+        for (size_t i = 0; i < cs.size(); ++i) CHECK(same_config(cs[i], again[i]));
+        // Every candidate valid, none twice, names unique; the default is valid and among the candidates (the tuner
+        // measures it first as the baseline).
+        std::set<std::string> names;
+        for (const auto& c : cs) {
+          CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch) == nullptr);
+          CHECK(names.insert(variant_name(p, c, arch)).second);
+        }
+        const Config def = default_config(arch, p);
+        CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, def, arch) == nullptr);
+        CHECK(std::any_of(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, def); }));
+        // Decode sizes try the weight-streaming kernel first; gemv only up to M = 64.
+        if (m <= 16) CHECK(cs.front().mainloop == Mainloop::gemv);
+        if (m > 64) CHECK(std::none_of(cs.begin(), cs.end(), [](const Config& c) { return c.mainloop == Mainloop::gemv; }));
+        std::vector<Config> by[5];
+        for (const auto& c : cs) by[int(c.mainloop)].push_back(c);
+        // mma: split-K only while the grid has fewer than 2 blocks per SM of this device; grids closest to 2 per SM first.
+        double last = -1;
+        for (const auto& c : by[int(Mainloop::mma)]) {
+          const double blocks = double((p.n() + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
+          if (c.mma.split_k > 1) CHECK(blocks < 2 * sms);
+          const double dist = std::round(std::fabs(std::log2(blocks * c.mma.split_k / (2 * sms))) * 2) / 2;
+          CHECK(dist >= last);
+          last = dist;
+        }
+        // wgmma: split-K only while the grid has fewer blocks than SMs; whole waves first (the busy share of the last
+        // wave, non-increasing down the list).
+        last = 2;
+        for (const auto& c : by[int(Mainloop::wgmma)]) {
+          const double blocks = double(p.n() / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
+          if (c.wgmma.split_k > 1) CHECK(blocks < sms);
+          const double waves = blocks * c.wgmma.split_k / sms;
+          const double eff = std::round((waves < 1 ? waves : waves >= 4 ? 1.0 : waves / std::ceil(waves)) * 8) / 8;
+          CHECK(eff <= last);
+          last = eff;
+        }
+        // wgmma_ws: stream-K only with more (tile, K step) units than SMs, a cluster split only with fewer output tiles
+        // than SMs.
+        for (const auto& c : by[int(Mainloop::wgmma_ws)]) {
+          if (ws_stream_k(c)) CHECK(ws_units(p, c) > dev.sm_count);
+          if (ws_split(c) > 1) CHECK(double((p.n() + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m) < sms);
+        }
+        // gemv: every fourth whole-unit candidate runs the register ring while both kinds last (3 others, 1 ring).
+        std::vector<Config> whole;
+        for (const auto& c : by[int(Mainloop::gemv)])
+          if (!gemv_balanced(c) && c.gemv.load != kTmaX) whole.push_back(c);
+        size_t rings = 0;
+        for (const auto& c : whole) rings += gemv_ring(c);
+        const size_t rounds = std::min(rings, (whole.size() - rings) / 3);
+        for (size_t i = 0; i < 4 * rounds; ++i) CHECK(gemv_ring(whole[i]) == (i % 4 == 3));
+        if (m <= 16) CHECK(rounds >= 4);
+        if (m == 1 && f == quant::Format::nf4 && &dev == &models[0]) {  // the ring's prefetch-1 configs that fit first
+          int last_prefetch = 0;
+          for (size_t i = 3; i < 40 && i < 4 * rounds; i += 4) {
+            CHECK(whole[i].gemv.prefetch >= last_prefetch);
+            last_prefetch = whole[i].gemv.prefetch;
+          }
+          CHECK(rounds >= 10);
+        }
+      }
+  // The order follows the device: 114 SMs make different whole waves than 132 for a prefill-sized problem, and the
+  // register-ring gemv configs whose blocks fit in 228 KB per SM need not fit in 100 KB.
+  auto order = [&](const Problem& p, const DeviceModel& dev) {
+    std::vector<std::string> v;
+    for (const auto& c : valid_configs(p, arch, dev)) v.push_back(variant_name(p, c, arch));
+    return v;
+  };
+  CHECK(order(qwen(quant::Format::int4, DType::bf16, 4096), device_model(arch)) !=
+        order(qwen(quant::Format::int4, DType::bf16, 4096), h100_pcie));
+  CHECK(order(qwen(quant::Format::nf4, DType::bf16, 1), device_model(arch)) !=
+        order(qwen(quant::Format::nf4, DType::bf16, 1), small_gpu));
+}
+
+TEST_CASE("qkv_proj config JSON: one object per mainloop, every field named; the flat schema-1 form is refused", "[generator][qkv]") {
+  const Problem p = qwen();
+  const Config cs[] = {mk_mma(16, 128, 64, 1, 4, 2, 8, 1),
+                       mk_gemv(8, 32, 7, 1, kBulk, 2, GemvReduce::cluster, 4),
+                       mk_gemv(8, 16, 4, 1, kTmaX, 1, GemvReduce::balanced_tail),
+                       mk_wgmma(128, 256, 64, 3, 1, 2),
+                       mk_ws(16, 128, 2, 2, 8, 3),
+                       mk_ws(128, 128, 2, 1, 6, 0),
+                       mk_pairs(128, 96, 8, 2)};
+  for (const Config& c : cs) {
+    const nlohmann::json j = config_to_json(c);
+    INFO(j.dump());
+    const std::string ml = j.at("mainloop");
+    CHECK(ml == mainloop_name(c.mainloop));
+    CHECK(j.size() == 4);  // mainloop, tile_m, tile_n and the mainloop's object
+    REQUIRE(j.contains(ml));
+    CHECK(same_config(config_from_json(j), c));
+    // the variant name spells the mainloop, the tile and every field of its object, in order
+    const std::string name = variant_name(p, c, parse_arch("sm_90a"));
+    CHECK(name.find("__" + ml + "_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_") != std::string::npos);
+  }
+  CHECK(config_to_json(cs[1]).at("gemv") ==
+        nlohmann::json{{"warps_k", 7}, {"warps_n", 1}, {"load", "bulk_rows"}, {"prefetch", 2}, {"reduce", "cluster"}, {"cluster", 4}});
+  CHECK(config_to_json(cs[5]).at("wgmma_ws") ==
+        nlohmann::json{{"consumers", 2}, {"k_groups", 1}, {"stages", 6}, {"split", "stream_k"}, {"split_k", 1}});
+  // A config stored by schema 1 (flat fields, their meaning depending on the mainloop) names the migration.
+  const auto old = nlohmann::json::parse(
+      R"({"mainloop":"gemv","tile_m":8,"tile_n":16,"tile_k":128,"warps_m":4,"warps_n":1,"stages":2,"split_k":0,"prefetch":1,"cluster_m":1})");
+  CHECK_THROWS_WITH(config_from_json(old), Catch::Contains("schema 1") && Catch::Contains("migrate"));
+  auto missing = config_to_json(cs[4]);
+  missing["wgmma_ws"].erase("k_groups");
+  CHECK_THROWS_WITH(config_from_json(missing), Catch::Contains("k_groups"));
+  auto bad_split = config_to_json(cs[4]);
+  bad_split["wgmma_ws"]["split"] = "split_k_0";
+  CHECK_THROWS_WITH(config_from_json(bad_split), Catch::Contains("'wgmma_ws.split': unknown value 'split_k_0'"));
+}
+
+TEST_CASE("quant weight formats: element x layout, the public identifiers unchanged", "[generator][qkv]") {
+  for (int i = 0; i < quant::kFormatCount; ++i) {
+    const auto f = quant::Format(i);
+    INFO(format_tag(f));
+    const quant::WeightFormat w = quant::weight_format(f);
+    CHECK(quant::format_of(w) == f);
+    CHECK(int(w.element) == int(quant::format_element(f)));
+    CHECK((w.layout == quant::Layout::k_blocked) == quant::format_k_blocked(f));
+    CHECK((std::string(format_tag(f)).find("_kb") != std::string::npos) == (w.layout == quant::Layout::k_blocked));
+  }
+  CHECK(quant::format_of({quant::Element::int4, quant::Layout::k_blocked}) == quant::Format::int4_kb128);
+  CHECK(quant::format_of({quant::Element::nvfp4, quant::Layout::row_major}) == quant::Format::nvfp4);
 }

@@ -119,14 +119,21 @@ std::vector<std::pair<quant::Format, DType>> format_dtypes() {
   return out;
 }
 
-/// The valid configs of problem p on this GPU with the given mainloop whose split_k is 1..max_split (stream-K,
-/// split_k 0, only when max_split is 0).
+/// How a config splits K between blocks, as one number: 0 for wgmma_ws stream-K and the gemv balanced tail (split by
+/// the SM count at launch), else the blocks per output tile (k_split_blocks: split_k, or a gemv cluster's size).
+int split_of(const Config& c) {
+  if ((c.mainloop == Mainloop::gemv && gemv_balanced(c)) || (c.mainloop == Mainloop::wgmma_ws && ws_stream_k(c))) return 0;
+  return k_split_blocks(c);
+}
+
+/// The valid configs of problem p on this GPU with the given mainloop whose split (split_of) is 1..max_split (stream-K
+/// or the balanced tail, split 0, only when max_split is 0).
 /// keep: a further filter (e.g. on stages).
-std::vector<Config> configs_of(const Problem& p, int mainloop, int max_split = 16,
+std::vector<Config> configs_of(const Problem& p, Mainloop mainloop, int max_split = 16,
                                const std::function<bool(const Config&)>& keep = nullptr) {
   std::vector<Config> out;
   for (const auto& c : valid_configs(p, Env::get().arch))
-    if (c.mainloop == mainloop && (max_split == 0 ? c.split_k == 0 : c.split_k >= 1 && c.split_k <= max_split) &&
+    if (c.mainloop == mainloop && (max_split == 0 ? split_of(c) == 0 : split_of(c) >= 1 && split_of(c) <= max_split) &&
         (!keep || keep(c)))
       out.push_back(c);
   return out;
@@ -251,10 +258,10 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
     const HostInputs big = make_inputs(qwen(f, d, 16), 41);
     for (int m : {1, 3, 16}) {  // tile_m 8 (7 or 5 tokens masked) and 16
       const Problem p = qwen(f, d, m);
-      const auto cs = configs_of(p, kMainloopGemv);
+      const auto cs = configs_of(p, Mainloop::gemv);
       REQUIRE(cs.size() >= (quant::format_k_blocked(f) ? 4u : 20u));
       if (quant::format_k_blocked(f))
-        for (const auto& c : cs) REQUIRE(c.stages != 1);
+        for (const auto& c : cs) REQUIRE(c.gemv.load != GemvLoad::bulk_rows);
       const auto kernels = load(p, cs);
       run_and_check(truncate(big, m), cs, kernels, m);
     }
@@ -267,7 +274,7 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
     p.num_heads = 8;
     p.num_kv_heads = 2;
     const HostInputs in = make_inputs(p, 43);
-    const auto cs = configs_of(p, kMainloopGemv);
+    const auto cs = configs_of(p, Mainloop::gemv);
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 9);
@@ -283,7 +290,7 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): every variant at decode size
     const HostInputs big = make_inputs(qwen(f, d, 16), 45);
     for (int m : {1, 3, 16}) {
       const Problem p = qwen(f, d, m);
-      const auto cs = configs_of(p, kMainloopGemv, 0);
+      const auto cs = configs_of(p, Mainloop::gemv, 0);
       REQUIRE(cs.size() >= (quant::format_k_blocked(f) ? 2u : 10u));
       const auto kernels = load(p, cs);
       run_and_check(truncate(big, m), cs, kernels, m);
@@ -301,21 +308,21 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0, 2 and 3 (whole unit
       const HostInputs big = make_inputs(qwen(f, d, 300), 91);
       std::vector<MSet> sets;
       for (int m : {1, 3, 16}) {
-        const auto whole = configs_of(qwen(f, d, m), kMainloopGemv), bal = configs_of(qwen(f, d, m), kMainloopGemv, 0);
+        const auto whole = configs_of(qwen(f, d, m), Mainloop::gemv), bal = configs_of(qwen(f, d, m), Mainloop::gemv, 0);
         REQUIRE(whole.size() >= 4);
         REQUIRE(bal.size() >= 2);
-        for (const auto* cs : {&whole, &bal})  // both the register ring (stages 0) and the TMA ring (stages 2)
-          for (int st : {0, 2})
-            REQUIRE(std::any_of(cs->begin(), cs->end(), [&](const Config& c) { return c.stages == st; }));
+        for (const auto* cs : {&whole, &bal})  // both the register ring and the TMA ring
+          for (GemvLoad ld : {GemvLoad::register_ring, GemvLoad::tma})
+            REQUIRE(std::any_of(cs->begin(), cs->end(), [&](const Config& c) { return c.gemv.load == ld; }));
         sets.push_back({m, whole, size_t(m)});
         sets.push_back({m, bal, size_t(m)});
       }
       if (has_sm90a("wgmma_ws with K-blocked packed weights")) {
         // M = 37: tile_m 8..64 with every split_k; M = 300: every fourth tile shape (split_k 1, rings of 2-3 slots).
-        const auto c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaWs, 16,
-                                    [&](const Config& c) { return c.stages == 3 || (c.split_k > 1 && c.stages == 4); });
+        const auto c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma_ws, 16,
+                                    [&](const Config& c) { return c.ws.stages == 3 || (split_of(c) > 1 && c.ws.stages == 4); });
         std::vector<Config> c300;
-        const auto all300 = configs_of(big.problem, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages <= 3; });
+        const auto all300 = configs_of(big.problem, Mainloop::wgmma_ws, 1, [&](const Config& c) { return c.ws.stages <= 3; });
         for (size_t i = 0; i < all300.size(); i += 4) c300.push_back(all300[i]);
         REQUIRE(c37.size() >= 8);
         REQUIRE(c300.size() >= 4);
@@ -333,7 +340,7 @@ TEST_CASE("qkv_proj gemv: units whose scale fp16 cannot hold take the fp32 decod
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 3);
     const HostInputs in = zero_blocks_under_huge_scales(p, 47);
-    const auto cs = configs_of(p, kMainloopGemv);
+    const auto cs = configs_of(p, Mainloop::gemv);
     REQUIRE(cs.size() >= 20);
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 3);
@@ -346,8 +353,8 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
     if (quant::format_k_blocked(f)) continue;  // read by the TMA kernels only (no wgmma config: the CPU tests check it)
     const HostInputs big = make_inputs(qwen(f, d, 300), 51);
     // M = 300: every binary (split_k 1; tile_m 128 leaves a 44-token tile); M = 37: tile_m 64 with every split_k.
-    const auto c300 = configs_of(big.problem, kMainloopWgmma, 1);
-    const auto c37 = configs_of(qwen(f, d, 37), kMainloopWgmma);
+    const auto c300 = configs_of(big.problem, Mainloop::wgmma, 1);
+    const auto c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma);
     REQUIRE(c300.size() >= 8);
     REQUIRE(c37.size() >= 8);
     run_sets(big, {{300, c300, 40}, {37, c37, 37}});
@@ -356,7 +363,7 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
   for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::int4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 53);
-    const auto cs = configs_of(p, kMainloopWgmma, 2, [&](const Config& c) { return c.tile_n == 64; });
+    const auto cs = configs_of(p, Mainloop::wgmma, 2, [&](const Config& c) { return c.tile_n == 64; });
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
@@ -369,7 +376,7 @@ TEST_CASE("qkv_proj wgmma: units whose scale fp16 cannot hold take the fp32 deco
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 70);
     const HostInputs in = zero_blocks_under_huge_scales(p, 57);
-    const auto cs = configs_of(p, kMainloopWgmma, 1);
+    const auto cs = configs_of(p, Mainloop::wgmma, 1);
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 70);
@@ -385,15 +392,15 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     // slots (the mbarrier phases flip every step or two) and the deepest ring. M = 37 and M = 5: every split_k.
     std::vector<Config> c300, c37, c5;
     int deepest = 0;
-    for (const auto& c : configs_of(big.problem, kMainloopWgmmaWs, 1)) deepest = std::max(deepest, c.stages);
-    c300 = configs_of(big.problem, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages <= 3 || c.stages == deepest; });
+    for (const auto& c : configs_of(big.problem, Mainloop::wgmma_ws, 1)) deepest = std::max(deepest, c.ws.stages);
+    c300 = configs_of(big.problem, Mainloop::wgmma_ws, 1, [&](const Config& c) { return c.ws.stages <= 3 || c.ws.stages == deepest; });
     // (split_k 2 / 3 / 4, the cluster kernel, comes with rings of 4+ slots only.) M = 37 / 5: ranks that own no
     // live token group; M = 300, split_k 3: every rank owns live groups, partial slots beside or over the ring.
-    const auto c300k3 = configs_of(big.problem, kMainloopWgmmaWs, 3, [&](const Config& c) { return c.split_k == 3 && c.stages == 4; });
-    c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaWs, 16,
-                     [&](const Config& c) { return c.stages == 3 || (c.split_k > 1 && c.stages == 4); });
-    c5 = configs_of(qwen(f, d, 5), kMainloopWgmmaWs, 16,
-                    [&](const Config& c) { return c.stages == 2 || (c.split_k > 1 && c.stages == 4); });
+    const auto c300k3 = configs_of(big.problem, Mainloop::wgmma_ws, 3, [&](const Config& c) { return split_of(c) == 3 && c.ws.stages == 4; });
+    c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma_ws, 16,
+                     [&](const Config& c) { return c.ws.stages == 3 || (split_of(c) > 1 && c.ws.stages == 4); });
+    c5 = configs_of(qwen(f, d, 5), Mainloop::wgmma_ws, 16,
+                    [&](const Config& c) { return c.ws.stages == 2 || (split_of(c) > 1 && c.ws.stages == 4); });
     REQUIRE(c300.size() >= 16);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c5.size() >= 4);
@@ -404,7 +411,7 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
   for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16}, {quant::Format::int8, DType::bf16}, {quant::Format::bf16, DType::bf16}}) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 63);
-    const auto cs = configs_of(p, kMainloopWgmmaWs, 2, [&](const Config& c) { return c.tile_n == 64 && c.stages == 4; });
+    const auto cs = configs_of(p, Mainloop::wgmma_ws, 2, [&](const Config& c) { return c.tile_n == 64 && c.ws.stages == 4; });
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
@@ -414,13 +421,13 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
 TEST_CASE("qkv_proj wgmma_ws: two K groups, every format and dtype, split_k 1..4, a K group with no step",
           "[gpu][qkv]") {
   if (!has_sm90a("the wgmma_ws mainloop")) return;
-  auto kg2 = [](const Config& c) { return c.warps_n == 2; };
+  auto kg2 = [](const Config& c) { return c.ws.k_groups == 2; };
   for (const auto& [f, d] : format_dtypes()) {
     // M = 37: tile_m 16 (3 token tiles) and 32 (2), partial last tiles; M = 16: one token tile. Qwen2.5-7B, K = 3584:
     // 56 steps, so each rank's two K groups take 28 / 14-15 / 9-10 / 7 steps each at split_k 1 / 2 / 3 / 4.
     const HostInputs big = make_inputs(qwen(f, d, 37), 81);
-    const auto c37 = configs_of(big.problem, kMainloopWgmmaWs, 4, kg2);
-    const auto c16 = configs_of(qwen(f, d, 16), kMainloopWgmmaWs, 4, kg2);
+    const auto c37 = configs_of(big.problem, Mainloop::wgmma_ws, 4, kg2);
+    const auto c16 = configs_of(qwen(f, d, 16), Mainloop::wgmma_ws, 4, kg2);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c16.size() >= 8);
     run_sets(big, {{37, c37, 37}, {16, c16, 16}});
@@ -433,7 +440,7 @@ TEST_CASE("qkv_proj wgmma_ws: two K groups, every format and dtype, split_k 1..4
       Problem p = qwen(f, d, 16);
       p.k = k;
       const HostInputs in = make_inputs(p, 83);
-      const auto cs = configs_of(p, kMainloopWgmmaWs, 4, kg2);
+      const auto cs = configs_of(p, Mainloop::wgmma_ws, 4, kg2);
       REQUIRE(cs.size() >= 4);
       const auto kernels = load(p, cs);
       run_and_check(in, cs, kernels, 16);
@@ -449,9 +456,9 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     // on 132 SMs, so most tiles are shared by 4-5 blocks and most blocks start or end inside a tile.
     const HostInputs big = make_inputs(qwen(f, d, 37), 71);
     std::vector<Config> c37, c16, c1;
-    c37 = configs_of(big.problem, kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 4; });
-    c16 = configs_of(qwen(f, d, 16), kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 4; });
-    c1 = configs_of(qwen(f, d, 1), kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 8 || c.stages == 2; });
+    c37 = configs_of(big.problem, Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 4; });
+    c16 = configs_of(qwen(f, d, 16), Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 4; });
+    c1 = configs_of(qwen(f, d, 1), Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 8 || c.ws.stages == 2; });
     REQUIRE(c37.size() >= 4);
     REQUIRE(!c16.empty());
     REQUIRE(c1.size() >= 2);
@@ -465,9 +472,9 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     p.k = 256;
     const HostInputs big = make_inputs(p, 73);
     std::vector<Config> c1000, c300;
-    c1000 = configs_of(p, kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 2 || c.stages == 4; });
+    c1000 = configs_of(p, Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 2 || c.ws.stages == 4; });
     p.m = 300;
-    c300 = configs_of(p, kMainloopWgmmaWs, 0, [&](const Config& c) { return c.stages == 2 || c.stages == 4; });
+    c300 = configs_of(p, Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 2 || c.ws.stages == 4; });
     REQUIRE(!c1000.empty());
     REQUIRE(!c300.empty());
     bool has_rounds = false;  // some config has 2 G tiles or more
@@ -480,7 +487,7 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     auto& env = Env::get();
     const Problem p = qwen(quant::Format::nf4, DType::bf16, 16);
     const HostInputs in = make_inputs(p, 79);
-    const auto cs = configs_of(p, kMainloopWgmmaWs, 0);
+    const auto cs = configs_of(p, Mainloop::wgmma_ws, 0);
     REQUIRE(!cs.empty());
     const Config c = cs.front();
     const auto kernels = load(p, {c});
@@ -506,7 +513,7 @@ TEST_CASE("qkv_proj wgmma_ws: steps whose scale fp16 cannot hold take the fp32 d
   for (auto f : {quant::Format::mxfp4, quant::Format::nf4}) {
     Problem p = qwen(f, DType::f16, 70);
     const HostInputs in = zero_blocks_under_huge_scales(p, 67);
-    const auto cs = configs_of(p, kMainloopWgmmaWs, 1, [&](const Config& c) { return c.stages == 4; });
+    const auto cs = configs_of(p, Mainloop::wgmma_ws, 1, [&](const Config& c) { return c.ws.stages == 4; });
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 70);
@@ -525,9 +532,9 @@ TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and 
     // partly past the weight for 5, 6 and 8 heads); M = 37 every tile_m 64 variant with a 4-slot ring (mbarrier phases
     // flip every 4 steps), M = 17 (the smallest M the space is offered for) with 8.
     const HostInputs big = make_inputs(qwen(f, d, 300), 91);
-    const auto c300 = configs_of(big.problem, kMainloopWgmmaPairs, 1);
-    const auto c37 = configs_of(qwen(f, d, 37), kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 4; });
-    const auto c17 = configs_of(qwen(f, d, 17), kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 8; });
+    const auto c300 = configs_of(big.problem, Mainloop::wgmma_pairs, 1);
+    const auto c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 4; });
+    const auto c17 = configs_of(qwen(f, d, 17), Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 8; });
     REQUIRE(c300.size() >= 45);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c17.size() >= 8);
@@ -538,7 +545,7 @@ TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and 
   for (auto [f, d] : wide) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 93);
-    const auto cs = configs_of(p, kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 4; });
+    const auto cs = configs_of(p, Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 4; });
     REQUIRE(cs.size() >= 14);
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
@@ -546,7 +553,7 @@ TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and 
     p64.head_dim = 64;
     p64.k = 1024;
     const HostInputs in64 = make_inputs(p64, 95);
-    const auto cs64 = configs_of(p64, kMainloopWgmmaPairs, 1, [&](const Config& c) { return c.stages == 6; });
+    const auto cs64 = configs_of(p64, Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 6; });
     REQUIRE(cs64.size() >= 14);
     const auto kernels64 = load(p64, cs64);
     run_and_check(in64, cs64, kernels64, 70);
@@ -580,7 +587,7 @@ TEST_CASE("qkv_proj gemv stress: variants launched many times", "[gpu][qkv][.str
         const DType d = ds == "bf16" ? DType::bf16 : ds == "fp16" ? DType::f16 : throw std::invalid_argument("KT_STRESS_DTYPE: " + ds);
         const Problem p = qwen(quant::parse_format(fs), d, std::stoi(ms));
         std::vector<Config> cs;
-        for (const auto& c : configs_of(p, kMainloopGemv, max_split))
+        for (const auto& c : configs_of(p, Mainloop::gemv, max_split))
           if (std::regex_search(variant_name(p, c, env.arch), only)) cs.push_back(c);
         if (cs.empty()) {
           std::printf("stress: %s: no variant matches\n", p.key().c_str());

@@ -89,8 +89,7 @@ kt_qkv_args c_args(const QkvParams& a, double rope_theta) {
 
 /// Kernel arguments for the runtime path: no workspace or counters (the runtime owns them).
 QkvParams runtime_params(DeviceInputs& dev) {
-  Config unsplit{};
-  unsplit.split_k = 1;  // DeviceInputs then allocates no workspace
+  const Config unsplit{};  // mma, split_k 1: DeviceInputs then allocates no workspace
   QkvParams a = dev.params(0, unsplit);
   a.workspace = nullptr;
   a.counters = nullptr;
@@ -135,9 +134,9 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
 
   // M = 16: a 4-way split-K variant; M = 256: an unsplit one; M = 64: the M = 16 binary without split-K (one
   // binary, two variants: the binary row carries the split-K variant's name). None is a default.
-  const Config c16{16, 128, 64, 1, 8, 2, 4, 1};
-  const Config c64{16, 128, 64, 1, 8, 2, 1, 1};
-  const Config c256{64, 128, 64, 2, 4, 2, 1, 1};
+  const Config c16 = make_config(16, 128, MmaConfig{64, 1, 8, 2, 4, 1});
+  const Config c64 = make_config(16, 128, MmaConfig{64, 1, 8, 2, 1, 1});
+  const Config c256 = make_config(64, 128, MmaConfig{64, 2, 4, 2, 1, 1});
   for (const auto& [m, c] : {std::pair<int, Config>{16, c16}, {64, c64}, {256, c256}}) {
     REQUIRE(invalid_reason(DType::bf16, quant::Format::nf4, 128, true, c, arch) == nullptr);
     for (int ask : {16, 20, 64, 256}) REQUIRE_FALSE(same_config(c, default_config(arch, small(ask))));
@@ -254,7 +253,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
       const auto dch = rt.explain_qkv(dp);
       INFO(dch.variant_name);
       CHECK(dch.step == "default");
-      CHECK(dch.config.mainloop == kMainloopGemv);
+      CHECK(dch.config.mainloop == Mainloop::gemv);
       run_and_verify(dp, [&](const QkvParams& a, double) { rt.qkv_proj(dp, a, stream.get()); }, 7);
     }
     CHECK(rt.resolved_qkv_problems() == 7);
@@ -265,7 +264,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     const auto mch = rt.explain_qkv(mid);
     INFO(mch.variant_name);
     CHECK(mch.step == "default");
-    if (rt.arch().sm == 90 && rt.arch().arch_specific) CHECK(mch.config.split_k == 0);
+    if (rt.arch().sm == 90 && rt.arch().arch_specific) CHECK((mch.config.mainloop == Mainloop::wgmma_ws && ws_stream_k(mch.config)));
     const auto mid1 = run_and_verify(mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
     const auto mid2 = run_and_verify(mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
     CHECK(mid1 == mid2);  // same inputs: the same bits (partials added in block order)
@@ -279,7 +278,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
         const auto kch = rt.explain_qkv(kp);
         INFO(kch.variant_name);
         CHECK(kch.step == "default");
-        CHECK(kch.config.mainloop == kMainloopWgmmaWs);
+        CHECK(kch.config.mainloop == Mainloop::wgmma_ws);
         run_and_verify(kp, [&](const QkvParams& a, double) { rt.qkv_proj(kp, a, stream.get()); }, 9 + m);
       }
       CHECK(rt.resolved_qkv_problems() == 10);

@@ -356,9 +356,9 @@ db::Winner qwin(const qkv::Problem& p, const qkv::Config& c, const std::string& 
 }
 
 // Distinct configs, none of them a default, so a test can tell which winner was chosen.
-const qkv::Config q16{16, 128, 64, 1, 8, 2, 8, 1};
-const qkv::Config q256{64, 128, 64, 2, 4, 2, 1, 1};
-const qkv::Config q4096{128, 128, 64, 4, 2, 3, 1, 1};
+const qkv::Config q16 = qkv::make_config(16, 128, qkv::MmaConfig{64, 1, 8, 2, 8, 1});
+const qkv::Config q256 = qkv::make_config(64, 128, qkv::MmaConfig{64, 2, 4, 2, 1, 1});
+const qkv::Config q4096 = qkv::make_config(128, 128, qkv::MmaConfig{64, 4, 2, 3, 1, 1});
 
 /// Tuned m = 16 (q16), 256 (q256), 4096 (q4096) for the Qwen NF4 class on the H100.
 std::vector<db::Winner> qkv_three_tuned() {
@@ -456,7 +456,7 @@ TEST_CASE("resolve_qkv: nearest skips another format, dtype, k, heads, bias, RoP
 
 TEST_CASE("resolve_qkv: a tuned config that cannot run the problem here is skipped", "[runtime]") {
   // 160 KiB of shared memory: fine on sm_90a, too much on sm_86.
-  const qkv::Config big{128, 128, 128, 2, 4, 3, 1, 1};
+  const qkv::Config big = qkv::make_config(128, 128, qkv::MmaConfig{128, 2, 4, 3, 1, 1});
   REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, big, kSm90a) == nullptr);
   REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, big, kSm86) != nullptr);
   const std::string dev = "NVIDIA GeForce RTX 3090";
@@ -473,8 +473,8 @@ TEST_CASE("resolve_qkv: a tuned config that cannot run the problem here is skipp
   // split_k beyond k / tile_k: k = 256 has 2 K tiles of 128, a 4-way split cannot run.
   qkv::Problem small = qkvp(16);
   small.k = 256;
-  const qkv::Config split4{16, 128, 128, 1, 8, 2, 4, 1};
-  const qkv::Config split2{16, 128, 128, 1, 8, 2, 2, 1};
+  const qkv::Config split4 = qkv::make_config(16, 128, qkv::MmaConfig{128, 1, 8, 2, 4, 1});
+  const qkv::Config split2 = qkv::make_config(16, 128, qkv::MmaConfig{128, 1, 8, 2, 2, 1});
   REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, split4, kSm90a) == nullptr);
   ch = resolve_qkv({qwin(small, split4)}, kH100, kSm90a, small);
   CHECK(ch.step == "default");
@@ -570,7 +570,7 @@ TEST_CASE("resolve_qkv over a TuningDb's winners view (split_k variants share on
   const long long run_id = tdb.begin_run(run);
   // One binary per name expression (the tuner's rule): q16 split 8 and split 1 share it.
   qkv::Config q16_unsplit = q16;
-  q16_unsplit.split_k = 1;
+  q16_unsplit.mma.split_k = 1;
   REQUIRE(qkv::name_expression(qkvp(16), q16) == qkv::name_expression(qkvp(16), q16_unsplit));
   std::vector<db::Measurement> ms;
   auto add = [&](const qkv::Problem& p, const qkv::Config& c, db::Status st, double median) {

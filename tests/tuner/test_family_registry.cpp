@@ -105,7 +105,7 @@ TEST_CASE("every family: problem JSON round trip, stable distinct keys, classes 
 
 TEST_CASE("every family: the default is a valid candidate, names unique per config, launch dims non-zero",
           "[family]") {
-  const DeviceModel dev = DeviceModel::for_arch(kSm90a);
+  const DeviceModel dev = device_model(kSm90a);
   for (const auto& [name, all] : problems_by_family()) {
     const Family& f = find_family(name);
     for (const auto& p : spread(all, 6)) {
@@ -142,12 +142,12 @@ TEST_CASE("every family: the default is a valid candidate, names unique per conf
   }
 }
 
-TEST_CASE("DeviceModel::for_arch gives the arch's reference GPU", "[family]") {
-  CHECK(DeviceModel::for_arch(kSm90a).sm_count == 132);
-  CHECK(DeviceModel::for_arch(kSm90a).smem_per_block == 227 * 1024);
-  CHECK(DeviceModel::for_arch(ArchId{80, false}).sm_count == 108);
-  CHECK(DeviceModel::for_arch(ArchId{80, false}).smem_per_block == 163 * 1024);
-  CHECK(DeviceModel::for_arch(ArchId{86, false}).smem_per_block == 99 * 1024);
+TEST_CASE("device_model gives the arch's reference GPU", "[family]") {
+  CHECK(device_model(kSm90a).sm_count == 132);
+  CHECK(device_model(kSm90a).smem_per_block == 227 * 1024);
+  CHECK(device_model(ArchId{80, false}).sm_count == 108);
+  CHECK(device_model(ArchId{80, false}).smem_per_block == 163 * 1024);
+  CHECK(device_model(ArchId{86, false}).smem_per_block == 99 * 1024);
 }
 
 TEST_CASE("the work-item builder covers every registered family of a shapes file with no family code", "[family]") {
@@ -159,7 +159,7 @@ TEST_CASE("the work-item builder covers every registered family of a shapes file
 
   WorkOptions opt;
   opt.max_candidates = 5;
-  const WorkPlan plan = build_work(problems, kSm90a, DeviceModel::for_arch(kSm90a), opt);
+  const WorkPlan plan = build_work(problems, kSm90a, device_model(kSm90a), opt);
   REQUIRE(plan.items.size() == problems.size());
   std::map<std::string, size_t> per_family;
   for (const auto& it : plan.items) {
@@ -195,7 +195,7 @@ TEST_CASE("the work-item builder covers every registered family of a shapes file
   // --only that matches nothing keeps the default alone.
   WorkOptions none;
   none.keep = [](const std::string&) { return false; };
-  for (const auto& it : build_work(problems, kSm90a, DeviceModel::for_arch(kSm90a), none).items) {
+  for (const auto& it : build_work(problems, kSm90a, device_model(kSm90a), none).items) {
     CHECK(it.configs.size() == 1);
     CHECK(it.variants[0] == it.default_variant);
   }
@@ -205,7 +205,7 @@ TEST_CASE("the work-item builder enumerates what each family's own valid_configs
   // Regression for the generic builder: the candidate lists equal the typed enumeration autotune used before it.
   std::vector<std::string> names;
   const auto problems = collect_problems(qwen7b(), names);
-  const WorkPlan plan = build_work(problems, kSm90a, DeviceModel::for_arch(kSm90a), {});
+  const WorkPlan plan = build_work(problems, kSm90a, device_model(kSm90a), {});
   auto default_first = [](auto valid, const auto& def, auto same) {
     std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return same(c, def); });
     return valid;
@@ -262,8 +262,8 @@ TEST_CASE("resolve() for a family's JSON problem answers as the typed wrappers",
   const Family& af = find_family(attn::kFamily);
   const Family& qf = find_family(qkv::kFamily);
   const std::vector<db::Winner> ws = {
-      row(af, attn::problem_to_json(ap2), af.enumerate(attn::problem_to_json(ap2), kSm90a, DeviceModel::for_arch(kSm90a)).back(), 1),
-      row(qf, qkv::problem_to_json(qp2), qf.enumerate(qkv::problem_to_json(qp2), kSm90a, DeviceModel::for_arch(kSm90a)).back(), 2)};
+      row(af, attn::problem_to_json(ap2), af.enumerate(attn::problem_to_json(ap2), kSm90a, device_model(kSm90a)).back(), 1),
+      row(qf, qkv::problem_to_json(qp2), qf.enumerate(qkv::problem_to_json(qp2), kSm90a, device_model(kSm90a)).back(), 2)};
 
   const FamilyChoice ga = resolve(af, ws, "GPU", kSm90a, attn::problem_to_json(ap));
   const AttentionChoice ta = resolve_attention(ws, "GPU", kSm90a, ap);

@@ -159,7 +159,7 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   std::tie(rc, out) = run("--arch sm_90a --compile-only --only no_such_variant --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 1 distinct binaries"));
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --only 'gemv_m8_n16_w1x1_s1_p1_cl[24]_' --shapes " + bad);
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 3 distinct binaries"));
   std::filesystem::remove(bad);
