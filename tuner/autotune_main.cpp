@@ -534,6 +534,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
 int run_show(const std::string& path, const std::string& family) {
   try {
+    if (!family.empty()) kt::find_family(family);  // an unknown --family is an error, not "0 winners"
     kt::db::TuningDb db(path, true);
     const auto ws = db.winners("", family);
     std::printf("%-24s %-62s %-66s %10s %8s\n", "device", "problem", "winner", "median_us", "metric");

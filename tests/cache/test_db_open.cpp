@@ -428,6 +428,10 @@ TEST_CASE("autotune show / merge on bad files: clear errors, exit 2, no output f
   CHECK(format_bytes(out) == std::make_pair(1, 1));  // left in rollback-journal mode
   CHECK_FALSE(has(out + "-wal"));
 
+  std::tie(rc, text) = run_autotune("show --db " + out + " --family no_such_family");
+  CHECK(rc == 2);
+  CHECK_THAT(text, Catch::Contains("unknown family 'no_such_family'"));
+
   std::tie(rc, text) = run_autotune("show --db " + out);
   CHECK(rc == 0);
   CHECK_THAT(text, Catch::Contains("3 winners; 3 measurements"));
