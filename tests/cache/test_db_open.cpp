@@ -179,6 +179,10 @@ TEST_CASE("a database in a folder that cannot be written opens read-only, WAL or
   REQUIRE(format_bytes(legacy) == std::make_pair(2, 2));
   REQUIRE_FALSE(has(legacy + "-wal"));
   fs::permissions(ro, fs::perms(0555));
+  if (const std::string why = kt_test::unprivileged_can_reach(ro.string()); !why.empty()) {
+    WARN("skipped: " << why << " (set TMPDIR to a world-searchable folder)");
+    return;
+  }
 
   const std::string result = kt_test::run_unprivileged([&]() -> std::string {
     if (access(ro.c_str(), W_OK) == 0) return "the folder is writable for the checking user";

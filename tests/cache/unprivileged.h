@@ -53,4 +53,12 @@ inline std::string run_unprivileged(const std::function<std::string()>& check) {
   return out;
 }
 
+/// "" if the unprivileged user can search and read `dir` (and every folder above it), else why not: a test
+/// that needs it then says so and skips (e.g. TMPDIR under /root).
+inline std::string unprivileged_can_reach(const std::string& dir) {
+  return run_unprivileged([&]() -> std::string {
+    return access(dir.c_str(), R_OK | X_OK) == 0 ? "" : "the unprivileged user cannot reach '" + dir + "'";
+  });
+}
+
 }  // namespace kt_test
