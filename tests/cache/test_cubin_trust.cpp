@@ -21,6 +21,7 @@
 #include "generator/arch.h"
 #include "generator/attention_family.h"
 #include "generator/compiler.h"
+#include "runtime/loaded_kernel.h"
 #include "unprivileged.h"
 
 namespace fs = std::filesystem;
@@ -262,5 +263,19 @@ TEST_CASE("NVRTC cubins record the SM they were built for the way cubin_image.h 
     REQUIRE(r.ok);
     CHECK(cubin_sm(r.cubin) == arch.sm);
     CHECK(cubin_image_problem(r.cubin, arch.sm) == "");
+  }
+}
+
+TEST_CASE("LoadedKernel refuses an image that is not a CUDA ELF before the driver reads it", "[cache][runtime]") {
+  // The driver reads cuModuleLoadData's image with no length: a short or forged blob from a database must
+  // not reach it. No context is needed: the check comes first (so this runs without a GPU too).
+  for (const std::string& bad : {std::string(4096, '\x90'), fake_cubin(90).substr(0, 100), std::string("\x7f" "ELF")}) {
+    try {
+      LoadedKernel k(bad, "_Z6kernel", 0);
+      FAIL("a bad image was accepted");
+    } catch (const cuda::CudaError& e) {
+      CHECK(e.code == CUDA_ERROR_INVALID_IMAGE);
+      CHECK_THAT(e.what(), Catch::Contains("not a cubin"));
+    }
   }
 }
