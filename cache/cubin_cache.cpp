@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/cubin_image.h"
 #include "cache/hash.h"
 
 namespace kt {
@@ -137,8 +138,11 @@ CubinCache::CubinCache(std::string dir) : dir_(std::move(dir)) {
   if (ec || !fs::is_directory(dir_, ec))
     throw std::runtime_error("CubinCache: cannot create cache directory '" + dir_ + "'" +
                              (ec ? ": " + ec.message() : std::string(": not a directory")));
-  if (::access(dir_.c_str(), W_OK | X_OK) != 0)
-    throw std::runtime_error("CubinCache: cache directory '" + dir_ + "' is not writable: " + errno_text(errno));
+  if (::access(dir_.c_str(), R_OK | X_OK) != 0)
+    throw std::runtime_error("CubinCache: cache directory '" + dir_ + "' is not readable: " + errno_text(errno));
+  // Readable but not writable: a pre-populated cache (container image, installed package) is still
+  // useful for reads.
+  writable_ = ::access(dir_.c_str(), W_OK) == 0;
 }
 
 std::string CubinCache::default_dir() {
@@ -155,20 +159,33 @@ std::string CubinCache::path_for(const std::string& key) const {
   return dir_ + "/" + key.substr(0, 2) + "/" + key + ".ktbin";
 }
 
-std::optional<CubinEntry> CubinCache::get(const std::string& key) const {
+std::optional<CubinEntry> CubinCache::get(const std::string& key, int expected_sm, std::string* why_rejected) const {
   const std::string path = path_for(key);
   std::string data;
   std::optional<CubinEntry> e;
   if (read_file(path, data)) e = decode(data);
+  if (e && expected_sm > 0) {
+    std::string why = cubin_image_problem(e->cubin, expected_sm);
+    if (!why.empty()) {
+      rejected_.fetch_add(1, std::memory_order_relaxed);
+      if (why_rejected) *why_rejected = "cubin cache entry '" + path + "' rejected: " + why;
+      e.reset();
+    }
+  }
   (e ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
   return e;
 }
 
 void CubinCache::put(const std::string& key, const CubinEntry& entry) {
   const std::string path = path_for(key);
+  if (!writable_)
+    throw CacheWriteError("CubinCache::put: cache directory '" + dir_ + "' is read-only", "read-only cache directory");
+  auto fail = [](const std::string& what, int e) { throw CacheWriteError(what + ": " + errno_text(e), errno_text(e)); };
   const std::string sub = dir_ + "/" + key.substr(0, 2);
-  if (::mkdir(sub.c_str(), 0755) != 0 && errno != EEXIST)
-    throw std::runtime_error("CubinCache::put: cannot create directory '" + sub + "': " + errno_text(errno));
+  if (::mkdir(sub.c_str(), 0755) != 0) {
+    const int e = errno;
+    if (e != EEXIST) fail("CubinCache::put: cannot create directory '" + sub + "'", e);
+  }
 
   const std::string bytes = encode(entry);
 
@@ -179,10 +196,10 @@ void CubinCache::put(const std::string& key, const CubinEntry& entry) {
     tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
           std::to_string(g_tmp_counter.fetch_add(1, std::memory_order_relaxed));
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST)
-      throw std::runtime_error("CubinCache::put: cannot create '" + tmp + "': " + errno_text(errno));
+    const int e = errno;
+    if (fd < 0 && e != EEXIST) fail("CubinCache::put: cannot create '" + tmp + "'", e);
   }
-  if (fd < 0) throw std::runtime_error("CubinCache::put: cannot create a unique temporary file next to '" + path + "'");
+  if (fd < 0) fail("CubinCache::put: cannot create a unique temporary file next to '" + path + "'", EEXIST);
 
   size_t done = 0;
   while (done < bytes.size()) {
@@ -192,19 +209,19 @@ void CubinCache::put(const std::string& key, const CubinEntry& entry) {
       int e = n < 0 ? errno : EIO;
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw std::runtime_error("CubinCache::put: cannot write '" + tmp + "': " + errno_text(e));
+      fail("CubinCache::put: cannot write '" + tmp + "'", e);
     }
     done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    throw std::runtime_error("CubinCache::put: cannot write '" + tmp + "': " + errno_text(e));
+    fail("CubinCache::put: cannot write '" + tmp + "'", e);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    throw std::runtime_error("CubinCache::put: cannot rename '" + tmp + "' to '" + path + "': " + errno_text(e));
+    fail("CubinCache::put: cannot rename '" + tmp + "' to '" + path + "'", e);
   }
 }
 

@@ -4,10 +4,17 @@
 
 #include <SQLiteCpp/SQLiteCpp.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -146,6 +153,134 @@ FROM ranked WHERE rank_in_tie = 1;
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == TuningDb::kSchemaVersion, "one migration script per schema version");
 
+
+namespace fs = std::filesystem;
+
+// The folder a database file lives in (where SQLite creates its -wal / -shm / -journal files).
+std::string folder_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+bool folder_writable(const std::string& path) { return ::access(folder_of(path).c_str(), W_OK | X_OK) == 0; }
+
+// Size of a file, or -1 if it does not exist / cannot be stat'ed.
+long long file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+}
+
+// "file:" URI of `path` for sqlite3_open_v2(SQLITE_OPEN_URI) and ATTACH, with `query` (e.g. "mode=ro").
+// The absolute path is percent-encoded, so no file name is ever read as URI syntax.
+std::string file_uri(const std::string& path, const std::string& query) {
+  std::error_code ec;
+  std::string abs = fs::absolute(path, ec).lexically_normal().string();
+  if (ec) abs = path;
+  while (abs.size() > 1 && abs[0] == '/' && abs[1] == '/') abs.erase(0, 1);  // "//x" would be a URI authority
+  std::string out = "file:";
+  for (const unsigned char c : abs) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out + "?" + query;
+}
+
+// What the bytes of a database file say before SQLite opens it.
+struct FileFacts {
+  bool exists = false;
+  bool wal_header = false;   // file format bytes 18-19 = 2: the database is in WAL mode
+  bool live_journal = false;  // a non-empty -wal or -journal: the main file alone is not the database
+};
+
+// Checks what SQLite would otherwise report as "unable to open database file", "disk I/O error" or an
+// empty database, and says what is wrong instead. Returns "" when the file looks openable, else the reason.
+std::string check_file(const std::string& path, bool read_only, FileFacts& facts) {
+  if (path.empty()) return "no file name given";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    if (e == ENOTDIR) return "a component of the path is not a folder";
+    if (e == EACCES) return "cannot reach it: " + std::string(std::strerror(e)) + " (a folder on the path cannot be searched)";
+    if (e != ENOENT) return std::strerror(e);
+    if (read_only) return "no such file";
+    const std::string folder = folder_of(path);
+    struct stat fst {};
+    if (::stat(folder.c_str(), &fst) != 0) return "cannot create it: folder '" + folder + "' does not exist";
+    if (!S_ISDIR(fst.st_mode)) return "cannot create it: '" + folder + "' is not a folder";
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+      return "cannot create it: folder '" + folder + "' is not writable (" + std::strerror(errno) + ")";
+    return "";
+  }
+  facts.exists = true;
+  if (S_ISDIR(st.st_mode)) return "it is a directory, not a database file";
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  if (::access(path.c_str(), R_OK) != 0) return "cannot read it: " + std::string(std::strerror(errno));
+  if (!read_only) {
+    if (::access(path.c_str(), W_OK) != 0)
+      return "the file is not writable (" + std::string(std::strerror(errno)) +
+             "); a read-only database can be read (autotune show, the runtime) but not written";
+    if (!folder_writable(path))
+      return "folder '" + folder_of(path) + "' is not writable (" + std::strerror(errno) +
+             "): SQLite keeps its journal (" + path + "-wal, " + path + "-shm) next to the database; copy it to a "
+             "writable folder to write to it";
+  }
+  facts.live_journal = file_size(path + "-wal") > 0 || file_size(path + "-journal") > 0;
+  const long long size = static_cast<long long>(st.st_size);
+  if (size == 0) {
+    if (read_only && !facts.live_journal) return "the file is empty (0 bytes): it holds no tuning database";
+    return "";  // read-write: a 0-byte file becomes a new database
+  }
+  std::string header(100, '\0');
+  {
+    std::ifstream f(path, std::ios::binary);
+    f.read(&header[0], 100);
+    header.resize(static_cast<size_t>(f.gcount()));
+  }
+  static const char kMagic[] = "SQLite format 3";  // 16 bytes with its NUL
+  if (header.size() < 16 || header.compare(0, 16, std::string(kMagic, 16)) != 0)
+    return "not a SQLite database (the file does not start with the SQLite header)";
+  if (header.size() < 100)
+    return "truncated: " + std::to_string(size) + " bytes, shorter than the 100-byte SQLite header";
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(header[i]); };
+  facts.wal_header = byte(18) == 2 && byte(19) == 2;
+  long long page = (byte(16) << 8) | byte(17);
+  if (page == 1) page = 65536;
+  if (page < 512 || (page & (page - 1)) != 0)
+    return "damaged SQLite header (page size " + std::to_string(page) + ")";
+  if (!facts.live_journal) {
+    // Offsets 28 (database size in pages), 24 (change counter), 92 (version-valid-for): the size is
+    // valid when the last two agree (SQLite file format, "In-header database size").
+    const auto be32 = [&](size_t i) {
+      return (static_cast<long long>(byte(i)) << 24) | (byte(i + 1) << 16) | (byte(i + 2) << 8) | byte(i + 3);
+    };
+    const long long pages = be32(28);
+    if (size % page != 0)
+      return "truncated: " + std::to_string(size) + " bytes is not a whole number of " + std::to_string(page) +
+             "-byte pages";
+    if (pages > 0 && be32(24) == be32(92) && size < pages * page)
+      return "truncated: " + std::to_string(size) + " bytes, its header says " + std::to_string(pages) + " pages of " +
+             std::to_string(page) + " bytes";
+  }
+  return "";
+}
+
+// Tables and views every kerntune tuning database has (a later schema may add more).
+const char* const kRequiredObjects[][2] = {{"table", "devices"},      {"table", "runs"}, {"table", "binaries"},
+                                           {"table", "measurements"}, {"view", "winners"}};
+
+// The URI a read-only open uses. A WAL-mode database whose -wal holds nothing, in a folder this process
+// cannot write, opens immutable: SQLite then needs no -shm file, which it could not create there. (A
+// writer that starts on it later, which only someone who can write the folder can do, is not seen.)
+std::string read_only_uri(const std::string& path, const FileFacts& f) {
+  const bool immutable = f.wal_header && !f.live_journal && !folder_writable(path);
+  return file_uri(path, immutable ? "mode=ro&immutable=1" : "mode=ro");
+}
+
 constexpr int kBusyTimeoutMs = 30000;
 constexpr int kBusyRetries = 5;  // each attempt already waited up to busy_timeout
 
@@ -227,6 +362,7 @@ Winner read_winner(SQLite::Statement& q) {
 struct TuningDb::Impl {
   std::string path;
   std::unique_ptr<SQLite::Database> db;
+  bool read_only = false;
   int migrations_applied = 0;
 
   [[noreturn]] void fail(const std::string& op, const std::string& what) const {
@@ -250,7 +386,7 @@ struct TuningDb::Impl {
   // escapes (e.g. busy_timeout exhausted, WAL recovery) is retried a bounded number of times.
   // `begin` is "BEGIN IMMEDIATE" except for merge (see there).
   template <class F>
-  void write_txn(const char* op, F&& fn, const char* begin = "BEGIN IMMEDIATE") {
+  void write_txn(const std::string& op, F&& fn, const char* begin = "BEGIN IMMEDIATE") {
     for (int attempt = 0;; ++attempt) {
       try {
         db->exec(begin);
@@ -298,52 +434,148 @@ struct TuningDb::Impl {
   }
 
   int user_version() const { return db->execAndGet("PRAGMA user_version").getInt(); }
+
+  // Checks, cheaply, that the file is a kerntune tuning database: every required table and view exists,
+  // each table's root page reads, and the winners view compiles. A damaged or foreign file is reported
+  // here, at open, naming what is wrong, rather than at the first query (or, in the runtime, after the
+  // GPU step).
+  void validate(const char* op) const {
+    std::vector<std::pair<std::string, std::string>> have;
+    guard(op, [&] {
+      SQLite::Statement q(*db, "SELECT type, name FROM main.sqlite_master WHERE type IN ('table', 'view')");
+      while (q.executeStep()) have.emplace_back(q.getColumn(0).getString(), q.getColumn(1).getString());
+    });
+    for (const auto& obj : kRequiredObjects) {
+      bool found = false;
+      for (const auto& h : have) found = found || (h.first == obj[0] && h.second == obj[1]);
+      if (!found)
+        fail(op, std::string("no '") + obj[1] + "' " + obj[0] + ": the file is damaged or not a kerntune tuning database");
+    }
+    for (const auto& obj : kRequiredObjects) {
+      try {
+        if (std::string(obj[0]) == "table") {
+          // NOT INDEXED: the table's own b-tree, not a covering index. A table name cannot be a bound
+          // parameter; these are the fixed names above.
+          SQLite::Statement q(*db, std::string("SELECT 1 FROM main.") + obj[1] + " NOT INDEXED LIMIT 1");
+          q.executeStep();
+        } else {
+          SQLite::Statement q(*db, std::string("SELECT * FROM main.") + obj[1]);  // compiled, not run
+        }
+      } catch (const std::exception& e) {
+        fail(op, std::string(obj[0]) + " '" + obj[1] + "' is damaged (" + e.what() + ")");
+      }
+    }
+  }
 };
 
 TuningDb::TuningDb(const std::string& path, bool read_only) : impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
   I.path = path;
-  const int flags = read_only ? SQLite::OPEN_READONLY : (SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+  I.read_only = read_only;
+  const char* const open_op = read_only ? "open read-only" : "open";
+  const bool memory = path == ":memory:";
+  FileFacts facts;
+  if (!memory) {
+    const std::string why = check_file(path, read_only, facts);
+    if (!why.empty()) I.fail(open_op, why);
+  }
+  // URI names always (also what lets merge_from ATTACH its source read-only by URI).
+  const int flags = SQLite::OPEN_URI | (read_only ? SQLite::OPEN_READONLY : (SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE));
+  std::string name = path;
+  if (!memory) name = read_only ? read_only_uri(path, facts) : file_uri(path, "mode=rwc");
   try {
-    I.db = std::make_unique<SQLite::Database>(path, flags, kBusyTimeoutMs);
+    I.db = std::make_unique<SQLite::Database>(name, flags, kBusyTimeoutMs);
   } catch (const std::exception& e) {
-    I.fail(read_only ? "open read-only" : "open", e.what());
+    I.fail(open_op, e.what());
   }
   int version = 0;
-  try {
-    // The first read of the header: a file that is not SQLite fails here (SQLITE_NOTADB).
-    version = I.retry_busy("read schema version", [&] { return I.user_version(); });
-  } catch (const DbError& e) {
-    I.fail("open", std::string("not a readable SQLite database (") + e.what() + ")");
+  for (int attempt = 0;; ++attempt) {
+    try {
+      // The first read of the file: a damaged header or an unreadable journal fails here.
+      version = I.user_version();
+      break;
+    } catch (const SQLite::Exception& e) {
+      if (is_busy(e) && attempt < kBusyRetries) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10 + 20 * attempt));
+        continue;
+      }
+      std::string why = std::string("not a readable SQLite database (") + e.what() + ")";
+      if (read_only && facts.live_journal && !folder_writable(path))
+        why = std::string("cannot read it (") + e.what() + "): '" + path +
+              "-wal' or '-journal' holds changes that are not in the database file yet, and SQLite cannot apply "
+              "them because folder '" + folder_of(path) + "' is not writable; open it once read-write where its "
+              "folder is writable (e.g. autotune merge FILE FILE)";
+      I.fail(open_op, why);
+    }
   }
+  if (version < 0)
+    I.fail(open_op, "schema version " + std::to_string(version) +
+                        " is not one kerntune writes: the file is damaged or not a kerntune tuning database");
   if (version > kSchemaVersion)
     I.fail("open", "schema version " + std::to_string(version) + " is newer than this build understands (" +
                        std::to_string(kSchemaVersion) + "); use a newer kerntune");
-  I.guard("open", [&] { I.db->exec("PRAGMA foreign_keys = ON"); });
+  if (version == 0) {
+    const long long objects =
+        I.guard(open_op, [&] { return I.db->execAndGet("SELECT count(*) FROM sqlite_master").getInt64(); });
+    // Migration 0 -> 1 creates the schema: on a file that already has tables it could only fail half-way.
+    if (objects > 0)
+      I.fail(open_op, "not a kerntune tuning database: it has " + std::to_string(objects) +
+                          " tables, views or indexes but no kerntune schema version (PRAGMA user_version 0)");
+    if (read_only)
+      I.fail(open_op, "an empty SQLite database: it has no kerntune schema and no tuning results");
+  }
+  I.guard(open_op, [&] { I.db->exec("PRAGMA foreign_keys = ON"); });
   if (read_only) {
     if (version < kSchemaVersion)
-      I.fail("open read-only", "schema version " + std::to_string(version) + " is older than " +
-                                   std::to_string(kSchemaVersion) + "; open it read-write once to migrate");
+      I.fail(open_op, "schema version " + std::to_string(version) + " is older than this build's (" +
+                          std::to_string(kSchemaVersion) + "); a read-write open migrates it: autotune merge " + path +
+                          " " + path);
+    I.validate(open_op);
     return;
   }
-  // WAL lets readers run while one process writes; harmless no-op for ":memory:" (stays 'memory').
-  I.retry_busy("set WAL journal", [&] { I.db->exec("PRAGMA journal_mode = WAL"); });
-  I.retry_busy("set synchronous", [&] { I.db->exec("PRAGMA synchronous = NORMAL"); });
-  for (int v = version; v < kSchemaVersion; ++v) {
-    I.write_txn("migrate", [&] {
-      // Another process may have migrated between our read and our write lock: re-read under the lock.
-      const int now = I.user_version();
-      if (now > v) return;
-      if (*kMigrations[v].sql) I.db->exec(kMigrations[v].sql);
-      if (kMigrations[v].rewrite) kMigrations[v].rewrite(*I.db);
-      // PRAGMA takes no bound parameters; the value is a compile-time schema number, not data.
-      I.db->exec("PRAGMA user_version = " + std::to_string(v + 1));
-      ++I.migrations_applied;
-    });
+  // A current file is checked before anything is written to it (switching to WAL rewrites the header).
+  if (version == kSchemaVersion) I.validate(open_op);
+  try {
+    // WAL lets readers run while one process writes; harmless no-op for ":memory:" (stays 'memory').
+    // The destructor puts the file back in rollback-journal mode (see there).
+    I.retry_busy("set WAL journal", [&] { I.db->exec("PRAGMA journal_mode = WAL"); });
+    I.retry_busy("set synchronous", [&] { I.db->exec("PRAGMA synchronous = NORMAL"); });
+    for (int v = version; v < kSchemaVersion; ++v) {
+      I.write_txn("migrate", [&] {
+        // Another process may have migrated between our read and our write lock: re-read under the lock.
+        const int now = I.user_version();
+        if (now > v) return;
+        if (*kMigrations[v].sql) I.db->exec(kMigrations[v].sql);
+        if (kMigrations[v].rewrite) kMigrations[v].rewrite(*I.db);
+        // PRAGMA takes no bound parameters; the value is a compile-time schema number, not data.
+        I.db->exec("PRAGMA user_version = " + std::to_string(v + 1));
+        ++I.migrations_applied;
+      });
+    }
+    if (version < kSchemaVersion) I.validate(open_op);
+  } catch (...) {
+    // No destructor runs for a constructor that throws: leave the file as a closed writer would.
+    if (!memory) try {
+        sqlite3_busy_timeout(I.db->getHandle(), 0);
+        I.db->exec("PRAGMA journal_mode = DELETE");
+      } catch (...) {
+      }
+    throw;
   }
 }
 
-TuningDb::~TuningDb() = default;
+TuningDb::~TuningDb() {
+  if (!impl_ || !impl_->db || impl_->read_only || impl_->path == ":memory:") return;
+  // Leave a closed database in rollback-journal mode: a reader that cannot write the folder (a container
+  // image, an installed package, another user) can then open it, and read-only opens create no -wal /
+  // -shm files. While another connection has the file open this fails (SQLITE_BUSY; busy_timeout 0, so
+  // at once) and the file stays in WAL mode; the last writer to close switches it.
+  try {
+    sqlite3_busy_timeout(impl_->db->getHandle(), 0);
+    impl_->db->exec("PRAGMA journal_mode = DELETE");
+  } catch (...) {
+  }
+}
 
 const std::string& TuningDb::path() const { return impl_->path; }
 
@@ -614,15 +846,18 @@ std::optional<Winner> TuningDb::winner(const std::string& device_name, const std
   });
 }
 
-void TuningDb::merge_from(const std::string& other_path) {
+MergeCounts TuningDb::merge_from(const std::string& other_path) {
   Impl& I = *impl_;
-  // ATTACH would silently create a missing file: refuse it first.
-  std::error_code ec;
-  if (other_path.empty() || other_path == ":memory:" || !std::filesystem::is_regular_file(other_path, ec))
-    I.fail("merge", "'" + other_path + "' is not an existing database file");
+  if (I.read_only) I.fail("merge", "opened read-only");
+  if (other_path.empty() || other_path == ":memory:") I.fail("merge", "'" + other_path + "' is not a database file");
+  // Open the source on its own first: a missing, damaged, foreign, older or newer file is refused here
+  // with the reason, naming it (and ATTACH never creates a missing file).
+  FileFacts facts;
+  { TuningDb check(other_path, /*read_only=*/true); }  // its DbError names the source and what is wrong
+  check_file(other_path, true, facts);
   I.retry_busy("merge: attach '" + other_path + "'", [&] {
     SQLite::Statement a(*I.db, "ATTACH DATABASE ? AS merge_src");
-    a.bind(1, other_path);
+    a.bind(1, read_only_uri(other_path, facts));
     a.exec();
   });
   struct Detach {
@@ -634,31 +869,32 @@ void TuningDb::merge_from(const std::string& other_path) {
       }
     }
   } detach{I};
-
   int other_version = 0;
   try {
     other_version = I.db->execAndGet("PRAGMA merge_src.user_version").getInt();
   } catch (const std::exception& e) {
     I.fail("merge", "'" + other_path + "' is not a readable SQLite database (" + e.what() + ")");
   }
-  if (other_version != kSchemaVersion)
-    I.fail("merge", "'" + other_path + "' has schema version " + std::to_string(other_version) + ", expected " +
-                        std::to_string(kSchemaVersion) + " (open it with this build first to migrate)");
+  if (other_version != kSchemaVersion)  // changed since the check above
+    I.fail("merge", "'" + other_path + "' now has schema version " + std::to_string(other_version) + ", expected " +
+                        std::to_string(kSchemaVersion));
 
+  MergeCounts added;
   // Not BEGIN IMMEDIATE: that would take a write lock on every attached file too, i.e. on the source
   // (which may be read-only, busy with its own writer, or this very file: a self-deadlock). A deferred
   // BEGIN whose first statement writes main takes main's write lock in that statement, before any read
   // snapshot exists, so the busy handler applies just as with IMMEDIATE; the source is only read.
-  I.write_txn("merge", [&] {
+  I.write_txn("merge from '" + other_path + "'", [&] {
     SQLite::Database& db = *I.db;
+    added = MergeCounts{};  // a retried transaction counts again from zero
     // Devices, unified by uuid (an existing device keeps its row).
-    db.exec(
+    added.devices = db.exec(
         "INSERT INTO main.devices(name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, sm_clock_khz, "
         "mem_clock_khz) SELECT s.name, s.uuid, s.cc_major, s.cc_minor, s.sm_count, s.l2_bytes, s.driver_version, "
         "s.sm_clock_khz, s.mem_clock_khz FROM merge_src.devices s "
         "WHERE NOT EXISTS (SELECT 1 FROM main.devices d WHERE d.uuid = s.uuid) ORDER BY s.id");
     // Runs, new ids; a run with the same (argv, started_at, host) is the same run and is reused.
-    db.exec(
+    added.runs = db.exec(
         "INSERT INTO main.runs(argv, shapes_path, shapes_hash, kerntune_version, host, started_at, ended_at) "
         "SELECT s.argv, s.shapes_path, s.shapes_hash, s.kerntune_version, s.host, s.started_at, s.ended_at "
         "FROM merge_src.runs s "
@@ -673,7 +909,7 @@ void TuningDb::merge_from(const std::string& other_path) {
         "WHERE ended_at = 0 AND EXISTS (SELECT 1 FROM merge_src.runs s WHERE s.argv = runs.argv "
         "  AND s.started_at = runs.started_at AND s.host = runs.host AND s.ended_at <> 0)");
     // Binaries, by content hash.
-    db.exec(
+    added.binaries = db.exec(
         "INSERT OR IGNORE INTO main.binaries(hash, family, variant_name, name_expression, lowered_name, arch, "
         "nvrtc_version, options, cubin, registers, spill_store_bytes, spill_load_bytes, stack_bytes, "
         "static_smem_bytes, dynamic_smem_bytes, compile_ms, log) "
@@ -681,8 +917,9 @@ void TuningDb::merge_from(const std::string& other_path) {
         "registers, spill_store_bytes, spill_load_bytes, stack_bytes, static_smem_bytes, dynamic_smem_bytes, "
         "compile_ms, log FROM merge_src.binaries ORDER BY hash");
     // Measurements, run and device remapped; one already here (same device uuid, run identity, problem
-    // key, variant and measured_at) is skipped.
-    db.exec(
+    // key, variant and measured_at) is skipped. The counts are the rows this transaction inserted, so
+    // concurrent merges of one source each report what they added.
+    added.measurements = db.exec(
         "INSERT INTO main.measurements(run_id, device_id, family, problem_key, problem_json, variant_name, "
         "config_json, binary_hash, status, median_us, p20_us, p80_us, samples_json, error, sm_clock_mhz, rel_err, "
         "metric, measured_at) "
@@ -702,6 +939,53 @@ void TuningDb::merge_from(const std::string& other_path) {
         "                  AND r.started_at = sr.started_at AND r.host = sr.host) "
         "ORDER BY sm.id");
   }, "BEGIN");
+  return added;
+}
+
+MergeCounts TuningDb::merge_from(const std::vector<std::string>& paths) {
+  Impl& I = *impl_;
+  if (paths.size() == 1) return merge_from(paths[0]);
+  MergeCounts total;
+  if (paths.empty()) return total;
+  if (I.read_only) I.fail("merge", "opened read-only");
+  if (I.path == ":memory:") {  // no folder for a staging file; no other connection sees a private database
+    for (const auto& p : paths) {
+      const MergeCounts c = merge_from(p);
+      total.devices += c.devices;
+      total.runs += c.runs;
+      total.binaries += c.binaries;
+      total.measurements += c.measurements;
+    }
+    return total;
+  }
+  // All or nothing across inputs: one transaction cannot span several ATTACHes, so the inputs are merged
+  // into a private staging file next to this one, which is then merged here in one transaction. A bad
+  // input leaves this database as it was.
+  static std::atomic<unsigned> counter{0};
+  const std::string staging =
+      I.path + ".merge-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".tmp";
+  struct Remove {
+    std::string path;
+    ~Remove() {
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
+    }
+  } remove{staging};
+  {
+    TuningDb stage(staging);
+    for (const auto& p : paths) {
+      try {
+        stage.merge_from(p);
+      } catch (const DbError& e) {
+        // The staging file's name means nothing to the user: name this database instead.
+        std::string what = e.what();
+        const std::string prefix = "tuning db '" + staging + "': ";
+        if (what.compare(0, prefix.size(), prefix) != 0) throw;
+        throw DbError("tuning db '" + I.path + "': " + what.substr(prefix.size()));
+      }
+    }
+  }
+  return merge_from(staging);
 }
 
 long long TuningDb::count(const std::string& table) const {

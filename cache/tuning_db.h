@@ -17,8 +17,10 @@
 //       within 1% of it are a tie, broken by fewer registers, then less shared memory (static +
 //       dynamic), then variant_name, then the lower measurement id. The same rule as the tuner's
 //       pick_winner, so every reader of one database picks the same kernel.
-// Concurrency: WAL journal, busy_timeout 30 s, one transaction per add_measurements() batch, so several
-// autotune processes can write one file at once.
+// Concurrency: WAL journal while a writer has the file open, busy_timeout 30 s, one transaction per
+// add_measurements() batch, so several autotune processes can write one file at once. The last writer to
+// close puts the file back in rollback-journal mode (journal_mode=DELETE), so a finished database opens
+// read-only from a read-only folder and readers leave no -wal / -shm files.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -122,12 +124,26 @@ struct Winner {
   long long measurement_id = 0;
 };
 
+/// Rows one merge inserted (what was already there is not counted).
+struct MergeCounts {
+  long long devices = 0, runs = 0, binaries = 0, measurements = 0;
+};
+
 class TuningDb {
  public:
   /// Opens (or, unless read_only, creates) a database file; ":memory:" gives a private in-memory one.
-  /// Applies pending migrations (PRAGMA user_version). Throws DbError naming the path (e.g. a file
-  /// that is not a database, or a schema newer than this build understands).
+  /// Applies pending migrations (PRAGMA user_version), then checks that every table and the winners
+  /// view exist and that each table can be read. Throws DbError naming the path and what is wrong: a
+  /// missing file (read-only) or folder, a directory, an unreadable file, a file or folder that cannot
+  /// be written (read-write), an empty, truncated, damaged or non-SQLite file, a SQLite file that is not
+  /// a kerntune tuning database, a schema older (read-only) or newer than this build's.
+  /// A read-write open sets WAL mode; closing puts the file back in rollback-journal mode (see
+  /// ~TuningDb). A read-only open never writes the file; of a rollback-journal database it creates no
+  /// -wal / -shm files, and a WAL-mode database in a folder it cannot write opens immutable.
   explicit TuningDb(const std::string& path, bool read_only = false);
+  /// A read-write connection switches the file to journal_mode=DELETE when it is the last one open, so
+  /// a finished database opens read-only anywhere (a read-only folder, another user); while other
+  /// connections are open the file stays in WAL mode and the last writer to close switches it.
   ~TuningDb();
   TuningDb(const TuningDb&) = delete;
   TuningDb& operator=(const TuningDb&) = delete;
@@ -171,9 +187,16 @@ class TuningDb {
 
   /// Copies every device, run, binary and measurement of another database file into this one
   /// (ids remapped, devices unified by uuid, binaries by hash, measurements and runs kept as they
-  /// are: provenance survives). Merging the same file twice adds no duplicate measurements
-  /// (a measurement is identified by device uuid, run start + argv, problem key, variant, measured_at).
-  void merge_from(const std::string& other_path);
+  /// are: provenance survives), in one transaction. Merging the same file twice adds no duplicate
+  /// measurements (a measurement is identified by device uuid, run start + argv, problem key, variant,
+  /// measured_at). The source is opened read-only first and refused, naming it and the reason, as
+  /// TuningDb(other_path, true) would. Returns the rows inserted here (exact under concurrent merges).
+  MergeCounts merge_from(const std::string& other_path);
+  /// Merges several files, all or nothing: they are merged into a temporary staging file next to this
+  /// database (removed afterwards), which is then merged here in one transaction; if any input is
+  /// refused, this database is unchanged (":memory:" has no folder for it: its inputs merge one by one).
+  /// Returns the rows inserted here.
+  MergeCounts merge_from(const std::vector<std::string>& paths);
 
   /// Counts for reports and tests.
   long long count(const std::string& table) const;

@@ -1,6 +1,7 @@
 #include "generator/compiler.h"
 
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <regex>
 #include <stdexcept>
@@ -46,6 +47,20 @@ Compiler::Compiler(CubinCache* cache, int jobs) : cache_(cache), jobs_(jobs) {
   nvrtc_version_ = nvrtc_version();
 }
 
+void Compiler::set_warning_handler(std::function<void(const std::string&)> handler) {
+  std::lock_guard<std::mutex> lock(warn_mu_);
+  warn_ = std::move(handler);
+}
+
+void Compiler::warn_once(const std::string& cause, const std::string& message) const {
+  std::lock_guard<std::mutex> lock(warn_mu_);
+  if (!warned_.insert(cause).second) return;
+  if (warn_)
+    warn_(message);
+  else
+    std::fprintf(stderr, "kerntune: warning: %s\n", message.c_str());
+}
+
 std::vector<std::string> Compiler::options(ArchId arch) const {
   return {"--gpu-architecture=" + arch_name(arch), "-std=c++17", "-Xptxas=-v"};
 }
@@ -74,13 +89,19 @@ CompileResult Compiler::compile(const KernelSource& k) const {
   res.kernel = k;
   res.cache_key = cache_key(k);
   if (cache_) {
-    if (auto hit = cache_->get(res.cache_key)) {
+    std::string rejected;
+    if (auto hit = cache_->get(res.cache_key, k.arch.sm, &rejected)) {
       res.ok = true;
       res.cache_hit = true;
       res.cubin = std::move(hit->cubin);
       res.report = std::move(hit->report);
       return res;
     }
+    // Intact (checksum) but not a cubin for this SM: damaged or forged. Compile it again; the put below
+    // replaces the entry.
+    if (!rejected.empty())
+      warn_once("rejected: " + rejected.substr(rejected.find(" rejected: ") + 11),
+                rejected + "; compiling it again (further entries rejected for this reason are not reported)");
   }
   const auto& api = nvrtc();
   const auto& headers = embedded_headers();
@@ -132,7 +153,24 @@ CompileResult Compiler::compile(const KernelSource& k) const {
   res.report.lowered_name = lowered;
   res.report.log = log;
   res.ok = true;
-  if (cache_) cache_->put(res.cache_key, CubinEntry{res.cubin, res.report});
+  if (!cache_) return res;
+  // A cache that cannot take the cubin (read-only, full disk, permissions, a file where a folder should
+  // be) costs a later recompile, nothing more: the compile result stands.
+  if (!cache_->writable()) {
+    res.cache_warning = "cubin cache '" + cache_->dir() + "' is read-only";
+    warn_once("read-only", res.cache_warning + ": its entries are used, newly compiled kernels are not stored");
+    return res;
+  }
+  try {
+    cache_->put(res.cache_key, CubinEntry{res.cubin, res.report});
+  } catch (const std::exception& e) {
+    const auto* w = dynamic_cast<const CacheWriteError*>(&e);
+    res.cache_warning = e.what();
+    cache_write_failures_.fetch_add(1, std::memory_order_relaxed);
+    warn_once("write: " + (w ? w->cause() : res.cache_warning),
+              res.cache_warning + " (the compiled kernel is used, not cached; further cache write failures with "
+                                  "this cause are not reported)");
+  }
   return res;
 }
 

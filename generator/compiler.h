@@ -3,6 +3,8 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,9 @@ struct CompileResult {
   std::string cubin;  ///< ELF bytes for kernel.arch
   CompileReport report;
   std::string error;
+  /// Why the compiled cubin could not be stored in the cache ("" when it was, or there is no cache).
+  /// A failed cache write never fails the compile: `ok` and `cubin` stand.
+  std::string cache_warning;
 };
 
 /// Parses a ptxas -v log (NVRTC with -Xptxas=-v) into registers, spill bytes, stack and static
@@ -40,7 +45,10 @@ CompileReport parse_ptxas_log(const std::string& log);
 
 /// Compiles kernel variants with NVRTC on `jobs` threads (0 = all hardware threads).
 /// Cache key = content_hash(name expression, source, embedded headers hash, NVRTC version,
-/// options, arch): any change of template, compiler or flags misses.
+/// options, arch): any change of template, compiler or flags misses. A cache hit is used only if its
+/// cubin is an ELF cubin for the variant's SM (cubin_image.h); any other entry is compiled again and
+/// replaced. Cache trouble (a rejected entry, a failed write, a read-only cache) is a warning, reported
+/// once per cause, never a compile failure.
 class Compiler {
  public:
   /// cache may be null (always compile). Throws std::runtime_error if NVRTC cannot be loaded.
@@ -61,10 +69,22 @@ class Compiler {
 
   int jobs() const { return jobs_; }
 
+  /// Where warnings go; each distinct cause is passed once per Compiler (thread-safe, serialized).
+  /// Default: one line on stderr, "kerntune: warning: <message>".
+  void set_warning_handler(std::function<void(const std::string&)> handler);
+  /// How many compiled kernels could not be stored in the cache (each one still compiled fine).
+  size_t cache_write_failures() const { return cache_write_failures_.load(std::memory_order_relaxed); }
+
  private:
+  void warn_once(const std::string& cause, const std::string& message) const;
+
   CubinCache* cache_;
   int jobs_;
   std::string nvrtc_version_;
+  std::function<void(const std::string&)> warn_;
+  mutable std::mutex warn_mu_;
+  mutable std::set<std::string> warned_;
+  mutable std::atomic<size_t> cache_write_failures_{0};
 };
 
 }  // namespace kt

@@ -2,10 +2,24 @@
 
 #include <cstring>
 
+#include "cache/cubin_image.h"
+
 namespace kt {
+namespace {
+
+// A cubin comes from a cache or a tuning database, i.e. from a file: check that it is a CUDA ELF image
+// (whole header and section table inside the bytes) before the driver reads it, which it does with no
+// length. The driver itself refuses an image for another GPU.
+const void* checked_image(const std::string& cubin) {
+  if (cubin_sm(cubin) < 0)
+    throw cuda::CudaError(CUDA_ERROR_INVALID_IMAGE, "loading a kernel image (" + cubin_image_problem(cubin, 0) + ")");
+  return cubin.data();
+}
+
+}  // namespace
 
 LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& lowered_name, unsigned max_dynamic_smem_bytes)
-    : module_(cubin.data()), name_(lowered_name) {
+    : module_(checked_image(cubin)), name_(lowered_name) {
   fn_ = module_.function(lowered_name);
   // Always: the default limit is 48 KiB minus the kernel's static shared memory.
   if (max_dynamic_smem_bytes > 0)

@@ -10,7 +10,8 @@ namespace kt {
 
 /// Loads a cubin (cuModuleLoadData) and resolves the kernel by its lowered name. Sets the kernel's dynamic
 /// shared-memory limit once here (the default is 48 KiB minus its static shared memory), so launches do no
-/// driver calls besides cuLaunchKernel. Requires a current context. Throws cuda::CudaError.
+/// driver calls besides cuLaunchKernel. Requires a current context. Throws cuda::CudaError
+/// (CUDA_ERROR_INVALID_IMAGE, before any driver call, when `cubin` is not a CUDA ELF image: cubin_image.h).
 class LoadedKernel {
  public:
   LoadedKernel(const std::string& cubin, const std::string& lowered_name, unsigned max_dynamic_smem_bytes);

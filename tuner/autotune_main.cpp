@@ -206,6 +206,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
   // GPU: probed by a worker process (this process never initializes CUDA).
   std::string self = "/proc/self/exe";
+  // Declared before the pool, so destroyed after it: the workers' read connections are gone when the
+  // database closes, and closing can leave it in rollback-journal mode (TuningDb::~TuningDb).
+  std::unique_ptr<kt::db::TuningDb> db;
   std::unique_ptr<kt::WorkerPool> pool;
   kt::db::DeviceRecord device;
   bool use_gpu = !a.compile_only;
@@ -423,7 +426,6 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   if (g_interrupted) return 130;
 
   // ---- database: device, run, binaries ----
-  std::unique_ptr<kt::db::TuningDb> db;
   long long run_id = 0, device_id = 0;
   std::map<std::string, std::pair<int, int>> resources;  // variant -> (registers, smem)
   try {
@@ -650,18 +652,43 @@ int run_show(const std::string& path, const std::string& family) {
 }
 
 int run_merge(const std::string& out, const std::vector<std::string>& in) {
+  // Every input is checked before the output is touched: a missing or bad input creates and changes nothing.
+  // An input that is the output itself is checked by the read-write open below (which also migrates it:
+  // `autotune merge FILE FILE` upgrades an older database in place).
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(out, ec);
+  const char* const untouched = existed ? "not changed" : "not created";
   try {
-    kt::db::TuningDb db(out);
     for (const auto& f : in) {
-      const auto before = db.count("measurements");
-      db.merge_from(f);
-      std::printf("merged %s: +%lld measurements\n", f.c_str(), db.count("measurements") - before);
+      if (std::filesystem::equivalent(f, out, ec)) continue;
+      kt::db::TuningDb check(f, /*read_only=*/true);
     }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "autotune merge: %s; %s %s\n", e.what(), out.c_str(), untouched);
+    return 2;
+  }
+  std::unique_ptr<kt::db::TuningDb> db;
+  try {
+    db = std::make_unique<kt::db::TuningDb>(out);
+    const kt::db::MergeCounts c = db->merge_from(in);  // one transaction for all inputs
+    std::printf("merged %zu file(s) into %s: +%lld measurements, +%lld binaries, +%lld runs, +%lld devices\n",
+                in.size(), out.c_str(), c.measurements, c.binaries, c.runs, c.devices);
     std::printf("%s: %lld measurements, %lld binaries, %lld runs, %lld devices, %zu winners\n", out.c_str(),
-                db.count("measurements"), db.count("binaries"), db.count("runs"), db.count("devices"), db.winners().size());
+                db->count("measurements"), db->count("binaries"), db->count("runs"), db->count("devices"),
+                db->winners().size());
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "autotune merge: %s\n", e.what());
+    std::fprintf(stderr, "autotune merge: %s; %s %s\n", e.what(), out.c_str(), untouched);
+    // A file this command created and that holds nothing but the schema goes again.
+    bool remove = !existed && db;
+    try {
+      remove = remove && db->count("runs") == 0 && db->count("measurements") == 0;
+    } catch (...) {
+      remove = false;
+    }
+    db.reset();
+    if (remove)
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(out + suffix, ec);
     return 2;
   }
 }

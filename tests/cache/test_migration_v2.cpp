@@ -142,7 +142,7 @@ TEST_CASE("tuning db 1 -> 2: qkv_proj configs and variant names rewritten, winne
     SQLite::Database raw(tmp.path, SQLite::OPEN_READWRITE);
     raw.exec("PRAGMA user_version = 1");
   }
-  CHECK_THROWS_WITH(TuningDb(tmp.path, true), Catch::Contains("schema version 1") && Catch::Contains("read-write once to migrate"));
+  CHECK_THROWS_WITH(TuningDb(tmp.path, true), Catch::Contains("schema version 1") && Catch::Contains("a read-write open migrates it"));
 
   TuningDb db(tmp.path);
   CHECK(db.schema_version() == 2);
