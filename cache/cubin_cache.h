@@ -50,7 +50,7 @@ class CacheWriteError : public std::runtime_error {
 };
 
 /// Content-addressed on-disk store of compiled kernels, safe to share between threads and processes.
-/// Keys are content_hash() values of everything that determines the cubin (see DESIGN.md).
+/// Keys are content_hash() values of everything that determines the cubin (see content_hash in cache/hash.h).
 class CubinCache {
  public:
   /// Opens (creating it with parents if missing) the cache directory `dir`. A directory that exists and

@@ -4,7 +4,7 @@
 // FamilyAdapter in generator/family_adapter.h) and generator/registry.cpp lists it. Callers iterate the
 // registry and never branch on a family's name.
 //
-// Layers (DESIGN.md: templates <- generator <- runtime <- tuner): this interface is the generator's part.
+// Layers (ARCHITECTURE.md: templates <- generator <- runtime <- tuner): this interface is the generator's part.
 // The runtime's typed launch adapter is runtime/<family>.h (RuntimeAdapter), the tuner's shapes-file problems
 // and measure session are tuner/tuner_registry.h. ARCHITECTURE.md, "Adding a family", gives the recipe.
 #pragma once

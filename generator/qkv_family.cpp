@@ -110,8 +110,8 @@ std::vector<Config> gemv_config_space(quant::Format f) {
             if ((ld == GemvLoad::tma || ld == GemvLoad::tma_x) && pf == 4 && quant::format_bits(f) != 16) continue;
             out.push_back(make_config(tm, w[1] * 16 * rt, GemvConfig{w[0], w[1], ld, pf, GemvReduce::none, 1}));
             // its balanced tail (right after it in the order): every load but bulk_rows, tile_m 8 and 16 only. The
-            // decode sizes run one wave of units, where whole units leave some SMs one more than others (NOTES
-            // qkv_proj 30: faster in graphs for the register ring and tma, slower for bulk_rows, whose blocks hold
+            // decode sizes run one wave of units, where whole units leave some SMs one more than others (faster
+            // in graphs for the register ring and tma, slower for bulk_rows, whose blocks hold
             // whole rows).
             if (ld != GemvLoad::bulk_rows && tm <= 16)
               out.push_back(make_config(tm, w[1] * 16 * rt, GemvConfig{w[0], w[1], ld, pf, GemvReduce::balanced_tail, 1}));
@@ -151,13 +151,13 @@ std::vector<Config> ws_config_space() {
             // or more slots only (what won on the H100), which keeps the CI compile sweep's binary count in bounds;
             // 3 (108 blocks for 36 tiles of 128 features: M = 64 with tile_m 64, M = 256 with tile_m 256) from tile_m
             // 16 up (packed weights at M = 16: the decode, not the stream, is the limit there, and 108 blocks of 128
-            // features split it over more SMs than 72 of 256 or 128; NOTES qkv_proj 20), not for tile_m 8 (M <= 8:
+            // features split it over more SMs than 72 of 256 or 128), not for tile_m 8 (M <= 8:
             // the gemv kernel wins there)
             if (sk > 1 && st < 4) continue;
             if (sk == 3 && tm < 16) continue;
             const WsSplit split = sk == 0 ? WsSplit::stream_k : WsSplit::split_k;
             out.push_back(make_config(tm, 16 * wm * atoms, WsConfig{wm / 4, 1, st, split, std::max(sk, 1)}));
-            // Two K groups (k_groups 2: a twin of each consumer warpgroup takes every other K step; NOTES qkv_proj 21):
+            // Two K groups (k_groups 2: a twin of each consumer warpgroup takes every other K step):
             // for the decode-bound token tiles of 16 and 32 with one atom per warpgroup, rings of 6 or 8 slots (each
             // group waits on every other slot, so 4 slots left each group 2 in flight and measured slower), split_k >= 1
             if (tm == 16 || tm == 32)
@@ -278,7 +278,7 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch, const DeviceM
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
   // The register ring in an order of its own, every fourth candidate: blocks that fit, then the fewest steps in
   // flight, then registers. in_flight above ranks its prefetch-1 variants last, but they are the ones that win:
-  // whole-space probe on the H100 (Qwen2.5-7B, M = 1, NOTES qkv_proj 22): nf4 w7 x 1 register ring prefetch 1
+  // whole-space probe on the H100 (Qwen2.5-7B, M = 1): nf4 w7 x 1 register ring prefetch 1
   // 10.41 us against 11.82 for the best bulk_rows config, ranked 184th before.
   std::vector<Config> ring, rest;
   for (const auto& c : out) (gemv_ring(c) ? ring : rest).push_back(c);
@@ -295,7 +295,7 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch, const DeviceM
   }
   // Each balanced tail right after its whole-unit twin (the same filters keep both), so that a --max-candidates
   // prefix measures both. Each tma_x config (X by TMA) with its balanced tail right before its tma twins: at M = 16 it
-  // is the int4 and int8 winner (by 2 us for int4; NOTES qkv_proj 34).
+  // is the int4 and int8 winner (by 2 us for int4).
   std::vector<Config> ordered;
   auto twins = [&](const std::vector<Config>& from, Config t, GemvReduce reduce) {
     t.gemv.reduce = reduce;
@@ -343,7 +343,7 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch, const Device
 int ws_split_key(const Config& c) { return ws_stream_k(c) ? 0 : c.ws.split_k; }
 
 /// The wgmma_ws candidates `model_order` (ws_candidates' cost-model order) regrouped for 64 < M <= 1024, where the cost
-/// model ranks tile shapes poorly. Whole-space probes on the H100 (Qwen2.5-7B, M = 256, NOTES qkv_proj 22): the
+/// model ranks tile shapes poorly. Whole-space probes on the H100 (Qwen2.5-7B, M = 256): the
 /// fastest variant sat at model rank 55 (fp16), 22 (int4) and 12 (int8) of the ws list, behind rings of the
 /// model's favourite shapes. So: one shape class per (tile_m, tile_n, split, K groups), the classes in the order of
 /// their best-ranked member, and the list takes one config of each class in turn. Within a class: two consumer
@@ -396,12 +396,12 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
     return std::make_pair(cost, -c.ws.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
-  // The model ranks stream-K far ahead of split_k 1 at decode-ish M, but measured (H100, Qwen2.5-7B, NOTES qkv_proj 17)
+  // The model ranks stream-K far ahead of split_k 1 at decode-ish M, but measured (H100, Qwen2.5-7B)
   // split_k 1 wins for 16-bit weights at M = 16..256 (fewer blocks, no partials: the stream-K fix-up tail costs
   // 5-10 us) while stream-K wins for 4-bit. So up to M = 1024 a --max-candidates prefix must hold both: the list takes the best
   // remaining config of each split mode in turn (the mode of the model's best config, then split_k 1, then the others in
   // the order of their best config; the model's order within a mode). Up to M = 1024: the whole-space
-  // probe at M = 1024 (NOTES qkv_proj 22) found m192 n128 c2 sk1 2-5% ahead of the tuned m256 stream-K for the packed
+  // probe at M = 1024 found m192 n128 c2 sk1 2-5% ahead of the tuned m256 stream-K for the packed
   // formats, at model rank 65-85; with modes in turn and shape classes it is 5th, and the stream-K winners stay in the
   // 24-candidate prefix (packed m256 first, fp16 m96 n256 9th). Beyond M = 1024 the model's order holds the winners (the
   // same change there pushed the M = 4096 / 16384 sk1 winners to 33rd-41st, checked on the CPU).
@@ -415,7 +415,7 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
 }
 
 /// wgmma_pairs candidates (sm_90a, 16-bit weights, M > 16): tile_m above 64 only once M fills more than half of it.
-/// Ordered by a cost model fitted to the H100 probe (NOTES qkv_proj 25) -- whole waves x tile work x
+/// Ordered by a cost model fitted to the H100 probe -- whole waves x tile work x
 /// (1 + 64 / tile_n + 64 / tile_m) for the operand traffic per FLOP of smaller tiles, x 1.1 / 1.25 for 8- / 4-pair
 /// boxes (their 16- / 8-byte output pieces cost L2 write throughput), x 1.25 for one consumer warpgroup (tile_m 64)
 /// where two fit (M > 64) -- then regrouped by tile shape, one config of each shape in turn, so that a
@@ -423,7 +423,7 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
 /// (cluster_m at most the token tiles), each with the deepest ring of up to 12 slots first.
 std::vector<Config> pairs_candidates(const Problem& p, ArchId arch, const DeviceModel& dev) {
   std::vector<Config> out;
-  if (p.m <= 16) return out;  // 64-token tiles mostly idle: the weight-streaming kernels win (NOTES qkv_proj 25)
+  if (p.m <= 16) return out;  // 64-token tiles mostly idle: the weight-streaming kernels win
   for (const auto& c : pairs_config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > 64 && p.m <= c.tile_m / 2) continue;
@@ -435,9 +435,9 @@ std::vector<Config> pairs_candidates(const Problem& p, ArchId arch, const Device
     const double pieces = wp_box_pairs(c) == 16 ? 1.0 : wp_box_pairs(c) == 8 ? 1.1 : 1.25;
     const double one_wg = c.tile_m == 64 && p.m > 64 ? 1.25 : 1.0;
     // Ties (one shape): clusters of 2 token tiles, then 4, then none (CUDA graphs, m128 n96 s8: M = 256 cm2 18.0 us
-    // vs none 19.9; M = 512 cm4 32.2, cm2 34.8, none 40.0; M = 1024 cm2 57.4, cm4 64.3, none 66.1; NOTES qkv_proj 27);
+    // vs none 19.9; M = 512 cm4 32.2, cm2 34.8, none 40.0; M = 1024 cm2 57.4, cm4 64.3, none 66.1);
     // then deeper rings first up to 12 slots, 16 last (M = 64: m64 n48 s16 16.95 us vs s12 16.47 in autotune timing,
-    // NOTES qkv_proj 26, and 15.26 vs 14.31 in CUDA graphs, NOTES 27; the m128 rings of 8 slots beat 6: M = 256 22.36
+    // and 15.26 vs 14.31 in CUDA graphs; the m128 rings of 8 slots beat 6: M = 256 22.36
     // vs 24.01 in autotune timing, cm2 17.98 vs 19.86 in graphs).
     const int cm = c.pairs.cluster_m, st = c.pairs.stages;
     return std::make_tuple(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg,

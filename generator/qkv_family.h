@@ -138,8 +138,8 @@ bool needs_sm_count(const Config& c);
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count);
 /// true when the config loads the weight with the L2 policy evict_first (qkv::launch sets QkvParams::w_evict_first):
 /// wgmma_pairs always; wgmma_ws with 16-bit weights and one token tile (ceil(m / tile_m) == 1); gemv with one token
-/// tile. The weight stream then replaces its own L2 lines rather than other data. Measured on the H100 against no hint
-/// (NOTES qkv_proj 28, bench/results/h100_qkv_weight_l2_policy_probe.txt): after do_bench's flush, which leaves the L2
+/// tile. The weight stream then replaces its own L2 lines rather than other data. Measured on the H100 against no hint:
+/// after do_bench's flush, which leaves the L2
 /// dirty, wgmma_pairs M = 256 27.0 -> 22.2 us, wgmma_ws fp16 M = 1 21.2 -> 19.0, gemv int8 M = 1 15.7 -> 14.4; in CUDA
 /// graphs no slower (wgmma_pairs M = 256 17.9 -> 17.5, M = 1024 56.8 -> 54.7). Not where it measured slower: wgmma_ws
 /// with packed weights (int4 M = 16 +0.2 us) or with several token tiles (int4 M = 4096 +1%: the other token tiles

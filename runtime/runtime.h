@@ -1,6 +1,6 @@
 // kt::Runtime: the dispatcher. problem -> lookup chain (tuning database winners -> nearest tuned
 // problem -> built-in default) -> cubin (database binary -> disk cubin cache -> NVRTC) -> launch.
-// DESIGN.md, "The runtime lookup chain". Never links the tuner.
+// ARCHITECTURE.md, "Runtime". Never links the tuner.
 #pragma once
 #include <cuda.h>
 

@@ -37,8 +37,8 @@
 //                         aligned)}; no two entries equal
 //     qkv_proj            optional {tokens: M values 1..kMaxTokens, required; formats: weight formats, required:
 //                         fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, int4_kb128,
-//                         nf4_kb128, mxfp4_kb128, nvfp4_kb128 (quant/quant_format.h, ANCHORS.md "Format
-//                         definitions"), no duplicates}
+//                         nf4_kb128, mxfp4_kb128, nvfp4_kb128 (templates/qkv_proj/quant_format.h), no
+//                         duplicates}
 //     attention_decode    optional list of {batch 1..kMaxBatch, kv_len 1..kMaxSeqlen} (one query token per
 //                         sequence), no two entries equal
 //

@@ -1,4 +1,4 @@
-// The tuner's part of each family (DESIGN.md: the tuner sits above the runtime, so these live here): the problems
+// The tuner's part of each family (ARCHITECTURE.md: the tuner sits above the runtime, so these live here): the problems
 // a shapes file names, the float64 reference rows and tolerance, and the GPU measure session. Listed beside the
 // generator's registry (generator/registry.h), one line per family in tuner/tuner_registry.cpp; autotune, the
 // worker and the work-item builder iterate it and never branch on a family's name.

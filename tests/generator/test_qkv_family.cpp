@@ -148,8 +148,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(has_ws);
     // Decode sizes try the weight-streaming kernel first.
     if (m <= 16) CHECK(cs.front().mainloop == Mainloop::gemv);
-    // Packed weights at M = 16 are decode-bound: the 108 blocks of split_k 3 over 36 tiles of 128 features (NOTES
-    // qkv_proj 20) are among the first 24 candidates (the prefix a --max-candidates 24 tune measures); split_k 3
+    // Packed weights at M = 16 are decode-bound: the 108 blocks of split_k 3 over 36 tiles of 128 features are
+    // among the first 24 candidates (the prefix a --max-candidates 24 tune measures); split_k 3
     // never with tile_m 8 (M <= 8 is the gemv's).
     bool ws_split3_m16 = false;
     for (size_t i = 0; i < cs.size(); ++i) {
@@ -161,7 +161,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     if (m == 16) CHECK(ws_split3_m16);
     // Two K groups only for the decode-bound token tiles 16 / 32, one atom per consumer warpgroup, rings of
     // 6 or 8 slots, never stream-K; the M = 16 list holds one with split_k 3 among the first 60 (the decode tune's
-    // --max-candidates; NOTES qkv_proj 21).
+    // --max-candidates).
     bool kg2_m16 = false;
     for (size_t i = 0; i < cs.size(); ++i) {
       const Config& c = cs[i];
@@ -186,7 +186,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       CHECK(found);
     }
   }
-  {  // M = 256: the fastest wgmma_ws variants of whole-space probes on the H100 (NOTES qkv_proj 22; the cost model ranked
+  {  // M = 256: the fastest wgmma_ws variants of whole-space probes on the H100 (the cost model ranked
      // them 12th to 55th among the ws candidates) are in the first 24 candidates (a --max-candidates 24 tune), through
      // the shape-class order: every (tile, split) class's first config before any class's second.
     struct Want {
@@ -224,7 +224,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
     }
   }
-  {  // M = 1024 (modes in turn and shape classes up to M = 1024, NOTES qkv_proj 22-23): the whole-space probe's winner of
+  {  // M = 1024 (modes in turn and shape classes up to M = 1024): the whole-space probe's winner of
      // the packed formats (m192 n128 c2 sk1) and the stream-K winners of the tune (packed m256 n128 c2 s4, fp16 m96 n256
      // c2 s4) are all in the 24-candidate prefix.
     auto in_prefix = [&](quant::Format f, DType dt, int tile_m, int tile_n, int split_k, int stages) {
@@ -243,7 +243,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(in_prefix(quant::Format::fp16, DType::f16, 96, 256, 0, 4));
   }
   {  // gemv order: every fourth gemv candidate runs the register ring, prefetch 1 first; the register-ring winners of
-     // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1, NOTES qkv_proj 22) and the tuned int8 M = 16 winner
+     // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1) and the tuned int8 M = 16 winner
      // (m16 w4 x 1 tma) lie in the decode tune's 120-candidate prefix (bench/tune_h100.sh; each balanced tail
      // comes right after its twin, so the prefix holds twice the gemv candidates' 60 of before). The order below is
      // that of the whole-unit configs (the balanced ones taken out).
@@ -263,7 +263,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     const int i8 = pos(qwen(quant::Format::int8, DType::bf16, 16), 16, 4, kTma, 1);
     CHECK(i8 >= 0);
     CHECK(i8 < 120);
-    // the int4 M = 16 winner, m16 w4 x 1 tma_x prefetch 1 balanced (NOTES qkv_proj 34), in the prefix too
+    // the int4 M = 16 winner, m16 w4 x 1 tma_x prefetch 1 balanced, in the prefix too
     for (auto f : {quant::Format::int4, quant::Format::int4_kb128})
       for (DType dt : {DType::bf16, DType::f16}) {
         const auto cs = valid_configs(qwen(f, dt, 16), arch);
@@ -740,7 +740,7 @@ TEST_CASE("qkv_proj gemv balanced tail: the cut, grid, workspace, names, order",
 }
 
 TEST_CASE("qkv_proj gemv: the register ring keeps every format's scales in registers, the other loads in shared memory sized with K and checked", "[generator][qkv]") {
-  // gemv_smem_scales: the register ring loads the scales' raw bits with each step's units (NOTES qkv_proj 37), so its
+  // gemv_smem_scales: the register ring loads the scales' raw bits with each step's units, so its
   // shared memory is the partial sums' alone for every format; bulk_rows, tma and tma_x copy each row's scales (and
   // int4 zero points).
   const ArchId arch = parse_arch("sm_90a");
@@ -834,7 +834,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   for (int m : {1, 16, 17, 37, 64, 256, 4096}) {
     INFO("m " << m);
     const int n = check_space(qwen(quant::Format::fp16, DType::f16, m));
-    CHECK((n > 0) == (m > 16));  // M <= 16: the weight-streaming kernels (NOTES qkv_proj 25)
+    CHECK((n > 0) == (m > 16));  // M <= 16: the weight-streaming kernels
     CHECK(check_space(qwen(quant::Format::bf16, DType::bf16, m)) == n);
     CHECK(check_space(qwen(quant::Format::nf4, DType::bf16, m)) == 0);  // 16-bit weights only
   }
@@ -914,10 +914,10 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   ws.pairs.cluster_m = 2;  // not read for wgmma_ws
   CHECK(launch_dims(pf, ws, 132).cluster_y == 1u);
 
-  // Order: the tuned winner shapes of the probe (NOTES qkv_proj 25) lie in the 24-candidate prefix a tune measures,
+  // Order: the tuned winner shapes of the probe lie in the 24-candidate prefix a tune measures,
   // with the rings of 8 slots that the m128 shapes could not have before the staging tile moved over the ring
-  // (faster at M = 256 in the session-18 tune, NOTES qkv_proj 26); M = 64 keeps 12 slots (16 measured slower).
-  // With clusters of 2 token tiles wherever M has 2 or more (NOTES qkv_proj 27: m128 n96 s8 at M = 256 18.0 vs 19.9
+  // (faster at M = 256); M = 64 keeps 12 slots (16 measured slower).
+  // With clusters of 2 token tiles wherever M has 2 or more (m128 n96 s8 at M = 256 18.0 vs 19.9
   // us in CUDA graphs; M = 1024 57.4 vs 66.1).
   auto in_prefix = [&](int m, int tile_m, int tile_n, int stages, int cluster_m) {
     const auto cs = valid_configs(qwen(quant::Format::fp16, DType::f16, m), arch);
