@@ -34,22 +34,10 @@
 namespace kt {
 namespace qkv {
 
-/// One 16-byte unit's scale entries as raw bits (global_scale_bits, qkv_proj.cuh), converted only where a step uses them
-/// (scales_of_bits): int8 the row's fp32 scale, int4 the fp16 scale | the zero point << 16, nf4 the fp32 absmax, mxfp4
-/// the E8M0 byte, nvfp4 the unit's two E4M3 bytes (an aligned pair: k0 / 16 is even). A conversion right after a
-/// global load (branching on the loaded byte, as e8m0_to_float does) held the register ring's next loads behind the
-/// scale's DRAM round trip (NOTES.md, qkv_proj 36).
-/// From a row's scale / zero-point bytes in shared memory (sc, zp; k0 the unit's first element):
-template <quant::Format F>
-__device__ __forceinline__ unsigned smem_scale_bits(const unsigned char* sc, const unsigned char* zp, int k0) {
-  if (F == quant::Format::int8) return *reinterpret_cast<const unsigned*>(sc);
-  if (F == quant::Format::int4)
-    return unsigned(reinterpret_cast<const unsigned short*>(sc)[k0 / 128]) | unsigned(zp[k0 / 128]) << 16;
-  if (F == quant::Format::nf4) return reinterpret_cast<const unsigned*>(sc)[k0 / 64];
-  if (F == quant::Format::mxfp4) return sc[k0 / 32];
-  if (F == quant::Format::nvfp4) return *reinterpret_cast<const unsigned short*>(sc + k0 / 16);
-  return 0u;
-}
+// Scale entries: the stages-0 register ring keeps each unit's raw bits (FormatTraits<F>::global_bits) and converts
+// them only where a step uses them (unit_scales): a conversion right after a global load (branching on the loaded
+// byte, as e8m0_to_float does) held the ring's next loads behind the scale's DRAM round trip. Stages 1-3 read the raw
+// bits from the rows' scales in shared memory (FormatTraits<F>::smem_bits).
 // ---- Packed 16-bit-pair decode (the gemv mainloop's hot path) ----
 //
 // decode_chunk computes every element in fp32 (about 8 instructions per element with the table load and the pack),
@@ -138,7 +126,7 @@ __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned
 template <DType DT, quant::Format F, int Copies = kGemvTableCopies>
 __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
   static_assert(Copies % 4 == 0, "table copies are written as uint4");
-  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
+  if (tid < 16) s_lut[tid] = quant::lut_value<F>(tid);
   if (gemv_uses_table(F)) {
     __syncthreads();  // s_lut
     constexpr int kChunksPerEntry = Copies / 4;
@@ -561,7 +549,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
   constexpr int kXSlots = !kXTma && Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
   uint4 wreg[kSmem ? 1 : Prefetch][R][2];
-  unsigned sbits[kScaleRing ? Prefetch : 1][R][2];  // kScaleRing: the ring's raw scale bits (global_scale_bits)
+  unsigned sbits[kScaleRing ? Prefetch : 1][R][2];  // kScaleRing: the ring's raw scale bits (global_bits)
   UnitScales sreg[R][2];                            // this step's unit scales
   uint4 xreg[kXSlots][NT][kWords / 4];
   auto load_x = [&](int slot, int step) {
@@ -595,7 +583,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             wreg[kSmem ? 0 : slot][r][h] =
                 ptx::ldg_u4(wdata + (long long)row * w_unit_row + (long long)step * w_unit_step + 16 * q,
                             ptx::l2_evict_first_if(p.w_evict_first != 0));
-            if constexpr (kScaleRing && kGroupScales) sbits[slot][r][h] = global_scale_bits<F>(p, row, k0);
+            if constexpr (kScaleRing && kGroupScales) sbits[slot][r][h] = quant::FormatTraits<F>::global_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
             if constexpr (kScaleRing) sbits[slot][r][h] = 0u;  // (unused: the step gives the unit scale 0)
@@ -724,10 +712,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
               }
               // (one expression, selected on `in`: written as if / else branches, some binaries took up to 10 more
               // registers)
-              sreg[r][h] = kGroupScales ? (in ? scales_of_bits<F>(kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
-                                                                             : smem_scale_bits<F>(s_scale + lr * srow_bytes,
-                                                                                                  s_zero + lr * zrow_bytes, k0),
-                                                                  p.tensor_scale)
+              sreg[r][h] = kGroupScales ? (in ? quant::FormatTraits<F>::unit_scales(
+                                                    kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
+                                                               : quant::FormatTraits<F>::smem_bits(
+                                                                     s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0),
+                                                    p.tensor_scale)
                                               : UnitScales{0.f, 0.f, 0.f})
                                         : UnitScales{1.f, 1.f, 0.f};
             }

@@ -10,6 +10,7 @@
 // Epilogue (through shared memory): + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021;
 // Llama/Qwen pairing (i, i + D/2), angle = pos * theta^(-2i/D)), write Q/K/V.
 #pragma once
+#include "common/format_traits.cuh"
 #include "common/ptx.cuh"
 #include "qkv_proj/qkv_proj_config.h"
 #include "qkv_proj/quant_format.h"
@@ -22,102 +23,13 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * TK + ((chunk ^ (row & 7)) << 3);
 }
 
-/// FP8 E4M3 (OCP FP8: bias 7, no infinities, 0x7F/0xFF NaN) to float.
-__device__ __forceinline__ float e4m3_to_float(unsigned b) {
-  const unsigned e = (b >> 3) & 15u, m = b & 7u;
-  float v = e == 0 ? float(m) * 0.001953125f /* 2^-9 */ : __int_as_float(int(((e + 120u) << 23) | (m << 20)));
-  if ((b & 0x7fu) == 0x7fu) v = __int_as_float(0x7fc00000);
-  return (b & 0x80u) ? -v : v;
-}
-
-/// E8M0 scale (OCP MX v1.0: 2^(e - 127), e = 255 NaN) to float; e = 0 is 2^-127, a denormal.
-__device__ __forceinline__ float e8m0_to_float(unsigned e) {
-  return e == 255u ? __int_as_float(0x7fc00000) : (e == 0u ? 5.877471754111438e-39f : __int_as_float(int(e << 23)));
-}
-
-/// Scales of one 16-byte unit: s0 for its first group, s1 for a second group inside the unit (nvfp4), z (int4).
-struct UnitScales {
-  float s0, s1, z;
-};
-
-/// One 16-byte unit's scale entries as raw bits (quant_format.h encodings), from global memory: row `row` of the
-/// weight's scale / zero-point arrays, k0 the unit's first element. int8: the row's fp32 scale; int4: the fp16 scale |
-/// the zero point << 16; nf4: the fp32 absmax; mxfp4: the E8M0 byte; nvfp4: the unit's two E4M3 bytes (an aligned pair:
-/// k0 / 16 is even, K / 16 too).
-template <quant::Format F>
-__device__ __forceinline__ unsigned global_scale_bits(const QkvParams& p, int row, int k0) {
-  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
-  if (F == quant::Format::int8) return __ldg(reinterpret_cast<const unsigned*>(sc) + row);
-  if (F == quant::Format::int4) {
-    const long long g = (long long)row * (p.k_dim / 128) + k0 / 128;
-    return unsigned(__ldg(reinterpret_cast<const unsigned short*>(sc) + g)) |
-           unsigned(__ldg(static_cast<const unsigned char*>(p.w_zeros) + g)) << 16;
-  }
-  if (F == quant::Format::nf4) return __ldg(reinterpret_cast<const unsigned*>(sc) + (long long)row * (p.k_dim / 64) + k0 / 64);
-  if (F == quant::Format::mxfp4) return __ldg(sc + (long long)row * (p.k_dim / 32) + k0 / 32);
-  if (F == quant::Format::nvfp4)
-    return __ldg(reinterpret_cast<const unsigned short*>(sc + (long long)row * (p.k_dim / 16) + k0 / 16));
-  return 0u;
-}
-/// The unit's scales from its raw bits (smem_scale_bits / global_scale_bits); nvfp4's include the per-tensor scale.
-template <quant::Format F>
-__device__ __forceinline__ UnitScales scales_of_bits(unsigned b, float tensor_scale) {
-  UnitScales s{1.f, 1.f, 0.f};
-  if (F == quant::Format::int8 || F == quant::Format::nf4) {
-    s.s0 = __uint_as_float(b);
-  } else if (F == quant::Format::int4) {
-    s.s0 = ptx::to_float<DType::f16>((unsigned short)(b & 0xffffu));
-    s.z = float(b >> 16);
-  } else if (F == quant::Format::mxfp4) {
-    s.s0 = e8m0_to_float(b);
-  } else if (F == quant::Format::nvfp4) {
-#if __CUDA_ARCH__ >= 890  // both E4M3 scales of the unit by one exact cvt
-    unsigned pair;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"((unsigned short)(b & 0xffffu)));
-    s.s0 = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
-    s.s1 = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
-#else
-    s.s0 = e4m3_to_float(b & 0xffu) * tensor_scale;
-    s.s1 = e4m3_to_float((b >> 8) & 0xffu) * tensor_scale;
-#endif
-  }
-  return s;
-}
+using quant::UnitScales;
 
 /// The unit's scales, converted at load (the tiled mainloops' register rings; the gemv rings keep the raw bits).
 template <quant::Format F>
 __device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, int k0) {
-  return scales_of_bits<F>(global_scale_bits<F>(p, row, k0), p.tensor_scale);
-}
-
-/// Entry c (0..15) of the decode table as a compile-time constant: the NF4 code value (nf4) or the signed E2M1
-/// value (the other 4-bit formats).
-template <quant::Format F, int C>
-struct LutConst {
-  static constexpr float value =
-      F == quant::Format::nf4 ? quant::nf4_code(C) : (C & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(C & 7);
-};
-
-/// a if i == C else b, as one setp + selp in inline PTX: opaque to the compiler, which turns a plain chain of
-/// compare-and-selects on one variable back into a switch (a branch tree).
-template <int C>
-__device__ __forceinline__ float select_if_eq(int i, float a, float b) {
-  float r;
-  asm("{ .reg .pred p; setp.eq.s32 p, %1, %2; selp.f32 %0, %3, %4, p; }" : "=f"(r) : "r"(i), "n"(C), "f"(a), "f"(b));
-  return r;
-}
-
-/// Entry i (0..15; any other i gives entry 0) of the decode table in shared memory (LutConst<F, i>), branch-free: 15
-/// compare-and-selects on immediates that every lane runs alike. (Indexing the switch of quant::nf4_code with the
-/// lane's i compiles to a branch tree whose 16 leaves the lanes of a warp walk one after another; NOTES.md, qkv_proj
-/// 20.)
-template <quant::Format F, int C = 15>
-__device__ __forceinline__ float lut_value(int i) {
-  if constexpr (C == 0) {
-    return LutConst<F, 0>::value;
-  } else {
-    return select_if_eq<C>(i, LutConst<F, C>::value, lut_value<F, C - 1>(i));
-  }
+  using T = quant::FormatTraits<F>;
+  return T::unit_scales(T::global_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0), p.tensor_scale);
 }
 
 /// Dequantizes chunk c (compile-time after unrolling; 0 .. words per unit / 4 - 1) of one 16-byte unit into four
@@ -384,7 +296,7 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
   const int kt_end = (int)((long long)nk_total * (blockIdx.z + 1) / SplitK);
   const int nk = kt_end - kt_begin;
 
-  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
+  if (tid < 16) s_lut[tid] = quant::lut_value<F>(tid);
 
   // ---- X loader (cp.async, zero-filled past M) ----
   const unsigned short* x = static_cast<const unsigned short*>(p.x);

@@ -48,55 +48,8 @@
 namespace kt {
 namespace qkv {
 
-/// Scale bits of weight row `row` for K step kt (elements 64 kt .. 64 kt + 63), as stored (converted at use, so the
-/// load can be issued steps ahead): int4 s = the fp16 scale, z = the zero point; nf4 s = the fp32 absmax bits; mxfp4
-/// s = the two E8M0 bytes; nvfp4 s = the four E4M3 bytes (one per k16 slice).
-struct WsScaleRaw {
-  unsigned s, z;
-};
-
-template <quant::Format F>
-__device__ __forceinline__ WsScaleRaw ws_load_scale(const QkvParams& p, int row, int kt) {
-  WsScaleRaw r{0u, 0u};
-  const long long K = p.k_dim;
-  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
-  if (F == quant::Format::int4) {
-    const long long g = row * (K / 128) + kt / 2;
-    r.s = __ldg(reinterpret_cast<const unsigned short*>(sc) + g);
-    r.z = __ldg(static_cast<const unsigned char*>(p.w_zeros) + g);
-  } else if (F == quant::Format::nf4) {
-    r.s = __ldg(reinterpret_cast<const unsigned*>(sc) + row * (K / 64) + kt);
-  } else if (F == quant::Format::mxfp4) {  // row stride K / 32 bytes is even (K % 64 == 0)
-    r.s = __ldg(reinterpret_cast<const unsigned short*>(sc + row * (K / 32) + 2 * kt));
-  } else if (F == quant::Format::nvfp4) {  // row stride K / 16 bytes is a multiple of 4
-    r.s = __ldg(reinterpret_cast<const unsigned*>(sc + row * (K / 16) + 4 * kt));
-  }
-  return r;
-}
-
-/// The fp32 scale of k16 slice sl (0..3) of a step: int4, nf4, mxfp4 (nvfp4 converts its four E4M3 scales at once,
-/// ws_e4m3x4_scales).
-template <quant::Format F>
-__device__ __forceinline__ float ws_slice_scale(const WsScaleRaw& r, int sl) {
-  static_assert(F == quant::Format::int4 || F == quant::Format::nf4 || F == quant::Format::mxfp4,
-                "ws_slice_scale: int4, nf4 or mxfp4");
-  if (F == quant::Format::int4) return ptx::to_float<DType::f16>((unsigned short)r.s);
-  if (F == quant::Format::nf4) return __uint_as_float(r.s);
-  return e8m0_to_float((r.s >> (8 * (sl / 2))) & 255u);
-}
-
-/// nvfp4: the four E4M3 scales of a step (byte sl of raw = k16 slice sl) times the tensor scale. cvt.rn.f16x2.e4m3x2
-/// (PTX ISA, cvt; sm_89+) converts two bytes exactly (every E4M3 value, NaN included, is an fp16): 2 conversions and
-/// 4 multiplies for the four, where e4m3_to_float takes about 12 instructions each.
-__device__ __forceinline__ void ws_e4m3x4_scales(unsigned raw, float tensor_scale, float (&s)[4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    unsigned pair;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"((unsigned short)(raw >> (16 * h))));
-    s[2 * h] = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
-    s[2 * h + 1] = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
-  }
-}
+/// Scale bits of one weight row for one 64-element K step (FormatTraits<F>::step_bits).
+using WsScaleRaw = quant::StepScaleBits;
 
 /// A fragments of one m64 atom for one K step: a[sl] = the four registers of k16 slice sl (wgmma.cuh's layout) for
 /// this thread's rows lo = 16 w + l / 4 and hi = lo + 8. wlo / whi: the rows' packed bytes of the step (8 words for
@@ -119,7 +72,7 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
     const unsigned sel = unsigned(q) | unsigned(q) << 4 | unsigned(4 + q) << 8 | unsigned(4 + q) << 12;  // byte q
     const float magic = DT == DType::f16 ? 1024.f : 128.f;
     const float mzl = -(magic + float(rlo.z)), mzh = -(magic + float(rhi.z));  // exact: z is 0..15
-    const float sl_ = ws_slice_scale<F>(rlo, 0), sh_ = ws_slice_scale<F>(rhi, 0);
+    const float sl_ = quant::FormatTraits<F>::slice_scale(rlo, 0), sh_ = quant::FormatTraits<F>::slice_scale(rhi, 0);
     const unsigned zzl = ptx::pack2<DT>(mzl, mzl), zzh = ptx::pack2<DT>(mzh, mzh);
     const unsigned scl = ptx::pack2<DT>(sl_, sl_), sch = ptx::pack2<DT>(sh_, sh_);
 #pragma unroll
@@ -133,16 +86,8 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
     const unsigned bsel = 0x4440u | unsigned(q);  // byte q, zero-extended
     float s[2][4];
     bool ok = true;
-    if constexpr (F == quant::Format::nvfp4) {
-      ws_e4m3x4_scales(rlo.s, tensor_scale, s[0]);
-      ws_e4m3x4_scales(rhi.s, tensor_scale, s[1]);
-    } else {
-#pragma unroll
-      for (int sl = 0; sl < 4; ++sl) {
-        s[0][sl] = ws_slice_scale<F>(rlo, sl);
-        s[1][sl] = ws_slice_scale<F>(rhi, sl);
-      }
-    }
+    quant::FormatTraits<F>::step_scales(rlo, tensor_scale, s[0]);
+    quant::FormatTraits<F>::step_scales(rhi, tensor_scale, s[1]);
 #pragma unroll
     for (int sl = 0; sl < 4; ++sl) ok = ok && dtype_holds_scale<DT>(s[0][sl]) && dtype_holds_scale<DT>(s[1][sl]);
     if (ok) {
@@ -432,7 +377,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = min(n0 + row_lo0 + 64 * a + 8 * h, N - 1);  // rows past N: any valid row (outputs dropped)
-          sraw[buf][a][h] = ws_load_scale<F>(p, row, k0 + j);
+          sraw[buf][a][h] = quant::FormatTraits<F>::step_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0 + j);
         }
     };
     auto decode = [&](int buf, int j) {  // step j's slot is full
