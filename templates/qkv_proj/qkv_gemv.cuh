@@ -29,6 +29,7 @@
 // to the operand dtype first). RoPE: Su et al., RoFormer (2021), rotate-half
 // pairing (i, i + D/2) of Llama/Qwen, angle = pos * theta^(-2i/D) reduced mod 2 pi in fixed point (rope_sincos).
 #pragma once
+#include "common/tma_ring.cuh"
 #include "qkv_proj/qkv_proj.cuh"
 
 namespace kt {
@@ -420,8 +421,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   unsigned char* s_scale = s_data + (kStream ? gemv_ring_bytes(C) : kBulk ? kBlockTiles * 16 * row_bytes : 0);
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
   const unsigned bar = ptx::smem_u32(&s_bar);
-  // stages 2: one mbarrier per (K step, warp column) of the block, after the zero points (8-byte aligned)
-  const unsigned s_bars = ptx::smem_u32(s_zero + kBlockTiles * 16 * zrow_bytes);
+  // stages 2 / 3: one single-use mbarrier per (K step, warp column) of the block, after the zero points (8-byte
+  // aligned): step st of warp column wn is barrier (st - r_begin) WarpsN + wn.
+  const pipe::StepBarriers step_bars{ptx::smem_u32(s_zero + kBlockTiles * 16 * zrow_bytes)};
   const int tile0 = bx * kBlockTiles;
   const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
   // stages 2: lane 0 of each warp requests its steps in K order, at most kWindow ahead of the step the warp decodes: one
@@ -435,8 +437,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   for (int r = 0; r < R; ++r) tiles_w += tile_in[r] ? 1 : 0;
   auto issue_step = [&](int st) {
 #if __CUDA_ARCH__ >= 900
-    const unsigned b = s_bars + 8 * ((st - r_begin) * WarpsN + wn);
-    ptx::mbarrier_arrive_expect_tx(b, unsigned(tiles_w * 1024 + (kXTma ? kXBox : 0)));
+    const unsigned b = step_bars.arm((st - r_begin) * WarpsN + wn, unsigned(tiles_w * 1024 + (kXTma ? kXBox : 0)));
     if (kXTma)  // box {64 elements, the step's K / 64 halves, tile_m tokens} of the map {64, K / 64, M}; rows >= M zero
       ptx::tma_load_3d(ptx::smem_u32(s_x + (warp * kWindow + (st - s_begin) % kWindow) * kXBox), xmap, 0,
                        st * (kStepK / 64), m0, b, ptx::L2Hint{});
@@ -455,7 +456,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #if __CUDA_ARCH__ >= 900
   if (kStream) {
     if (lane == 0) {
-      for (int st = s_begin; st < s_end; ++st) ptx::mbarrier_init(s_bars + 8 * ((st - r_begin) * WarpsN + wn), 1);
+      for (int st = s_begin; st < s_end; ++st) step_bars.init((st - r_begin) * WarpsN + wn);
       ptx::mbarrier_init_fence();
       for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
     }
@@ -690,7 +691,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #endif
         if (kStream) {  // this step's TMA boxes have landed
 #if __CUDA_ARCH__ >= 900
-          ptx::mbarrier_wait(s_bars + 8 * ((step - r_begin) * WarpsN + wn), 0);
+          step_bars.wait((step - r_begin) * WarpsN + wn);
 #endif
           if (kXTma) load_x_smem(j);
           if (j == 0) KT_GEMV_TRACE(1);

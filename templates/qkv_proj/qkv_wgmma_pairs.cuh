@@ -46,6 +46,7 @@
 // Sources: PTX ISA 8.x (wgmma.mma_async, matrix descriptors, mbarrier, cp.async.bulk.tensor); CUDA Driver API
 // cuTensorMapEncodeTiled (the maps are encoded in qkv::launch, runtime/qkv.cpp).
 #pragma once
+#include "common/tma_ring.cuh"
 #include "common/wgmma.cuh"
 #include "qkv_proj/qkv_proj.cuh"
 
@@ -104,7 +105,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   static_assert(kHalf % PB == 0 && P == PB * kBoxes, "wgmma_pairs: the tile is PB pairs of each of kBoxes heads");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
+  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // the ring's full and empty mbarriers
   __shared__ __align__(16) unsigned short s_bias[TileN];         // [half][pair of the tile], the dtype's bits
   __shared__ int s_pos[Rope ? TileM : 1];
   __shared__ unsigned long long s_turns[Rope ? kHalf : 1];
@@ -116,7 +117,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   unsigned char* smem = smem_raw + (base - raw);
   const unsigned sX = base, sW = base + Stages * kXB;  // Stages x [TileM][64], Stages x [TileN][64]
   unsigned char* stage_tile = smem;  // [TileM][kStRow], 16 rows per consumer warp, over the ring (wp_smem_bytes)
-  const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
+  const pipe::TmaRing<Stages> ring(s_bar);
 
   const int tid = threadIdx.x;
   KT_WP_TRACE(0, tid == 0);
@@ -132,8 +133,8 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   auto issue = [&](int j) {  // K step j into slot j % Stages: X [TileM][64] and the weight tile, one TMA copy each
-    const unsigned slot = unsigned(j % Stages), bar = bar_full + 8 * slot;
-    ptx::mbarrier_arrive_expect_tx(bar, kXB + kWB);  // (rows past M and heads past the last arrive as zeros)
+    const unsigned slot = unsigned(ring.slot(j));
+    const unsigned bar = ring.arm(int(slot), kXB + kWB);  // (rows past M and heads past the last arrive as zeros)
     ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, j * 64, m0, bar);
     ptx::tma_load_5d(sW + slot * kWB, &wp.w_map, 0, i0, 0, h0, j, bar, wl2);
   };
@@ -141,11 +142,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   if (tid == kCT) {  // the producer sets up the barriers and fills the empty ring before the block-wide barrier
     ptx::prefetch_tensormap(&wp.x_map);
     ptx::prefetch_tensormap(&wp.w_map);
-#pragma unroll
-    for (int s = 0; s < Stages; ++s) {
-      ptx::mbarrier_init(bar_full + 8 * s, 1);                   // the producer's arrive.expect_tx (+ the TMA bytes)
-      ptx::mbarrier_init(bar_empty + 8 * s, unsigned(kCT / 32));  // one arrival per consumer warp
-    }
+    ring.init(unsigned(kCT / 32));  // empty: one arrival per consumer warp
     ptx::mbarrier_init_fence();
     wgmma::fence_proxy_async();
     for (int j = 0; j < n_first; ++j) issue(j);
@@ -183,7 +180,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   if (tid >= kCT) {  // ---------------- producer warp ----------------
     if (tid == kCT)
       for (int j = n_first; j < nk; ++j) {
-        ptx::mbarrier_wait(bar_empty + 8 * (j % Stages), ((j / Stages) & 1) ^ 1);
+        ring.acquire(j);
         issue(j);
       }
     return;  // the consumers' barriers below are named barriers over their own threads
@@ -221,8 +218,8 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
 #pragma unroll
   for (int i = 0; i < TileN / 2; ++i) acc[i] = 0.f;
   for (int j = 0; j < nk; ++j) {
-    const unsigned slot = unsigned(j % Stages);
-    ptx::mbarrier_wait(bar_full + 8 * slot, unsigned((j / Stages) & 1));
+    const unsigned slot = unsigned(ring.slot(j));
+    ring.wait(j);
 #ifdef KT_WP_TRACE_ON
     if (j == 0) KT_WP_TRACE(1, tid == 0);
 #endif
@@ -234,7 +231,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
     wgmma::commit_group();
     wgmma::wait_group<1>();  // step j - 1 retired: its slot is free
     wgmma::fence_operands(acc);
-    if (j >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((j - 1) % Stages));
+    if (j >= 1 && lane == 0) ring.release(j - 1);
   }
   wgmma::wait_group<0>();
   KT_WP_TRACE(2, tid == 0);

@@ -42,6 +42,7 @@
 // Sources: PTX ISA 8.x (wgmma.mma_async with A in registers, register fragments and matrix descriptors, mbarrier,
 // cp.async.bulk.tensor, setmaxnreg); CUDA Driver API cuTensorMapEncodeTiled; the weight formats as in quant_format.h.
 #pragma once
+#include "common/tma_ring.cuh"
 #include "common/wgmma.cuh"
 #include "qkv_proj/qkv_gemv.cuh"
 
@@ -198,7 +199,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_lut[16];
   __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kWsTableCopies : 4];
-  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
+  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // the ring's full and empty mbarriers
   __shared__ int s_reduce;                                        // this block adds up the tile's partials
   __shared__ __align__(8) unsigned long long s_red_bar;            // split-K cluster: rank 0's partials have landed
   // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
@@ -207,7 +208,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   unsigned char* smem = smem_raw + (base - raw);
   const unsigned sX = base;                 // Stages x [TileM][64] (128-byte swizzle)
   const unsigned sW = base + Stages * kXB;  // Stages x [TileN][kRowB]
-  const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
+  const pipe::TmaRing<Stages> ring(s_bar);
   // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it
   // (a cluster whose partial slots lie over the ring: after the slots, ws_cluster_tile_offset).
   constexpr int kTileOff = StreamK ? Stages * (kXB + kWB) : ClusterK > 1 ? ws_cluster_tile_offset(C, F) : 0;
@@ -242,16 +243,16 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   auto issue = [&](int j) {  // step j's two tensor copies into slot j % Stages (free), then the walk's next step
-    const int slot = j % Stages;
-    ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
-    ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar_full + 8 * slot);
+    const int slot = ring.slot(j);
+    const unsigned bar = ring.arm(slot, kXB + kWB);
+    ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar);
     if (kWide)  // 16-bit: the 3-D map {64, N, K / 64} (row-major or K-blocked: the host's strides say which)
-      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar_full + 8 * slot, wl2);
+      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar, wl2);
     else if (p.w_k_blocked)  // packed, K-blocked: the 3-D map {64, N, K bytes / 64} (WsParams)
       ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, kt_next * kRowB % 64, (t_next % n_tiles) * TileN, kt_next * kRowB / 64,
-                       bar_full + 8 * slot, wl2);
+                       bar, wl2);
     else
-      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar_full + 8 * slot, wl2);
+      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar, wl2);
     if (++kt_next == nk) {
       kt_next = 0;
       t_next = j + 1 < dp_rounds * nk ? t_next + G : j + 1 == dp_rounds * nk ? u_begin / nk : t_next + 1;
@@ -267,11 +268,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     KT_WS_TRACE_THIS(13);
     ptx::prefetch_tensormap(&wp.x_map);
     ptx::prefetch_tensormap(&wp.w_map);
-#pragma unroll
-    for (int s = 0; s < Stages; ++s) {
-      ptx::mbarrier_init(bar_full + 8 * s, 1);               // the producer's arrive.expect_tx (+ the TMA bytes)
-      ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp of the step's K group
-    }
+    ring.init(4 * Consumers);  // empty: one arrival per consumer warp of the step's K group
     if (ClusterK > 1) {  // the other ranks' partials of this rank's live token groups, as st.async transactions
       const int rank = int(ptx::cluster_rank());
       const int live = min(kGroups, (p.m - ((blk / ClusterK) / n_tiles) * TileM + 7) / 8);
@@ -302,7 +299,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     if (kConsumerWgs == 4) wgmma::setmaxnreg_dec<kWsProducerRegs4>();
     if (tid == kAllC) {  // the rest of the block's steps, each into a slot whose last use retired
       for (int j = n_first; j < n_steps; ++j) {
-        ptx::mbarrier_wait(bar_empty + 8 * (j % Stages), ((j / Stages) & 1) ^ 1);
+        ring.acquire(j);
         issue(j);
       }
     }
@@ -396,7 +393,6 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale, afrag[kWide ? 0 : buf][a]);
       }
     };
-    auto full_parity = [&](int j) { return unsigned(((g0 + j) / Stages) & 1); };
     // This K group's steps of the segment: local step i is segment step sj(i); nloc of them (a group may have none).
     auto sj = [&](int i) { return KGroups * i + kgrp; };
     const int nloc = (nks - kgrp + KGroups - 1) / KGroups;
@@ -404,7 +400,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     if (!kWide && (KGroups == 1 || nloc > 0)) {  // one group: every segment has a step
       load_scales_of(0, sj(0));
       load_scales_of(1, sj(1));
-      ptx::mbarrier_wait(bar_full + 8 * ((g0 + sj(0)) % Stages), full_parity(sj(0)));
+      ring.wait(g0 + sj(0));
       decode(0, sj(0));
       load_scales_of(0, sj(2));
     }
@@ -415,7 +411,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         const int i = i0 + b, j = sj(i);
         if (i < nloc) {
           const int slot = (g0 + j) % Stages;
-          if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, full_parity(j));
+          if (kWide) ring.wait(g0 + j);
 #ifdef KT_WS_TRACE_ON
           if (g0 + j == 0) KT_WS_TRACE(1);
 #endif
@@ -440,9 +436,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
               for (int ks = 0; ks < 4; ++ks) wgmma::fence_operands(afrag[kWide ? 0 : 1 - b][a][ks]);
           }
-          if (i >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(i - 1)) % Stages));
+          if (i >= 1 && lane == 0) ring.release(g0 + sj(i - 1));
           if (!kWide && i + 1 < nloc) {  // decode the group's next step while the tensor cores work on step j
-            ptx::mbarrier_wait(bar_full + 8 * ((g0 + sj(i + 1)) % Stages), full_parity(sj(i + 1)));
+            ring.wait(g0 + sj(i + 1));
             decode(1 - b, sj(i + 1));
             load_scales_of(1 - b, sj(i + 3));
           }
@@ -453,7 +449,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
     if ((KGroups == 1 || nloc > 0) && lane == 0)  // the group's last slot
-      ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(nloc - 1)) % Stages));
+      ring.release(g0 + sj(nloc - 1));
     KT_WS_TRACE(2);
 
     // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 through shared memory
