@@ -536,6 +536,12 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   return s.str();
 }
 
+namespace {
+/// The kernels' weight element template argument, by name: "kt::quant::Format::nf4" (a K-blocked format gives its
+/// element; the layout lives in the host's tensor maps).
+std::string element_expr(quant::Format f) { return std::string("kt::quant::Format::") + fmt_tag(quant::format_element(f)); }
+}  // namespace
+
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   if (c.mainloop == kMainloopGemv) {  // qkv_gemv<.., stages>, qkv_gemv_cluster<.., split_k>, qkv_gemv_tma<..> (stages 2),
@@ -544,7 +550,7 @@ std::string name_expression(const Problem& p, const Config& c) {
           : c.stages == 2 ? "kt::qkv::qkv_gemv_tma<kt::DType::"
           : c.stages == 3 ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
                           : "kt::qkv::qkv_gemv<kt::DType::")
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << c.warps_m << ", " << c.warps_n << ", " << c.prefetch;
     if (c.split_k > 1 || c.stages < 2) s << ", " << (c.split_k > 1 ? c.split_k : c.stages);
@@ -554,7 +560,7 @@ std::string name_expression(const Problem& p, const Config& c) {
   }
   if (c.mainloop == kMainloopWgmmaWs) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
     s << (c.split_k > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << ws_consumers(c) << ", " << c.stages << ", "
       << (c.split_k > 1 ? std::to_string(c.split_k) : c.split_k == 0 ? "true" : "false")
@@ -563,18 +569,18 @@ std::string name_expression(const Problem& p, const Config& c) {
   }
   if (c.mainloop == kMainloopWgmmaPairs) {
     s << "kt::qkv::qkv_wgmma_pairs<kt::DType::"
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << c.stages << ">";
     return s.str();
   }
   if (c.mainloop == kMainloopWgmma) {
-    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
+    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", "
       << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
       << c.tile_m << ", " << c.tile_n << ", " << c.tile_k << ", " << c.stages << ", " << c.prefetch << ">";
     return s.str();
   }
-  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
+  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", "
     << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
     << ", " << c.tile_n << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ", "
     << c.prefetch << ">";

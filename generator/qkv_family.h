@@ -98,9 +98,9 @@ bool same_config(const Config& a, const Config& b);
 /// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_s4_sk1__sm_90a" (c: consumer warpgroups), or
 /// "..._wgmma_ws_m16_n128_c2_s8_streamk__sm_90a" for stream-K.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
-/// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
-/// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,
-/// prefetch, stages) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with split_k > 1: ..., prefetch,
+/// "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
+/// "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m,
+/// tile_n, warps K, warps N, prefetch, stages) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with split_k > 1: ..., prefetch,
 /// cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
 /// binary. The format argument is quant::format_element(format): a K-blocked 16-bit format names the binary of its
 /// row-major twin (the TMA kernels read either through the tensor map the host encodes; runtime/qkv.cpp).

@@ -85,9 +85,8 @@ __device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int h
 }
 
 /// The kernel body (one block per output tile; the header comment describes it).
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
 __device__ __forceinline__ void wp_body(const WsParams& wp) {
-  constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C{TileM, TileN, 64, TileM / 16, 1, Stages, 1, 1, kMainloopWgmmaPairs};
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
@@ -312,9 +311,9 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
 __global__ void __launch_bounds__(TileM * 2 + 32, 1) qkv_wgmma_pairs(const __grid_constant__ WsParams wp) {
-  wp_body<DT, F_, D, HasBias, Rope, TileM, TileN, Stages>(wp);
+  wp_body<DT, F, D, HasBias, Rope, TileM, TileN, Stages>(wp);
 }
 
 }  // namespace qkv

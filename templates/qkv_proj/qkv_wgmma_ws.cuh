@@ -175,11 +175,10 @@ __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int
 /// workspace, no counters, no global round trips, and each rank finishes 1 / ClusterK of the tile. Slots beside the
 /// ring (ws_cluster_slots_beside) need no cluster barrier after the mainloops (only the entry one, before the first
 /// remote store); slots over the ring, one after them.
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
           int ClusterK, int KGroups>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
-  constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C{TileM, TileN, 64, 4 * Consumers, KGroups, Stages, StreamK ? 0 : ClusterK, 1, kMainloopWgmmaWs};
   static_assert(ClusterK == 1 || !StreamK, "stream-K blocks do not form clusters");
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
@@ -638,19 +637,19 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
           int KGroups = 1>
 __global__ void __launch_bounds__(128 * (Consumers * KGroups + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
+  ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
 }
 
 /// split_k = ClusterK > 1: grid.x = tiles x ClusterK, cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain
 /// launch forms the clusters (the ClusterK K slices of one tile).
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK,
           int KGroups = 1>
 __global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
     qkv_wgmma_ws_cluster(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);
+  ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);
 }
 
 }  // namespace qkv
