@@ -123,7 +123,7 @@ __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned
 /// Called by all nthreads threads of the block; the caller's next barrier makes the tables visible. The table is
 /// written as 16-byte chunks in address order, thread t taking chunks t, t + nthreads, ..: a warp stores 512
 /// contiguous bytes, without bank conflicts (one entry per thread would put a store's 32 lanes Copies x 4 bytes apart,
-/// in the same few banks; NOTES.md, qkv_proj 20).
+/// in the same few banks).
 template <DType DT, quant::Format F, int Copies = kGemvTableCopies>
 __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
   static_assert(Copies % 4 == 0, "table copies are written as uint4");
@@ -142,7 +142,7 @@ __device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_ta
 /// This lane's copy of a 256-pair decode table of Copies interleaved copies (build_decode_tables), read through a
 /// 32-bit shared-window address: entry b at base + 4 Copies b. With a generic pointer into s_tab the compiler rebuilt
 /// the address at each lookup (an IMAD, a LEA and uniform operations on the CTA's shared-window base: 6 instructions
-/// per decoded pair in the gemv loop instead of 4; NOTES.md, qkv_proj 29).
+/// per decoded pair in the gemv loop instead of 4).
 template <int Copies>
 struct PairTable {
   unsigned base;  ///< shared-window address of entry 0 of this lane's copy
@@ -253,7 +253,7 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 /// X pairs (j, j + 4), as the weight pairs) into acc2[chunk parity], or for int4 (kScaleStep) into the step's partial
 /// sums ps. Fast: decode_chunk2 (16-bit-pair arithmetic); else decode_chunk (fp32, for a step with a unit whose scale the
 /// dtype cannot hold). The caller picks one per step (a warp-uniform branch): with the test per unit inside the chunk
-/// loop, the step was 8 blocks of 4 table loads each, which ptxas did not interleave (NOTES.md, qkv_proj 35).
+/// loop, the step was 8 blocks of 4 table loads each, which ptxas did not interleave.
 /// w / s2 / s: [R tiles][rows g, g + 8] units and scales; x: [NT token tiles][chunks] X words of the step.
 template <DType DT, quant::Format F, bool Fast, int R, int NT, int Chunks, int PS, class Tab>
 __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const UnitScales2 (&s2)[R][2],
@@ -353,8 +353,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const int lin = blockIdx.y * gridDim.x + blockIdx.x;
   const int token_tiles = Balance ? (p.m + TileM - 1) / TileM : int(gridDim.y);
   int unit = lin, piece = 0, pieces = 1;  // Balance: this block's unit and its K piece
-  // (The pieces come last: the hardware then puts the whole units 2 per SM and a piece beside them on 120 of 132 SMs;
-  // pieces first left 3 whole units on 17-19 SMs. NOTES.md, qkv_proj 30.)
+  // (The pieces come last: the hardware then puts the whole units 2 per SM and a piece beside them on most SMs; pieces
+  // first left 3 whole units on some SMs.)
   if (Balance && lin >= p.gemv_full) {
     unit = p.gemv_full + (lin - p.gemv_full) / p.gemv_split;
     piece = (lin - p.gemv_full) % p.gemv_split;
@@ -399,7 +399,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // ---- stages 1 / 2: request the block's rows (data by bulk copies / per-warp TMA boxes, scales / zero points by
   //      4-byte cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
-  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
   const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster), srow_bytes = row_scale_bytes(F, p.k_dim),
@@ -427,7 +427,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
   // stages 2: lane 0 of each warp requests its steps in K order, at most kWindow ahead of the step the warp decodes: one
   // mbarrier and one TMA box (16 rows x 64 bytes) per step and m16 tile. Requesting every step at once makes them
-  // land in any order, all near the end of the weight stream (NOTES.md, qkv_proj 15); a short window lands them in
+  // land in any order, all near the end of the weight stream; a short window lands them in
   // order, so the decode of step j overlaps the stream of the steps after it. The ring keeps shared memory independent
   // of K (16-bit weights: a whole slice, 16 rows x 7 KB per tile, allowed only one block per SM).
   constexpr int kWindow = Prefetch + 1;
@@ -466,8 +466,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // first step. The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb
   // bytes is a multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that
   // straddle two warps' ranges are written by both, with the same bytes. The byte range takes compile-time group sizes
-  // (shifts): with 64-bit K x bytes / K divisions, a stages-0 variant of this copy ran 0.2-0.7 us slower at M = 1
-  // (NOTES.md, qkv_proj 36).
+  // (shifts): 64-bit K x bytes / K divisions are a slow subroutine on the path to the first step.
   auto load_warp_scales = [&]() {
 #if __CUDA_ARCH__ >= 800
     const int k_lo = s_begin * kStepK, k_hi = s_end * kStepK < p.k_dim ? s_end * kStepK : p.k_dim;
@@ -758,9 +757,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           // whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
           // through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
           // "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
-          // at the end of the step, where the fence finds none of the step's reads in flight. Measured (NOTES.md
-          // qkv_proj 38): right after the X reads the fence held the weight's reads behind them; a spare X slot, to
-          // request before the step's reads, took 2 blocks per SM to 1 for the table formats (their decode tables).
+          // at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
+          // the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
+          // costs the table formats a block per SM (their decode tables).
           if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
           __syncwarp();
           if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);

@@ -15,7 +15,7 @@
 //   K groups (KGroups = Config::warps_n, 1 or 2; split_k >= 1): with 2, each consumer warpgroup has a twin (warpgroups
 //   Consumers .. 2 Consumers - 1) that takes the odd K steps of the block's range while the first group takes the even
 //   ones: twice the decode threads per SM for the same tiles and grid (packed weights at decode sizes are bound by the
-//   decode's instructions, NOTES qkv_proj 21). A slot is released by the warps of the group that read it. After the
+//   decode's instructions). A slot is released by the warps of the group that read it. After the
 //   mainloops group 1 hands its fp32 partial sums to group 0 through shared memory over the ring (the ring is free once
 //   both groups have passed a named barrier) and exits; group 0 adds them and runs the rest as with one group.
 //
@@ -239,7 +239,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int n_steps = dp_rounds * nk + u_end - u_begin;
   int t_next = !StreamK ? blk / ClusterK : dp_rounds > 0 ? blk : u_begin / nk;
   int kt_next = !StreamK ? u_begin - t_next * nk : dp_rounds > 0 ? 0 : u_begin % nk;
-  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   auto issue = [&](int j) {  // step j's two tensor copies into slot j % Stages (free), then the walk's next step
     const int slot = ring.slot(j);
@@ -260,7 +260,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   };
   // The producer thread sets up the barriers and fills the empty ring at once, before the block-wide barrier (and the
   // decode tables), so the weight stream starts as early as it can: the first copies' data is what the consumers wait
-  // for longest (NOTES qkv_proj 18). Its own arrivals and copies follow the inits in program order; the init fence
+  // for longest. Its own arrivals and copies follow the inits in program order; the init fence
   // makes them visible to the async proxy and, with __syncthreads, to the consumers.
   const int n_first = n_steps < Stages ? n_steps : Stages;
   if (tid == kAllC) {
@@ -317,7 +317,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // Epilogue inputs of the block's one tile (ws_epi_preload: split-K blocks), copied now with cp.async, so that
   // nothing waits for them (a load under the weight stream takes 2-3 us), and waited for only before the epilogue,
   // instead of loaded after the mainloop where their latency (and the frequency table) added to the time after the
-  // weight stream (NOTES qkv_proj 18). The epilogue's named barrier makes them visible to every consumer thread.
+  // weight stream. The epilogue's named barrier makes them visible to every consumer thread.
   // Every cluster rank finishes its own token rows, so every rank copies them.
   constexpr bool kPre = ws_epi_preload(C);
   __shared__ unsigned s_pre_bias2[kPre ? TileN / 2 : 1];
@@ -479,7 +479,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     // (deterministic, the same order for every owner). Slots beside the ring: no cluster barrier after the mainloops
     // (the slower block's mainloop end is the only wait); slots over the ring: one, so that no rank stores into a ring
     // still being read. Each rank's epilogue then covers 1 / split_k of the tile. (A bulk copy per slot instead of
-    // the st.asyncs was no faster: NOTES qkv_proj 19.)
+    // the st.asyncs is no faster.)
     int e_lo = 0, e_rows = TileM;  // token rows [e_lo, e_lo + e_rows) of the tile this block finishes
     if (ClusterK > 1) {
       constexpr int kOwnMax = ws_cluster_rows(C) / 8;
@@ -556,7 +556,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
       // Block order (the sum does not depend on which block came last). At most 16 float4 loads in flight (64
       // registers beside up to 128 accumulators: no spills at 232 registers): small partials (kVec < 16) are read
-      // kPer blocks at a time, so their L2 round trips overlap (NOTES qkv_proj 17); large ones 16 loads at a time.
+      // kPer blocks at a time, so their L2 round trips overlap; large ones 16 loads at a time.
       constexpr int kPer = kVec >= 16 ? 1 : 16 / kVec;
       for (int b0 = b_first; b0 <= b_last; b0 += kPer) {
         if (kPer == 1) {
