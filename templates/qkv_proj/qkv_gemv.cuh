@@ -301,7 +301,10 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
 template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages, int Cluster, bool Balance = false>
 __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap, const TmaDescriptor* xmap = nullptr) {
+  // Preconditions
   static_assert(!Balance || Cluster == 1, "the balanced tail splits K across independent blocks, not a cluster");
+  static_assert(TileM % 8 == 0, "gemv: the tokens are whole n8 tiles");
+  static_assert(TileN % (16 * WarpsN) == 0, "gemv: each warp column owns whole m16 tiles of features");
   constexpr Config C{TileM, TileN, gemv_step_k(F), WarpsK, WarpsN, Stages, Balance ? 0 : Cluster, Prefetch, kMainloopGemv};
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
   constexpr bool kStream = Stages >= 2;  // each warp's own steps by TMA boxes, one mbarrier per step
@@ -550,7 +553,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   uint4 wreg[kSmem ? 1 : Prefetch][R][2];
   unsigned sbits[kScaleRing ? Prefetch : 1][R][2];  // kScaleRing: the ring's raw scale bits (global_bits)
   UnitScales sreg[R][2];                            // this step's unit scales
-  uint4 xreg[kXSlots][NT][kWords / 4];
+  uint4 xreg[kXSlots][NT][kWords / 4];  // [X slot][n8 token tile][16 bytes]: token 8 t + g, the lane's K unit
   auto load_x = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
 #pragma unroll
@@ -660,7 +663,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   KT_GEMV_TRACE(7);
 
   // Two accumulator sets, by chunk parity, halve the dependent mma chain; summed after the mainloop.
-  float acc2[2][R][NT][4];
+  float acc2[2][R][NT][4];  // [chunk parity][m16 feature tile][n8 token tile][C fragment]
   zero_fill(acc2);
 
   if (kBulk) {

@@ -88,10 +88,12 @@ template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, 
 __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams p) {
   constexpr Config C{TileM, TileN, TileK, WarpsM, WarpsN, Stages, 1, Prefetch};  // split_k is gridDim.z (run time)
   const int SplitK = gridDim.z;
+  // Preconditions
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_proj variant: see invalid_reason() in qkv_proj_config.h");
 #endif
+  static_assert(TileM % (16 * WarpsM) == 0 && TileN % (16 * WarpsN) == 0, "qkv_proj: whole m16 / n16 fragments per warp");
   constexpr int kThreads = WarpsM * WarpsN * 32;
   constexpr int WM = TileM / WarpsM, WN = TileN / WarpsN;
   constexpr int MF = WM / 16, NF = WN / 8;
@@ -104,8 +106,8 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
 
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ float s_lut[16];
-  const unsigned sX = ptx::smem_u32(smem);                  // Stages x [TileM, TileK]
-  const unsigned sW = sX + Stages * kXTileBytes;            // 2 x [TileN, TileK] decoded
+  const unsigned sX = ptx::smem_u32(smem);                  // [Stages][TileM, TileK] 16-bit, swizzled (swz)
+  const unsigned sW = sX + Stages * kXTileBytes;            // [2][TileN, TileK] decoded 16-bit, swizzled
   unsigned char* sW_ptr = smem + Stages * kXTileBytes;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -171,7 +173,7 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
     }
   };
 
-  float acc[MF][NF][4];
+  float acc[MF][NF][4];  // [m16 fragment][n8 fragment][C fragment] of the warp's [WM, WN]
 #pragma unroll
   for (int a = 0; a < MF; ++a)
 #pragma unroll

@@ -66,6 +66,7 @@ __device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScal
 template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int Stages, int Prefetch>
 __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
   constexpr Config C{TileM, TileN, TileK, TileM / 16, 1, Stages, 1, Prefetch, kMainloopWgmma};
+  // Preconditions
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma variant: see invalid_reason() in qkv_proj_config.h");

@@ -100,7 +100,9 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   constexpr int P = wp_pairs(C), PB = wp_box_pairs(C), kBoxes = wp_box_heads(C), kHalf = D / 2;
   constexpr unsigned kXB = TileM * 128, kWB = TileN * 128;
   constexpr int kStRow = wp_stage_row_bytes(C);
+  // Preconditions (with invalid_reason above)
   static_assert(kHalf % PB == 0 && P == PB * kBoxes, "wgmma_pairs: the tile is PB pairs of each of kBoxes heads");
+  static_assert(TileM % 64 == 0, "wgmma_pairs: one consumer warpgroup per 64 tokens");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // the ring's full and empty mbarriers

@@ -180,11 +180,15 @@ template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, 
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
   constexpr Config C{TileM, TileN, 64, 4 * Consumers, KGroups, Stages, StreamK ? 0 : ClusterK, 1, kMainloopWgmmaWs};
+  // Preconditions
   static_assert(ClusterK == 1 || !StreamK, "stream-K blocks do not form clusters");
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma_ws variant: see invalid_reason() in qkv_proj_config.h");
 #endif
+  static_assert(TileN % (64 * Consumers) == 0, "wgmma_ws: each consumer warpgroup owns whole m64 atoms of features");
+  static_assert(TileM % 8 == 0, "wgmma_ws: the tokens are the wgmma N, a multiple of 8");
+  static_assert(KGroups == 1 || KGroups == 2, "wgmma_ws: one or two K groups");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBits = quant::format_bits(F);
   constexpr bool kWide = kBits == 16;  // 16-bit weight: A from shared memory, no decode
@@ -205,13 +209,13 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
-  const unsigned sX = base;                 // Stages x [TileM][64] (128-byte swizzle)
-  const unsigned sW = base + Stages * kXB;  // Stages x [TileN][kRowB]
+  const unsigned sX = base;                 // [Stages][TileM tokens][64 K] 16-bit, 128-byte swizzle (B, K-major)
+  const unsigned sW = base + Stages * kXB;  // [Stages][TileN features][kRowB bytes] packed as stored (16-bit: swizzled A)
   const pipe::TmaRing<Stages> ring(s_bar);
   // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it
   // (a cluster whose partial slots lie over the ring: after the slots, ws_cluster_tile_offset).
   constexpr int kTileOff = StreamK ? Stages * (kXB + kWB) : ClusterK > 1 ? ws_cluster_tile_offset(C, F) : 0;
-  float* sC = reinterpret_cast<float*>(smem + kTileOff);
+  float* sC = reinterpret_cast<float*>(smem + kTileOff);  // [ws_epilogue_rows tokens][TileN + 4 features] fp32
   constexpr int kGroups = TileM / 8;  // 8-token groups of the tile (cluster ranks own contiguous ranges of them)
 
   KT_WS_TRACE(0);
@@ -356,7 +360,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     g_next += nks;
     const int n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
 
-    float acc[kAtoms][TileM / 2];
+    float acc[kAtoms][TileM / 2];  // [m64 atom][wgmma C fragment: 64 features x TileM tokens over 128 threads]
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
