@@ -763,7 +763,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           // at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
           // the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
           // costs the table formats a block per SM (their decode tables).
+#if __CUDA_ARCH__ >= 900  // (kStream is sm_90-only; the fence exists there only)
           if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
+#endif
           __syncwarp();
           if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
         }

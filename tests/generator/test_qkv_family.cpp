@@ -1117,6 +1117,25 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
 }
 
+TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruction outside the TMA paths)", "[nvrtc][qkv]") {
+  // The stages 2 / 3 proxy fence once sat outside the sm_90 guard, and every gemv binary failed to compile for sm_80.
+  const ArchId arch = parse_arch("sm_80");
+  std::vector<KernelSource> src;
+  for (const quant::Format f : {quant::Format::int4, quant::Format::nvfp4}) {
+    const Problem p = qwen(f, DType::f16, 1);
+    src.push_back(kernel_source(p, default_config(arch, p), arch));
+    int n = 0;
+    for (const auto& c : valid_configs(p, arch))
+      if (c.mainloop == kMainloopGemv && n++ < 2) src.push_back(kernel_source(p, c, arch));
+  }
+  Compiler compiler(nullptr);
+  for (const auto& r : compiler.compile_all(src)) {
+    INFO(r.kernel.variant_name << "\n" << r.error);
+    CHECK(r.kernel.variant_name.find("gemv") != std::string::npos);
+    CHECK(r.ok);
+  }
+}
+
 TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rejected by the template", "[nvrtc][qkv]") {
   const ArchId arch = parse_arch("sm_90a");
   std::vector<KernelSource> src;
