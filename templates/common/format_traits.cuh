@@ -32,7 +32,7 @@ struct StepScaleBits {
 template <Format F>
 struct FormatTraits;
 
-/// Members shared by every specialization; `Derived` defines the format-specific ones.
+/// Members shared by every specialization; each specialization adds its scale addressing and conversion.
 template <Format F, int Bits, int Group, int ScaleBytes>
 struct FormatTraitsBase {
   // (Enumerators, not static data members: NVRTC emits every static constexpr member of the instantiated traits as a

@@ -321,7 +321,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #endif
   constexpr int R = gemv_row_tiles(C);               // m16 tiles per warp
   constexpr int NT = TileM / 8;                      // n8 token tiles
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr int kUnitElems = 128 / kBits;            // elements per 16-byte unit
   constexpr int kStepK = 4 * kUnitElems;             // K per warp step
   constexpr int kWords = kUnitElems / 2;             // dtype pairs per unit

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
   constexpr int kThreads = WarpsM * WarpsN * 32;
   constexpr int WM = TileM / WarpsM, WN = TileN / WarpsN;
   constexpr int MF = WM / 16, NF = WN / 8;
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr int kUnitElems = 128 / kBits;                  // elements per 16-byte unit
   constexpr int kUnitsPerRow = TileK / kUnitElems;
   constexpr int kUnitsPerThread = w_units(C, F) / kThreads;

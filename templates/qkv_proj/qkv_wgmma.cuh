@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kThreads = TileM * 2;  // one warpgroup (128 threads) per 64 token rows
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr bool kCopyW = kBits == 16;                      // 16-bit weight: cp.async, no decode
   constexpr int kSub = TileK / 64;                          // 64-wide swizzle atoms along K
   constexpr unsigned kXTileBytes = TileM * TileK * 2, kWTileBytes = TileN * TileK * 2;

@@ -190,7 +190,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   static_assert(TileM % 8 == 0, "wgmma_ws: the tokens are the wgmma N, a multiple of 8");
   static_assert(KGroups == 1 || KGroups == 2, "wgmma_ws: one or two K groups");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr bool kWide = kBits == 16;  // 16-bit weight: A from shared memory, no decode
   constexpr int kAtoms = TileN / (64 * Consumers);
   constexpr int kRowB = ws_w_row_bytes(F);       // bytes of one weight row per K step: 32, 64 or 128
