@@ -1,4 +1,5 @@
-// Decoders of the weight formats' scale encodings and element code tables (quant_format.h value rules), device side.
+// Decoders of the weight formats' scale encodings and element code tables (quant_format.h value rules), and the decode
+// tables in shared memory (the 16 code values, the 256-pair table of a packed byte), device side.
 // Compiled by NVRTC only. No standard headers.
 #pragma once
 #include "common/ptx.cuh"
@@ -63,6 +64,46 @@ __device__ __forceinline__ float lut_value(int i) {
     return select_if_eq<C>(i, LutConst<F, C>::value, lut_value<F, C - 1>(i));
   }
 }
+
+/// Whether element F decodes through the 256-pair code table (the 4-bit formats with a code table: nf4, mxfp4,
+/// nvfp4; int4 decodes by arithmetic).
+KT_HD constexpr bool table_format(Format f) {
+  return format_element(f) == Format::nf4 || format_element(f) == Format::mxfp4 || format_element(f) == Format::nvfp4;
+}
+
+/// Fills s_lut (the 16 code values, lut_value) and, for the table formats, s_tab: entry b = the pair (value of nibble
+/// b & 15, value of nibble b >> 4) in the dtype, Copies interleaved copies (entry b, copy c at s_tab[b * Copies + c]).
+/// Called by all nthreads threads of the block; the caller's next barrier makes the tables visible. The table is
+/// written as 16-byte chunks in address order, thread t taking chunks t, t + nthreads, ..: a warp stores 512
+/// contiguous bytes, without bank conflicts (one entry per thread would put a store's 32 lanes Copies x 4 bytes apart,
+/// in the same few banks).
+template <DType DT, Format F, int Copies>
+__device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
+  static_assert(Copies % 4 == 0, "table copies are written as uint4");
+  if (tid < 16) s_lut[tid] = quant::lut_value<F>(tid);
+  if (table_format(F)) {
+    __syncthreads();  // s_lut
+    constexpr int kChunksPerEntry = Copies / 4;
+    for (int u = tid; u < 256 * kChunksPerEntry; u += nthreads) {
+      const int b = u / kChunksPerEntry;  // 4 or 8 (16 or 32 copies): a shift
+      const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
+      reinterpret_cast<uint4*>(s_tab)[u] = make_uint4(v, v, v, v);
+    }
+  }
+}
+
+/// This lane's copy of a 256-pair decode table of Copies interleaved copies (build_decode_tables), read through a
+/// 32-bit shared-window address: entry b at base + 4 Copies b. With a generic pointer into s_tab the compiler rebuilt
+/// the address at each lookup (an IMAD, a LEA and uniform operations on the CTA's shared-window base: 6 instructions
+/// per decoded pair in the gemv loop instead of 4).
+template <int Copies>
+struct PairTable {
+  unsigned base;  ///< shared-window address of entry 0 of this lane's copy
+  /// s_tab: the table ([256][Copies] words); copy: lane % Copies.
+  __device__ __forceinline__ PairTable(const unsigned* s_tab, int copy) : base(ptx::smem_u32(s_tab) + 4u * unsigned(copy)) {}
+  /// Entry b (0..255): the pair (value of nibble b & 15, value of nibble b >> 4) in the dtype.
+  __device__ __forceinline__ unsigned operator[](unsigned b) const { return ptx::lds_u32(base + b * unsigned(4 * Copies)); }
+};
 
 }  // namespace quant
 }  // namespace kt

@@ -118,39 +118,8 @@ __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned
   return ptx::fma2<DT>(ptx::fma2<DT>(and_or(ptx::prmt(x, x >> 4, sel), 0x000F000Fu, kMagic), kOne, zz), sc, 0x80008000u);
 }
 
-/// Fills s_lut (the 16 code values, lut_value) and, for the table formats, s_tab: entry b = the pair (value of nibble
-/// b & 15, value of nibble b >> 4) in the dtype, Copies interleaved copies (entry b, copy c at s_tab[b * Copies + c]).
-/// Called by all nthreads threads of the block; the caller's next barrier makes the tables visible. The table is
-/// written as 16-byte chunks in address order, thread t taking chunks t, t + nthreads, ..: a warp stores 512
-/// contiguous bytes, without bank conflicts (one entry per thread would put a store's 32 lanes Copies x 4 bytes apart,
-/// in the same few banks).
-template <DType DT, quant::Format F, int Copies = kGemvTableCopies>
-__device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
-  static_assert(Copies % 4 == 0, "table copies are written as uint4");
-  if (tid < 16) s_lut[tid] = quant::lut_value<F>(tid);
-  if (gemv_uses_table(F)) {
-    __syncthreads();  // s_lut
-    constexpr int kChunksPerEntry = Copies / 4;
-    for (int u = tid; u < 256 * kChunksPerEntry; u += nthreads) {
-      const int b = u / kChunksPerEntry;  // 4 or 8 (16 or 32 copies): a shift
-      const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
-      reinterpret_cast<uint4*>(s_tab)[u] = make_uint4(v, v, v, v);
-    }
-  }
-}
-
-/// This lane's copy of a 256-pair decode table of Copies interleaved copies (build_decode_tables), read through a
-/// 32-bit shared-window address: entry b at base + 4 Copies b. With a generic pointer into s_tab the compiler rebuilt
-/// the address at each lookup (an IMAD, a LEA and uniform operations on the CTA's shared-window base: 6 instructions
-/// per decoded pair in the gemv loop instead of 4).
-template <int Copies>
-struct PairTable {
-  unsigned base;  ///< shared-window address of entry 0 of this lane's copy
-  /// s_tab: the table ([256][Copies] words); copy: lane % Copies.
-  __device__ __forceinline__ PairTable(const unsigned* s_tab, int copy) : base(ptx::smem_u32(s_tab) + 4u * unsigned(copy)) {}
-  /// Entry b (0..255): the pair (value of nibble b & 15, value of nibble b >> 4) in the dtype.
-  __device__ __forceinline__ unsigned operator[](unsigned b) const { return ptx::lds_u32(base + b * unsigned(4 * Copies)); }
-};
+using quant::build_decode_tables;
+using quant::PairTable;
 
 /// Per-unit operand constants: table formats: the scale(s) in the dtype (both halves equal; s1: nvfp4's second group)
 /// and ok = false when the unit must take the fp32 path; int4: the subtrahends for the even / odd nibbles (za, zb).
@@ -617,7 +586,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 
   KT_GEMV_TRACE(6);
   // ---- decode tables (after the loads are in flight) ----
-  build_decode_tables<DT, F>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
+  build_decode_tables<DT, F, kGemvTableCopies>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
   // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
   unsigned short bias_v[R][2] = {};  // the dtype's bits, converted in the epilogue (no wait on the load before the mainloop)
   float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
 #pragma unroll
       for (int pp = 0; pp < kRing; ++pp)
         if (pp < nk) load_w(pp, pp);
-      build_decode_tables<DT, F>(s_lut, s_tab, tid, kThreads);
+      build_decode_tables<DT, F, kGemvTableCopies>(s_lut, s_tab, tid, kThreads);
       __syncthreads();  // s_lut, s_tab
       store_w(0, 0);
       if (kRing < nk) load_w(0, kRing);
