@@ -600,6 +600,12 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   return s.str();
 }
 
+namespace {
+/// The kernels' weight element template argument, by name: "kt::quant::Format::nf4" (a K-blocked format gives its
+/// element; the layout lives in the host's tensor maps).
+std::string element_expr(quant::Format f) { return std::string("kt::quant::Format::") + fmt_tag(quant::format_element(f)); }
+}  // namespace
+
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   if (c.mainloop == Mainloop::gemv) {  // qkv_gemv<.., load>, qkv_gemv_cluster<.., cluster>, qkv_gemv_tma<..> (tma),
@@ -610,7 +616,7 @@ std::string name_expression(const Problem& p, const Config& c) {
           : g.load == GemvLoad::tma      ? "kt::qkv::qkv_gemv_tma<kt::DType::"
           : g.load == GemvLoad::tma_x    ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
                                          : "kt::qkv::qkv_gemv<kt::DType::")
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << g.warps_k << ", " << g.warps_n << ", " << g.prefetch;
     if (cl || !gemv_tma(c)) s << ", " << (cl ? g.cluster : int(g.load));
@@ -620,7 +626,7 @@ std::string name_expression(const Problem& p, const Config& c) {
   }
   if (c.mainloop == Mainloop::wgmma_ws) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
     s << (ws_cluster(c) > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << ws_consumers(c) << ", " << c.ws.stages << ", "
       << (ws_cluster(c) > 1 ? std::to_string(ws_cluster(c)) : ws_stream_k(c) ? "true" : "false")
@@ -629,18 +635,18 @@ std::string name_expression(const Problem& p, const Config& c) {
   }
   if (c.mainloop == Mainloop::wgmma_pairs) {
     s << "kt::qkv::qkv_wgmma_pairs<kt::DType::"
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", " << p.head_dim << ", "
+      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << c.pairs.stages << ">";
     return s.str();
   }
   if (c.mainloop == Mainloop::wgmma) {
-    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
+    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", "
       << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
       << c.tile_m << ", " << c.tile_n << ", " << c.wgmma.tile_k << ", " << c.wgmma.stages << ", " << c.wgmma.prefetch << ">";
     return s.str();
   }
-  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << int(quant::format_element(p.format)) << ", "
+  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", "
     << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
     << ", " << c.tile_n << ", " << c.mma.tile_k << ", " << c.mma.warps_m << ", " << c.mma.warps_n << ", " << c.mma.stages
     << ", " << c.mma.prefetch << ">";

@@ -110,10 +110,10 @@ bool same_config(const Config& a, const Config& b);
 ///        stages, split: "_sk<n>" or "_streamk");
 /// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6_cm2__sm_90a" (stages, cluster_m).
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
-/// "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
-/// "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m, tile_n, warps K, warps N,
-/// prefetch, int(load)) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with a cluster reduction: ...,
-/// prefetch, cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
+/// "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
+/// "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m,
+/// tile_n, warps K, warps N, prefetch, int(load)) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with a
+/// cluster reduction: ..., prefetch, cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
 /// binary. The format argument is quant::format_element(format): a K-blocked 16-bit format names the binary of its
 /// row-major twin (the TMA kernels read either through the tensor map the host encodes; runtime/qkv.cpp).
 std::string name_expression(const Problem& p, const Config& c);

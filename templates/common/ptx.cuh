@@ -60,8 +60,8 @@ struct L2Hint {
 };
 /// evict_first for the whole access (createpolicy.fractional, fraction 1.0: the lines are the first candidates for
 /// eviction, so a stream read once replaces its own lines rather than other data) when `first`, else no hint. (An
-/// explicit evict_normal policy is not the same as none: on the H100 wgmma_pairs ran 10-20% slower with it than
-/// without a hint, NOTES.md qkv_proj 28.)
+/// explicit evict_normal policy is not the same as none: on the H100 wgmma_pairs runs markedly slower with it than
+/// without a hint.)
 __device__ __forceinline__ L2Hint l2_evict_first_if(bool first) {
   L2Hint h{0ull, first};
   if (first) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(h.policy));

@@ -29,27 +29,16 @@
 // to the operand dtype first). RoPE: Su et al., RoFormer (2021), rotate-half
 // pairing (i, i + D/2) of Llama/Qwen, angle = pos * theta^(-2i/D) reduced mod 2 pi in fixed point (rope_sincos).
 #pragma once
+#include "common/tma_ring.cuh"
 #include "qkv_proj/qkv_proj.cuh"
 
 namespace kt {
 namespace qkv {
 
-/// One 16-byte unit's scale entries as raw bits (global_scale_bits, qkv_proj.cuh), converted only where a step uses them
-/// (scales_of_bits): int8 the row's fp32 scale, int4 the fp16 scale | the zero point << 16, nf4 the fp32 absmax, mxfp4
-/// the E8M0 byte, nvfp4 the unit's two E4M3 bytes (an aligned pair: k0 / 16 is even). A conversion right after a
-/// global load (branching on the loaded byte, as e8m0_to_float does) held the register ring's next loads behind the
-/// scale's DRAM round trip (NOTES.md, qkv_proj 36).
-/// From a row's scale / zero-point bytes in shared memory (sc, zp; k0 the unit's first element):
-template <quant::Format F>
-__device__ __forceinline__ unsigned smem_scale_bits(const unsigned char* sc, const unsigned char* zp, int k0) {
-  if (F == quant::Format::int8) return *reinterpret_cast<const unsigned*>(sc);
-  if (F == quant::Format::int4)
-    return unsigned(reinterpret_cast<const unsigned short*>(sc)[k0 / 128]) | unsigned(zp[k0 / 128]) << 16;
-  if (F == quant::Format::nf4) return reinterpret_cast<const unsigned*>(sc)[k0 / 64];
-  if (F == quant::Format::mxfp4) return sc[k0 / 32];
-  if (F == quant::Format::nvfp4) return *reinterpret_cast<const unsigned short*>(sc + k0 / 16);
-  return 0u;
-}
+// Scale entries: the stages-0 register ring keeps each unit's raw bits (FormatTraits<F>::global_bits) and converts
+// them only where a step uses them (unit_scales): a conversion right after a global load (branching on the loaded
+// byte, as e8m0_to_float does) held the ring's next loads behind the scale's DRAM round trip. Stages 1-3 read the raw
+// bits from the rows' scales in shared memory (FormatTraits<F>::smem_bits).
 // ---- Packed 16-bit-pair decode (the gemv mainloop's hot path) ----
 //
 // decode_chunk computes every element in fp32 (about 8 instructions per element with the table load and the pack),
@@ -129,39 +118,8 @@ __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned
   return ptx::fma2<DT>(ptx::fma2<DT>(and_or(ptx::prmt(x, x >> 4, sel), 0x000F000Fu, kMagic), kOne, zz), sc, 0x80008000u);
 }
 
-/// Fills s_lut (the 16 code values, lut_value) and, for the table formats, s_tab: entry b = the pair (value of nibble
-/// b & 15, value of nibble b >> 4) in the dtype, Copies interleaved copies (entry b, copy c at s_tab[b * Copies + c]).
-/// Called by all nthreads threads of the block; the caller's next barrier makes the tables visible. The table is
-/// written as 16-byte chunks in address order, thread t taking chunks t, t + nthreads, ..: a warp stores 512
-/// contiguous bytes, without bank conflicts (one entry per thread would put a store's 32 lanes Copies x 4 bytes apart,
-/// in the same few banks; NOTES.md, qkv_proj 20).
-template <DType DT, quant::Format F, int Copies = kGemvTableCopies>
-__device__ __forceinline__ void build_decode_tables(float* s_lut, unsigned* s_tab, int tid, int nthreads) {
-  static_assert(Copies % 4 == 0, "table copies are written as uint4");
-  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
-  if (gemv_uses_table(F)) {
-    __syncthreads();  // s_lut
-    constexpr int kChunksPerEntry = Copies / 4;
-    for (int u = tid; u < 256 * kChunksPerEntry; u += nthreads) {
-      const int b = u / kChunksPerEntry;  // 4 or 8 (16 or 32 copies): a shift
-      const unsigned v = ptx::pack2<DT>(s_lut[b & 15], s_lut[b >> 4]);
-      reinterpret_cast<uint4*>(s_tab)[u] = make_uint4(v, v, v, v);
-    }
-  }
-}
-
-/// This lane's copy of a 256-pair decode table of Copies interleaved copies (build_decode_tables), read through a
-/// 32-bit shared-window address: entry b at base + 4 Copies b. With a generic pointer into s_tab the compiler rebuilt
-/// the address at each lookup (an IMAD, a LEA and uniform operations on the CTA's shared-window base: 6 instructions
-/// per decoded pair in the gemv loop instead of 4; NOTES.md, qkv_proj 29).
-template <int Copies>
-struct PairTable {
-  unsigned base;  ///< shared-window address of entry 0 of this lane's copy
-  /// s_tab: the table ([256][Copies] words); copy: lane % Copies.
-  __device__ __forceinline__ PairTable(const unsigned* s_tab, int copy) : base(ptx::smem_u32(s_tab) + 4u * unsigned(copy)) {}
-  /// Entry b (0..255): the pair (value of nibble b & 15, value of nibble b >> 4) in the dtype.
-  __device__ __forceinline__ unsigned operator[](unsigned b) const { return ptx::lds_u32(base + b * unsigned(4 * Copies)); }
-};
+using quant::build_decode_tables;
+using quant::PairTable;
 
 /// Per-unit operand constants: table formats: the scale(s) in the dtype (both halves equal; s1: nvfp4's second group)
 /// and ok = false when the unit must take the fp32 path; int4: the subtrahends for the even / odd nibbles (za, zb).
@@ -264,7 +222,7 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 /// X pairs (j, j + 4), as the weight pairs) into acc2[chunk parity], or for int4 (kScaleStep) into the step's partial
 /// sums ps. Fast: decode_chunk2 (16-bit-pair arithmetic); else decode_chunk (fp32, for a step with a unit whose scale the
 /// dtype cannot hold). The caller picks one per step (a warp-uniform branch): with the test per unit inside the chunk
-/// loop, the step was 8 blocks of 4 table loads each, which ptxas did not interleave (NOTES.md, qkv_proj 35).
+/// loop, the step was 8 blocks of 4 table loads each, which ptxas did not interleave.
 /// w / s2 / s: [R tiles][rows g, g + 8] units and scales; x: [NT token tiles][chunks] X words of the step.
 template <DType DT, quant::Format F, bool Fast, int R, int NT, int Chunks, int PS, class Tab>
 __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const UnitScales2 (&s2)[R][2],
@@ -309,15 +267,17 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
 /// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
 /// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages, int Cluster, bool Balance = false>
 __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap, const TmaDescriptor* xmap = nullptr) {
+  // Preconditions
   static_assert(!Balance || Cluster == 1, "the balanced tail splits K across independent blocks, not a cluster");
-  constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C = make_config(
       TileM, TileN,
       GemvConfig{WarpsK, WarpsN, GemvLoad(Stages), Prefetch,
                  Balance ? GemvReduce::balanced_tail : Cluster > 1 ? GemvReduce::cluster : GemvReduce::none, Cluster});
+  static_assert(TileM % 8 == 0, "gemv: the tokens are whole n8 tiles");
+  static_assert(TileN % (16 * WarpsN) == 0, "gemv: each warp column owns whole m16 tiles of features");
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
   constexpr bool kStream = Stages >= 2;  // each warp's own steps by TMA boxes, one mbarrier per step
   constexpr bool kXTma = Stages == 3;    // and the step's X tile by a TMA box on the same mbarrier
@@ -333,7 +293,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #endif
   constexpr int R = gemv_row_tiles(C);               // m16 tiles per warp
   constexpr int NT = TileM / 8;                      // n8 token tiles
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr int kUnitElems = 128 / kBits;            // elements per 16-byte unit
   constexpr int kStepK = 4 * kUnitElems;             // K per warp step
   constexpr int kWords = kUnitElems / 2;             // dtype pairs per unit
@@ -368,8 +328,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const int lin = blockIdx.y * gridDim.x + blockIdx.x;
   const int token_tiles = Balance ? (p.m + TileM - 1) / TileM : int(gridDim.y);
   int unit = lin, piece = 0, pieces = 1;  // Balance: this block's unit and its K piece
-  // (The pieces come last: the hardware then puts the whole units 2 per SM and a piece beside them on 120 of 132 SMs;
-  // pieces first left 3 whole units on 17-19 SMs. NOTES.md, qkv_proj 30.)
+  // (The pieces come last: the hardware then puts the whole units 2 per SM and a piece beside them on most SMs; pieces
+  // first left 3 whole units on some SMs.)
   if (Balance && lin >= p.gemv_full) {
     unit = p.gemv_full + (lin - p.gemv_full) / p.gemv_split;
     piece = (lin - p.gemv_full) % p.gemv_split;
@@ -414,7 +374,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // ---- stages 1 / 2: request the block's rows (data by bulk copies / per-warp TMA boxes, scales / zero points by
   //      4-byte cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
-  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   const long long w_row_bytes = (long long)p.k_dim * kBits / 8;
   const int row_bytes = gemv_seg_bytes(F, p.k_dim, Cluster), srow_bytes = row_scale_bytes(F, p.k_dim),
@@ -435,13 +395,14 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   unsigned char* s_scale = s_data + (kStream ? gemv_ring_bytes(C) : kBulk ? kBlockTiles * 16 * row_bytes : 0);
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
   const unsigned bar = ptx::smem_u32(&s_bar);
-  // stages 2: one mbarrier per (K step, warp column) of the block, after the zero points (8-byte aligned)
-  const unsigned s_bars = ptx::smem_u32(s_zero + kBlockTiles * 16 * zrow_bytes);
+  // stages 2 / 3: one single-use mbarrier per (K step, warp column) of the block, after the zero points (8-byte
+  // aligned): step st of warp column wn is barrier (st - r_begin) WarpsN + wn.
+  const pipe::StepBarriers step_bars{ptx::smem_u32(s_zero + kBlockTiles * 16 * zrow_bytes)};
   const int tile0 = bx * kBlockTiles;
   const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
   // stages 2: lane 0 of each warp requests its steps in K order, at most kWindow ahead of the step the warp decodes: one
   // mbarrier and one TMA box (16 rows x 64 bytes) per step and m16 tile. Requesting every step at once makes them
-  // land in any order, all near the end of the weight stream (NOTES.md, qkv_proj 15); a short window lands them in
+  // land in any order, all near the end of the weight stream; a short window lands them in
   // order, so the decode of step j overlaps the stream of the steps after it. The ring keeps shared memory independent
   // of K (16-bit weights: a whole slice, 16 rows x 7 KB per tile, allowed only one block per SM).
   constexpr int kWindow = Prefetch + 1;
@@ -450,8 +411,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   for (int r = 0; r < R; ++r) tiles_w += tile_in[r] ? 1 : 0;
   auto issue_step = [&](int st) {
 #if __CUDA_ARCH__ >= 900
-    const unsigned b = s_bars + 8 * ((st - r_begin) * WarpsN + wn);
-    ptx::mbarrier_arrive_expect_tx(b, unsigned(tiles_w * 1024 + (kXTma ? kXBox : 0)));
+    const unsigned b = step_bars.arm((st - r_begin) * WarpsN + wn, unsigned(tiles_w * 1024 + (kXTma ? kXBox : 0)));
     if (kXTma)  // box {64 elements, the step's K / 64 halves, tile_m tokens} of the map {64, K / 64, M}; rows >= M zero
       ptx::tma_load_3d(ptx::smem_u32(s_x + (warp * kWindow + (st - s_begin) % kWindow) * kXBox), xmap, 0,
                        st * (kStepK / 64), m0, b, ptx::L2Hint{});
@@ -470,7 +430,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #if __CUDA_ARCH__ >= 900
   if (kStream) {
     if (lane == 0) {
-      for (int st = s_begin; st < s_end; ++st) ptx::mbarrier_init(s_bars + 8 * ((st - r_begin) * WarpsN + wn), 1);
+      for (int st = s_begin; st < s_end; ++st) step_bars.init((st - r_begin) * WarpsN + wn);
       ptx::mbarrier_init_fence();
       for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
     }
@@ -481,8 +441,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // first step. The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb
   // bytes is a multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that
   // straddle two warps' ranges are written by both, with the same bytes. The byte range takes compile-time group sizes
-  // (shifts): with 64-bit K x bytes / K divisions, a stages-0 variant of this copy ran 0.2-0.7 us slower at M = 1
-  // (NOTES.md, qkv_proj 36).
+  // (shifts): 64-bit K x bytes / K divisions are a slow subroutine on the path to the first step.
   auto load_warp_scales = [&]() {
 #if __CUDA_ARCH__ >= 800
     const int k_lo = s_begin * kStepK, k_hi = s_end * kStepK < p.k_dim ? s_end * kStepK : p.k_dim;
@@ -564,9 +523,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
   constexpr int kXSlots = !kXTma && Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
   uint4 wreg[kSmem ? 1 : Prefetch][R][2];
-  unsigned sbits[kScaleRing ? Prefetch : 1][R][2];  // kScaleRing: the ring's raw scale bits (global_scale_bits)
+  unsigned sbits[kScaleRing ? Prefetch : 1][R][2];  // kScaleRing: the ring's raw scale bits (global_bits)
   UnitScales sreg[R][2];                            // this step's unit scales
-  uint4 xreg[kXSlots][NT][kWords / 4];
+  uint4 xreg[kXSlots][NT][kWords / 4];  // [X slot][n8 token tile][16 bytes]: token 8 t + g, the lane's K unit
   auto load_x = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
 #pragma unroll
@@ -598,7 +557,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             wreg[kSmem ? 0 : slot][r][h] =
                 ptx::ldg_u4(wdata + (long long)row * w_unit_row + (long long)step * w_unit_step + 16 * q,
                             ptx::l2_evict_first_if(p.w_evict_first != 0));
-            if constexpr (kScaleRing && kGroupScales) sbits[slot][r][h] = global_scale_bits<F>(p, row, k0);
+            if constexpr (kScaleRing && kGroupScales) sbits[slot][r][h] = quant::FormatTraits<F>::global_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
             if constexpr (kScaleRing) sbits[slot][r][h] = 0u;  // (unused: the step gives the unit scale 0)
@@ -630,7 +589,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 
   KT_GEMV_TRACE(6);
   // ---- decode tables (after the loads are in flight) ----
-  build_decode_tables<DT, F>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
+  build_decode_tables<DT, F, kGemvTableCopies>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
   // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
   unsigned short bias_v[R][2] = {};  // the dtype's bits, converted in the epilogue (no wait on the load before the mainloop)
   float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums
@@ -676,7 +635,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   KT_GEMV_TRACE(7);
 
   // Two accumulator sets, by chunk parity, halve the dependent mma chain; summed after the mainloop.
-  float acc2[2][R][NT][4];
+  float acc2[2][R][NT][4];  // [chunk parity][m16 feature tile][n8 token tile][C fragment]
   zero_fill(acc2);
 
   if (kBulk) {
@@ -705,7 +664,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #endif
         if (kStream) {  // this step's TMA boxes have landed
 #if __CUDA_ARCH__ >= 900
-          ptx::mbarrier_wait(s_bars + 8 * ((step - r_begin) * WarpsN + wn), 0);
+          step_bars.wait((step - r_begin) * WarpsN + wn);
 #endif
           if (kXTma) load_x_smem(j);
           if (j == 0) KT_GEMV_TRACE(1);
@@ -727,10 +686,11 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
               }
               // (one expression, selected on `in`: written as if / else branches, some binaries took up to 10 more
               // registers)
-              sreg[r][h] = kGroupScales ? (in ? scales_of_bits<F>(kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
-                                                                             : smem_scale_bits<F>(s_scale + lr * srow_bytes,
-                                                                                                  s_zero + lr * zrow_bytes, k0),
-                                                                  p.tensor_scale)
+              sreg[r][h] = kGroupScales ? (in ? quant::FormatTraits<F>::unit_scales(
+                                                    kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
+                                                               : quant::FormatTraits<F>::smem_bits(
+                                                                     s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0),
+                                                    p.tensor_scale)
                                               : UnitScales{0.f, 0.f, 0.f})
                                         : UnitScales{1.f, 1.f, 0.f};
             }
@@ -772,10 +732,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           // whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
           // through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
           // "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
-          // at the end of the step, where the fence finds none of the step's reads in flight. Measured (NOTES.md
-          // qkv_proj 38): right after the X reads the fence held the weight's reads behind them; a spare X slot, to
-          // request before the step's reads, took 2 blocks per SM to 1 for the table formats (their decode tables).
+          // at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
+          // the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
+          // costs the table formats a block per SM (their decode tables).
+#if __CUDA_ARCH__ >= 900  // (kStream is sm_90-only; the fence exists there only)
           if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
+#endif
           __syncwarp();
           if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
         }
@@ -976,32 +938,32 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 
 /// gemv stages 0 / 1 (qkv_proj_config.h); Balance: config split_k 0, the balanced tail (gemv_balance: a 1-D grid of
 /// gemv_balance(..).blocks() blocks, QkvParams::gemv_full / gemv_split, workspace and counters).
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Stages, bool Balance = false>
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32)) qkv_gemv(const QkvParams p) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1, Balance>(p, nullptr);
+  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1, Balance>(p, nullptr);
 }
 
 /// gemv stages 2 (sm_90): each warp requests its K steps in order by TMA, one mbarrier per step. w.w_map is the packed
 /// weight data as a 5-D byte tensor {K bytes, 8 rows g, 2 halves h, D / 16 tiles, heads} with strides {row, D / 2 rows,
 /// 8 rows, D rows} bytes, box {64, 8, 2, 1, 1}: one box is the 16 RoPE-paired rows of an m16 tile for one warp step
 /// (runtime/qkv.cpp encodes it); w.x_map is unused. Balance: as qkv_gemv's.
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           bool Balance = false>
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
     qkv_gemv_tma(const __grid_constant__ WsParams w) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1, Balance>(w.p, &w.w_map);
+  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1, Balance>(w.p, &w.w_map);
 }
 
 /// gemv stages 3 (sm_90, packed weights): as qkv_gemv_tma, and each step's X tile also comes by TMA on the step's
 /// mbarrier. w.x_map is X as a 3-D tensor of 16-bit elements {64, K / 64, M} with strides {128 bytes, x_row_stride},
 /// box {64, step K / 64, TileM} (one warp step of K for the block's tokens), 128-byte swizzle, tokens past M read as
 /// zeros (runtime/qkv.cpp encode_gemv_x; K a multiple of 64).
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           bool Balance = false>
 __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
     qkv_gemv_tma_x(const __grid_constant__ WsParams w) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 3, 1, Balance>(w.p, &w.w_map, &w.x_map);
+  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 3, 1, Balance>(w.p, &w.w_map, &w.x_map);
 }
 
 /// gemv with K split over the Cluster blocks of a thread-block cluster (stages 1, sm_90): grid.x = row blocks x
@@ -1009,11 +971,11 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 /// sm_90 only: NVRTC rejects __cluster_dims__ when compiling for an older arch, even in a template nobody instantiates
 /// (every gemv binary for sm_80 failed to compile).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
           int Cluster>
 __global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
     qkv_gemv_cluster(const QkvParams p) {
-  gemv_body<DT, F_, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p, nullptr);
+  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p, nullptr);
 }
 #endif
 

@@ -10,7 +10,9 @@
 // Epilogue (through shared memory): + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021;
 // Llama/Qwen pairing (i, i + D/2), angle = pos * theta^(-2i/D)), write Q/K/V.
 #pragma once
+#include "common/format_traits.cuh"
 #include "common/ptx.cuh"
+#include "qkv_proj/qkv_epilogue.cuh"
 #include "qkv_proj/qkv_proj_config.h"
 #include "qkv_proj/quant_format.h"
 
@@ -22,102 +24,13 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * TK + ((chunk ^ (row & 7)) << 3);
 }
 
-/// FP8 E4M3 (OCP FP8: bias 7, no infinities, 0x7F/0xFF NaN) to float.
-__device__ __forceinline__ float e4m3_to_float(unsigned b) {
-  const unsigned e = (b >> 3) & 15u, m = b & 7u;
-  float v = e == 0 ? float(m) * 0.001953125f /* 2^-9 */ : __int_as_float(int(((e + 120u) << 23) | (m << 20)));
-  if ((b & 0x7fu) == 0x7fu) v = __int_as_float(0x7fc00000);
-  return (b & 0x80u) ? -v : v;
-}
-
-/// E8M0 scale (OCP MX v1.0: 2^(e - 127), e = 255 NaN) to float; e = 0 is 2^-127, a denormal.
-__device__ __forceinline__ float e8m0_to_float(unsigned e) {
-  return e == 255u ? __int_as_float(0x7fc00000) : (e == 0u ? 5.877471754111438e-39f : __int_as_float(int(e << 23)));
-}
-
-/// Scales of one 16-byte unit: s0 for its first group, s1 for a second group inside the unit (nvfp4), z (int4).
-struct UnitScales {
-  float s0, s1, z;
-};
-
-/// One 16-byte unit's scale entries as raw bits (quant_format.h encodings), from global memory: row `row` of the
-/// weight's scale / zero-point arrays, k0 the unit's first element. int8: the row's fp32 scale; int4: the fp16 scale |
-/// the zero point << 16; nf4: the fp32 absmax; mxfp4: the E8M0 byte; nvfp4: the unit's two E4M3 bytes (an aligned pair:
-/// k0 / 16 is even, K / 16 too).
-template <quant::Format F>
-__device__ __forceinline__ unsigned global_scale_bits(const QkvParams& p, int row, int k0) {
-  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
-  if (F == quant::Format::int8) return __ldg(reinterpret_cast<const unsigned*>(sc) + row);
-  if (F == quant::Format::int4) {
-    const long long g = (long long)row * (p.k_dim / 128) + k0 / 128;
-    return unsigned(__ldg(reinterpret_cast<const unsigned short*>(sc) + g)) |
-           unsigned(__ldg(static_cast<const unsigned char*>(p.w_zeros) + g)) << 16;
-  }
-  if (F == quant::Format::nf4) return __ldg(reinterpret_cast<const unsigned*>(sc) + (long long)row * (p.k_dim / 64) + k0 / 64);
-  if (F == quant::Format::mxfp4) return __ldg(sc + (long long)row * (p.k_dim / 32) + k0 / 32);
-  if (F == quant::Format::nvfp4)
-    return __ldg(reinterpret_cast<const unsigned short*>(sc + (long long)row * (p.k_dim / 16) + k0 / 16));
-  return 0u;
-}
-/// The unit's scales from its raw bits (smem_scale_bits / global_scale_bits); nvfp4's include the per-tensor scale.
-template <quant::Format F>
-__device__ __forceinline__ UnitScales scales_of_bits(unsigned b, float tensor_scale) {
-  UnitScales s{1.f, 1.f, 0.f};
-  if (F == quant::Format::int8 || F == quant::Format::nf4) {
-    s.s0 = __uint_as_float(b);
-  } else if (F == quant::Format::int4) {
-    s.s0 = ptx::to_float<DType::f16>((unsigned short)(b & 0xffffu));
-    s.z = float(b >> 16);
-  } else if (F == quant::Format::mxfp4) {
-    s.s0 = e8m0_to_float(b);
-  } else if (F == quant::Format::nvfp4) {
-#if __CUDA_ARCH__ >= 890  // both E4M3 scales of the unit by one exact cvt
-    unsigned pair;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"((unsigned short)(b & 0xffffu)));
-    s.s0 = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
-    s.s1 = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
-#else
-    s.s0 = e4m3_to_float(b & 0xffu) * tensor_scale;
-    s.s1 = e4m3_to_float((b >> 8) & 0xffu) * tensor_scale;
-#endif
-  }
-  return s;
-}
+using quant::UnitScales;
 
 /// The unit's scales, converted at load (the tiled mainloops' register rings; the gemv rings keep the raw bits).
 template <quant::Format F>
 __device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, int k0) {
-  return scales_of_bits<F>(global_scale_bits<F>(p, row, k0), p.tensor_scale);
-}
-
-/// Entry c (0..15) of the decode table as a compile-time constant: the NF4 code value (nf4) or the signed E2M1
-/// value (the other 4-bit formats).
-template <quant::Format F, int C>
-struct LutConst {
-  static constexpr float value =
-      F == quant::Format::nf4 ? quant::nf4_code(C) : (C & 8 ? -1.f : 1.f) * quant::e2m1_magnitude(C & 7);
-};
-
-/// a if i == C else b, as one setp + selp in inline PTX: opaque to the compiler, which turns a plain chain of
-/// compare-and-selects on one variable back into a switch (a branch tree).
-template <int C>
-__device__ __forceinline__ float select_if_eq(int i, float a, float b) {
-  float r;
-  asm("{ .reg .pred p; setp.eq.s32 p, %1, %2; selp.f32 %0, %3, %4, p; }" : "=f"(r) : "r"(i), "n"(C), "f"(a), "f"(b));
-  return r;
-}
-
-/// Entry i (0..15; any other i gives entry 0) of the decode table in shared memory (LutConst<F, i>), branch-free: 15
-/// compare-and-selects on immediates that every lane runs alike. (Indexing the switch of quant::nf4_code with the
-/// lane's i compiles to a branch tree whose 16 leaves the lanes of a warp walk one after another; NOTES.md, qkv_proj
-/// 20.)
-template <quant::Format F, int C = 15>
-__device__ __forceinline__ float lut_value(int i) {
-  if constexpr (C == 0) {
-    return LutConst<F, 0>::value;
-  } else {
-    return select_if_eq<C>(i, LutConst<F, C>::value, lut_value<F, C - 1>(i));
-  }
+  using T = quant::FormatTraits<F>;
+  return T::unit_scales(T::global_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0), p.tensor_scale);
 }
 
 /// Dequantizes chunk c (compile-time after unrolling; 0 .. words per unit / 4 - 1) of one 16-byte unit into four
@@ -170,199 +83,21 @@ __device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s,
   }
 }
 
-/// RoPE inverse frequency theta^(-2i/D) of rotation pair i < D/2, in double (RoFormer; Llama/Qwen rope_theta).
-template <int D>
-__device__ __forceinline__ double rope_inv_freq(const QkvParams& p, int i) {
-  return exp2(-double(2 * i) / double(D) * p.rope_log2_theta);
-}
-
-/// The RoPE angle of pair i per position unit as a 64-bit fixed-point fraction of a turn: round(2^64 theta^(-2i/D) /
-/// (2 pi)) (< 2^62; relative error about 2^-52). With it the angle of any integer position reduces mod 2 pi exactly in
-/// integer arithmetic (rope_sincos).
-template <int D>
-__device__ __forceinline__ unsigned long long rope_turns(const QkvParams& p, int i) {
-  return __double2ull_rn(rope_inv_freq<D>(p, i) * (18446744073709551616.0 / 6.283185307179586));
-}
-
-/// sin and cos of the RoPE angle pos x theta^(-2i/D), turns = rope_turns(i): the angle reduced mod 2 pi in fixed
-/// point (rope_angle, qkv_proj_config.h; 2 integer multiplies where the double reduction it replaces took 5
-/// double-precision operations and 2 conversions), then __sincosf (|error| < 2^-21.4 on [-pi, pi], CUDA C Programming
-/// Guide, intrinsic functions).
-__device__ __forceinline__ void rope_sincos(int pos, unsigned long long turns, float& s, float& c) {
-  __sincosf(rope_angle(pos, turns), &s, &c);
-}
-
-/// d[0..3] += v, and s += v: a float4 partial sum added to four accumulators, component by component (one order, so
-/// the split-K, stream-K, cluster and K-group reductions stay deterministic).
-__device__ __forceinline__ void add_f4(float* d, const float4& v) { d[0] += v.x, d[1] += v.y, d[2] += v.z, d[3] += v.w; }
-__device__ __forceinline__ void add_f4(float4& s, const float4& v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
-
-#ifndef KT_EPI_TRACE  // timeline experiments only (bench/ws_trace): points 10-12 of finish_tile
-#define KT_EPI_TRACE(i) \
-  do {                  \
-  } while (0)
-#endif
-
-/// The end of every qkv kernel, run by all kThreads threads of the block once sC [TileM, TileN + 4] (fp32, tokens x
-/// output features, shared memory) holds the block's partial product for tokens m0.. and features n0..:
-///  - split-K (gridDim.z > 1): the block writes its partial tile (valid token rows only) to the workspace; the last
-///    block of the tile to arrive (atomic counter, threadfence reduction) sums the partials in split order and goes
-///    on, the others return. The last block resets the counter for the next launch.
-///  - epilogue: + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021; Llama/Qwen pairing
-///    (i, i + D/2), angle = pos * theta^(-2i/D), reduced mod 2 pi in fixed point: rope_sincos), split into Q/K/V.
-/// Must be called by every thread of the block (it has barriers), or with kBarrierId > 0 by threads 0 .. kThreads - 1
-/// only (named barrier kBarrierId: the block's other warps have left). kMaxBatch: token rows per thread whose position
-/// loads are issued together before their arithmetic (more registers, fewer dependent round trips).
-/// kPre (no split-K through the workspace): the caller has loaded the epilogue's inputs into shared memory before its
-/// mainloop -- pre_bias2 = bias pairs of columns n0 .. n0 + TileN - 1 (0 past N or without bias), pre_pos = positions
-/// of tokens m0 .. m0 + TileM - 1, pre_turns = rope_turns(i) for i < D/2 (Rope) -- and made them visible with
-/// the barrier after it wrote sC, so the epilogue has no global loads and no table to build.
-/// row_limit (<= TileM): only token rows r < row_limit of sC are finished (a cluster rank's share of a tile).
-template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0,
-          int kMaxBatch = 1, bool kPre = false>
-__device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0, const unsigned* pre_bias2 = nullptr,
-                                            const int* pre_pos = nullptr, const unsigned long long* pre_turns = nullptr,
-                                            int row_limit = TileM) {
-  auto sync = [] {
-    if (kBarrierId == 0) __syncthreads();
-    else ptx::named_barrier(kBarrierId, kThreads);
-  };
-  __shared__ unsigned long long s_turns[kPre ? 1 : D / 2];
-  const unsigned long long* turns = kPre ? pre_turns : s_turns;
-  __shared__ int s_last;
-  constexpr int kLd = TileN + 4;
-  const int tid = threadIdx.x;
-  const int N = (p.num_heads + 2 * p.num_kv_heads) * D;
-  const int SplitK = gridDim.z;
-  const int rows = p.m - m0 < TileM ? p.m - m0 : TileM;  // valid token rows of this tile
-  // ---- split-K: partial tiles through the workspace; the last block reduces ----
-  if (!kPre && SplitK > 1) {
-    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-    float* ws = p.workspace + ((long long)tile * SplitK + blockIdx.z) * TileM * TileN;
-    for (int e = tid * 4; e < rows * TileN; e += kThreads * 4) {
-      const int r = e / TileN, c = e % TileN;
-      __stcg(reinterpret_cast<float4*>(ws + e), *reinterpret_cast<const float4*>(sC + r * kLd + c));
-    }
-    __threadfence();
-    sync();
-    if (tid == 0) s_last = atomicAdd(p.counters + tile, 1u) == unsigned(SplitK - 1);
-    sync();
-    if (!s_last) return;
-    __threadfence();
-    const float* base = p.workspace + (long long)tile * SplitK * TileM * TileN;
-    for (int e = tid * 4; e < rows * TileN; e += kThreads * 4) {
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s = 0; s < SplitK; ++s) {
-        add_f4(sum, __ldcg(reinterpret_cast<const float4*>(base + (long long)s * TileM * TileN + e)));
-      }
-      const int r = e / TileN, c = e % TileN;
-      *reinterpret_cast<float4*>(sC + r * kLd + c) = sum;
-    }
-    if (tid == 0) p.counters[tile] = 0u;  // ready for the next launch
-  }
-  if (!kPre) {
-    if (Rope) {
-      for (int i = tid; i < D / 2; i += kThreads) s_turns[i] = rope_turns<D>(p, i);
-    }
-    sync();
-  }
-  KT_EPI_TRACE(10);
-
-  // ---- epilogue: bias, RoPE (Q, K heads), split into Q/K/V ----
-  // Item (token r, head part hh, column pair j) covers columns c1 = 2j, 2j + 1 and c2 = c1 + kCols / 2 of the head
-  // (part): for a rotated head those are the RoPE pairs (i, i + D/2) of i = 2j and 2j + 1, otherwise just four
-  // columns; each pair is one 4-byte store (a warp stores 128 contiguous bytes). Items are numbered row-major and
-  // dealt out round robin, and kThreads is a multiple of a row's items, so a thread keeps its (hh, j) in every row:
-  // its columns' output address, bias and RoPE frequencies are set up once, and each row adds only the token's
-  // position, the arithmetic and the stores. The rows' position loads are issued kBatch at a time before their
-  // arithmetic, so their latencies overlap (NOTES qkv_proj 17, 18).
-  constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
-  constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
-  constexpr int kPairs = kCols / 4;
-  constexpr int kRowItems = kHeadsPerTile * kPairs;  // items of one token row
-  static_assert(kThreads % kRowItems == 0, "finish_tile: the block's threads must cover whole token rows");
-  constexpr int kRowStep = kThreads / kRowItems;  // token rows per round
-  constexpr int kIters = (TileM + kRowStep - 1) / kRowStep;
-  // kMaxBatch is the caller's: 1 (the default) in the mma.sync / wgmma kernels, where 4 items made a register-capped
-  // variant spill; up to 8 in the warp-specialized kernel where its accumulators leave room.
-  constexpr int kBatch = kIters < kMaxBatch ? kIters : kMaxBatch;
-  const int ri = tid % kRowItems, r0 = tid / kRowItems;
-  const int hh = ri / kPairs, c1 = 2 * (ri % kPairs), c2 = c1 + kCols / 2, lc = hh * kCols;
-  const int col0 = n0 + lc;  // first column of this head (part) in Y
-  const bool col_ok = col0 < N;
-  const int head = col0 / D;  // global head index in [Q | K | V]
-  const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
-  const bool rotate = Rope && (is_q || is_k);
-  unsigned short* out;
-  long long ld, off;  // row stride (elements) and the head part's first column in the output
-  if (is_q) {
-    out = static_cast<unsigned short*>(p.q), ld = p.q_row_stride;
-    off = (long long)head * D + col0 % D;
-  } else if (is_k) {
-    out = static_cast<unsigned short*>(p.k), ld = p.k_row_stride;
-    off = (long long)(head - p.num_heads) * D + col0 % D;
-  } else {
-    out = static_cast<unsigned short*>(p.v), ld = p.v_row_stride;
-    off = (long long)(head - p.num_heads - p.num_kv_heads) * D + col0 % D;
-  }
-  float bias1[2] = {0.f, 0.f}, bias2[2] = {0.f, 0.f};  // columns c1 + e, c2 + e
-  if (HasBias && col_ok) {
-    const unsigned* b = static_cast<const unsigned*>(p.bias);
-    const unsigned w1 = kPre ? pre_bias2[(lc + c1) / 2] : __ldg(b + (col0 + c1) / 2);
-    const unsigned w2 = kPre ? pre_bias2[(lc + c2) / 2] : __ldg(b + (col0 + c2) / 2);
-    bias1[0] = ptx::to_float<DT>((unsigned short)(w1 & 0xffffu)), bias1[1] = ptx::to_float<DT>((unsigned short)(w1 >> 16));
-    bias2[0] = ptx::to_float<DT>((unsigned short)(w2 & 0xffffu)), bias2[1] = ptx::to_float<DT>((unsigned short)(w2 >> 16));
-  }
-  unsigned long long tp[2] = {0ull, 0ull};  // RoPE turns per position of pairs c1 and c1 + 1
-  if (rotate) tp[0] = turns[c1], tp[1] = turns[c1 + 1];
-  for (int i0 = 0; i0 < kIters; i0 += kBatch) {
-    int pos[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int r = r0 + (i0 + u) * kRowStep;
-      pos[u] = 0;
-      if (rotate && i0 + u < kIters && r < row_limit && m0 + r < p.m) pos[u] = kPre ? pre_pos[r] : __ldg(p.positions + m0 + r);
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int r = r0 + (i0 + u) * kRowStep;
-      if (i0 + u >= kIters || r >= row_limit || m0 + r >= p.m || !col_ok) continue;
-      const float2 a = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c1);
-      const float2 b = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c2);
-      float y1[2] = {a.x + bias1[0], a.y + bias1[1]}, y2[2] = {b.x + bias2[0], b.y + bias2[1]};
-      if (rotate) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float sn, cs;
-          rope_sincos(pos[u], tp[e], sn, cs);
-          const float o1 = y1[e] * cs - y2[e] * sn, o2 = y2[e] * cs + y1[e] * sn;
-          y1[e] = o1;
-          y2[e] = o2;
-        }
-      }
-      unsigned short* row = out + (long long)(m0 + r) * ld + off;
-      *reinterpret_cast<unsigned*>(row + c1) = ptx::pack2<DT>(y1[0], y1[1]);
-      *reinterpret_cast<unsigned*>(row + c2) = ptx::pack2<DT>(y2[0], y2[1]);
-    }
-    if (i0 == 0) KT_EPI_TRACE(11);
-  }
-  KT_EPI_TRACE(12);
-}
-
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int WarpsM, int WarpsN,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int WarpsM, int WarpsN,
           int Stages, int Prefetch>
 __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams p) {
-  constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C = make_config(TileM, TileN, MmaConfig{TileK, WarpsM, WarpsN, Stages, 1, Prefetch});  // split_k: gridDim.z
   const int SplitK = gridDim.z;
+  // Preconditions
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_proj variant: see invalid_reason() in qkv_proj_config.h");
 #endif
+  static_assert(TileM % (16 * WarpsM) == 0 && TileN % (16 * WarpsN) == 0, "qkv_proj: whole m16 / n16 fragments per warp");
   constexpr int kThreads = WarpsM * WarpsN * 32;
   constexpr int WM = TileM / WarpsM, WN = TileN / WarpsN;
   constexpr int MF = WM / 16, NF = WN / 8;
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr int kUnitElems = 128 / kBits;                  // elements per 16-byte unit
   constexpr int kUnitsPerRow = TileK / kUnitElems;
   constexpr int kUnitsPerThread = w_units(C, F) / kThreads;
@@ -371,8 +106,8 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
 
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ float s_lut[16];
-  const unsigned sX = ptx::smem_u32(smem);                  // Stages x [TileM, TileK]
-  const unsigned sW = sX + Stages * kXTileBytes;            // 2 x [TileN, TileK] decoded
+  const unsigned sX = ptx::smem_u32(smem);                  // [Stages][TileM, TileK] 16-bit, swizzled (swz)
+  const unsigned sW = sX + Stages * kXTileBytes;            // [2][TileN, TileK] decoded 16-bit, swizzled
   unsigned char* sW_ptr = smem + Stages * kXTileBytes;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -384,7 +119,7 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
   const int kt_end = (int)((long long)nk_total * (blockIdx.z + 1) / SplitK);
   const int nk = kt_end - kt_begin;
 
-  if (tid < 16) s_lut[tid] = lut_value<F>(tid);
+  if (tid < 16) s_lut[tid] = quant::lut_value<F>(tid);
 
   // ---- X loader (cp.async, zero-filled past M) ----
   const unsigned short* x = static_cast<const unsigned short*>(p.x);
@@ -438,7 +173,7 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
     }
   };
 
-  float acc[MF][NF][4];
+  float acc[MF][NF][4];  // [m16 fragment][n8 fragment][C fragment] of the warp's [WM, WN]
 #pragma unroll
   for (int a = 0; a < MF; ++a)
 #pragma unroll

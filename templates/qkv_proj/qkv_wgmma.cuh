@@ -63,17 +63,17 @@ __device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScal
   }
 }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int Stages, int Prefetch>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int Stages, int Prefetch>
 __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
-  constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C = make_config(TileM, TileN, WgmmaConfig{TileK, Stages, 1, Prefetch});  // split_k: gridDim.z
+  // Preconditions
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma variant: see invalid_reason() in qkv_proj_config.h");
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kThreads = TileM * 2;  // one warpgroup (128 threads) per 64 token rows
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr bool kCopyW = kBits == 16;                      // 16-bit weight: cp.async, no decode
   constexpr int kSub = TileK / 64;                          // 64-wide swizzle atoms along K
   constexpr unsigned kXTileBytes = TileM * TileK * 2, kWTileBytes = TileN * TileK * 2;
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
 #pragma unroll
       for (int pp = 0; pp < kRing; ++pp)
         if (pp < nk) load_w(pp, pp);
-      build_decode_tables<DT, F>(s_lut, s_tab, tid, kThreads);
+      build_decode_tables<DT, F, kGemvTableCopies>(s_lut, s_tab, tid, kThreads);
       __syncthreads();  // s_lut, s_tab
       store_w(0, 0);
       if (kRing < nk) load_w(0, kRing);

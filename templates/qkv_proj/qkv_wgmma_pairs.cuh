@@ -1,5 +1,5 @@
 // Fused Q/K/V projection, warp-specialized Hopper mainloop with RoPE-paired feature tiles ("wgmma_pairs",
-// Config::mainloop = Mainloop::wgmma_pairs; sm_90a; 16-bit weights only; NOTES.md qkv_proj 23 and 25).
+// Config::mainloop = Mainloop::wgmma_pairs; sm_90a; 16-bit weights only).
 //
 //   Y[m, n] = sum_k X[m, k] W[n, k] with the tokens as wgmma's A operand (64 per consumer warpgroup, tile_m = 64 x
 //   consumers) and the features as its N (tile_n 40 .. 128). RoPE rotates pair (i, i + D/2) of a head (rotate-half;
@@ -15,14 +15,14 @@
 //   dimension, so the host's strides alone say whether the weight is row-major [N][K] or K-blocked [K / 64][N][64]
 //   and one binary reads both): rows [head][half][PB] of 128 bytes (64 elements along K),
 //   128-byte swizzled -- the K-major B operand of wgmma (wgmma.cuh), whose 8-column chunk c is (head c / (2 PB / 8),
-//   half, 8 pairs) of the tile. Every extra TMA copy per step holds the SM's copy engine some 60-85 cycles (NOTES 23),
+//   half, 8 pairs) of the tile. Every extra TMA copy per step holds the SM's copy engine for tens of cycles,
 //   which is why the tile is one box; heads past the last are zero-filled by the TMA and never stored.
 //
 //   Grid: (feature tiles, token tiles rounded up to a multiple of cluster_m), launched in thread-block clusters of
 //   1 x cluster_m (runtime/qkv.cpp): the blocks of a feature tile's cluster_m token tiles read the same weight boxes,
 //   and as one cluster they run on one GPC, start together and keep pace. Launched without clusters, the blocks of
-//   the lowest block indices started their first step 0.4-0.8 us late and ended last, whatever their tile (NOTES
-//   qkv_proj 27). The kernel itself uses no cluster feature.
+//   the lowest block indices start their first step late and end last, whatever their tile. The kernel itself uses no
+//   cluster feature.
 //
 //   Block: consumer warpgroups 0 .. tile_m / 64 - 1, then one producer warp. Its lane 0 fills a `stages`-deep ring
 //   (full / empty mbarriers, expect_tx) with each 64-wide K step: X [tile_m][64] (2-D tensor map, rows past M read as
@@ -30,22 +30,22 @@
 //   operands in shared memory, keeps one step in flight (wait_group 1), and each of its warps releases the step's
 //   slot once the wgmma that read it retired. The epilogue inputs (bias of the tile's columns, positions of its
 //   tokens, the RoPE turns per pair) are copied by cp.async before the block-wide barrier; the consumers wait for them
-//   while the ring's first step is in flight and compute their RoPE angles then (NOTES qkv_proj 26).
+//   while the ring's first step is in flight and compute their RoPE angles then.
 //
 //   Epilogue, in registers (accumulator layout: thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8), columns
 //   8 c + 2 (l % 4) + e): + bias, then RoPE on Q and K pairs -- with PB >= 8 a thread holds both halves of its pairs
 //   (chunks of the two halves of a box), with PB = 4 lanes l and l ^ 2 hold the two halves and exchange them by
 //   shuffle; every box is a head at the same pairs, so a thread's sin / cos are computed once, not per box --,
 //   rounded to the activation dtype into the warp's staging tile [16 rows][2 halves][pairs] in shared memory (over
-//   the ring, which is free by then: the ring can be as deep as shared memory allows; NOTES qkv_proj 26), then
+//   the ring, which is free by then: the ring can be as deep as shared memory allows), then
 //   written to Q / K / V in pieces of min(PB, 8) pairs (16 or 8 bytes, contiguous in the output) from neighbouring
-//   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput (NOTES 25: M = 256,
-//   the same bytes written densely took 1.3 us less with 16-byte pieces, 4 us less with 8-byte ones). The RoPE angle:
+//   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput. The RoPE angle:
 //   rope_sincos (qkv_proj.cuh), the same fixed-point reduction as every qkv kernel.
 //
 // Sources: PTX ISA 8.x (wgmma.mma_async, matrix descriptors, mbarrier, cp.async.bulk.tensor); CUDA Driver API
 // cuTensorMapEncodeTiled (the maps are encoded in qkv::launch, runtime/qkv.cpp).
 #pragma once
+#include "common/tma_ring.cuh"
 #include "common/wgmma.cuh"
 #include "qkv_proj/qkv_proj.cuh"
 
@@ -84,9 +84,8 @@ __device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int h
 }
 
 /// The kernel body (one block per output tile; the header comment describes it).
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
 __device__ __forceinline__ void wp_body(const WsParams& wp) {
-  constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C = make_config(TileM, TileN, PairsConfig{Stages, 1});  // cluster_m: a launch attribute
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
@@ -101,10 +100,12 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   constexpr int P = wp_pairs(C), PB = wp_box_pairs(C), kBoxes = wp_box_heads(C), kHalf = D / 2;
   constexpr unsigned kXB = TileM * 128, kWB = TileN * 128;
   constexpr int kStRow = wp_stage_row_bytes(C);
+  // Preconditions (with invalid_reason above)
   static_assert(kHalf % PB == 0 && P == PB * kBoxes, "wgmma_pairs: the tile is PB pairs of each of kBoxes heads");
+  static_assert(TileM % 64 == 0, "wgmma_pairs: one consumer warpgroup per 64 tokens");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
+  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // the ring's full and empty mbarriers
   __shared__ __align__(16) unsigned short s_bias[TileN];         // [half][pair of the tile], the dtype's bits
   __shared__ int s_pos[Rope ? TileM : 1];
   __shared__ unsigned long long s_turns[Rope ? kHalf : 1];
@@ -116,24 +117,24 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   unsigned char* smem = smem_raw + (base - raw);
   const unsigned sX = base, sW = base + Stages * kXB;  // Stages x [TileM][64], Stages x [TileN][64]
   unsigned char* stage_tile = smem;  // [TileM][kStRow], 16 rows per consumer warp, over the ring (wp_smem_bytes)
-  const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
+  const pipe::TmaRing<Stages> ring(s_bar);
 
   const int tid = threadIdx.x;
   KT_WP_TRACE(0, tid == 0);
   // The sizes the epilogue needs, in registers, and each box's output base and row stride in shared memory (below):
   // read through `p` in the store loop, they were loaded again from the parameter space in every iteration (the
-  // compiler cannot tell the stores from the parameters); graph time 0.05-0.12 us less (NOTES qkv_proj 27).
+  // compiler cannot tell the stores from the parameters).
   const int heads = p.num_heads + 2 * p.num_kv_heads, qk_heads = p.num_heads + p.num_kv_heads, m_end = p.m;
   // The tile: pairs [i0, i0 + PB) of heads [h0, h0 + kBoxes) (box b = head h0 + b); heads past the last are
   // zero-filled by the TMA and never stored.
   const int i0 = int(blockIdx.x % unsigned(kHalf / PB)) * PB, h0 = int(blockIdx.x / unsigned(kHalf / PB)) * kBoxes;
   const int m0 = blockIdx.y * TileM;
   const int nk = p.k_dim / 64;
-  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   auto issue = [&](int j) {  // K step j into slot j % Stages: X [TileM][64] and the weight tile, one TMA copy each
-    const unsigned slot = unsigned(j % Stages), bar = bar_full + 8 * slot;
-    ptx::mbarrier_arrive_expect_tx(bar, kXB + kWB);  // (rows past M and heads past the last arrive as zeros)
+    const unsigned slot = unsigned(ring.slot(j));
+    const unsigned bar = ring.arm(int(slot), kXB + kWB);  // (rows past M and heads past the last arrive as zeros)
     ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, j * 64, m0, bar);
     ptx::tma_load_5d(sW + slot * kWB, &wp.w_map, 0, i0, 0, h0, j, bar, wl2);
   };
@@ -141,11 +142,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   if (tid == kCT) {  // the producer sets up the barriers and fills the empty ring before the block-wide barrier
     ptx::prefetch_tensormap(&wp.x_map);
     ptx::prefetch_tensormap(&wp.w_map);
-#pragma unroll
-    for (int s = 0; s < Stages; ++s) {
-      ptx::mbarrier_init(bar_full + 8 * s, 1);                   // the producer's arrive.expect_tx (+ the TMA bytes)
-      ptx::mbarrier_init(bar_empty + 8 * s, unsigned(kCT / 32));  // one arrival per consumer warp
-    }
+    ring.init(unsigned(kCT / 32));  // empty: one arrival per consumer warp
     ptx::mbarrier_init_fence();
     wgmma::fence_proxy_async();
     for (int j = 0; j < n_first; ++j) issue(j);
@@ -183,7 +180,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   if (tid >= kCT) {  // ---------------- producer warp ----------------
     if (tid == kCT)
       for (int j = n_first; j < nk; ++j) {
-        ptx::mbarrier_wait(bar_empty + 8 * (j % Stages), ((j / Stages) & 1) ^ 1);
+        ring.acquire(j);
         issue(j);
       }
     return;  // the consumers' barriers below are named barriers over their own threads
@@ -221,8 +218,8 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
 #pragma unroll
   for (int i = 0; i < TileN / 2; ++i) acc[i] = 0.f;
   for (int j = 0; j < nk; ++j) {
-    const unsigned slot = unsigned(j % Stages);
-    ptx::mbarrier_wait(bar_full + 8 * slot, unsigned((j / Stages) & 1));
+    const unsigned slot = unsigned(ring.slot(j));
+    ring.wait(j);
 #ifdef KT_WP_TRACE_ON
     if (j == 0) KT_WP_TRACE(1, tid == 0);
 #endif
@@ -234,7 +231,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
     wgmma::commit_group();
     wgmma::wait_group<1>();  // step j - 1 retired: its slot is free
     wgmma::fence_operands(acc);
-    if (j >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((j - 1) % Stages));
+    if (j >= 1 && lane == 0) ring.release(j - 1);
   }
   wgmma::wait_group<0>();
   KT_WP_TRACE(2, tid == 0);
@@ -291,7 +288,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   KT_WP_TRACE(3, tid == 0);
   // ---- the warp's 16 rows to Q / K / V: chunks of 8 pairs (16 bytes, PB >= 8) or 4 (8 bytes), contiguous in the
   // output; the PB / 8 chunks of a box's half go to neighbouring lanes, so each 32-byte output sector of a PB = 16
-  // tile is written by one request (smaller pieces cost L2 write throughput: NOTES qkv_proj 25) ----
+  // tile is written by one request (smaller pieces cost L2 write throughput) ----
   constexpr int kCP = PB >= 8 ? 8 : 4, kSubAll = PB / kCP, kRowChunks = 2 * kBoxes * kSubAll;
 #pragma unroll 2
   for (int ch = lane; ch < 16 * kRowChunks; ch += 32) {
@@ -315,9 +312,9 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
 __global__ void __launch_bounds__(TileM * 2 + 32, 1) qkv_wgmma_pairs(const __grid_constant__ WsParams wp) {
-  wp_body<DT, F_, D, HasBias, Rope, TileM, TileN, Stages>(wp);
+  wp_body<DT, F, D, HasBias, Rope, TileM, TileN, Stages>(wp);
 }
 
 }  // namespace qkv

@@ -15,7 +15,7 @@
 //   K groups (KGroups = WsConfig::k_groups, 1 or 2; WsSplit::split_k): with 2, each consumer warpgroup has a twin (warpgroups
 //   Consumers .. 2 Consumers - 1) that takes the odd K steps of the block's range while the first group takes the even
 //   ones: twice the decode threads per SM for the same tiles and grid (packed weights at decode sizes are bound by the
-//   decode's instructions, NOTES qkv_proj 21). A slot is released by the warps of the group that read it. After the
+//   decode's instructions). A slot is released by the warps of the group that read it. After the
 //   mainloops group 1 hands its fp32 partial sums to group 0 through shared memory over the ring (the ring is free once
 //   both groups have passed a named barrier) and exits; group 0 adds them and runs the rest as with one group.
 //
@@ -42,61 +42,15 @@
 // Sources: PTX ISA 8.x (wgmma.mma_async with A in registers, register fragments and matrix descriptors, mbarrier,
 // cp.async.bulk.tensor, setmaxnreg); CUDA Driver API cuTensorMapEncodeTiled; the weight formats as in quant_format.h.
 #pragma once
+#include "common/tma_ring.cuh"
 #include "common/wgmma.cuh"
 #include "qkv_proj/qkv_gemv.cuh"
 
 namespace kt {
 namespace qkv {
 
-/// Scale bits of weight row `row` for K step kt (elements 64 kt .. 64 kt + 63), as stored (converted at use, so the
-/// load can be issued steps ahead): int4 s = the fp16 scale, z = the zero point; nf4 s = the fp32 absmax bits; mxfp4
-/// s = the two E8M0 bytes; nvfp4 s = the four E4M3 bytes (one per k16 slice).
-struct WsScaleRaw {
-  unsigned s, z;
-};
-
-template <quant::Format F>
-__device__ __forceinline__ WsScaleRaw ws_load_scale(const QkvParams& p, int row, int kt) {
-  WsScaleRaw r{0u, 0u};
-  const long long K = p.k_dim;
-  const unsigned char* sc = static_cast<const unsigned char*>(p.w_scales);
-  if (F == quant::Format::int4) {
-    const long long g = row * (K / 128) + kt / 2;
-    r.s = __ldg(reinterpret_cast<const unsigned short*>(sc) + g);
-    r.z = __ldg(static_cast<const unsigned char*>(p.w_zeros) + g);
-  } else if (F == quant::Format::nf4) {
-    r.s = __ldg(reinterpret_cast<const unsigned*>(sc) + row * (K / 64) + kt);
-  } else if (F == quant::Format::mxfp4) {  // row stride K / 32 bytes is even (K % 64 == 0)
-    r.s = __ldg(reinterpret_cast<const unsigned short*>(sc + row * (K / 32) + 2 * kt));
-  } else if (F == quant::Format::nvfp4) {  // row stride K / 16 bytes is a multiple of 4
-    r.s = __ldg(reinterpret_cast<const unsigned*>(sc + row * (K / 16) + 4 * kt));
-  }
-  return r;
-}
-
-/// The fp32 scale of k16 slice sl (0..3) of a step: int4, nf4, mxfp4 (nvfp4 converts its four E4M3 scales at once,
-/// ws_e4m3x4_scales).
-template <quant::Format F>
-__device__ __forceinline__ float ws_slice_scale(const WsScaleRaw& r, int sl) {
-  static_assert(F == quant::Format::int4 || F == quant::Format::nf4 || F == quant::Format::mxfp4,
-                "ws_slice_scale: int4, nf4 or mxfp4");
-  if (F == quant::Format::int4) return ptx::to_float<DType::f16>((unsigned short)r.s);
-  if (F == quant::Format::nf4) return __uint_as_float(r.s);
-  return e8m0_to_float((r.s >> (8 * (sl / 2))) & 255u);
-}
-
-/// nvfp4: the four E4M3 scales of a step (byte sl of raw = k16 slice sl) times the tensor scale. cvt.rn.f16x2.e4m3x2
-/// (PTX ISA, cvt; sm_89+) converts two bytes exactly (every E4M3 value, NaN included, is an fp16): 2 conversions and
-/// 4 multiplies for the four, where e4m3_to_float takes about 12 instructions each.
-__device__ __forceinline__ void ws_e4m3x4_scales(unsigned raw, float tensor_scale, float (&s)[4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    unsigned pair;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"((unsigned short)(raw >> (16 * h))));
-    s[2 * h] = ptx::to_float<DType::f16>((unsigned short)(pair & 0xffffu)) * tensor_scale;
-    s[2 * h + 1] = ptx::to_float<DType::f16>((unsigned short)(pair >> 16)) * tensor_scale;
-  }
-}
+/// Scale bits of one weight row for one 64-element K step (FormatTraits<F>::step_bits).
+using WsScaleRaw = quant::StepScaleBits;
 
 /// A fragments of one m64 atom for one K step: a[sl] = the four registers of k16 slice sl (wgmma.cuh's layout) for
 /// this thread's rows lo = 16 w + l / 4 and hi = lo + 8. wlo / whi: the rows' packed bytes of the step (8 words for
@@ -119,7 +73,7 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
     const unsigned sel = unsigned(q) | unsigned(q) << 4 | unsigned(4 + q) << 8 | unsigned(4 + q) << 12;  // byte q
     const float magic = DT == DType::f16 ? 1024.f : 128.f;
     const float mzl = -(magic + float(rlo.z)), mzh = -(magic + float(rhi.z));  // exact: z is 0..15
-    const float sl_ = ws_slice_scale<F>(rlo, 0), sh_ = ws_slice_scale<F>(rhi, 0);
+    const float sl_ = quant::FormatTraits<F>::slice_scale(rlo, 0), sh_ = quant::FormatTraits<F>::slice_scale(rhi, 0);
     const unsigned zzl = ptx::pack2<DT>(mzl, mzl), zzh = ptx::pack2<DT>(mzh, mzh);
     const unsigned scl = ptx::pack2<DT>(sl_, sl_), sch = ptx::pack2<DT>(sh_, sh_);
 #pragma unroll
@@ -133,16 +87,8 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
     const unsigned bsel = 0x4440u | unsigned(q);  // byte q, zero-extended
     float s[2][4];
     bool ok = true;
-    if constexpr (F == quant::Format::nvfp4) {
-      ws_e4m3x4_scales(rlo.s, tensor_scale, s[0]);
-      ws_e4m3x4_scales(rhi.s, tensor_scale, s[1]);
-    } else {
-#pragma unroll
-      for (int sl = 0; sl < 4; ++sl) {
-        s[0][sl] = ws_slice_scale<F>(rlo, sl);
-        s[1][sl] = ws_slice_scale<F>(rhi, sl);
-      }
-    }
+    quant::FormatTraits<F>::step_scales(rlo, tensor_scale, s[0]);
+    quant::FormatTraits<F>::step_scales(rhi, tensor_scale, s[1]);
 #pragma unroll
     for (int sl = 0; sl < 4; ++sl) ok = ok && dtype_holds_scale<DT>(s[0][sl]) && dtype_holds_scale<DT>(s[1][sl]);
     if (ok) {
@@ -229,20 +175,23 @@ __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int
 /// workspace, no counters, no global round trips, and each rank finishes 1 / ClusterK of the tile. Slots beside the
 /// ring (ws_cluster_slots_beside) need no cluster barrier after the mainloops (only the entry one, before the first
 /// remote store); slots over the ring, one after them.
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
           int ClusterK, int KGroups>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
-  constexpr quant::Format F = static_cast<quant::Format>(F_);
   constexpr Config C = make_config(
       TileM, TileN, WsConfig{Consumers, KGroups, Stages, StreamK ? WsSplit::stream_k : WsSplit::split_k, StreamK ? 1 : ClusterK});
+  // Preconditions
   static_assert(ClusterK == 1 || !StreamK, "stream-K blocks do not form clusters");
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_wgmma_ws variant: see invalid_reason() in qkv_proj_config.h");
 #endif
+  static_assert(TileN % (64 * Consumers) == 0, "wgmma_ws: each consumer warpgroup owns whole m64 atoms of features");
+  static_assert(TileM % 8 == 0, "wgmma_ws: the tokens are the wgmma N, a multiple of 8");
+  static_assert(KGroups == 1 || KGroups == 2, "wgmma_ws: one or two K groups");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kBits = quant::format_bits(F);
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr bool kWide = kBits == 16;  // 16-bit weight: A from shared memory, no decode
   constexpr int kAtoms = TileN / (64 * Consumers);
   constexpr int kRowB = ws_w_row_bytes(F);       // bytes of one weight row per K step: 32, 64 or 128
@@ -254,20 +203,20 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_lut[16];
   __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kWsTableCopies : 4];
-  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // full[0 .. Stages), empty[0 .. Stages)
+  __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // the ring's full and empty mbarriers
   __shared__ int s_reduce;                                        // this block adds up the tile's partials
   __shared__ __align__(8) unsigned long long s_red_bar;            // split-K cluster: rank 0's partials have landed
   // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
-  const unsigned sX = base;                 // Stages x [TileM][64] (128-byte swizzle)
-  const unsigned sW = base + Stages * kXB;  // Stages x [TileN][kRowB]
-  const unsigned bar_full = ptx::smem_u32(s_bar), bar_empty = bar_full + 8 * Stages;
+  const unsigned sX = base;                 // [Stages][TileM tokens][64 K] 16-bit, 128-byte swizzle (B, K-major)
+  const unsigned sW = base + Stages * kXB;  // [Stages][TileN features][kRowB bytes] packed as stored (16-bit: swizzled A)
+  const pipe::TmaRing<Stages> ring(s_bar);
   // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it
   // (a cluster whose partial slots lie over the ring: after the slots, ws_cluster_tile_offset).
   constexpr int kTileOff = StreamK ? Stages * (kXB + kWB) : ClusterK > 1 ? ws_cluster_tile_offset(C, F) : 0;
-  float* sC = reinterpret_cast<float*>(smem + kTileOff);
+  float* sC = reinterpret_cast<float*>(smem + kTileOff);  // [ws_epilogue_rows tokens][TileN + 4 features] fp32
   constexpr int kGroups = TileM / 8;  // 8-token groups of the tile (cluster ranks own contiguous ranges of them)
 
   KT_WS_TRACE(0);
@@ -295,19 +244,19 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int n_steps = dp_rounds * nk + u_end - u_begin;
   int t_next = !StreamK ? blk / ClusterK : dp_rounds > 0 ? blk : u_begin / nk;
   int kt_next = !StreamK ? u_begin - t_next * nk : dp_rounds > 0 ? 0 : u_begin % nk;
-  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first; NOTES qkv_proj 28).
+  // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
   auto issue = [&](int j) {  // step j's two tensor copies into slot j % Stages (free), then the walk's next step
-    const int slot = j % Stages;
-    ptx::mbarrier_arrive_expect_tx(bar_full + 8 * slot, kXB + kWB);
-    ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar_full + 8 * slot);
+    const int slot = ring.slot(j);
+    const unsigned bar = ring.arm(slot, kXB + kWB);
+    ptx::tma_load_2d(sX + slot * kXB, &wp.x_map, kt_next * 64, (t_next / n_tiles) * TileM, bar);
     if (kWide)  // 16-bit: the 3-D map {64, N, K / 64} (row-major or K-blocked: the host's strides say which)
-      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar_full + 8 * slot, wl2);
+      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar, wl2);
     else if (p.w_k_blocked)  // packed, K-blocked: the 3-D map {64, N, K bytes / 64} (WsParams)
       ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, kt_next * kRowB % 64, (t_next % n_tiles) * TileN, kt_next * kRowB / 64,
-                       bar_full + 8 * slot, wl2);
+                       bar, wl2);
     else
-      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar_full + 8 * slot, wl2);
+      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar, wl2);
     if (++kt_next == nk) {
       kt_next = 0;
       t_next = j + 1 < dp_rounds * nk ? t_next + G : j + 1 == dp_rounds * nk ? u_begin / nk : t_next + 1;
@@ -316,18 +265,14 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   };
   // The producer thread sets up the barriers and fills the empty ring at once, before the block-wide barrier (and the
   // decode tables), so the weight stream starts as early as it can: the first copies' data is what the consumers wait
-  // for longest (NOTES qkv_proj 18). Its own arrivals and copies follow the inits in program order; the init fence
+  // for longest. Its own arrivals and copies follow the inits in program order; the init fence
   // makes them visible to the async proxy and, with __syncthreads, to the consumers.
   const int n_first = n_steps < Stages ? n_steps : Stages;
   if (tid == kAllC) {
     KT_WS_TRACE_THIS(13);
     ptx::prefetch_tensormap(&wp.x_map);
     ptx::prefetch_tensormap(&wp.w_map);
-#pragma unroll
-    for (int s = 0; s < Stages; ++s) {
-      ptx::mbarrier_init(bar_full + 8 * s, 1);               // the producer's arrive.expect_tx (+ the TMA bytes)
-      ptx::mbarrier_init(bar_empty + 8 * s, 4 * Consumers);  // one arrival per consumer warp of the step's K group
-    }
+    ring.init(4 * Consumers);  // empty: one arrival per consumer warp of the step's K group
     if (ClusterK > 1) {  // the other ranks' partials of this rank's live token groups, as st.async transactions
       const int rank = int(ptx::cluster_rank());
       const int live = min(kGroups, (p.m - ((blk / ClusterK) / n_tiles) * TileM + 7) / 8);
@@ -358,7 +303,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     if (kConsumerWgs == 4) wgmma::setmaxnreg_dec<kWsProducerRegs4>();
     if (tid == kAllC) {  // the rest of the block's steps, each into a slot whose last use retired
       for (int j = n_first; j < n_steps; ++j) {
-        ptx::mbarrier_wait(bar_empty + 8 * (j % Stages), ((j / Stages) & 1) ^ 1);
+        ring.acquire(j);
         issue(j);
       }
     }
@@ -377,7 +322,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // Epilogue inputs of the block's one tile (ws_epi_preload: split-K blocks), copied now with cp.async, so that
   // nothing waits for them (a load under the weight stream takes 2-3 us), and waited for only before the epilogue,
   // instead of loaded after the mainloop where their latency (and the frequency table) added to the time after the
-  // weight stream (NOTES qkv_proj 18). The epilogue's named barrier makes them visible to every consumer thread.
+  // weight stream. The epilogue's named barrier makes them visible to every consumer thread.
   // Every cluster rank finishes its own token rows, so every rank copies them.
   constexpr bool kPre = ws_epi_preload(C);
   __shared__ unsigned s_pre_bias2[kPre ? TileN / 2 : 1];
@@ -416,7 +361,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     g_next += nks;
     const int n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
 
-    float acc[kAtoms][TileM / 2];
+    float acc[kAtoms][TileM / 2];  // [m64 atom][wgmma C fragment: 64 features x TileM tokens over 128 threads]
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
@@ -433,7 +378,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = min(n0 + row_lo0 + 64 * a + 8 * h, N - 1);  // rows past N: any valid row (outputs dropped)
-          sraw[buf][a][h] = ws_load_scale<F>(p, row, k0 + j);
+          sraw[buf][a][h] = quant::FormatTraits<F>::step_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0 + j);
         }
     };
     auto decode = [&](int buf, int j) {  // step j's slot is full
@@ -452,7 +397,6 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale, afrag[kWide ? 0 : buf][a]);
       }
     };
-    auto full_parity = [&](int j) { return unsigned(((g0 + j) / Stages) & 1); };
     // This K group's steps of the segment: local step i is segment step sj(i); nloc of them (a group may have none).
     auto sj = [&](int i) { return KGroups * i + kgrp; };
     const int nloc = (nks - kgrp + KGroups - 1) / KGroups;
@@ -460,7 +404,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     if (!kWide && (KGroups == 1 || nloc > 0)) {  // one group: every segment has a step
       load_scales_of(0, sj(0));
       load_scales_of(1, sj(1));
-      ptx::mbarrier_wait(bar_full + 8 * ((g0 + sj(0)) % Stages), full_parity(sj(0)));
+      ring.wait(g0 + sj(0));
       decode(0, sj(0));
       load_scales_of(0, sj(2));
     }
@@ -471,7 +415,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         const int i = i0 + b, j = sj(i);
         if (i < nloc) {
           const int slot = (g0 + j) % Stages;
-          if (kWide) ptx::mbarrier_wait(bar_full + 8 * slot, full_parity(j));
+          if (kWide) ring.wait(g0 + j);
 #ifdef KT_WS_TRACE_ON
           if (g0 + j == 0) KT_WS_TRACE(1);
 #endif
@@ -496,9 +440,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
               for (int ks = 0; ks < 4; ++ks) wgmma::fence_operands(afrag[kWide ? 0 : 1 - b][a][ks]);
           }
-          if (i >= 1 && lane == 0) ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(i - 1)) % Stages));
+          if (i >= 1 && lane == 0) ring.release(g0 + sj(i - 1));
           if (!kWide && i + 1 < nloc) {  // decode the group's next step while the tensor cores work on step j
-            ptx::mbarrier_wait(bar_full + 8 * ((g0 + sj(i + 1)) % Stages), full_parity(sj(i + 1)));
+            ring.wait(g0 + sj(i + 1));
             decode(1 - b, sj(i + 1));
             load_scales_of(1 - b, sj(i + 3));
           }
@@ -509,7 +453,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
     if ((KGroups == 1 || nloc > 0) && lane == 0)  // the group's last slot
-      ptx::mbarrier_arrive(bar_empty + 8 * ((g0 + sj(nloc - 1)) % Stages));
+      ring.release(g0 + sj(nloc - 1));
     KT_WS_TRACE(2);
 
     // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 through shared memory
@@ -540,7 +484,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     // (deterministic, the same order for every owner). Slots beside the ring: no cluster barrier after the mainloops
     // (the slower block's mainloop end is the only wait); slots over the ring: one, so that no rank stores into a ring
     // still being read. Each rank's epilogue then covers 1 / split_k of the tile. (A bulk copy per slot instead of
-    // the st.asyncs was no faster: NOTES qkv_proj 19.)
+    // the st.asyncs is no faster.)
     int e_lo = 0, e_rows = TileM;  // token rows [e_lo, e_lo + e_rows) of the tile this block finishes
     if (ClusterK > 1) {
       constexpr int kOwnMax = ws_cluster_rows(C) / 8;
@@ -617,7 +561,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
       // Block order (the sum does not depend on which block came last). At most 16 float4 loads in flight (64
       // registers beside up to 128 accumulators: no spills at 232 registers): small partials (kVec < 16) are read
-      // kPer blocks at a time, so their L2 round trips overlap (NOTES qkv_proj 17); large ones 16 loads at a time.
+      // kPer blocks at a time, so their L2 round trips overlap; large ones 16 loads at a time.
       constexpr int kPer = kVec >= 16 ? 1 : 16 / kVec;
       for (int b0 = b_first; b0 <= b_last; b0 += kPer) {
         if (kPer == 1) {
@@ -698,19 +642,19 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
           int KGroups = 1>
 __global__ void __launch_bounds__(128 * (Consumers * KGroups + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
+  ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
 }
 
 /// split_k = ClusterK > 1: grid.x = tiles x ClusterK, cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain
 /// launch forms the clusters (the ClusterK K slices of one tile).
-template <DType DT, int F_, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK,
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK,
           int KGroups = 1>
 __global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
     qkv_wgmma_ws_cluster(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F_, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);
+  ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);
 }
 
 }  // namespace qkv

@@ -292,7 +292,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, parse_arch("sm_90"))).find("sm_90a") !=
           std::string::npos);
     CHECK(variant_name(p4, wg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p2__sm_90a");
-    CHECK(name_expression(p4, wg) == "kt::qkv::qkv_wgmma<kt::DType::bf16, 3, 128, true, true, 128, 256, 64, 3, 2>");
+    CHECK(name_expression(p4, wg) == "kt::qkv::qkv_wgmma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 128, 256, 64, 3, 2>");
     CHECK(kernel_source(p4, wg, arch).source.find("qkv_wgmma.cuh") != std::string::npos);
     CHECK(config_to_json(wg).at("mainloop") == "wgmma");
     CHECK(same_config(config_from_json(config_to_json(wg)), wg));
@@ -324,7 +324,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(ws_consumers(ws) == 2);
     CHECK(ws_atoms(ws) == 1);
     CHECK(variant_name(p4, ws, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk1__sm_90a");
-    CHECK(name_expression(p4, ws) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4, false>");
+    CHECK(name_expression(p4, ws) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, false>");
     CHECK(kernel_source(p4, ws, arch).source.find("qkv_wgmma_ws.cuh") != std::string::npos);
     CHECK(config_to_json(ws).at("mainloop") == "wgmma_ws");
     CHECK(same_config(config_from_json(config_to_json(ws)), ws));
@@ -340,7 +340,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(counter_bytes(p4, split) == 0);
     CHECK(!uses_workspace(split));
     CHECK(variant_name(p4, split, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk2__sm_90a");
-    CHECK(name_expression(p4, split) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, 3, 128, true, true, 256, 128, 2, 4, 2>");
+    CHECK(name_expression(p4, split) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, 2>");
     CHECK(launch_dims(p4, split, 132).grid_x == 36 * 16 * 2);
     // Each rank finishes 128 of the 256 token rows. Its shared memory: the ring or its fp32 output tile over it,
     // whichever is larger, then one partial slot of its rows beside them (stored into while its mainloop runs).
@@ -380,7 +380,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     const Config sk = mk_ws(16, 128, 2, 1, 8, 0);
     CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, sk, arch) == nullptr);
     CHECK(variant_name(p16, sk, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg1_s8_streamk__sm_90a");
-    CHECK(name_expression(p16, sk) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, true>");
+    CHECK(name_expression(p16, sk) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, true>");
     CHECK(same_config(config_from_json(config_to_json(sk)), sk));
     CHECK(ws_units(p16, sk) == 36 * 56);
     CHECK(launch_dims(p16, sk, 132).grid_x == 132);
@@ -400,12 +400,12 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p16, kg, 132).block_x == 640);
     CHECK(launch_dims(p16, kg, 132).grid_x == 36 * 3);
     CHECK(variant_name(p16, kg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg2_s8_sk3__sm_90a");
-    CHECK(name_expression(p16, kg) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, 3, 2>");
+    CHECK(name_expression(p16, kg) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, 3, 2>");
     CHECK(same_config(config_from_json(config_to_json(kg)), kg));
     CHECK(ws_kgroup_xfer_bytes(kg) == 256 * 8 * 4);  // 256 threads x 8 fp32 accumulators
     auto kg1 = kg;
     kg1.ws.split_k = 1;
-    CHECK(name_expression(p16, kg1) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, 3, 128, true, true, 16, 128, 2, 8, false, 2>");
+    CHECK(name_expression(p16, kg1) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, false, 2>");
     auto kgs = kg;
     kgs.ws.split = WsSplit::stream_k, kgs.ws.split_k = 1;
     CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgs, arch)).find("K groups") !=
@@ -468,7 +468,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   const Config c = mk_mma(16, 128, 64, 1, 4, 2, 8, 1);
   const Problem p = qwen();
   CHECK(variant_name(p, c, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__mma_m16_n128_k64_w1x4_s2_sk8_p1__sm_90a");
-  CHECK(name_expression(p, c) == "kt::qkv::qkv_proj<kt::DType::bf16, 4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
+  CHECK(name_expression(p, c) == "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
   CHECK(p.key() == "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope");
   CHECK(p.n() == 4608);
   CHECK(workspace_bytes(p, c, 132) == size_t(36) * 1 * 8 * 16 * 128 * 4);
@@ -482,7 +482,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   const Config gv = mk_gemv(8, 32, 4, 1, kRing, 1);  // 4 K warps x 1, two m16 tiles per warp
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv, arch) == nullptr);
   CHECK(variant_name(p, gv, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_register_ring_p1_nored__sm_90a");
-  CHECK(name_expression(p, gv) == "kt::qkv::qkv_gemv<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1, 0>");
+  CHECK(name_expression(p, gv) == "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 0>");
   CHECK(config_to_json(gv).at("mainloop") == "gemv");
   CHECK(same_config(config_from_json(config_to_json(gv)), gv));
   CHECK_FALSE(same_config(gv, mk_mma(8, 32, 128, 4, 1, 0, 1, 1)));
@@ -508,7 +508,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     gv2.gemv.load = kTma;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, arch) == nullptr);
     CHECK(variant_name(p, gv2, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_tma_p1_nored__sm_90a");
-    CHECK(name_expression(p, gv2) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1>");
+    CHECK(name_expression(p, gv2) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1>");
     // Data: a ring per warp of prefetch + 2 slots x its 2 m16 tiles x 1 KB, not the rows' 1792 bytes; scales whole.
     CHECK(gemv_ring_slots(gv2) == 3);
     CHECK(gemv_ring_bytes(gv2) == 4 * 3 * 2 * 1024);
@@ -544,7 +544,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     s3_2.gemv.load = kTma;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch) == nullptr);
     CHECK(variant_name(p, s3, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m16_n16_wk4_wn1_tma_x_p1_nored__sm_90a");
-    CHECK(name_expression(p, s3) == "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, 4, 128, true, true, 16, 16, 4, 1, 1>");
+    CHECK(name_expression(p, s3) == "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 16, 4, 1, 1>");
     CHECK(gemv_smem_bytes(s3, p.format, p.k) - gemv_smem_bytes(s3_2, p.format, p.k) == 1024 - 128 + 4 * 2 * 16 * 128 * 2);
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, parse_arch("sm_80"))).find("sm_90") !=
           std::string::npos);
@@ -607,7 +607,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     cl.gemv.reduce = GemvReduce::cluster, cl.gemv.cluster = 4;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl, arch) == nullptr);
     CHECK(variant_name(p, cl, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_bulk_rows_p1_cl4__sm_90a");
-    CHECK(name_expression(p, cl) == "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, 4, 128, true, true, 8, 32, 4, 1, 1, 4>");
+    CHECK(name_expression(p, cl) == "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 4>");
     CHECK(!uses_workspace(cl));
     CHECK(workspace_bytes(p, cl, 132) == 0);
     CHECK(launch_dims(p, cl, 132).grid_x == 144 * 4);
@@ -669,10 +669,10 @@ TEST_CASE("qkv_proj gemv balanced tail: the cut, grid, workspace, names, order",
   bal.gemv.reduce = GemvReduce::balanced_tail;
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, bal, arch) == nullptr);
   CHECK(variant_name(p, bal, arch) == "qkv_proj__bf16_int4_d128_bias_rope__gemv_m8_n16_wk4_wn1_tma_p1_bal__sm_90a");
-  CHECK(name_expression(p, bal) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, 3, 128, true, true, 8, 16, 4, 1, 1, true>");
+  CHECK(name_expression(p, bal) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, true>");
   Config bal0 = bal;
   bal0.gemv.load = kRing;
-  CHECK(name_expression(p, bal0) == "kt::qkv::qkv_gemv<kt::DType::bf16, 3, 128, true, true, 8, 16, 4, 1, 1, 0, true>");
+  CHECK(name_expression(p, bal0) == "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, 0, true>");
   CHECK(same_config(config_from_json(config_to_json(bal)), bal));
   CHECK(uses_workspace(bal));
   CHECK(!uses_workspace(base));
@@ -849,7 +849,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   const Config c = mk_pairs(128, 96, 6);
   CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, c, arch) == nullptr);
   CHECK(variant_name(pf, c, arch) == "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n96_s6_cm1__sm_90a");
-  CHECK(name_expression(pf, c) == "kt::qkv::qkv_wgmma_pairs<kt::DType::f16, 0, 128, true, true, 128, 96, 6>");
+  CHECK(name_expression(pf, c) == "kt::qkv::qkv_wgmma_pairs<kt::DType::f16, kt::quant::Format::fp16, 128, true, true, 128, 96, 6>");
   CHECK(kernel_source(pf, c, arch).source.find("qkv_wgmma_pairs.cuh") != std::string::npos);
   CHECK(config_to_json(c).at("mainloop") == "wgmma_pairs");
   CHECK(same_config(config_from_json(config_to_json(c)), c));
@@ -1136,6 +1136,25 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   b = a;
   b.counters = nullptr;
   CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
+}
+
+TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruction outside the TMA paths)", "[nvrtc][qkv]") {
+  // The tma / tma_x proxy fence must sit inside the sm_90 guard, or no gemv binary compiles for sm_80.
+  const ArchId arch = parse_arch("sm_80");
+  std::vector<KernelSource> src;
+  for (const quant::Format f : {quant::Format::int4, quant::Format::nvfp4}) {
+    const Problem p = qwen(f, DType::f16, 1);
+    src.push_back(kernel_source(p, default_config(arch, p), arch));
+    int n = 0;
+    for (const auto& c : valid_configs(p, arch))
+      if (c.mainloop == Mainloop::gemv && n++ < 2) src.push_back(kernel_source(p, c, arch));
+  }
+  Compiler compiler(nullptr);
+  for (const auto& r : compiler.compile_all(src)) {
+    INFO(r.kernel.variant_name << "\n" << r.error);
+    CHECK(r.kernel.variant_name.find("gemv") != std::string::npos);
+    CHECK(r.ok);
+  }
 }
 
 TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rejected by the template", "[nvrtc][qkv]") {
