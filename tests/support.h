@@ -45,8 +45,8 @@ inline void skip(const std::string& reason) {
 }  // namespace kt_test
 
 /// Skips the running test case (kt_test::skip) and returns from it.
-#define KT_SKIP(reason)        \
-  do {                         \
-    ::kt_test::skip(reason);   \
-    return;                    \
+#define KT_SKIP(reason)      \
+  do {                       \
+    ::kt_test::skip(reason); \
+    return;                  \
   } while (0)

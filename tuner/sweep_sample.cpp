@@ -62,11 +62,11 @@ std::string kernel_class(const std::string& variant_name) {
   return out + "__" + parts[3];
 }
 
-std::vector<size_t> sample(const std::vector<std::string>& variants, const std::vector<bool>& is_default,
-                           size_t sample, uint64_t seed, SampleStats* stats) {
+std::vector<size_t> sample(const std::vector<std::string>& variants, const std::vector<bool>& is_default, size_t sample,
+                           uint64_t seed, SampleStats* stats) {
   if (is_default.size() != variants.size())
-    throw std::invalid_argument("sweep::sample: is_default has " + std::to_string(is_default.size()) +
-                                " entries for " + std::to_string(variants.size()) + " variants");
+    throw std::invalid_argument("sweep::sample: is_default has " + std::to_string(is_default.size()) + " entries for " +
+                                std::to_string(variants.size()) + " variants");
   SampleStats st;
   std::vector<bool> take(variants.size(), false);
   std::unordered_set<std::string> seen;

@@ -29,7 +29,7 @@ struct SampleStats {
 /// give the same choice on every machine, and adding variants never changes which of the old ones are chosen
 /// beyond displacing them from the sample. Returns indices into `variants`, ascending, without duplicates.
 /// Throws std::invalid_argument when is_default's size differs from variants'.
-std::vector<size_t> sample(const std::vector<std::string>& variants, const std::vector<bool>& is_default,
-                           size_t sample, uint64_t seed, SampleStats* stats = nullptr);
+std::vector<size_t> sample(const std::vector<std::string>& variants, const std::vector<bool>& is_default, size_t sample,
+                           uint64_t seed, SampleStats* stats = nullptr);
 
 }  // namespace kt::sweep

@@ -43,12 +43,12 @@ void fixture_passes() { CHECK(1 + 1 == 2); }
 void fixture_fails() { CHECK(1 + 1 == 3); }
 [[maybe_unused]] const bool kFixturesRegistered = [] {
   if (!std::getenv("KT_RUNNER_FIXTURES")) return false;
-  static const Catch::AutoReg skips(Catch::makeTestInvoker(&fixture_skips), CATCH_INTERNAL_LINEINFO,
-                                    Catch::StringRef(), Catch::NameAndTags{"runner fixture: skips", "[skip_one]"});
+  static const Catch::AutoReg skips(Catch::makeTestInvoker(&fixture_skips), CATCH_INTERNAL_LINEINFO, Catch::StringRef(),
+                                    Catch::NameAndTags{"runner fixture: skips", "[skip_one]"});
   static const Catch::AutoReg passes(Catch::makeTestInvoker(&fixture_passes), CATCH_INTERNAL_LINEINFO,
                                      Catch::StringRef(), Catch::NameAndTags{"runner fixture: passes", "[pass_one]"});
-  static const Catch::AutoReg fails(Catch::makeTestInvoker(&fixture_fails), CATCH_INTERNAL_LINEINFO,
-                                    Catch::StringRef(), Catch::NameAndTags{"runner fixture: fails", "[fail_one]"});
+  static const Catch::AutoReg fails(Catch::makeTestInvoker(&fixture_fails), CATCH_INTERNAL_LINEINFO, Catch::StringRef(),
+                                    Catch::NameAndTags{"runner fixture: fails", "[fail_one]"});
   return true;
 }();
 

@@ -74,8 +74,7 @@ TEST_CASE("kernel_class drops tile sizes and keeps problem class, mainloop and s
   // wgmma_ws: ring depth is a size; split-K 1 / cluster split / stream-K are strategies.
   const std::string w = "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_ws_m128_n128_c2_s4_sk1__sm_90a";
   CHECK(kernel_class("qkv_proj__bf16_nf4_d128_bias_rope__wgmma_ws_m64_n256_c2_s6_sk1__sm_90a") == kernel_class(w));
-  CHECK(kernel_class("qkv_proj__bf16_nf4_d128_bias_rope__wgmma_ws_m128_n128_c2_s4_streamk__sm_90a") !=
-        kernel_class(w));
+  CHECK(kernel_class("qkv_proj__bf16_nf4_d128_bias_rope__wgmma_ws_m128_n128_c2_s4_streamk__sm_90a") != kernel_class(w));
   // Attention: K/V stages 1 / 2 are different mainloop code; causal is part of the problem class.
   const std::string a = "attention_prefill__bf16_d128_causal__mmasync_m64_n64_w4_s2_r0__sm_80";
   CHECK(kernel_class("attention_prefill__bf16_d128_causal__mmasync_m128_n32_w8_s2_r0__sm_80") == kernel_class(a));
