@@ -2,7 +2,8 @@
 # Installs everything kerntune needs to build and test on Debian 12 (bookworm).
 # The CUDA toolkit (NVRTC + headers) is expected at $CUDA_HOME or /usr/local/cuda.
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config python3 nlohmann-json3-dev catch2 libsqlitecpp-dev libsqlite3-dev sqlite3 libcli11-dev libxxhash-dev)
+pkgs=(cmake g++ make pkg-config python3 nlohmann-json3-dev catch2 libsqlitecpp-dev libsqlite3-dev sqlite3 libcli11-dev libxxhash-dev
+      clang-format-14)  # clang-format-14: scripts/format.sh (CI checks the format with it)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -38,6 +38,7 @@
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
 #include "tuner/work_items.h"
+#include "tuner/sweep_sample.h"
 #include "tuner/worker.h"
 
 #ifndef KT_VERSION
@@ -68,6 +69,8 @@ struct TuneArgs {
   std::string only;  ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
   double budget_ms = 100, watchdog_s = 30;
   bool compile_only = false, retune = false, no_cache = false;
+  int sample = -1;  ///< --sample N (compile-only): kernel classes + defaults + N more (tuner/sweep_sample.h); -1 all
+  uint64_t sample_seed = 1;
 };
 
 using Item = kt::WorkItem;
@@ -211,6 +214,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::unique_ptr<kt::db::TuningDb> db;
   std::unique_ptr<kt::WorkerPool> pool;
   kt::db::DeviceRecord device;
+  if (a.sample >= 0 && !a.compile_only) {
+    std::fprintf(stderr, "autotune: --sample chooses what --compile-only compiles; add --compile-only\n");
+    return 2;
+  }
   bool use_gpu = !a.compile_only;
   if (use_gpu && a.db.empty()) {
     std::fprintf(stderr, "autotune: tuning needs --db FILE (or --compile-only)\n");
@@ -290,6 +297,23 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::printf("autotune %s: %s, %s, %s problems, %zu distinct binaries, NVRTC %s%s\n", KT_VERSION,
               shapes.model.name.c_str(), a.arch.c_str(), per_family.empty() ? "no" : per_family.c_str(), sources.size(),
               kt::nvrtc_version().c_str(), use_gpu ? (", on " + device.name).c_str() : "");
+
+  if (a.sample >= 0) {  // --sample N: the compile-only sweep of CI (tuner/sweep_sample.h)
+    std::vector<std::string> names;
+    std::vector<bool> is_default(sources.size(), false);
+    for (const auto& s : sources) names.push_back(s.variant_name);
+    for (const auto& it : items)
+      for (size_t c = 0; c < it.variants.size(); ++c)
+        if (it.variants[c] == it.default_variant) is_default[it.source[c]] = true;
+    kt::sweep::SampleStats st;
+    std::vector<kt::KernelSource> kept;
+    for (size_t i : kt::sweep::sample(names, is_default, size_t(a.sample), a.sample_seed, &st))
+      kept.push_back(std::move(sources[i]));
+    std::printf("autotune: --sample %d: %zu of %zu binaries: %zu kernel classes, %zu more defaults, %zu sampled (seed %llu)\n",
+                a.sample, kept.size(), sources.size(), st.classes, st.defaults, st.random,
+                static_cast<unsigned long long>(a.sample_seed));
+    sources = std::move(kept);  // the items' source indices are stale from here: compile-only returns after compiling
+  }
 
   // ---- compile ----
   std::unique_ptr<kt::CubinCache> cache;
@@ -721,6 +745,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.json_out, "also write the per-problem report as JSON (compile report without a GPU)");
   app.add_flag("--compile-only", a.compile_only,
                "enumerate and compile only (no GPU needed); with --db, store the binaries there");
+  app.add_option("--sample", a.sample,
+                 "with --compile-only: compile one variant of every kernel class, every default and N more chosen by "
+                 "--sample-seed (CI's sweep); without it every variant is compiled")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sample-seed", a.sample_seed, "seed of --sample's choice (default 1)");
   app.add_flag("--retune", a.retune, "measure again what the database already has");
 
   auto* show = app.add_subcommand("show", "list the winners of a tuning database");

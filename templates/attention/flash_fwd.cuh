@@ -296,6 +296,16 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
   }
 
   // ---- epilogue: O / l -> dtype, staged through this warp's own rows of the Q tile ----
+  // Shared-memory hazards of the staging (compute-sanitizer racecheck), one by one:
+  //  - Other warps: none. Each warp reads (ldmatrix of Q fragments) and writes (staging) only its own rows
+  //    [warp_row0, warp_row0 + 16 MF) of sQ; the cp.async writes of the Q tile by every thread completed before the
+  //    first iteration's __syncthreads, and the K/V ring is not touched here.
+  //  - Lanes of this warp: lane L's ldmatrix reads rows whose bytes lane M overwrites below. ldmatrix is warp-
+  //    collective, so the read is done when any lane passes it, but only a barrier orders the lanes' shared-memory
+  //    accesses in the memory model: without this __syncwarp a block with one K/V tile (no __syncthreads after the
+  //    Q fragments are read; the first blocks of a causal problem) or with MF > 1 (Q read from shared memory in the
+  //    last iteration) is a write-after-read hazard between lanes, which racecheck reports.
+  __syncwarp();
   const int warp_row0 = warp * MF * 16;
 #pragma unroll
   for (int mf = 0; mf < MF; ++mf)
@@ -316,7 +326,7 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
         p.lse[((long long)batch * p.num_heads + head) * p.seqlen_q + m0 + r] = lse;
       }
     }
-  __syncwarp();
+  __syncwarp();  // the lanes' staged pieces are visible to the lanes that store their rows below
   constexpr int kWarpChunks = MF * 16 * (D / 8);
 #pragma unroll
   for (int i = 0; i < kWarpChunks / 32; ++i) {

@@ -135,7 +135,7 @@ TEST_CASE("fill_u16 / fill_u32 write the pattern", "[gpu]") {
   CHECK_THROWS_AS(odd.fill_u32(1), std::invalid_argument);
 }
 
-TEST_CASE("Events time a stream; bad module images are rejected", "[gpu]") {
+TEST_CASE("Events time a stream and bad module images are rejected", "[gpu]") {
   Context ctx(0);
   Stream s;
   Event a, b;

@@ -20,6 +20,7 @@
 #include "runtime/qkv.h"
 #include "tuner/qkv_harness.h"
 #include "reference/dtype_convert.h"
+#include "tests/support.h"
 
 using namespace kt;
 using namespace kt::qkv;
@@ -139,11 +140,11 @@ std::vector<Config> configs_of(const Problem& p, Mainloop mainloop, int max_spli
   return out;
 }
 
-/// true on sm_90a (the wgmma mainloops); otherwise warns that `what` is skipped.
+/// true on sm_90a (the wgmma mainloops); otherwise marks the test case skipped (kt_test::skip): the caller returns.
 bool has_sm90a(const char* what) {
   const ArchId a = Env::get().arch;
   if (a.sm == 90 && a.arch_specific) return true;
-  WARN(what << " needs sm_90a; this GPU is sm_" << a.sm);
+  kt_test::skip(std::string(what) + " needs sm_90a; this GPU is sm_" + std::to_string(a.sm));
   return false;
 }
 
