@@ -22,14 +22,14 @@ namespace kt {
 
 /// What NVRTC/ptxas reported for one compiled variant.
 struct CompileReport {
-  int registers = -1;          ///< registers per thread; -1 when unknown
-  int spill_store_bytes = 0;   ///< bytes of spill stores per thread (ptxas -v)
-  int spill_load_bytes = 0;    ///< bytes of spill loads per thread (ptxas -v)
-  int stack_bytes = 0;         ///< stack frame per thread, bytes
-  int static_smem_bytes = 0;   ///< static shared memory per block, bytes
-  double compile_ms = 0;       ///< NVRTC wall time, milliseconds
-  std::string lowered_name;    ///< mangled kernel name (nvrtcGetLoweredName), for cuModuleGetFunction
-  std::string log;             ///< NVRTC program log (warnings, ptxas -v output)
+  int registers = -1;         ///< registers per thread; -1 when unknown
+  int spill_store_bytes = 0;  ///< bytes of spill stores per thread (ptxas -v)
+  int spill_load_bytes = 0;   ///< bytes of spill loads per thread (ptxas -v)
+  int stack_bytes = 0;        ///< stack frame per thread, bytes
+  int static_smem_bytes = 0;  ///< static shared memory per block, bytes
+  double compile_ms = 0;      ///< NVRTC wall time, milliseconds
+  std::string lowered_name;   ///< mangled kernel name (nvrtcGetLoweredName), for cuModuleGetFunction
+  std::string log;            ///< NVRTC program log (warnings, ptxas -v output)
 };
 
 /// One cached compile result: the cubin bytes (an ELF image for cuModuleLoadData) and its report.
@@ -68,8 +68,7 @@ class CubinCache {
   /// for sm_90a) the cubin must also be an ELF cubin for that SM (cubin_image_problem); an entry that
   /// is not is rejected: a miss, counted in rejected(), with the reason in *why_rejected if given.
   /// Counts a hit or a miss. Throws std::invalid_argument for a malformed key.
-  std::optional<CubinEntry> get(const std::string& key, int expected_sm = 0,
-                                std::string* why_rejected = nullptr) const;
+  std::optional<CubinEntry> get(const std::string& key, int expected_sm = 0, std::string* why_rejected = nullptr) const;
 
   /// Stores `entry` under `key`, replacing any previous entry. Atomic: writes a uniquely named
   /// temporary file (<key>.ktbin.tmp.<pid>.<n>) in the same directory, then rename(2)s it into place,

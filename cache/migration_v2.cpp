@@ -26,7 +26,8 @@ int field(const nlohmann::json& j, const char* name, int fallback = -1) {
 std::string name_of(const nlohmann::json& c) {
   const std::string ml = c.at("mainloop");
   const nlohmann::json& f = c.at(ml);
-  std::string s = ml + "_m" + std::to_string(c.at("tile_m").get<int>()) + "_n" + std::to_string(c.at("tile_n").get<int>());
+  std::string s =
+      ml + "_m" + std::to_string(c.at("tile_m").get<int>()) + "_n" + std::to_string(c.at("tile_n").get<int>());
   auto num = [&](const char* k) { return std::to_string(f.at(k).get<int>()); };
   if (ml == "mma")
     return s + "_k" + num("tile_k") + "_w" + num("warps_m") + "x" + num("warps_n") + "_s" + num("stages") + "_sk" +
@@ -34,9 +35,13 @@ std::string name_of(const nlohmann::json& c) {
   if (ml == "gemv") {
     const std::string red = f.at("reduce");
     return s + "_wk" + num("warps_k") + "_wn" + num("warps_n") + "_" + f.at("load").get<std::string>() + "_p" +
-           num("prefetch") + (red == "cluster" ? "_cl" + num("cluster") : red == "balanced_tail" ? "_bal" : "_nored");
+           num("prefetch") +
+           (red == "cluster"         ? "_cl" + num("cluster")
+            : red == "balanced_tail" ? "_bal"
+                                     : "_nored");
   }
-  if (ml == "wgmma") return s + "_k" + num("tile_k") + "_s" + num("stages") + "_sk" + num("split_k") + "_p" + num("prefetch");
+  if (ml == "wgmma")
+    return s + "_k" + num("tile_k") + "_s" + num("stages") + "_sk" + num("split_k") + "_p" + num("prefetch");
   if (ml == "wgmma_ws")
     return s + "_c" + num("consumers") + "_kg" + num("k_groups") + "_s" + num("stages") +
            (f.at("split") == "stream_k" ? std::string("_streamk") : "_sk" + num("split_k"));
@@ -52,18 +57,31 @@ nlohmann::json qkv_config_v1_to_v2(const nlohmann::json& o) {
   const int wm = field(o, "warps_m"), wn = field(o, "warps_n"), st = field(o, "stages"), sk = field(o, "split_k"),
             pf = field(o, "prefetch", 1);
   if (ml == "mma") {
-    n["mma"] = {{"tile_k", field(o, "tile_k")}, {"warps_m", wm}, {"warps_n", wn}, {"stages", st}, {"split_k", sk}, {"prefetch", pf}};
+    n["mma"] = {{"tile_k", field(o, "tile_k")},
+                {"warps_m", wm},
+                {"warps_n", wn},
+                {"stages", st},
+                {"split_k", sk},
+                {"prefetch", pf}};
   } else if (ml == "gemv") {
-    if (st < 0 || st > 3) throw std::invalid_argument("schema-1 gemv config with stages " + std::to_string(st) + ": " + o.dump());
-    n["gemv"] = {{"warps_k", wm},     {"warps_n", wn},
-                 {"load", kLoads[st]}, {"prefetch", pf},
-                 {"reduce", sk == 0 ? "balanced_tail" : sk == 1 ? "none" : "cluster"},
+    if (st < 0 || st > 3)
+      throw std::invalid_argument("schema-1 gemv config with stages " + std::to_string(st) + ": " + o.dump());
+    n["gemv"] = {{"warps_k", wm},
+                 {"warps_n", wn},
+                 {"load", kLoads[st]},
+                 {"prefetch", pf},
+                 {"reduce", sk == 0   ? "balanced_tail"
+                            : sk == 1 ? "none"
+                                      : "cluster"},
                  {"cluster", sk > 1 ? sk : 1}};
   } else if (ml == "wgmma") {
     n["wgmma"] = {{"tile_k", field(o, "tile_k")}, {"stages", st}, {"split_k", sk}, {"prefetch", pf}};
   } else if (ml == "wgmma_ws") {
-    n["wgmma_ws"] = {{"consumers", wm / 4}, {"k_groups", wn}, {"stages", st},
-                     {"split", sk == 0 ? "stream_k" : "split_k"}, {"split_k", sk == 0 ? 1 : sk}};
+    n["wgmma_ws"] = {{"consumers", wm / 4},
+                     {"k_groups", wn},
+                     {"stages", st},
+                     {"split", sk == 0 ? "stream_k" : "split_k"},
+                     {"split_k", sk == 0 ? 1 : sk}};
   } else if (ml == "wgmma_pairs") {
     n["wgmma_pairs"] = {{"stages", st}, {"cluster_m", field(o, "cluster_m", 1)}};
   } else {
@@ -87,23 +105,36 @@ std::string qkv_variant_v1_to_v2(const std::string& old) {
   static const std::regex ws(R"(wgmma_ws_m(\d+)_n(\d+)_c(\d)_s(\d+)(_streamk|_sk1|_cl(\d+))(_kg(\d))?)");
   static const std::regex pairs(R"(wgmma_pairs_m(\d+)_n(\d+)_s(\d+)(_cm(\d))?)");
   if (std::regex_match(cfg, m, mma))
-    o = {{"mainloop", "mma"}, {"tile_m", i(1)}, {"tile_n", i(2)}, {"tile_k", i(3)}, {"warps_m", i(4)}, {"warps_n", i(5)},
-         {"stages", i(6)}, {"split_k", i(7)}, {"prefetch", i(8)}};
+    o = {{"mainloop", "mma"}, {"tile_m", i(1)}, {"tile_n", i(2)},  {"tile_k", i(3)},  {"warps_m", i(4)},
+         {"warps_n", i(5)},   {"stages", i(6)}, {"split_k", i(7)}, {"prefetch", i(8)}};
   else if (std::regex_match(cfg, m, gemv))
-    o = {{"mainloop", "gemv"}, {"tile_m", i(1)}, {"tile_n", i(2)}, {"warps_m", i(3)}, {"warps_n", i(4)}, {"stages", i(5)},
-         {"prefetch", i(6)}, {"split_k", m[8].matched ? i(8) : m[7].matched ? 0 : 1}};
+    o = {{"mainloop", "gemv"}, {"tile_m", i(1)},
+         {"tile_n", i(2)},     {"warps_m", i(3)},
+         {"warps_n", i(4)},    {"stages", i(5)},
+         {"prefetch", i(6)},   {"split_k", m[8].matched ? i(8) : m[7].matched ? 0 : 1}};
   else if (std::regex_match(cfg, m, wgmma))
-    o = {{"mainloop", "wgmma"}, {"tile_m", i(1)}, {"tile_n", i(2)}, {"tile_k", i(3)}, {"warps_m", i(1) / 16},
-         {"warps_n", 1}, {"stages", i(4)}, {"split_k", i(5)}, {"prefetch", i(6)}};
+    o = {{"mainloop", "wgmma"}, {"tile_m", i(1)}, {"tile_n", i(2)},  {"tile_k", i(3)},  {"warps_m", i(1) / 16},
+         {"warps_n", 1},        {"stages", i(4)}, {"split_k", i(5)}, {"prefetch", i(6)}};
   else if (std::regex_match(cfg, m, ws))
-    o = {{"mainloop", "wgmma_ws"}, {"tile_m", i(1)}, {"tile_n", i(2)}, {"warps_m", 4 * i(3)},
-         {"warps_n", m[8].matched ? i(8) : 1}, {"stages", i(4)},
-         {"split_k", m[6].matched ? i(6) : m[5].str() == "_streamk" ? 0 : 1}};
+    o = {{"mainloop", "wgmma_ws"},
+         {"tile_m", i(1)},
+         {"tile_n", i(2)},
+         {"warps_m", 4 * i(3)},
+         {"warps_n", m[8].matched ? i(8) : 1},
+         {"stages", i(4)},
+         {"split_k", m[6].matched               ? i(6)
+                     : m[5].str() == "_streamk" ? 0
+                                                : 1}};
   else if (std::regex_match(cfg, m, pairs))
-    o = {{"mainloop", "wgmma_pairs"}, {"tile_m", i(1)}, {"tile_n", i(2)}, {"warps_m", i(1) / 16}, {"warps_n", 1},
-         {"stages", i(3)}, {"split_k", 1}, {"cluster_m", m[5].matched ? i(5) : 1}};
-  else
-    throw std::invalid_argument("qkv_proj variant '" + old + "': '" + cfg + "' is not a schema-1 config name");
+    o = {{"mainloop", "wgmma_pairs"},
+         {"tile_m", i(1)},
+         {"tile_n", i(2)},
+         {"warps_m", i(1) / 16},
+         {"warps_n", 1},
+         {"stages", i(3)},
+         {"split_k", 1},
+         {"cluster_m", m[5].matched ? i(5) : 1}};
+  else throw std::invalid_argument("qkv_proj variant '" + old + "': '" + cfg + "' is not a schema-1 config name");
   return old.substr(0, b + 2) + name_of(qkv_config_v1_to_v2(o)) + old.substr(c);
 }
 

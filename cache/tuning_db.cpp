@@ -37,8 +37,8 @@ const char* status_name(Status s) {
 }
 
 Status parse_status(const std::string& name) {
-  for (Status s : {Status::ok, Status::invalid, Status::compile_failed, Status::launch_failed,
-                   Status::wrong_result, Status::timeout})
+  for (Status s : {Status::ok, Status::invalid, Status::compile_failed, Status::launch_failed, Status::wrong_result,
+                   Status::timeout})
     if (name == status_name(s)) return s;
   throw DbError("unknown measurement status '" + name + "'");
 }
@@ -153,7 +153,6 @@ FROM ranked WHERE rank_in_tie = 1;
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == TuningDb::kSchemaVersion, "one migration script per schema version");
 
-
 namespace fs = std::filesystem;
 
 // The folder a database file lives in (where SQLite creates its -wal / -shm / -journal files).
@@ -193,7 +192,7 @@ std::string file_uri(const std::string& path, const std::string& query) {
 // What the bytes of a database file say before SQLite opens it.
 struct FileFacts {
   bool exists = false;
-  bool wal_header = false;   // file format bytes 18-19 = 2: the database is in WAL mode
+  bool wal_header = false;    // file format bytes 18-19 = 2: the database is in WAL mode
   bool live_journal = false;  // a non-empty -wal or -journal: the main file alone is not the database
 };
 
@@ -205,7 +204,8 @@ std::string check_file(const std::string& path, bool read_only, FileFacts& facts
   if (::stat(path.c_str(), &st) != 0) {
     const int e = errno;
     if (e == ENOTDIR) return "a component of the path is not a folder";
-    if (e == EACCES) return "cannot reach it: " + std::string(std::strerror(e)) + " (a folder on the path cannot be searched)";
+    if (e == EACCES)
+      return "cannot reach it: " + std::string(std::strerror(e)) + " (a folder on the path cannot be searched)";
     if (e != ENOENT) return std::strerror(e);
     if (read_only) return "no such file";
     const std::string folder = folder_of(path);
@@ -226,7 +226,8 @@ std::string check_file(const std::string& path, bool read_only, FileFacts& facts
              "); a read-only database can be read (autotune show, the runtime) but not written";
     if (!folder_writable(path))
       return "folder '" + folder_of(path) + "' is not writable (" + std::strerror(errno) +
-             "): SQLite keeps its journal (" + path + "-wal, " + path + "-shm) next to the database; copy it to a "
+             "): SQLite keeps its journal (" + path + "-wal, " + path +
+             "-shm) next to the database; copy it to a "
              "writable folder to write to it";
   }
   facts.live_journal = file_size(path + "-wal") > 0 || file_size(path + "-journal") > 0;
@@ -250,8 +251,7 @@ std::string check_file(const std::string& path, bool read_only, FileFacts& facts
   facts.wal_header = byte(18) == 2 && byte(19) == 2;
   long long page = (byte(16) << 8) | byte(17);
   if (page == 1) page = 65536;
-  if (page < 512 || (page & (page - 1)) != 0)
-    return "damaged SQLite header (page size " + std::to_string(page) + ")";
+  if (page < 512 || (page & (page - 1)) != 0) return "damaged SQLite header (page size " + std::to_string(page) + ")";
   if (!facts.live_journal) {
     // Offsets 28 (database size in pages), 24 (change counter), 92 (version-valid-for): the size is
     // valid when the last two agree (SQLite file format, "In-header database size").
@@ -270,8 +270,8 @@ std::string check_file(const std::string& path, bool read_only, FileFacts& facts
 }
 
 // Tables and views every kerntune tuning database has (a later schema may add more).
-const char* const kRequiredObjects[][2] = {{"table", "devices"},      {"table", "runs"}, {"table", "binaries"},
-                                           {"table", "measurements"}, {"view", "winners"}};
+const char* const kRequiredObjects[][2] = {
+    {"table", "devices"}, {"table", "runs"}, {"table", "binaries"}, {"table", "measurements"}, {"view", "winners"}};
 
 // The URI a read-only open uses. A WAL-mode database whose -wal holds nothing, in a folder this process
 // cannot write, opens immutable: SQLite then needs no -shm file, which it could not create there. (A
@@ -301,8 +301,7 @@ std::vector<double> samples_from_json(const std::string& s) {
   const nlohmann::json j = nlohmann::json::parse(s);
   if (!j.is_array()) throw std::runtime_error("samples_json is not an array");
   out.reserve(j.size());
-  for (const auto& x : j)
-    out.push_back(x.is_number() ? x.get<double>() : std::numeric_limits<double>::quiet_NaN());
+  for (const auto& x : j) out.push_back(x.is_number() ? x.get<double>() : std::numeric_limits<double>::quiet_NaN());
   return out;
 }
 
@@ -449,7 +448,8 @@ struct TuningDb::Impl {
       bool found = false;
       for (const auto& h : have) found = found || (h.first == obj[0] && h.second == obj[1]);
       if (!found)
-        fail(op, std::string("no '") + obj[1] + "' " + obj[0] + ": the file is damaged or not a kerntune tuning database");
+        fail(op,
+             std::string("no '") + obj[1] + "' " + obj[0] + ": the file is damaged or not a kerntune tuning database");
     }
     for (const auto& obj : kRequiredObjects) {
       try {
@@ -480,7 +480,8 @@ TuningDb::TuningDb(const std::string& path, bool read_only) : impl_(std::make_un
     if (!why.empty()) I.fail(open_op, why);
   }
   // URI names always (also what lets merge_from ATTACH its source read-only by URI).
-  const int flags = SQLite::OPEN_URI | (read_only ? SQLite::OPEN_READONLY : (SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE));
+  const int flags =
+      SQLite::OPEN_URI | (read_only ? SQLite::OPEN_READONLY : (SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE));
   std::string name = path;
   if (!memory) name = read_only ? read_only_uri(path, facts) : file_uri(path, "mode=rwc");
   try {
@@ -503,7 +504,9 @@ TuningDb::TuningDb(const std::string& path, bool read_only) : impl_(std::make_un
       if (read_only && facts.live_journal && !folder_writable(path))
         why = std::string("cannot read it (") + e.what() + "): '" + path +
               "-wal' or '-journal' holds changes that are not in the database file yet, and SQLite cannot apply "
-              "them because folder '" + folder_of(path) + "' is not writable; open it once read-write where its "
+              "them because folder '" +
+              folder_of(path) +
+              "' is not writable; open it once read-write where its "
               "folder is writable (e.g. autotune merge FILE FILE)";
       I.fail(open_op, why);
     }
@@ -521,8 +524,7 @@ TuningDb::TuningDb(const std::string& path, bool read_only) : impl_(std::make_un
     if (objects > 0)
       I.fail(open_op, "not a kerntune tuning database: it has " + std::to_string(objects) +
                           " tables, views or indexes but no kerntune schema version (PRAGMA user_version 0)");
-    if (read_only)
-      I.fail(open_op, "an empty SQLite database: it has no kerntune schema and no tuning results");
+    if (read_only) I.fail(open_op, "an empty SQLite database: it has no kerntune schema and no tuning results");
   }
   I.guard(open_op, [&] { I.db->exec("PRAGMA foreign_keys = ON"); });
   if (read_only) {
@@ -771,10 +773,8 @@ void TuningDb::add_measurements(const std::vector<Measurement>& ms) {
       ins.bind(5, m.problem_json);
       ins.bind(6, m.variant_name);
       ins.bind(7, m.config_json);
-      if (m.binary_hash.empty())
-        ins.bind(8);  // NULL
-      else
-        ins.bind(8, m.binary_hash);
+      if (m.binary_hash.empty()) ins.bind(8);  // NULL
+      else ins.bind(8, m.binary_hash);
       ins.bind(9, status_name(m.status));
       ins.bind(10, m.median_us);
       ins.bind(11, m.p20_us);
@@ -836,8 +836,8 @@ std::vector<Winner> TuningDb::winners(const std::string& device_name, const std:
 std::optional<Winner> TuningDb::winner(const std::string& device_name, const std::string& family,
                                        const std::string& problem_key) const {
   return impl_->guard("read winner", [&]() -> std::optional<Winner> {
-    SQLite::Statement q(*impl_->db, std::string(kWinnerSelect) +
-                                        "WHERE device_name = ? AND family = ? AND problem_key = ?");
+    SQLite::Statement q(*impl_->db,
+                        std::string(kWinnerSelect) + "WHERE device_name = ? AND family = ? AND problem_key = ?");
     q.bind(1, device_name);
     q.bind(2, family);
     q.bind(3, problem_key);
@@ -884,61 +884,64 @@ MergeCounts TuningDb::merge_from(const std::string& other_path) {
   // (which may be read-only, busy with its own writer, or this very file: a self-deadlock). A deferred
   // BEGIN whose first statement writes main takes main's write lock in that statement, before any read
   // snapshot exists, so the busy handler applies just as with IMMEDIATE; the source is only read.
-  I.write_txn("merge from '" + other_path + "'", [&] {
-    SQLite::Database& db = *I.db;
-    added = MergeCounts{};  // a retried transaction counts again from zero
-    // Devices, unified by uuid (an existing device keeps its row).
-    added.devices = db.exec(
-        "INSERT INTO main.devices(name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, sm_clock_khz, "
-        "mem_clock_khz) SELECT s.name, s.uuid, s.cc_major, s.cc_minor, s.sm_count, s.l2_bytes, s.driver_version, "
-        "s.sm_clock_khz, s.mem_clock_khz FROM merge_src.devices s "
-        "WHERE NOT EXISTS (SELECT 1 FROM main.devices d WHERE d.uuid = s.uuid) ORDER BY s.id");
-    // Runs, new ids; a run with the same (argv, started_at, host) is the same run and is reused.
-    added.runs = db.exec(
-        "INSERT INTO main.runs(argv, shapes_path, shapes_hash, kerntune_version, host, started_at, ended_at) "
-        "SELECT s.argv, s.shapes_path, s.shapes_hash, s.kerntune_version, s.host, s.started_at, s.ended_at "
-        "FROM merge_src.runs s "
-        "WHERE s.id = (SELECT MIN(s2.id) FROM merge_src.runs s2 WHERE s2.argv = s.argv "
-        "              AND s2.started_at = s.started_at AND s2.host = s.host) "
-        "AND NOT EXISTS (SELECT 1 FROM main.runs r WHERE r.argv = s.argv AND r.started_at = s.started_at "
-        "                AND r.host = s.host) ORDER BY s.id");
-    // A reused run that had not ended here but ended there takes the end time.
-    db.exec(
-        "UPDATE main.runs SET ended_at = (SELECT MAX(s.ended_at) FROM merge_src.runs s WHERE s.argv = runs.argv "
-        "  AND s.started_at = runs.started_at AND s.host = runs.host) "
-        "WHERE ended_at = 0 AND EXISTS (SELECT 1 FROM merge_src.runs s WHERE s.argv = runs.argv "
-        "  AND s.started_at = runs.started_at AND s.host = runs.host AND s.ended_at <> 0)");
-    // Binaries, by content hash.
-    added.binaries = db.exec(
-        "INSERT OR IGNORE INTO main.binaries(hash, family, variant_name, name_expression, lowered_name, arch, "
-        "nvrtc_version, options, cubin, registers, spill_store_bytes, spill_load_bytes, stack_bytes, "
-        "static_smem_bytes, dynamic_smem_bytes, compile_ms, log) "
-        "SELECT hash, family, variant_name, name_expression, lowered_name, arch, nvrtc_version, options, cubin, "
-        "registers, spill_store_bytes, spill_load_bytes, stack_bytes, static_smem_bytes, dynamic_smem_bytes, "
-        "compile_ms, log FROM merge_src.binaries ORDER BY hash");
-    // Measurements, run and device remapped; one already here (same device uuid, run identity, problem
-    // key, variant and measured_at) is skipped. The counts are the rows this transaction inserted, so
-    // concurrent merges of one source each report what they added.
-    added.measurements = db.exec(
-        "INSERT INTO main.measurements(run_id, device_id, family, problem_key, problem_json, variant_name, "
-        "config_json, binary_hash, status, median_us, p20_us, p80_us, samples_json, error, sm_clock_mhz, rel_err, "
-        "metric, measured_at) "
-        "SELECT (SELECT r.id FROM main.runs r WHERE r.argv = sr.argv AND r.started_at = sr.started_at "
-        "        AND r.host = sr.host ORDER BY r.id LIMIT 1), "
-        "       (SELECT d.id FROM main.devices d WHERE d.uuid = sd.uuid), "
-        "       sm.family, sm.problem_key, sm.problem_json, sm.variant_name, sm.config_json, sm.binary_hash, "
-        "       sm.status, sm.median_us, sm.p20_us, sm.p80_us, sm.samples_json, sm.error, sm.sm_clock_mhz, "
-        "       sm.rel_err, sm.metric, sm.measured_at "
-        "FROM merge_src.measurements sm "
-        "JOIN merge_src.runs sr ON sr.id = sm.run_id "
-        "JOIN merge_src.devices sd ON sd.id = sm.device_id "
-        "WHERE NOT EXISTS (SELECT 1 FROM main.measurements m "
-        "                  JOIN main.runs r ON r.id = m.run_id JOIN main.devices d ON d.id = m.device_id "
-        "                  WHERE m.problem_key = sm.problem_key AND m.variant_name = sm.variant_name "
-        "                  AND m.measured_at = sm.measured_at AND d.uuid = sd.uuid AND r.argv = sr.argv "
-        "                  AND r.started_at = sr.started_at AND r.host = sr.host) "
-        "ORDER BY sm.id");
-  }, "BEGIN");
+  I.write_txn(
+      "merge from '" + other_path + "'",
+      [&] {
+        SQLite::Database& db = *I.db;
+        added = MergeCounts{};  // a retried transaction counts again from zero
+        // Devices, unified by uuid (an existing device keeps its row).
+        added.devices = db.exec(
+            "INSERT INTO main.devices(name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, sm_clock_khz, "
+            "mem_clock_khz) SELECT s.name, s.uuid, s.cc_major, s.cc_minor, s.sm_count, s.l2_bytes, s.driver_version, "
+            "s.sm_clock_khz, s.mem_clock_khz FROM merge_src.devices s "
+            "WHERE NOT EXISTS (SELECT 1 FROM main.devices d WHERE d.uuid = s.uuid) ORDER BY s.id");
+        // Runs, new ids; a run with the same (argv, started_at, host) is the same run and is reused.
+        added.runs = db.exec(
+            "INSERT INTO main.runs(argv, shapes_path, shapes_hash, kerntune_version, host, started_at, ended_at) "
+            "SELECT s.argv, s.shapes_path, s.shapes_hash, s.kerntune_version, s.host, s.started_at, s.ended_at "
+            "FROM merge_src.runs s "
+            "WHERE s.id = (SELECT MIN(s2.id) FROM merge_src.runs s2 WHERE s2.argv = s.argv "
+            "              AND s2.started_at = s.started_at AND s2.host = s.host) "
+            "AND NOT EXISTS (SELECT 1 FROM main.runs r WHERE r.argv = s.argv AND r.started_at = s.started_at "
+            "                AND r.host = s.host) ORDER BY s.id");
+        // A reused run that had not ended here but ended there takes the end time.
+        db.exec(
+            "UPDATE main.runs SET ended_at = (SELECT MAX(s.ended_at) FROM merge_src.runs s WHERE s.argv = runs.argv "
+            "  AND s.started_at = runs.started_at AND s.host = runs.host) "
+            "WHERE ended_at = 0 AND EXISTS (SELECT 1 FROM merge_src.runs s WHERE s.argv = runs.argv "
+            "  AND s.started_at = runs.started_at AND s.host = runs.host AND s.ended_at <> 0)");
+        // Binaries, by content hash.
+        added.binaries = db.exec(
+            "INSERT OR IGNORE INTO main.binaries(hash, family, variant_name, name_expression, lowered_name, arch, "
+            "nvrtc_version, options, cubin, registers, spill_store_bytes, spill_load_bytes, stack_bytes, "
+            "static_smem_bytes, dynamic_smem_bytes, compile_ms, log) "
+            "SELECT hash, family, variant_name, name_expression, lowered_name, arch, nvrtc_version, options, cubin, "
+            "registers, spill_store_bytes, spill_load_bytes, stack_bytes, static_smem_bytes, dynamic_smem_bytes, "
+            "compile_ms, log FROM merge_src.binaries ORDER BY hash");
+        // Measurements, run and device remapped; one already here (same device uuid, run identity, problem
+        // key, variant and measured_at) is skipped. The counts are the rows this transaction inserted, so
+        // concurrent merges of one source each report what they added.
+        added.measurements = db.exec(
+            "INSERT INTO main.measurements(run_id, device_id, family, problem_key, problem_json, variant_name, "
+            "config_json, binary_hash, status, median_us, p20_us, p80_us, samples_json, error, sm_clock_mhz, rel_err, "
+            "metric, measured_at) "
+            "SELECT (SELECT r.id FROM main.runs r WHERE r.argv = sr.argv AND r.started_at = sr.started_at "
+            "        AND r.host = sr.host ORDER BY r.id LIMIT 1), "
+            "       (SELECT d.id FROM main.devices d WHERE d.uuid = sd.uuid), "
+            "       sm.family, sm.problem_key, sm.problem_json, sm.variant_name, sm.config_json, sm.binary_hash, "
+            "       sm.status, sm.median_us, sm.p20_us, sm.p80_us, sm.samples_json, sm.error, sm.sm_clock_mhz, "
+            "       sm.rel_err, sm.metric, sm.measured_at "
+            "FROM merge_src.measurements sm "
+            "JOIN merge_src.runs sr ON sr.id = sm.run_id "
+            "JOIN merge_src.devices sd ON sd.id = sm.device_id "
+            "WHERE NOT EXISTS (SELECT 1 FROM main.measurements m "
+            "                  JOIN main.runs r ON r.id = m.run_id JOIN main.devices d ON d.id = m.device_id "
+            "                  WHERE m.problem_key = sm.problem_key AND m.variant_name = sm.variant_name "
+            "                  AND m.measured_at = sm.measured_at AND d.uuid = sd.uuid AND r.argv = sr.argv "
+            "                  AND r.started_at = sr.started_at AND r.host = sr.host) "
+            "ORDER BY sm.id");
+      },
+      "BEGIN");
   return added;
 }
 

@@ -90,7 +90,7 @@ const char* status_name(Status s);
 Status parse_status(const std::string& name);
 
 struct Measurement {
-  long long id = 0;         ///< set when read back
+  long long id = 0;  ///< set when read back
   long long run_id = 0;
   long long device_id = 0;
   std::string family;
@@ -101,12 +101,12 @@ struct Measurement {
   std::string binary_hash;  ///< empty when there is no binary (compile_failed, invalid)
   Status status = Status::ok;
   double median_us = 0, p20_us = 0, p80_us = 0;  ///< microseconds; 0 unless timed
-  std::vector<double> samples_us;                 ///< every sample kept
-  std::string error;                              ///< error text / NVRTC log for failures
-  double sm_clock_mhz = -1;                       ///< SM clock seen while measuring, -1 unknown
-  double rel_err = -1;                            ///< ||out-ref||/||ref|| from verification, -1 unknown
-  double metric = 0;                              ///< TFLOP/s (compute-bound families) or GB/s
-  long long measured_at = 0;                      ///< unix seconds
+  std::vector<double> samples_us;                ///< every sample kept
+  std::string error;                             ///< error text / NVRTC log for failures
+  double sm_clock_mhz = -1;                      ///< SM clock seen while measuring, -1 unknown
+  double rel_err = -1;                           ///< ||out-ref||/||ref|| from verification, -1 unknown
+  double metric = 0;                             ///< TFLOP/s (compute-bound families) or GB/s
+  long long measured_at = 0;                     ///< unix seconds
 };
 
 /// A row of the winners view, with what a runtime needs to launch it.

@@ -29,17 +29,20 @@ constexpr KnownCode kKnownCodes[] = {
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
-    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU",
+     "no kernel image is available for execution on the device"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
-    {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+    {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+     "too many resources requested for launch"},
     {CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {CUDA_ERROR_MISALIGNED_ADDRESS, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
     {CUDA_ERROR_ILLEGAL_INSTRUCTION, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"},
-    {CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the provided PTX was compiled with an unsupported toolchain."},
+    {CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+     "the provided PTX was compiled with an unsupported toolchain."},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -50,8 +53,8 @@ struct Loader {
   Api api{};
   bool ok = false;
   // Failure, when !ok: one of these is set.
-  std::string load_error;                 // library/symbol problem (std::runtime_error)
-  CUresult init_result = CUDA_SUCCESS;    // cuInit failure (CudaError)
+  std::string load_error;               // library/symbol problem (std::runtime_error)
+  CUresult init_result = CUDA_SUCCESS;  // cuInit failure (CudaError)
 };
 
 Loader& loader_storage() {
@@ -75,8 +78,8 @@ void load(Loader& l) {
   l.handle = dlopen(kLibName, RTLD_NOW | RTLD_LOCAL);
   if (!l.handle) {
     const char* e = dlerror();
-    l.load_error = std::string(kLibName) + " not found: no NVIDIA driver on this machine (" +
-                   (e ? e : "dlopen failed") + ")";
+    l.load_error =
+        std::string(kLibName) + " not found: no NVIDIA driver on this machine (" + (e ? e : "dlopen failed") + ")";
     return;
   }
   Api& a = l.api;
@@ -128,8 +131,7 @@ void load(Loader& l) {
   KT_RESOLVE(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
 #undef KT_RESOLVE
   if (!ok) {
-    l.load_error = "symbol " + missing + " not found in " + kLibName +
-                   " (NVIDIA driver too old for kerntune?)";
+    l.load_error = "symbol " + missing + " not found in " + kLibName + " (NVIDIA driver too old for kerntune?)";
     // Keep the error functions if they resolved, so error messages still use the driver's text.
     return;
   }
@@ -225,7 +227,8 @@ int current_sm_count() {
     if (v > 0) return v;
   }
   int v = 0;
-  check(a.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  check(a.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
   if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
   return v;
 }
@@ -426,16 +429,16 @@ void Stream::synchronize() const { check(api().cuStreamSynchronize(s_), "cuStrea
 
 // ---- launch ----
 
-void launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
-            unsigned smem_bytes, CUstream stream, const void* params) {
+void launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
+            CUstream stream, const void* params) {
   const Api& a = api();
   if (smem_bytes > 48u * 1024u)
     check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem_bytes)),
           ("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(smem_bytes) + ")").c_str());
   void* args[] = {const_cast<void*>(params)};
-  check(a.cuLaunchKernel(f, grid_x, grid_y, grid_z, block_x, 1, 1, smem_bytes, stream, params ? args : nullptr,
-                         nullptr),
-        "cuLaunchKernel");
+  check(
+      a.cuLaunchKernel(f, grid_x, grid_y, grid_z, block_x, 1, 1, smem_bytes, stream, params ? args : nullptr, nullptr),
+      "cuLaunchKernel");
 }
 
 }  // namespace kt::cuda

@@ -97,17 +97,17 @@ void check(CUresult r, const char* what);
 
 /// Static description of one device. Sizes in bytes, clocks in kHz.
 struct DeviceInfo {
-  int ordinal = 0;                ///< CUDA device ordinal
-  std::string name;               ///< e.g. "NVIDIA H100 80GB HBM3"
-  std::string uuid;               ///< 32 lowercase hex chars, the 16 UUID bytes in order (no "GPU-" prefix, no dashes)
-  int cc_major = 0, cc_minor = 0; ///< compute capability, e.g. 9.0
-  int sm_count = 0;               ///< number of SMs
-  int l2_bytes = 0;               ///< L2 cache size, bytes
+  int ordinal = 0;                 ///< CUDA device ordinal
+  std::string name;                ///< e.g. "NVIDIA H100 80GB HBM3"
+  std::string uuid;                ///< 32 lowercase hex chars, the 16 UUID bytes in order (no "GPU-" prefix, no dashes)
+  int cc_major = 0, cc_minor = 0;  ///< compute capability, e.g. 9.0
+  int sm_count = 0;                ///< number of SMs
+  int l2_bytes = 0;                ///< L2 cache size, bytes
   int max_smem_per_block_optin = 0;  ///< max dynamic+static shared memory per block after opt-in, bytes
-  int clock_khz = -1;             ///< SM clock, kHz; -1 when the driver does not report it
-  int mem_clock_khz = -1;         ///< peak memory clock, kHz; -1 when the driver does not report it
-  long long total_mem_bytes = 0;  ///< global memory, bytes
-  int driver_version = 0;         ///< cuDriverGetVersion, e.g. 13000 for CUDA 13.0
+  int clock_khz = -1;                ///< SM clock, kHz; -1 when the driver does not report it
+  int mem_clock_khz = -1;            ///< peak memory clock, kHz; -1 when the driver does not report it
+  long long total_mem_bytes = 0;     ///< global memory, bytes
+  int driver_version = 0;            ///< cuDriverGetVersion, e.g. 13000 for CUDA 13.0
 };
 
 /// Queries device `ordinal`. Throws (as api()) when no driver, CudaError when the ordinal is invalid.
@@ -238,7 +238,7 @@ class Stream {
 /// parameter, passed by value: `params` points to that struct (kernelParams = {params}); the driver
 /// copies it, so it need only live until this call returns. Asynchronous: launch errors are reported
 /// here, execution errors by a later synchronisation. Throws CudaError naming the failed call.
-void launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
-            unsigned smem_bytes, CUstream stream, const void* params);
+void launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
+            CUstream stream, const void* params);
 
 }  // namespace kt::cuda

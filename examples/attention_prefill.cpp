@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
     p.causal = true;
 
     const Runtime::Choice c = rt.explain(p);
-    std::printf("problem: %s\n%s: %s\n  %s\n", p.key().c_str(), c.step.c_str(), c.variant_name.c_str(),
-                c.why.c_str());
+    std::printf("problem: %s\n%s: %s\n  %s\n", p.key().c_str(), c.step.c_str(), c.variant_name.c_str(), c.why.c_str());
 
     const attn::HostInputs in = attn::make_inputs(p, 2024);
     const float scale = attn::contiguous_params(p, nullptr, nullptr, nullptr, nullptr, nullptr).softmax_scale;
@@ -69,8 +68,8 @@ int main(int argc, char** argv) {
     std::vector<float> lse;
     dev.download(0, out, lse);
     const attn::Verdict v = attn::verify(in, ref, out, lse);
-    std::printf("rel L2 error %.3e (tolerance %.0e), max abs %.3e, lse error %.3e over %zu reference rows\n",
-                v.rel_l2, attn::tolerance(p.dtype), v.max_abs, v.lse_max_err, ref.rows.size());
+    std::printf("rel L2 error %.3e (tolerance %.0e), max abs %.3e, lse error %.3e over %zu reference rows\n", v.rel_l2,
+                attn::tolerance(p.dtype), v.max_abs, v.lse_max_err, ref.rows.size());
     if (!v.pass) {
       std::printf("FAIL: %s\n", v.message.c_str());
       return 1;

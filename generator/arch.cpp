@@ -22,9 +22,7 @@ ArchId parse_arch(const std::string& name) {
   throw std::invalid_argument("unknown --arch '" + name + "': supported are " + list);
 }
 
-std::string arch_name(ArchId arch) {
-  return "sm_" + std::to_string(arch.sm) + (arch.arch_specific ? "a" : "");
-}
+std::string arch_name(ArchId arch) { return "sm_" + std::to_string(arch.sm) + (arch.arch_specific ? "a" : ""); }
 
 bool arch_runs_on(ArchId arch, int cc_major, int cc_minor) {
   int cc = cc_major * 10 + cc_minor;
@@ -38,8 +36,9 @@ DeviceModel device_model(ArchId arch) {
 }
 
 DeviceModel device_model(ArchId arch, int sm_count) {
-  if (sm_count < 1) throw std::invalid_argument("device model of " + arch_name(arch) + ": sm_count must be >= 1, got " +
-                                                std::to_string(sm_count));
+  if (sm_count < 1)
+    throw std::invalid_argument("device model of " + arch_name(arch) + ": sm_count must be >= 1, got " +
+                                std::to_string(sm_count));
   DeviceModel d;
   d.sm_count = sm_count;
   d.smem_per_block = max_smem_per_block(arch.sm);

@@ -23,10 +23,10 @@ bool arch_runs_on(ArchId arch, int cc_major, int cc_minor);
 
 /// The GPU a candidate order is made for: what the heuristics read to count waves and fit blocks.
 struct DeviceModel {
-  int sm_count = 0;           ///< streaming multiprocessors
-  int smem_per_block = 0;     ///< shared memory one block may use (the opt-in maximum), bytes
-  int smem_per_sm = 0;        ///< shared memory of one SM, bytes
-  int regs_per_sm = 65536;    ///< 32-bit registers of one SM
+  int sm_count = 0;         ///< streaming multiprocessors
+  int smem_per_block = 0;   ///< shared memory one block may use (the opt-in maximum), bytes
+  int smem_per_sm = 0;      ///< shared memory of one SM, bytes
+  int regs_per_sm = 65536;  ///< 32-bit registers of one SM
 };
 
 /// A representative GPU of `arch`, for orders made without the GPU at hand (compile-only sweeps, tests): sm_80 the

@@ -79,7 +79,8 @@ Config default_config(ArchId arch, const Problem& p) {
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << (p.causal ? "causal" : "full") << "__"
-    << "mmasync_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_r" << c.raster << "__" << arch_name(arch);
+    << "mmasync_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_r" << c.raster << "__"
+    << arch_name(arch);
   return s.str();
 }
 
@@ -145,7 +146,7 @@ FwdParams contiguous_params(const Problem& p, const void* q, const void* k, cons
 }
 
 nlohmann::json problem_to_json(const Problem& p) {
-  return {{"dtype", dtype_tag(p.dtype)}, {"batch", p.batch},       {"seqlen_q", p.seqlen_q},
+  return {{"dtype", dtype_tag(p.dtype)}, {"batch", p.batch},         {"seqlen_q", p.seqlen_q},
           {"seqlen_k", p.seqlen_k},      {"num_heads", p.num_heads}, {"num_kv_heads", p.num_kv_heads},
           {"head_dim", p.head_dim},      {"causal", p.causal}};
 }
@@ -206,15 +207,14 @@ void check_params(const Problem& p, const FwdParams& a) {
     fail("kernel arguments do not match the problem's sizes");
   if (!a.q || !a.k || !a.v || !a.o) fail("q, k, v and o must be non-null device pointers");
   auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  if (!aligned(a.q) || !aligned(a.k) || !aligned(a.v) || !aligned(a.o))
-    fail("q, k, v and o must be 16-byte aligned");
+  if (!aligned(a.q) || !aligned(a.k) || !aligned(a.v) || !aligned(a.o)) fail("q, k, v and o must be 16-byte aligned");
   if (a.lse && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0) fail("lse must be 4-byte aligned");
-  const long long strides[] = {a.q_batch_stride, a.q_row_stride, a.q_head_stride, a.k_batch_stride,
-                               a.k_row_stride,   a.k_head_stride, a.v_batch_stride, a.v_row_stride,
-                               a.v_head_stride,  a.o_batch_stride, a.o_row_stride, a.o_head_stride};
+  const long long strides[] = {a.q_batch_stride, a.q_row_stride,   a.q_head_stride,  a.k_batch_stride,
+                               a.k_row_stride,   a.k_head_stride,  a.v_batch_stride, a.v_row_stride,
+                               a.v_head_stride,  a.o_batch_stride, a.o_row_stride,   a.o_head_stride};
   for (long long s : strides)
-    if (s % 8 != 0) fail("every batch/row/head stride must be a multiple of 8 elements (16-byte loads), got " +
-                         std::to_string(s));
+    if (s % 8 != 0)
+      fail("every batch/row/head stride must be a multiple of 8 elements (16-byte loads), got " + std::to_string(s));
   if (!(a.softmax_scale > 0.f) || !std::isfinite(a.softmax_scale)) fail("softmax_scale must be positive and finite");
 }
 

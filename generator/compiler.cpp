@@ -55,10 +55,8 @@ void Compiler::set_warning_handler(std::function<void(const std::string&)> handl
 void Compiler::warn_once(const std::string& cause, const std::string& message) const {
   std::lock_guard<std::mutex> lock(warn_mu_);
   if (!warned_.insert(cause).second) return;
-  if (warn_)
-    warn_(message);
-  else
-    std::fprintf(stderr, "kerntune: warning: %s\n", message.c_str());
+  if (warn_) warn_(message);
+  else std::fprintf(stderr, "kerntune: warning: %s\n", message.c_str());
 }
 
 std::vector<std::string> Compiler::options(ArchId arch) const {
@@ -168,8 +166,9 @@ CompileResult Compiler::compile(const KernelSource& k) const {
     res.cache_warning = e.what();
     cache_write_failures_.fetch_add(1, std::memory_order_relaxed);
     warn_once("write: " + (w ? w->cause() : res.cache_warning),
-              res.cache_warning + " (the compiled kernel is used, not cached; further cache write failures with "
-                                  "this cause are not reported)");
+              res.cache_warning +
+                  " (the compiled kernel is used, not cached; further cache write failures with "
+                  "this cause are not reported)");
   }
   return res;
 }

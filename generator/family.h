@@ -34,7 +34,6 @@ struct LaunchDims {
   unsigned cluster_y = 1;
 };
 
-
 /// How far a tuned problem is from an asked one of the same class, for the runtime's nearest step: smaller is
 /// nearer. Compared as (distance, tie) after quantizing both to 1e-9, then by the tuned problem key.
 struct Nearness {
@@ -87,7 +86,8 @@ class Family {
   virtual std::string variant_name(const nlohmann::json& problem, const nlohmann::json& config, ArchId arch) const = 0;
   /// The NVRTC name expression; variants with one expression share one binary.
   virtual std::string name_expression(const nlohmann::json& problem, const nlohmann::json& config) const = 0;
-  virtual KernelSource kernel_source(const nlohmann::json& problem, const nlohmann::json& config, ArchId arch) const = 0;
+  virtual KernelSource kernel_source(const nlohmann::json& problem, const nlohmann::json& config,
+                                     ArchId arch) const = 0;
   virtual LaunchDims launch_dims(const nlohmann::json& problem, const nlohmann::json& config,
                                  const DeviceModel& device) const = 0;
   /// Device workspace the launch needs (split-K partials, counters), bytes; 0 for none.

@@ -56,7 +56,8 @@ double Problem::min_bytes() const {
   const double elems = double(n()) * k;
   double w = elems * quant::format_bits(format) / 8;
   const int g = quant::format_group(format);
-  if (g > 0) w += elems / g * (quant::scale_bytes(format) + (quant::format_element(format) == quant::Format::int4 ? 1 : 0));
+  if (g > 0)
+    w += elems / g * (quant::scale_bytes(format) + (quant::format_element(format) == quant::Format::int4 ? 1 : 0));
   if (g < 0) w += double(n()) * 4;
   return w + 2.0 * m * k + 2.0 * m * n() + (has_bias ? 2.0 * n() : 0);
 }
@@ -75,9 +76,11 @@ void check_problem(const Problem& p) {
   if (p.k % 64 != 0) fail("k = " + std::to_string(p.k) + " must be a multiple of 64 (the kernels' K step)");
   const int g = quant::format_group(p.format);
   if (g > 0 && p.k % g != 0)
-    fail("k = " + std::to_string(p.k) + " is not a multiple of the " + fmt_tag(p.format) + " block of " + std::to_string(g));
+    fail("k = " + std::to_string(p.k) + " is not a multiple of the " + fmt_tag(p.format) + " block of " +
+         std::to_string(g));
   const quant::Format el = quant::format_element(p.format);
-  if (const std::string e = quant::k_block_error(p.format, p.k); !e.empty()) fail(std::string(fmt_tag(p.format)) + ": " + e);
+  if (const std::string e = quant::k_block_error(p.format, p.k); !e.empty())
+    fail(std::string(fmt_tag(p.format)) + ": " + e);
   if ((el == quant::Format::fp16 && p.dtype != DType::f16) || (el == quant::Format::bf16 && p.dtype != DType::bf16))
     fail(std::string(fmt_tag(p.format)) + " weights need " + fmt_tag(el) + " activations");
   if (p.m > 65535 * 16) fail("m too large for the grid");
@@ -114,7 +117,8 @@ std::vector<Config> gemv_config_space(quant::Format f) {
             // in graphs for the register ring and tma, slower for bulk_rows, whose blocks hold
             // whole rows).
             if (ld != GemvLoad::bulk_rows && tm <= 16)
-              out.push_back(make_config(tm, w[1] * 16 * rt, GemvConfig{w[0], w[1], ld, pf, GemvReduce::balanced_tail, 1}));
+              out.push_back(
+                  make_config(tm, w[1] * 16 * rt, GemvConfig{w[0], w[1], ld, pf, GemvReduce::balanced_tail, 1}));
           }
   // K split over a thread-block cluster (bulk_rows): cluster size x warps along K (warps_n 1).
   for (int tm : {8, 16, 32, 64})
@@ -122,7 +126,8 @@ std::vector<Config> gemv_config_space(quant::Format f) {
       for (int cs : {2, 4, 8})
         for (int wk : {1, 2, 4, 8})
           for (int pf : {1, 2})
-            out.push_back(make_config(tm, 16 * rt, GemvConfig{wk, 1, GemvLoad::bulk_rows, pf, GemvReduce::cluster, cs}));
+            out.push_back(
+                make_config(tm, 16 * rt, GemvConfig{wk, 1, GemvLoad::bulk_rows, pf, GemvReduce::cluster, cs}));
   return out;
 }
 
@@ -230,8 +235,10 @@ std::vector<Config> mma_candidates(const Problem& p, ArchId arch, const DeviceMo
   for (const auto& c : config_space()) {
     if (invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
     if (c.tile_m > m_cap) continue;
-    if (c.mma.stages == 3 && c.tile_m < 64) continue;  // X tiles of 16/32 rows are too small for a deeper ring to matter
-    if (c.mma.prefetch > 1 && c.tile_m > 32) continue;  // deep weight prefetch pays where the MMA work per tile is small
+    if (c.mma.stages == 3 && c.tile_m < 64)
+      continue;  // X tiles of 16/32 rows are too small for a deeper ring to matter
+    if (c.mma.prefetch > 1 && c.tile_m > 32)
+      continue;  // deep weight prefetch pays where the MMA work per tile is small
     const long long blocks = output_tiles(p, c);
     if (c.mma.split_k > 1 && (blocks >= two_per_sm || c.mma.split_k > p.k / c.mma.tile_k)) continue;
     out.push_back(c);
@@ -256,17 +263,19 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch, const DeviceM
   std::vector<Config> bal;  // the balanced tails, placed after their twins at the end
   std::vector<Config> xt;   // tma_x (X by TMA), each placed right before its tma twin
   for (const auto& c : gemv_config_space(p.format)) {
-    if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) continue;
-    if (c.gemv.warps_k * gemv_cluster(c) > steps) continue;  // every warp gets a K step
+    if ((c.tile_m != tm && c.tile_m != tm / 2) || invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch))
+      continue;
+    if (c.gemv.warps_k * gemv_cluster(c) > steps) continue;                    // every warp gets a K step
     if (gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(arch.sm)) continue;  // the rows' scales (bulk_rows: and data)
-    if (c.gemv.load == GemvLoad::tma_x && p.k % 64 != 0) continue;  // X's tensor map is {64, K / 64, M}
+    if (c.gemv.load == GemvLoad::tma_x && p.k % 64 != 0) continue;             // X's tensor map is {64, K / 64, M}
     (c.gemv.load == GemvLoad::tma_x ? xt : gemv_balanced(c) ? bal : out).push_back(c);
   }
   const int tiles = p.n() / 16;
   auto fit = [&](const Config& c) {  // 1 when every block fits on the GPU at once (registers, shared memory)
     const double blocks = std::ceil(double(tiles) / (c.gemv.warps_n * gemv_row_tiles(c))) *
                           ((p.m + c.tile_m - 1) / c.tile_m) * gemv_cluster(c);
-    return std::min({1.0, double(dev.sm_count) * dev.regs_per_sm / (blocks * threads(c) * gemv_reg_estimate(c, p.format)),
+    return std::min({1.0,
+                     double(dev.sm_count) * dev.regs_per_sm / (blocks * threads(c) * gemv_reg_estimate(c, p.format)),
                      double(dev.sm_count) * dev.smem_per_sm / (blocks * (gemv_smem_bytes(c, p.format, p.k) + 1024.0))});
   };
   auto score = [&](const Config& c) {
@@ -358,7 +367,8 @@ std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, qu
   for (auto& k : classes)
     std::stable_sort(k.begin(), k.end(), [&](const Config& a, const Config& b) {
       auto key = [&](const Config& c) {
-        return std::make_tuple(-ws_consumers(c), ws_cluster(c) > 1 && !ws_cluster_slots_beside(c, f) ? 1 : 0, -c.ws.stages);
+        return std::make_tuple(-ws_consumers(c), ws_cluster(c) > 1 && !ws_cluster_slots_beside(c, f) ? 1 : 0,
+                               -c.ws.stages);
       };
       return key(a) < key(b);
     });
@@ -391,8 +401,8 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
     const double blocks = ws_stream_k(c) ? sms : tiles * split;
     const double steps = ws_stream_k(c) ? std::ceil(double(ws_units(p, c)) / sms) + 2 * (1 + sms / tiles)
                                         : std::ceil(double(p.k / 64) / split) + (split > 1 ? 2 : 0);
-    const double cost = std::ceil(blocks / sms) * steps * std::max(c.tile_m, 64) * c.tile_n *
-                        (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
+    const double cost =
+        std::ceil(blocks / sms) * steps * std::max(c.tile_m, 64) * c.tile_n * (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
     return std::make_pair(cost, -c.ws.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
@@ -409,7 +419,8 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
   auto modes = group_in_order(out, [](const Config& a, const Config& b) { return ws_split_key(a) == ws_split_key(b); });
   if (p.m > 64)
     for (auto& m : modes) m = ws_by_shape_class(m, p.format);
-  auto sk1 = std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return ws_split_key(m[0]) == 1; });
+  auto sk1 =
+      std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return ws_split_key(m[0]) == 1; });
   if (sk1 != modes.end() && sk1 - modes.begin() > 1) std::rotate(modes.begin() + 1, sk1, sk1 + 1);  // second in turn
   return take_in_turn(modes);
 }
@@ -441,10 +452,14 @@ std::vector<Config> pairs_candidates(const Problem& p, ArchId arch, const Device
     // vs 24.01 in autotune timing, cm2 17.98 vs 19.86 in graphs).
     const int cm = c.pairs.cluster_m, st = c.pairs.stages;
     return std::make_tuple(waves * c.tile_m * c.tile_n * (1.0 + 64.0 / c.tile_n + 64.0 / c.tile_m) * pieces * one_wg,
-                           cm == 2 ? 0 : cm == 4 ? 1 : 2, st > 12 ? 0 : -st);
+                           cm == 2   ? 0
+                           : cm == 4 ? 1
+                                     : 2,
+                           st > 12 ? 0 : -st);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
-  return take_in_turn(group_in_order(out, [](const Config& a, const Config& b) { return a.tile_m == b.tile_m && a.tile_n == b.tile_n; }));
+  return take_in_turn(group_in_order(
+      out, [](const Config& a, const Config& b) { return a.tile_m == b.tile_m && a.tile_n == b.tile_n; }));
 }
 }  // namespace
 
@@ -487,10 +502,12 @@ Config default_config(ArchId arch, const Problem& p) {
   if (p.m <= 16) {
     const int tm = p.m <= 8 ? 8 : 16, kw0 = quant::format_bits(p.format) == 4 ? 4 : 8;
     for (int kw : {kw0, kw0 / 2})  // fewer K warps (more registers each) where the register budget needs it
-      for (GemvLoad ld : {GemvLoad::bulk_rows, GemvLoad::register_ring, GemvLoad::tma}) {  // (K-blocked packed: not bulk_rows)
+      for (GemvLoad ld :
+           {GemvLoad::bulk_rows, GemvLoad::register_ring, GemvLoad::tma}) {  // (K-blocked packed: not bulk_rows)
         const Config g = make_config(tm, 16, GemvConfig{kw, 1, ld, 1, GemvReduce::none, 1});
         if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, g, arch) &&
-            gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) && kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
+            gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) &&
+            kw <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
           return g;
       }
   }
@@ -508,7 +525,9 @@ Config default_config(ArchId arch, const Problem& p) {
   }
   // Otherwise preference by M (a split-K tile for small M, a 128x128 tile for prefill);
   // the first one valid for the format wins, else the first valid config of the space.
-  auto mma = [](int tm, int tn, int wm, int wn, int st, int sk) { return make_config(tm, tn, MmaConfig{64, wm, wn, st, sk, 1}); };
+  auto mma = [](int tm, int tn, int wm, int wn, int st, int sk) {
+    return make_config(tm, tn, MmaConfig{64, wm, wn, st, sk, 1});
+  };
   const std::vector<Config> prefs =
       p.m <= 16   ? std::vector<Config>{mma(16, 128, 1, 4, 2, 4), mma(16, 128, 1, 8, 2, 4), mma(16, 256, 1, 8, 2, 4)}
       : p.m <= 64 ? std::vector<Config>{mma(32, 128, 1, 4, 2, 2), mma(32, 128, 2, 4, 2, 2), mma(64, 128, 2, 4, 2, 1)}
@@ -530,8 +549,8 @@ bool same_config(const Config& a, const Config& b) {
       return a.gemv.warps_k == b.gemv.warps_k && a.gemv.warps_n == b.gemv.warps_n && a.gemv.load == b.gemv.load &&
              a.gemv.prefetch == b.gemv.prefetch && a.gemv.reduce == b.gemv.reduce && a.gemv.cluster == b.gemv.cluster;
     case Mainloop::wgmma:
-      return a.wgmma.tile_k == b.wgmma.tile_k && a.wgmma.stages == b.wgmma.stages && a.wgmma.split_k == b.wgmma.split_k &&
-             a.wgmma.prefetch == b.wgmma.prefetch;
+      return a.wgmma.tile_k == b.wgmma.tile_k && a.wgmma.stages == b.wgmma.stages &&
+             a.wgmma.split_k == b.wgmma.split_k && a.wgmma.prefetch == b.wgmma.prefetch;
     case Mainloop::wgmma_ws:
       return a.ws.consumers == b.ws.consumers && a.ws.k_groups == b.ws.k_groups && a.ws.stages == b.ws.stages &&
              a.ws.split == b.ws.split && a.ws.split_k == b.ws.split_k;
@@ -603,7 +622,9 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
 namespace {
 /// The kernels' weight element template argument, by name: "kt::quant::Format::nf4" (a K-blocked format gives its
 /// element; the layout lives in the host's tensor maps).
-std::string element_expr(quant::Format f) { return std::string("kt::quant::Format::") + fmt_tag(quant::format_element(f)); }
+std::string element_expr(quant::Format f) {
+  return std::string("kt::quant::Format::") + fmt_tag(quant::format_element(f));
+}
 }  // namespace
 
 std::string name_expression(const Problem& p, const Config& c) {
@@ -612,10 +633,10 @@ std::string name_expression(const Problem& p, const Config& c) {
                                        // qkv_gemv_tma_x<..> (tma_x); the template's Stages argument is int(load)
     const GemvConfig& g = c.gemv;
     const bool cl = g.reduce == GemvReduce::cluster;
-    s << (cl                             ? "kt::qkv::qkv_gemv_cluster<kt::DType::"
-          : g.load == GemvLoad::tma      ? "kt::qkv::qkv_gemv_tma<kt::DType::"
-          : g.load == GemvLoad::tma_x    ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
-                                         : "kt::qkv::qkv_gemv<kt::DType::")
+    s << (cl                          ? "kt::qkv::qkv_gemv_cluster<kt::DType::"
+          : g.load == GemvLoad::tma   ? "kt::qkv::qkv_gemv_tma<kt::DType::"
+          : g.load == GemvLoad::tma_x ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
+                                      : "kt::qkv::qkv_gemv<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << g.warps_k << ", " << g.warps_n << ", " << g.prefetch;
@@ -624,32 +645,35 @@ std::string name_expression(const Problem& p, const Config& c) {
     s << ">";
     return s.str();
   }
-  if (c.mainloop == Mainloop::wgmma_ws) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
+  if (c.mainloop ==
+      Mainloop::wgmma_ws) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
     s << (ws_cluster(c) > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
       << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
       << ", " << ws_consumers(c) << ", " << c.ws.stages << ", "
-      << (ws_cluster(c) > 1 ? std::to_string(ws_cluster(c)) : ws_stream_k(c) ? "true" : "false")
+      << (ws_cluster(c) > 1 ? std::to_string(ws_cluster(c))
+          : ws_stream_k(c)  ? "true"
+                            : "false")
       << (ws_kgroups(c) > 1 ? ", " + std::to_string(ws_kgroups(c)) : std::string()) << ">";
     return s.str();
   }
   if (c.mainloop == Mainloop::wgmma_pairs) {
-    s << "kt::qkv::qkv_wgmma_pairs<kt::DType::"
-      << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
-      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
-      << ", " << c.pairs.stages << ">";
+    s << "kt::qkv::qkv_wgmma_pairs<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", "
+      << element_expr(p.format) << ", " << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", "
+      << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.pairs.stages << ">";
     return s.str();
   }
   if (c.mainloop == Mainloop::wgmma) {
-    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", "
-      << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
-      << c.tile_m << ", " << c.tile_n << ", " << c.wgmma.tile_k << ", " << c.wgmma.stages << ", " << c.wgmma.prefetch << ">";
+    s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format)
+      << ", " << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
+      << c.tile_m << ", " << c.tile_n << ", " << c.wgmma.tile_k << ", " << c.wgmma.stages << ", " << c.wgmma.prefetch
+      << ">";
     return s.str();
   }
-  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", "
-    << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m
-    << ", " << c.tile_n << ", " << c.mma.tile_k << ", " << c.mma.warps_m << ", " << c.mma.warps_n << ", " << c.mma.stages
-    << ", " << c.mma.prefetch << ">";
+  s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format)
+    << ", " << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
+    << c.tile_m << ", " << c.tile_n << ", " << c.mma.tile_k << ", " << c.mma.warps_m << ", " << c.mma.warps_n << ", "
+    << c.mma.stages << ", " << c.mma.prefetch << ">";
   return s.str();
 }
 
@@ -685,9 +709,7 @@ GemvBalance gemv_balance_of(const Problem& p, const Config& c, int sm_count) {
   return gemv_balance(units, (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format), sm_count);
 }
 
-long long ws_units(const Problem& p, const Config& c) {
-  return output_tiles(p, c) * (p.k / 64);
-}
+long long ws_units(const Problem& p, const Config& c) { return output_tiles(p, c) * (p.k / 64); }
 
 int stream_k_blocks(const Problem& p, const Config& c, int sm_count) {
   if (sm_count < 1) fail("stream-K needs the GPU's SM count (got " + std::to_string(sm_count) + ")");
@@ -725,7 +747,9 @@ LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   // Token tiles; wgmma_pairs: rounded up to whole clusters of cluster_m (the blocks past M exit at once).
   d.grid_y = unsigned(((p.m + c.tile_m - 1) / c.tile_m + cluster_m - 1) / cluster_m * cluster_m);
   d.cluster_y = unsigned(cluster_m);
-  d.grid_z = unsigned(c.mainloop == Mainloop::wgmma ? c.wgmma.split_k : c.mainloop == Mainloop::mma ? c.mma.split_k : 1);
+  d.grid_z = unsigned(c.mainloop == Mainloop::wgmma ? c.wgmma.split_k
+                      : c.mainloop == Mainloop::mma ? c.mma.split_k
+                                                    : 1);
   d.block_x = unsigned(threads(c));
   d.smem_bytes = unsigned(c.mainloop == Mainloop::wgmma         ? wgmma_smem_bytes(c, p.format)
                           : c.mainloop == Mainloop::wgmma_pairs ? wp_smem_bytes(c)
@@ -744,7 +768,7 @@ bool weight_evict_first(const Problem& p, const Config& c) {
 bool uses_workspace(const Config& c) {
   switch (c.mainloop) {
     case Mainloop::wgmma_ws: return ws_stream_k(c);  // split_k > 1 reduces through the cluster's shared memory
-    case Mainloop::gemv: return gemv_balanced(c);     // a cluster reduction uses distributed shared memory
+    case Mainloop::gemv: return gemv_balanced(c);    // a cluster reduction uses distributed shared memory
     case Mainloop::mma: return c.mma.split_k != 1;
     case Mainloop::wgmma: return c.wgmma.split_k != 1;
     case Mainloop::wgmma_pairs: return false;
@@ -756,7 +780,8 @@ size_t workspace_bytes(const Problem& p, const Config& c, int sm_count) {
   if (!uses_workspace(c)) return 0;
   const auto d = launch_dims(p, c, sm_count);
   if (c.mainloop == Mainloop::wgmma_ws) return size_t(ws_workspace_slots(c, d.grid_x)) * c.tile_m * c.tile_n * 4;
-  if (c.mainloop == Mainloop::gemv) {  // one partial per tail piece: [tail unit][piece][tile_n features x tile_m tokens]
+  if (c.mainloop ==
+      Mainloop::gemv) {  // one partial per tail piece: [tail unit][piece][tile_n features x tile_m tokens]
     const GemvBalance b = gemv_balance_of(p, c, sm_count);
     return std::max<size_t>(16, size_t(b.tail) * b.split * c.tile_m * c.tile_n * 4);
   }
@@ -771,9 +796,15 @@ size_t counter_bytes(const Problem& p, const Config& c) {
 }
 
 nlohmann::json problem_to_json(const Problem& p) {
-  return {{"dtype", dt_tag(p.dtype)}, {"format", fmt_tag(p.format)}, {"m", p.m}, {"k", p.k},
-          {"num_heads", p.num_heads}, {"num_kv_heads", p.num_kv_heads}, {"head_dim", p.head_dim},
-          {"has_bias", p.has_bias}, {"rope", p.rope}};
+  return {{"dtype", dt_tag(p.dtype)},
+          {"format", fmt_tag(p.format)},
+          {"m", p.m},
+          {"k", p.k},
+          {"num_heads", p.num_heads},
+          {"num_kv_heads", p.num_kv_heads},
+          {"head_dim", p.head_dim},
+          {"has_bias", p.has_bias},
+          {"rope", p.rope}};
 }
 
 Problem problem_from_json(const nlohmann::json& j) {
@@ -804,16 +835,25 @@ nlohmann::json config_to_json(const Config& c) {
                   {"stages", c.mma.stages}, {"split_k", c.mma.split_k}, {"prefetch", c.mma.prefetch}};
       break;
     case Mainloop::gemv:
-      j["gemv"] = {{"warps_k", c.gemv.warps_k}, {"warps_n", c.gemv.warps_n}, {"load", gemv_load_name(c.gemv.load)},
-                   {"prefetch", c.gemv.prefetch}, {"reduce", gemv_reduce_name(c.gemv.reduce)}, {"cluster", c.gemv.cluster}};
+      j["gemv"] = {{"warps_k", c.gemv.warps_k},
+                   {"warps_n", c.gemv.warps_n},
+                   {"load", gemv_load_name(c.gemv.load)},
+                   {"prefetch", c.gemv.prefetch},
+                   {"reduce", gemv_reduce_name(c.gemv.reduce)},
+                   {"cluster", c.gemv.cluster}};
       break;
     case Mainloop::wgmma:
-      j["wgmma"] = {{"tile_k", c.wgmma.tile_k}, {"stages", c.wgmma.stages}, {"split_k", c.wgmma.split_k},
+      j["wgmma"] = {{"tile_k", c.wgmma.tile_k},
+                    {"stages", c.wgmma.stages},
+                    {"split_k", c.wgmma.split_k},
                     {"prefetch", c.wgmma.prefetch}};
       break;
     case Mainloop::wgmma_ws:
-      j["wgmma_ws"] = {{"consumers", c.ws.consumers}, {"k_groups", c.ws.k_groups}, {"stages", c.ws.stages},
-                       {"split", ws_stream_k(c) ? "stream_k" : "split_k"}, {"split_k", c.ws.split_k}};
+      j["wgmma_ws"] = {{"consumers", c.ws.consumers},
+                       {"k_groups", c.ws.k_groups},
+                       {"stages", c.ws.stages},
+                       {"split", ws_stream_k(c) ? "stream_k" : "split_k"},
+                       {"split_k", c.ws.split_k}};
       break;
     case Mainloop::wgmma_pairs:
       j["wgmma_pairs"] = {{"stages", c.pairs.stages}, {"cluster_m", c.pairs.cluster_m}};
@@ -855,13 +895,17 @@ Config config_from_json(const nlohmann::json& j) {
     const nlohmann::json& f = j.at(ml);
     switch (c.mainloop) {
       case Mainloop::mma:
-        c.mma = MmaConfig{f.at("tile_k"), f.at("warps_m"), f.at("warps_n"), f.at("stages"), f.at("split_k"), f.at("prefetch")};
+        c.mma = MmaConfig{f.at("tile_k"), f.at("warps_m"), f.at("warps_n"),
+                          f.at("stages"), f.at("split_k"), f.at("prefetch")};
         break;
       case Mainloop::gemv: {
         static const char* const kLoads[] = {"register_ring", "bulk_rows", "tma", "tma_x"};
         static const char* const kReduce[] = {"none", "cluster", "balanced_tail"};
-        c.gemv = GemvConfig{f.at("warps_k"), f.at("warps_n"), parse_enum<GemvLoad>("gemv.load", f.at("load"), kLoads),
-                            f.at("prefetch"), parse_enum<GemvReduce>("gemv.reduce", f.at("reduce"), kReduce),
+        c.gemv = GemvConfig{f.at("warps_k"),
+                            f.at("warps_n"),
+                            parse_enum<GemvLoad>("gemv.load", f.at("load"), kLoads),
+                            f.at("prefetch"),
+                            parse_enum<GemvReduce>("gemv.reduce", f.at("reduce"), kReduce),
                             f.at("cluster")};
         break;
       }
@@ -893,7 +937,8 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   for (long long s : {a.x_row_stride, a.q_row_stride, a.k_row_stride, a.v_row_stride})
     if (s % 8 != 0) fail("row strides must be multiples of 8 elements, got " + std::to_string(s));
   if (a.x_row_stride < p.k) fail("x_row_stride is smaller than k");
-  if (quant::format_group(p.format) != 0 && !a.w_scales) fail(std::string(fmt_tag(p.format)) + " weights need w_scales");
+  if (quant::format_group(p.format) != 0 && !a.w_scales)
+    fail(std::string(fmt_tag(p.format)) + " weights need w_scales");
   if (quant::format_element(p.format) == quant::Format::int4 && !a.w_zeros)
     fail(std::string(fmt_tag(p.format)) + " weights need w_zeros");
   // The kernels read scales and zero points in 4-byte words (cp.async of whole rows, wgmma_ws's per-step words).
@@ -901,7 +946,8 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   if (a.w_scales && !al4(a.w_scales)) fail("w_scales must be 4-byte aligned (the kernels read it in 4-byte words)");
   if (a.w_zeros && !al4(a.w_zeros)) fail("w_zeros must be 4-byte aligned (the kernels read it in 4-byte words)");
   if (p.has_bias && !a.bias) fail("the problem has a bias but bias is null");
-  if (p.has_bias && reinterpret_cast<std::uintptr_t>(a.bias) % 4 != 0) fail("bias must be 4-byte aligned (read in pairs)");
+  if (p.has_bias && reinterpret_cast<std::uintptr_t>(a.bias) % 4 != 0)
+    fail("bias must be 4-byte aligned (read in pairs)");
   if (p.rope && !a.positions) fail("the problem has RoPE but positions is null");
   if (uses_workspace(c) && (!a.workspace || !a.counters))
     fail(c.mainloop == Mainloop::gemv       ? "gemv balanced_tail needs a workspace and counters"
@@ -916,8 +962,9 @@ void check_params(const Problem& p, const Config& c, const QkvParams& a) {
     fail("gemv tma_x reads X through a {64, K / 64, M} tensor map: k = " + std::to_string(p.k) +
          " must be a multiple of 64");
   if (c.mainloop == Mainloop::gemv && gemv_smem_bytes(c, p.format, p.k) > gemv_smem_cap(90))
-    fail("gemv holds the block's row scales (bulk_rows: and rows) in shared memory: " + std::to_string(gemv_smem_bytes(c, p.format, p.k)) +
-         " bytes for k = " + std::to_string(p.k) + " exceed the " + std::to_string(gemv_smem_cap(90)) + " bytes per block");
+    fail("gemv holds the block's row scales (bulk_rows: and rows) in shared memory: " +
+         std::to_string(gemv_smem_bytes(c, p.format, p.k)) + " bytes for k = " + std::to_string(p.k) + " exceed the " +
+         std::to_string(gemv_smem_cap(90)) + " bytes per block");
   if (quant::format_element(p.format) == quant::Format::nvfp4 && !(a.tensor_scale > 0.f))
     fail(std::string(fmt_tag(p.format)) + " needs a positive tensor_scale");
 }

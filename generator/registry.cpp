@@ -28,5 +28,4 @@ int family_index(const std::string& name) {
 
 const Family& find_family(const std::string& name) { return *families()[size_t(family_index(name))]; }
 
-
 }  // namespace kt

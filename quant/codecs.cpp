@@ -58,8 +58,8 @@ uint8_t e4m3_nearest(double x) {
     return static_cast<uint8_t>(sign | static_cast<int>(q));
   }
   int e2;
-  std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
-  int e = e2 - 1;      // a in [2^e, 2^(e+1)), e in [-6, 8]
+  std::frexp(a, &e2);                                          // a = m * 2^e2, m in [0.5, 1)
+  int e = e2 - 1;                                              // a in [2^e, 2^(e+1)), e in [-6, 8]
   double q = std::nearbyint((std::ldexp(a, -e) - 1.0) * 8.0);  // exact scaling, RNE
   if (q == 8.0) {
     q = 0;

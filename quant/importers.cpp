@@ -14,7 +14,8 @@ void check_int4_import(const std::string& pre, const int32_t* qweight, const int
                        int n, int k, int group) {
   if (group != 128)
     throw std::invalid_argument(pre + "group must be 128, the int4 kernels' group (got " + std::to_string(group) + ")");
-  if (n < 1 || n % 8 != 0) throw std::invalid_argument(pre + "n must be a positive multiple of 8 (8 columns per int32)");
+  if (n < 1 || n % 8 != 0)
+    throw std::invalid_argument(pre + "n must be a positive multiple of 8 (8 columns per int32)");
   if (k < 1 || k % 128 != 0) throw std::invalid_argument(pre + "k must be a positive multiple of 128");
   if (!qweight) throw std::invalid_argument(pre + "qweight is null");
   if (!qzeros) throw std::invalid_argument(pre + "qzeros is null");
@@ -23,8 +24,8 @@ void check_int4_import(const std::string& pre, const int32_t* qweight, const int
 
 }  // namespace
 
-PackedWeight import_gptq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n,
-                              int k, int group, GptqZeros zeros) {
+PackedWeight import_gptq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n, int k,
+                              int group, GptqZeros zeros) {
   const std::string pre = "import_gptq_int4(n=" + std::to_string(n) + ", k=" + std::to_string(k) +
                           ", group=" + std::to_string(group) + "): ";
   check_int4_import(pre, qweight, qzeros, scales_fp16, n, k, group);
@@ -92,7 +93,8 @@ PackedWeight import_awq_int4(const int32_t* qweight, const int32_t* qzeros, cons
     }
   for (int gi = 0; gi < gpr; ++gi)
     for (int nn = 0; nn < n; ++nn) {
-      pw.zeros[static_cast<size_t>(nn) * gpr + gi] = nibble(qzeros[static_cast<size_t>(gi) * (n / 8) + nn / 8], kPos[nn % 8]);
+      pw.zeros[static_cast<size_t>(nn) * gpr + gi] =
+          nibble(qzeros[static_cast<size_t>(gi) * (n / 8) + nn / 8], kPos[nn % 8]);
       const uint16_t s = scales_fp16[static_cast<size_t>(gi) * n + nn];
       pw.scales[(static_cast<size_t>(nn) * gpr + gi) * 2] = static_cast<uint8_t>(s & 0xFF);
       pw.scales[(static_cast<size_t>(nn) * gpr + gi) * 2 + 1] = static_cast<uint8_t>(s >> 8);
@@ -114,8 +116,7 @@ PackedWeight import_bnb_nf4(const uint8_t* packed, const float* absmax, int n, i
   const size_t total = static_cast<size_t>(n) * k;
   pw.data.resize(total / 2);
   // Same flattened order (row-major, k even so rows start on byte boundaries); swap the nibbles.
-  for (size_t j = 0; j < total / 2; ++j)
-    pw.data[j] = static_cast<uint8_t>((packed[j] >> 4) | (packed[j] << 4));
+  for (size_t j = 0; j < total / 2; ++j) pw.data[j] = static_cast<uint8_t>((packed[j] >> 4) | (packed[j] << 4));
   pw.scales.resize(total / 64 * 4);
   for (size_t b = 0; b < total / 64; ++b) {  // fp32 little-endian, whatever the host's byte order
     uint32_t u;

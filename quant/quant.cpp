@@ -49,8 +49,7 @@ size_t row_bytes(Format f, int k) { return static_cast<size_t>(k) * format_bits(
 /// Byte offset of 16-bit element (r, c) of an n x k weight: r * 2k + 2c (fp16 / bf16) or, K-blocked,
 /// ((c / 64) n + r) 128 + 2 (c % 64) (quant_format.h).
 size_t u16_offset(Format f, int n, int k, int r, int c) {
-  if (format_k_blocked(f))
-    return ((static_cast<size_t>(c / 64) * n + r) * 64 + static_cast<size_t>(c % 64)) * 2;
+  if (format_k_blocked(f)) return ((static_cast<size_t>(c / 64) * n + r) * 64 + static_cast<size_t>(c % 64)) * 2;
   return (static_cast<size_t>(r) * k + c) * 2;
 }
 int groups_per_row(Format f, int k) {
@@ -68,17 +67,17 @@ std::string fmt_double(double v) {
 }
 
 void check_shape(const char* what, Format f, int n, int k) {
-  const std::string pre = std::string(what) + "(" + format_name(f) + ", n=" + std::to_string(n) +
-                          ", k=" + std::to_string(k) + "): ";
+  const std::string pre =
+      std::string(what) + "(" + format_name(f) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + "): ";
   if (n < 1) throw std::invalid_argument(pre + "n must be >= 1 (got " + std::to_string(n) + ")");
   if (k < 1) throw std::invalid_argument(pre + "k must be >= 1 (got " + std::to_string(k) + ")");
   if (k % 64 != 0)
-    throw std::invalid_argument(pre + "k must be a multiple of 64, the kernels' k step (got " +
-                                std::to_string(k) + ")");
+    throw std::invalid_argument(pre + "k must be a multiple of 64, the kernels' k step (got " + std::to_string(k) +
+                                ")");
   const int g = format_group(f);
   if (g > 0 && k % g != 0)
-    throw std::invalid_argument(pre + "k must be a multiple of the group size " + std::to_string(g) +
-                                " (got " + std::to_string(k) + ")");
+    throw std::invalid_argument(pre + "k must be a multiple of the group size " + std::to_string(g) + " (got " +
+                                std::to_string(k) + ")");
   if (const std::string e = k_block_error(f, k); !e.empty()) throw std::invalid_argument(pre + e);
 }
 
@@ -132,14 +131,13 @@ void validate(const PackedWeight& pw) {
   const size_t want_data = static_cast<size_t>(pw.n) * row_bytes(f, pw.k);
   if (pw.data.size() != want_data)
     throw std::invalid_argument(pre + "data has " + std::to_string(pw.data.size()) + " bytes, expected " +
-                                std::to_string(want_data) + " ([n, k*" + std::to_string(format_bits(f)) +
-                                "/8])");
+                                std::to_string(want_data) + " ([n, k*" + std::to_string(format_bits(f)) + "/8])");
   const size_t want_scales = expected_scale_bytes(f, pw.n, pw.k);
   if (pw.scales.size() != want_scales) {
     const std::string shape = g < 0 ? "[n]" : g == 0 ? "none" : "[n, k/" + std::to_string(g) + "]";
     throw std::invalid_argument(pre + "scales has " + std::to_string(pw.scales.size()) + " bytes, expected " +
-                                std::to_string(want_scales) + " (" + shape + " x " +
-                                std::to_string(scale_bytes(f)) + " bytes)");
+                                std::to_string(want_scales) + " (" + shape + " x " + std::to_string(scale_bytes(f)) +
+                                " bytes)");
   }
   const Format el = format_element(f);
   if (const std::string e = k_block_error(f, pw.k); !e.empty()) throw std::invalid_argument(pre + e);
@@ -168,8 +166,8 @@ void validate(const PackedWeight& pw) {
       }
       char bits[8];
       std::snprintf(bits, sizeof bits, "0x%04X", h);
-      throw std::invalid_argument(pre + "data element w[" + std::to_string(r) + ", " + std::to_string(c) + "] = " +
-                                  bits + " is " + ((h & (exp_mask ^ 0x7FFF)) ? "NaN" : "infinite") +
+      throw std::invalid_argument(pre + "data element w[" + std::to_string(r) + ", " + std::to_string(c) +
+                                  "] = " + bits + " is " + ((h & (exp_mask ^ 0x7FFF)) ? "NaN" : "infinite") +
                                   " (a packed weight holds finite values)");
     }
   }
@@ -189,12 +187,13 @@ void validate(const PackedWeight& pw) {
     // int8 and nf4 scales are absmax values (absmax / 127 for int8): a negative one would flip the sign of its row or
     // block, which quantize never produces and bitsandbytes never stores.
     if ((el == Format::int8 || el == Format::nf4) && get_f32(p) < 0)
-      throw std::invalid_argument(pre + "scales entry " + std::to_string(i) + " is negative (" + fmt_double(get_f32(p)) +
-                                  "); " + format_name(el) + " scales are absmax values, >= 0");
+      throw std::invalid_argument(pre + "scales entry " + std::to_string(i) + " is negative (" +
+                                  fmt_double(get_f32(p)) + "); " + format_name(el) + " scales are absmax values, >= 0");
   }
   if (el == Format::nvfp4) {
     if (!(std::isfinite(pw.tensor_scale) && pw.tensor_scale >= std::numeric_limits<float>::min()))
-      throw std::invalid_argument(pre + "tensor_scale must be finite and >= 2^-126 (the smallest normal fp32; a "
+      throw std::invalid_argument(pre +
+                                  "tensor_scale must be finite and >= 2^-126 (the smallest normal fp32; a "
                                   "kernel that flushes subnormals to zero would zero the weight), got " +
                                   fmt_double(pw.tensor_scale));
   } else if (pw.tensor_scale != 1.f) {
@@ -214,8 +213,8 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < k; ++c)
       if (!std::isfinite(w[static_cast<size_t>(r) * k + c]))
-        throw std::invalid_argument(pre + "w[" + std::to_string(r) + ", " + std::to_string(c) +
-                                    "] is not finite (" + fmt_double(w[static_cast<size_t>(r) * k + c]) + ")");
+        throw std::invalid_argument(pre + "w[" + std::to_string(r) + ", " + std::to_string(c) + "] is not finite (" +
+                                    fmt_double(w[static_cast<size_t>(r) * k + c]) + ")");
 
   PackedWeight pw;
   pw.format = f;
@@ -245,8 +244,8 @@ PackedWeight quantize(Format f, const float* w, int n, int k) {
           const uint16_t h = half ? float_to_half(W(r, c)) : float_to_bf16(W(r, c));
           const float back = half ? half_to_float(h) : bf16_to_float(h);
           if (!std::isfinite(back))
-            throw std::invalid_argument(pre + "w[" + std::to_string(r) + ", " + std::to_string(c) + "] = " +
-                                        fmt_double(W(r, c)) + " overflows " + format_name(f));
+            throw std::invalid_argument(pre + "w[" + std::to_string(r) + ", " + std::to_string(c) +
+                                        "] = " + fmt_double(W(r, c)) + " overflows " + format_name(f));
           put_u16(&pw.data[u16_offset(f, n, k, r, c)], h);
         }
       break;
@@ -390,14 +389,15 @@ void dequantize(const PackedWeight& pw, double* out) {
                  std::ldexp(1.0, static_cast<int>(pw.scales[si]) - 127);
           break;
         case Format::nvfp4:
-          o[c] = static_cast<double>(e2m1_to_float(get_nibble(pw.data, rb, r, c))) *
-                 e4m3_to_float(pw.scales[si]) * static_cast<double>(pw.tensor_scale);
+          o[c] = static_cast<double>(e2m1_to_float(get_nibble(pw.data, rb, r, c))) * e4m3_to_float(pw.scales[si]) *
+                 static_cast<double>(pw.tensor_scale);
           break;
         case Format::int8_kb64:  // returned above through from_k_blocked
         case Format::int4_kb128:
         case Format::nf4_kb128:
         case Format::mxfp4_kb128:
-        case Format::nvfp4_kb128: throw std::logic_error("dequantize: K-blocked packed data reached the row-major decode");
+        case Format::nvfp4_kb128:
+          throw std::logic_error("dequantize: K-blocked packed data reached the row-major decode");
       }
     }
   }
@@ -408,7 +408,8 @@ PackedWeight to_k_blocked(const PackedWeight& pw) {
   const Format f = pw.format;
   const Format twin = packed_k_blocked_twin(f);
   if (twin == f)
-    throw std::invalid_argument(describe(pw) + ": to_k_blocked: expected a row-major packed format (int8, int4, nf4, "
+    throw std::invalid_argument(describe(pw) +
+                                ": to_k_blocked: expected a row-major packed format (int8, int4, nf4, "
                                 "mxfp4 or nvfp4)");
   const size_t rb = row_bytes(f, pw.k), n = static_cast<size_t>(pw.n);
   if (const std::string e = k_block_error(twin, pw.k); !e.empty())
@@ -424,7 +425,8 @@ PackedWeight from_k_blocked(const PackedWeight& pw) {
   validate(pw);
   const Format f = pw.format;
   if (!format_packed_k_blocked(f))
-    throw std::invalid_argument(describe(pw) + ": from_k_blocked: expected a K-blocked packed format (int8_kb64, "
+    throw std::invalid_argument(describe(pw) +
+                                ": from_k_blocked: expected a K-blocked packed format (int8_kb64, "
                                 "int4_kb128, nf4_kb128, mxfp4_kb128 or nvfp4_kb128)");
   const size_t rb = row_bytes(f, pw.k), n = static_cast<size_t>(pw.n);
   PackedWeight out = pw;

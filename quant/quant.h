@@ -54,12 +54,17 @@ constexpr int k_block_elems(Format f) { return format_packed_k_blocked(f) ? 512 
 inline std::string k_block_error(Format f, long long k) {
   const int e = k_block_elems(f);
   if (e == 0 || k % e == 0) return std::string();
-  return "k must be a multiple of " + std::to_string(e) + " (K-blocked in 64-byte blocks; got " + std::to_string(k) + ")";
+  return "k must be a multiple of " + std::to_string(e) + " (K-blocked in 64-byte blocks; got " + std::to_string(k) +
+         ")";
 }
 /// The K-blocked twin of a row-major packed format (int8 -> int8_kb64, int4 -> int4_kb128, ...); f itself otherwise.
 constexpr Format packed_k_blocked_twin(Format f) {
-  return f == Format::int8 ? Format::int8_kb64 : f == Format::int4 ? Format::int4_kb128 : f == Format::nf4 ? Format::nf4_kb128
-         : f == Format::mxfp4 ? Format::mxfp4_kb128 : f == Format::nvfp4 ? Format::nvfp4_kb128 : f;
+  return f == Format::int8    ? Format::int8_kb64
+         : f == Format::int4  ? Format::int4_kb128
+         : f == Format::nf4   ? Format::nf4_kb128
+         : f == Format::mxfp4 ? Format::mxfp4_kb128
+         : f == Format::nvfp4 ? Format::nvfp4_kb128
+                              : f;
 }
 
 /// Canonical name: "fp16", "bf16", "int8", "int4", "nf4", "mxfp4", "nvfp4", "fp16_kb64", "bf16_kb64", "int8_kb64",
@@ -152,9 +157,9 @@ float e8m0_to_float(uint8_t e);
 /// with its dynamic 8-bit map (create_dynamic_map) instead, so the bytes are not bnb-compatible. Storage:
 /// 1 byte per value + 4 bytes per 256 values + 4 bytes, instead of 4 bytes per value.
 struct Nf4DoubleQuant {
-  std::vector<int8_t> q;            // one per absmax value
-  std::vector<float> block_scale;   // one per block of 256 values (ceil(size / 256))
-  float offset = 0;                 // mean of the absmax values
+  std::vector<int8_t> q;           // one per absmax value
+  std::vector<float> block_scale;  // one per block of 256 values (ceil(size / 256))
+  float offset = 0;                // mean of the absmax values
 };
 /// Throws std::invalid_argument when a value is not finite.
 Nf4DoubleQuant double_quantize_absmax(const std::vector<float>& absmax);
@@ -177,8 +182,8 @@ enum class GptqZeros { v1_minus_one, v2_exact };
 /// w = (q - z) * s. Requires group == 128 (the kernel's group), n % 8 == 0, k % 128 == 0, non-null pointers;
 /// throws std::invalid_argument otherwise. (v1 stores z = 0 as 15; AutoGPTQ's kernels then use 16, the
 /// known wrap-around bug; this importer recovers z = 0.)
-PackedWeight import_gptq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n,
-                              int k, int group, GptqZeros zeros = GptqZeros::v1_minus_one);
+PackedWeight import_gptq_int4(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales_fp16, int n, int k,
+                              int group, GptqZeros zeros = GptqZeros::v1_minus_one);
 
 /// AWQ int4 (AutoAWQ / llm-awq "GEMM" WQLinear layout) -> PackedWeight int4:
 ///   qweight int32 [k, n/8]   : element (kk, nn) in word [kk, nn/8] at nibble i where kAwqOrder[i] == nn % 8,

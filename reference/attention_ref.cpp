@@ -27,10 +27,8 @@ void validate(const AttentionShape& s) {
   require_positive("head_dim", s.head_dim);
   if (s.num_heads % s.num_kv_heads != 0)
     throw std::invalid_argument("AttentionShape: num_heads (" + std::to_string(s.num_heads) +
-                                ") must be a multiple of num_kv_heads (" + std::to_string(s.num_kv_heads) +
-                                ")");
-  if (!std::isfinite(s.softmax_scale))
-    throw std::invalid_argument("AttentionShape: softmax_scale must be finite");
+                                ") must be a multiple of num_kv_heads (" + std::to_string(s.num_kv_heads) + ")");
+  if (!std::isfinite(s.softmax_scale)) throw std::invalid_argument("AttentionShape: softmax_scale must be finite");
 }
 
 int last_visible_key(const AttentionShape& s, int i) {
@@ -76,8 +74,8 @@ double row_impl(const AttentionShape& s, const float* q, const float* k, const f
 
 }  // namespace
 
-double attention_row(const AttentionShape& s, const float* q, const float* k, const float* v, int b, int i,
-                     int h, double* out) {
+double attention_row(const AttentionShape& s, const float* q, const float* k, const float* v, int b, int i, int h,
+                     double* out) {
   validate(s);
   if (b < 0 || b >= s.batch || i < 0 || i >= s.seqlen_q || h < 0 || h >= s.num_heads)
     throw std::invalid_argument("attention_row: (b=" + std::to_string(b) + ", i=" + std::to_string(i) +
@@ -86,8 +84,7 @@ double attention_row(const AttentionShape& s, const float* q, const float* k, co
   return row_impl(s, q, k, v, b, i, h, out, scores);
 }
 
-void attention(const AttentionShape& s, const float* q, const float* k, const float* v, double* out,
-               double* lse) {
+void attention(const AttentionShape& s, const float* q, const float* k, const float* v, double* out, double* lse) {
   validate(s);
   std::vector<double> scores(static_cast<size_t>(s.seqlen_k));
   for (int b = 0; b < s.batch; ++b)

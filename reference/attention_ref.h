@@ -48,21 +48,20 @@ int last_visible_key(const AttentionShape& shape, int i);
 /// log(sum_j exp(scale * q.k_j)) over the visible keys. A row that sees no key (causal with
 /// Sq > Sk) gets out = 0 and returns -infinity.
 /// Throws std::invalid_argument for an invalid shape (see validate) or b, i, h out of range.
-double attention_row(const AttentionShape& shape, const float* q, const float* k, const float* v, int b,
-                     int i, int h, double* out);
+double attention_row(const AttentionShape& shape, const float* q, const float* k, const float* v, int b, int i, int h,
+                     double* out);
 
 /// Full attention forward. Same inputs as attention_row. Outputs:
 ///   out [B, Sq, Hq, D] float64 (contiguous), lse [B, Hq, Sq] float64 natural-log (may be null).
 /// Throws std::invalid_argument for an invalid shape.
-void attention(const AttentionShape& shape, const float* q, const float* k, const float* v, double* out,
-               double* lse);
+void attention(const AttentionShape& shape, const float* q, const float* k, const float* v, double* out, double* lse);
 
 /// Result of comparing a device output with the reference over a set of rows.
 struct Comparison {
-  double rel_l2;         ///< ||out - ref||_2 / ||ref||_2 over finite elements (0 when both are 0)
-  double max_abs;        ///< max |out - ref| over finite elements
-  long long nan_count;   ///< elements of out that are NaN or infinite
-  long long elements;    ///< elements compared
+  double rel_l2;        ///< ||out - ref||_2 / ||ref||_2 over finite elements (0 when both are 0)
+  double max_abs;       ///< max |out - ref| over finite elements
+  long long nan_count;  ///< elements of out that are NaN or infinite
+  long long elements;   ///< elements compared
 };
 
 /// Compares n elements of a device output (already converted to float) with the float64 reference.

@@ -81,9 +81,7 @@ uint16_t float_to_bf16(float f) {
 
 float bf16_to_float(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
 
-uint16_t float_to_dtype(DType dtype, float f) {
-  return dtype == DType::bf16 ? float_to_bf16(f) : float_to_half(f);
-}
+uint16_t float_to_dtype(DType dtype, float f) { return dtype == DType::bf16 ? float_to_bf16(f) : float_to_half(f); }
 
 float dtype_to_float(DType dtype, uint16_t bits) {
   return dtype == DType::bf16 ? bf16_to_float(bits) : half_to_float(bits);
@@ -107,8 +105,7 @@ void fill_random(DType dtype, uint16_t* dst, size_t n, uint64_t seed, float stdd
     // Redraw samples that round to +-0; after 64 tries (only when stddev is near the dtype's
     // smallest subnormal) use the smallest nonzero magnitude with the last sample's sign.
     uint16_t bits = 0;
-    for (int attempt = 0; attempt < 64 && (bits & 0x7FFFu) == 0; ++attempt)
-      bits = float_to_dtype(dtype, dist(rng));
+    for (int attempt = 0; attempt < 64 && (bits & 0x7FFFu) == 0; ++attempt) bits = float_to_dtype(dtype, dist(rng));
     if ((bits & 0x7FFFu) == 0) bits = static_cast<uint16_t>((bits & 0x8000u) | 0x0001u);
     dst[i] = bits;
   }

@@ -28,8 +28,8 @@ void validate(const QkvShape& s) {
   }
 }
 
-void qkv_projection_rows(const QkvShape& s, const float* x, const double* w, const float* bias,
-                         const int* positions, const std::vector<int>& rows, double* q, double* k, double* v) {
+void qkv_projection_rows(const QkvShape& s, const float* x, const double* w, const float* bias, const int* positions,
+                         const std::vector<int>& rows, double* q, double* k, double* v) {
   validate(s);
   const auto null_arg = [](const char* name) {
     throw std::invalid_argument(std::string("qkv_projection: ") + name + " is null");
@@ -45,8 +45,8 @@ void qkv_projection_rows(const QkvShape& s, const float* x, const double* w, con
   }
   for (int r : rows)
     if (r < 0 || r >= s.m)
-      throw std::invalid_argument("qkv_projection_rows: row " + std::to_string(r) + " is outside [0, m = " +
-                                  std::to_string(s.m) + ")");
+      throw std::invalid_argument("qkv_projection_rows: row " + std::to_string(r) +
+                                  " is outside [0, m = " + std::to_string(s.m) + ")");
   const int D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads, K = s.k;
   const int n = qkv_out_features(s);
   // Inverse frequencies theta^(-2i/D), i < D/2.

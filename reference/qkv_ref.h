@@ -42,7 +42,7 @@ void qkv_projection(const QkvShape& s, const float* x, const double* w, const fl
 /// The same for the token rows listed in `rows` only (each in [0, m), any order, repeats allowed):
 /// writes q [rows.size(), Hq, D], k and v [rows.size(), Hkv, D]; output row j is token rows[j]
 /// (positions[rows[j]] is its position). Throws std::invalid_argument for a row out of range.
-void qkv_projection_rows(const QkvShape& s, const float* x, const double* w, const float* bias,
-                         const int* positions, const std::vector<int>& rows, double* q, double* k, double* v);
+void qkv_projection_rows(const QkvShape& s, const float* x, const double* w, const float* bias, const int* positions,
+                         const std::vector<int>& rows, double* q, double* k, double* v);
 
 }  // namespace kt::ref

@@ -23,8 +23,9 @@ struct RuntimeAdapter {
   static Config config_from_json(const nlohmann::json& j) { return attn::config_from_json(j); }
   static constexpr int kKeyFields = 8;
   static void pod_key(const Problem& p, int* f) {
-    const int v[kKeyFields] = {static_cast<int>(p.dtype), p.batch,        p.seqlen_q,  p.seqlen_k,
-                               p.num_heads,              p.num_kv_heads, p.head_dim, p.causal ? 1 : 0};
+    const int v[kKeyFields] = {
+        static_cast<int>(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.num_heads, p.num_kv_heads, p.head_dim,
+        p.causal ? 1 : 0};
     for (int i = 0; i < kKeyFields; ++i) f[i] = v[i];
   }
   static void check_args(const Problem& p, const Params& a) { check_params(p, a); }

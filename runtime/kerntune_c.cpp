@@ -70,8 +70,7 @@ kt_status to_problem(const kt_attention_problem* in, kt::attn::Problem* out, con
   } sizes[] = {{"batch", in->batch},         {"seqlen_q", in->seqlen_q},         {"seqlen_k", in->seqlen_k},
                {"num_heads", in->num_heads}, {"num_kv_heads", in->num_kv_heads}, {"head_dim", in->head_dim}};
   for (const auto& s : sizes)
-    if (s.v < 1)
-      return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
+    if (s.v < 1) return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
   kt::attn::Problem p;
   p.dtype = in->dtype == KT_DTYPE_FP16 ? kt::DType::f16 : kt::DType::bf16;
   p.batch = in->batch;
@@ -112,8 +111,7 @@ kt_status to_qkv_problem(const kt_qkv_problem* in, kt::qkv::Problem* out, const 
                {"num_kv_heads", in->num_kv_heads},
                {"head_dim", in->head_dim}};
   for (const auto& s : sizes)
-    if (s.v < 1)
-      return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
+    if (s.v < 1) return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
   kt::qkv::Problem p;
   p.dtype = in->dtype == KT_DTYPE_FP16 ? kt::DType::f16 : kt::DType::bf16;
   p.format = static_cast<kt::quant::Format>(in->weight_format);
@@ -170,7 +168,8 @@ kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* o
     return fail(KT_ERROR_INVALID_ARGUMENT, where + "unknown weight_format " + std::to_string(weight_format) +
                                                " (KT_WEIGHT_FP16 = 0 ... KT_WEIGHT_NVFP4_KB128 = 13)");
   const auto f = static_cast<kt::quant::Format>(weight_format);
-  const std::string pre = where + kt::quant::format_name(f) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + ": ";
+  const std::string pre =
+      where + kt::quant::format_name(f) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + ": ";
   if (n < 1) return fail(KT_ERROR_INVALID_ARGUMENT, pre + "n must be >= 1 (got " + std::to_string(n) + ")");
   if (k < 1) return fail(KT_ERROR_INVALID_ARGUMENT, pre + "k must be >= 1 (got " + std::to_string(k) + ")");
   if (k % 64 != 0)
@@ -198,8 +197,8 @@ kt_status quant_sizes(int32_t weight_format, int32_t n, int32_t k, QuantSizes* o
 kt_status check_buffer(const char* fn, const QuantSizes& sz, const char* name, const void* ptr, size_t bytes,
                        size_t want, const char* what) {
   const std::string pre = std::string(fn) + ": " + name;
-  const std::string shape = std::string(kt::quant::format_name(sz.format)) + " n=" + std::to_string(sz.n) +
-                            " k=" + std::to_string(sz.k);
+  const std::string shape =
+      std::string(kt::quant::format_name(sz.format)) + " n=" + std::to_string(sz.n) + " k=" + std::to_string(sz.k);
   if (want == 0) {
     if (bytes != 0)
       return fail(KT_ERROR_INVALID_ARGUMENT, pre + "_bytes is " + std::to_string(bytes) + " but " + shape + " has no " +
@@ -207,8 +206,8 @@ kt_status check_buffer(const char* fn, const QuantSizes& sz, const char* name, c
     return KT_OK;
   }
   if (!ptr)
-    return fail(KT_ERROR_INVALID_ARGUMENT, pre + " is NULL but " + shape + " has " + std::to_string(want) +
-                                               " bytes of " + what);
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                pre + " is NULL but " + shape + " has " + std::to_string(want) + " bytes of " + what);
   if (bytes != want)
     return fail(KT_ERROR_INVALID_ARGUMENT, pre + "_bytes is " + std::to_string(bytes) + " but " + shape +
                                                " needs exactly " + std::to_string(want) + " bytes of " + what +
@@ -224,10 +223,10 @@ kt_status check_elem_bytes(const char* fn, const QuantSizes& sz, const char* nam
   if (bytes % elem_size == 0 && bytes / elem_size == elems) return KT_OK;
   const std::string want =
       elems <= SIZE_MAX / elem_size ? std::to_string(elems * elem_size) : std::string("more than SIZE_MAX");
-  return fail(KT_ERROR_INVALID_ARGUMENT, std::string(fn) + ": " + name + "_bytes is " + std::to_string(bytes) + " but " +
-                                             kt::quant::format_name(sz.format) + " n=" + std::to_string(sz.n) +
-                                             " k=" + std::to_string(sz.k) + " needs exactly " + want + " bytes of " +
-                                             what);
+  return fail(KT_ERROR_INVALID_ARGUMENT, std::string(fn) + ": " + name + "_bytes is " + std::to_string(bytes) +
+                                             " but " + kt::quant::format_name(sz.format) +
+                                             " n=" + std::to_string(sz.n) + " k=" + std::to_string(sz.k) +
+                                             " needs exactly " + want + " bytes of " + what);
 }
 
 }  // namespace
@@ -327,8 +326,8 @@ kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args
   for (const auto& r : required)
     if (!r.ptr) return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_qkv_proj: args->") + r.name + " is NULL");
   if (prob.rope && !(std::isfinite(a->rope_theta) && a->rope_theta > 0))
-    return fail(KT_ERROR_INVALID_ARGUMENT,
-                "kt_qkv_proj: rope_theta must be finite and > 0 when rope is set, got " + std::to_string(a->rope_theta));
+    return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_proj: rope_theta must be finite and > 0 when rope is set, got " +
+                                               std::to_string(a->rope_theta));
   try {
     kt::qkv::QkvParams q{};
     q.x = a->x;
@@ -456,8 +455,7 @@ kt_status kt_dequantize(int32_t weight_format, int32_t n, int32_t k, const void*
   if (kt_status s = check_buffer(fn, sz, "scales", scales, scales_bytes, sz.scales, "scales")) return s;
   if (kt_status s = check_buffer(fn, sz, "zeros", zeros, zeros_bytes, sz.zeros, "zero points")) return s;
   if (!out) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_dequantize: out is NULL");
-  if (kt_status s = check_elem_bytes(fn, sz, "out", out_bytes, sizeof(double), "float64 values (n * k * 8)"))
-    return s;
+  if (kt_status s = check_elem_bytes(fn, sz, "out", out_bytes, sizeof(double), "float64 values (n * k * 8)")) return s;
   try {
     kt::quant::PackedWeight pw;
     pw.format = sz.format;

@@ -32,8 +32,9 @@ void LoadedKernel::launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, uns
                           CUstream stream, const void* params, unsigned cluster_y) const {
   void* args[] = {const_cast<void*>(params)};
   if (cluster_y <= 1) {
-    cuda::check(cuda::api().cuLaunchKernel(fn_, grid_x, grid_y, grid_z, block_x, 1, 1, smem_bytes, stream, args, nullptr),
-                "cuLaunchKernel");
+    cuda::check(
+        cuda::api().cuLaunchKernel(fn_, grid_x, grid_y, grid_z, block_x, 1, 1, smem_bytes, stream, args, nullptr),
+        "cuLaunchKernel");
     return;
   }
   CUlaunchAttribute cluster;

@@ -20,8 +20,8 @@ class LoadedKernel {
 
   /// cuLaunchKernel with one by-value parameter struct; with cluster_y > 1, cuLaunchKernelEx with thread-block
   /// clusters of 1 x cluster_y x 1 (grid_y must be a multiple of it). Throws cuda::CudaError.
-  void launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
-              CUstream stream, const void* params, unsigned cluster_y = 1) const;
+  void launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes, CUstream stream,
+              const void* params, unsigned cluster_y = 1) const;
 
  private:
   cuda::Module module_;

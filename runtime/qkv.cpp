@@ -33,13 +33,13 @@ TmaDescriptor encode_tiled(const void* base, CUtensorMapDataType type, int rank,
 
 /// A 2-D map over `rows` rows of `inner` elements (elem_bytes 2 or 1) with `row_bytes` between rows; box {box_inner,
 /// box_rows}; swizzle 128 B (16-bit operands) or none (packed bytes).
-TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long long rows, long long row_bytes, int box_inner,
-                        int box_rows, bool swizzle128) {
+TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long long rows, long long row_bytes,
+                        int box_inner, int box_rows, bool swizzle128) {
   const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
   const cuuint32_t box[2] = {cuuint32_t(box_inner), cuuint32_t(box_rows)};
-  return encode_tiled(base, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, dims, strides,
-                      box, swizzle128, "cuTensorMapEncodeTiled");
+  return encode_tiled(base, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, dims,
+                      strides, box, swizzle128, "cuTensorMapEncodeTiled");
 }
 
 /// The weight of gemv tma as a 5-D byte tensor (qkv_gemv_tma in qkv_gemv.cuh): {row bytes, 8 rows g, 2 halves h,
@@ -47,10 +47,11 @@ TmaDescriptor encode_2d(const void* base, int elem_bytes, long long inner, long 
 /// RoPE-paired rows (g, g + head_dim / 2) of one m16 tile for one 64-byte warp step.
 TmaDescriptor encode_gemv_rows(const void* base, long long row_bytes, int head_dim, int heads) {
   const cuuint64_t dims[5] = {cuuint64_t(row_bytes), 8, 2, cuuint64_t(head_dim / 16), cuuint64_t(heads)};
-  const cuuint64_t strides[4] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * (head_dim / 2)), cuuint64_t(row_bytes * 8),
-                                 cuuint64_t(row_bytes * head_dim)};
+  const cuuint64_t strides[4] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * (head_dim / 2)),
+                                 cuuint64_t(row_bytes * 8), cuuint64_t(row_bytes * head_dim)};
   const cuuint32_t box[5] = {64, 8, 2, 1, 1};
-  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv rows)");
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false,
+                      "cuTensorMapEncodeTiled (gemv rows)");
 }
 
 /// The K-blocked packed weight of gemv tma ([K bytes / 64][N][64 bytes], quant_format.h) as a 5-D byte tensor {64
@@ -62,7 +63,8 @@ TmaDescriptor encode_gemv_blocks(const void* base, long long row_bytes, int head
   const cuuint64_t dims[5] = {64, 8, cuuint64_t(head_dim / 16), cuuint64_t(2 * heads), cuuint64_t(row_bytes / 64)};
   const cuuint64_t strides[4] = {64, 512, cuuint64_t(64 * (head_dim / 2)), cuuint64_t(64 * n)};
   const cuuint32_t box[5] = {64, 8, 1, 2, 1};
-  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false, "cuTensorMapEncodeTiled (gemv K blocks)");
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, dims, strides, box, false,
+                      "cuTensorMapEncodeTiled (gemv K blocks)");
 }
 
 /// X of gemv tma_x (qkv_gemv_tma_x in qkv_gemv.cuh) as a 3-D tensor of 16-bit elements {64, K / 64, M}, strides
@@ -72,7 +74,8 @@ TmaDescriptor encode_gemv_x(const void* x, long long k, long long m, long long x
   const cuuint64_t dims[3] = {64, cuuint64_t(k / 64), cuuint64_t(m)};
   const cuuint64_t strides[2] = {128, cuuint64_t(x_row_bytes)};
   const cuuint32_t box[3] = {64, cuuint32_t(step_k / 64), cuuint32_t(tile_m)};
-  return encode_tiled(x, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, dims, strides, box, true, "cuTensorMapEncodeTiled (gemv X)");
+  return encode_tiled(x, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, dims, strides, box, true,
+                      "cuTensorMapEncodeTiled (gemv X)");
 }
 
 /// The K-blocked packed weight of wgmma_ws as a 3-D byte tensor {64 bytes, N rows, K bytes / 64 blocks}, strides {64,
@@ -81,7 +84,8 @@ TmaDescriptor encode_ws_blocks(const void* base, long long row_bytes, long long 
   const cuuint64_t dims[3] = {64, cuuint64_t(n), cuuint64_t(row_bytes / 64)};
   const cuuint64_t strides[2] = {64, cuuint64_t(64 * n)};
   const cuuint32_t box[3] = {cuuint32_t(box_bytes), cuuint32_t(box_rows), 1};
-  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, dims, strides, box, false, "cuTensorMapEncodeTiled (K blocks)");
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, dims, strides, box, false,
+                      "cuTensorMapEncodeTiled (K blocks)");
 }
 
 /// Byte strides of a 16-bit [N, K] weight seen as {64 elements of a K step, row, K step}: between rows and between K
@@ -100,7 +104,8 @@ TmaDescriptor encode_wide_rows(const void* base, quant::Format f, long long k, l
   const cuuint64_t dims[3] = {64, cuuint64_t(n), cuuint64_t(k / 64)};
   const cuuint64_t strides[2] = {cuuint64_t(s.row), cuuint64_t(s.step)};
   const cuuint32_t box[3] = {64, cuuint32_t(tile_n), 1};
-  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, dims, strides, box, true, "cuTensorMapEncodeTiled (wide rows)");
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, dims, strides, box, true,
+                      "cuTensorMapEncodeTiled (wide rows)");
 }
 
 /// The 16-bit weight of wgmma_pairs as a 5-D tensor (qkv_wgmma_pairs.cuh) {64, head_dim / 2 pairs i, 2 halves, heads,
@@ -114,7 +119,8 @@ TmaDescriptor encode_pair_rows(const void* base, quant::Format f, long long k, i
   const cuuint64_t strides[4] = {cuuint64_t(s.row), cuuint64_t(s.row * (head_dim / 2)), cuuint64_t(s.row * head_dim),
                                  cuuint64_t(s.step)};
   const cuuint32_t box[5] = {64, cuuint32_t(box_pairs), 2, cuuint32_t(box_heads), 1};
-  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, dims, strides, box, true, "cuTensorMapEncodeTiled (pair rows)");
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, dims, strides, box, true,
+                      "cuTensorMapEncodeTiled (pair rows)");
 }
 
 /// The tensor maps of a wgmma_ws launch (and of gemv tma_x) depend on the pointers, M, K, N, the X row stride and the
@@ -131,7 +137,7 @@ struct MapKey {
 
 WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) {
   MapKey key;
-  std::memset(&key, 0, sizeof key);  // padding compares equal
+  std::memset(&key, 0, sizeof key);                                                   // padding compares equal
   const bool x_map = c.mainloop != Mainloop::gemv || c.gemv.load == GemvLoad::tma_x;  // gemv tma: the weight's map only
   key.x = x_map ? a.x : nullptr;
   key.w = a.w_data;
@@ -165,21 +171,22 @@ WsParams ws_params(const Problem& problem, const Config& c, const QkvParams& a) 
   const int bits = quant::format_bits(problem.format);
   const bool packed_kb = quant::format_packed_k_blocked(problem.format);
   if (c.mainloop == Mainloop::gemv) {  // tma: the weight's map only; tma_x: X's too
-    if (x_map)
-      w.x_map = encode_gemv_x(a.x, a.k_dim, a.m, a.x_row_stride * 2, gemv_step_k(problem.format), c.tile_m);
-    else
-      std::memset(&w.x_map, 0, sizeof w.x_map);
-    w.w_map = packed_kb ? encode_gemv_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim)
-                        : encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim, problem.n() / problem.head_dim);
+    if (x_map) w.x_map = encode_gemv_x(a.x, a.k_dim, a.m, a.x_row_stride * 2, gemv_step_k(problem.format), c.tile_m);
+    else std::memset(&w.x_map, 0, sizeof w.x_map);
+    w.w_map = packed_kb ? encode_gemv_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim,
+                                             problem.n() / problem.head_dim)
+                        : encode_gemv_rows(a.w_data, (long long)a.k_dim * bits / 8, problem.head_dim,
+                                           problem.n() / problem.head_dim);
   } else {
     w.x_map = encode_2d(a.x, 2, a.k_dim, a.m, a.x_row_stride * 2, 64, c.tile_m, true);
     w.w_map = c.mainloop == Mainloop::wgmma_pairs
-                  ? encode_pair_rows(a.w_data, problem.format, a.k_dim, problem.head_dim, problem.n() / problem.head_dim,
-                                     wp_box_pairs(c), wp_box_heads(c))
+                  ? encode_pair_rows(a.w_data, problem.format, a.k_dim, problem.head_dim,
+                                     problem.n() / problem.head_dim, wp_box_pairs(c), wp_box_heads(c))
               : bits == 16 ? encode_wide_rows(a.w_data, problem.format, a.k_dim, problem.n(), c.tile_n)
-              : packed_kb  ? encode_ws_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.n(), ws_w_row_bytes(problem.format), c.tile_n)
-                         : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(), (long long)a.k_dim * bits / 8,
-                                     ws_w_row_bytes(problem.format), c.tile_n, false);
+              : packed_kb  ? encode_ws_blocks(a.w_data, (long long)a.k_dim * bits / 8, problem.n(),
+                                              ws_w_row_bytes(problem.format), c.tile_n)
+                           : encode_2d(a.w_data, 1, (long long)a.k_dim * bits / 8, problem.n(),
+                                       (long long)a.k_dim * bits / 8, ws_w_row_bytes(problem.format), c.tile_n, false);
   }
   std::lock_guard<std::mutex> lock(mu);
   cache[next] = Entry{key, w.x_map, w.w_map};

@@ -24,8 +24,15 @@ struct RuntimeAdapter {
   static Config config_from_json(const nlohmann::json& j) { return qkv::config_from_json(j); }
   static constexpr int kKeyFields = 9;
   static void pod_key(const Problem& p, int* f) {
-    const int v[kKeyFields] = {static_cast<int>(p.dtype), static_cast<int>(p.format), p.m, p.k, p.num_heads,
-                               p.num_kv_heads, p.head_dim, p.has_bias ? 1 : 0, p.rope ? 1 : 0};
+    const int v[kKeyFields] = {static_cast<int>(p.dtype),
+                               static_cast<int>(p.format),
+                               p.m,
+                               p.k,
+                               p.num_heads,
+                               p.num_kv_heads,
+                               p.head_dim,
+                               p.has_bias ? 1 : 0,
+                               p.rope ? 1 : 0};
     for (int i = 0; i < kKeyFields; ++i) f[i] = v[i];
   }
   static void check_args(const Problem& p, const Params& a) {

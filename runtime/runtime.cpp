@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <cmath>
-#include <tuple>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -11,6 +10,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "cache/cubin_cache.h"
@@ -141,8 +141,8 @@ ArchId arch_for_compute_capability(int cc_major, int cc_minor) {
 AttentionChoice resolve_attention(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
                                   const attn::Problem& p) {
   attn::check_problem(p);
-  return typed_choice<AttentionChoice>(resolve(attn::family_type(), winners, device_name, arch, attn::problem_to_json(p)),
-                                       attn::config_from_json);
+  return typed_choice<AttentionChoice>(
+      resolve(attn::family_type(), winners, device_name, arch, attn::problem_to_json(p)), attn::config_from_json);
 }
 
 QkvChoice resolve_qkv(const std::vector<db::Winner>& winners, const std::string& device_name, ArchId arch,
@@ -273,8 +273,7 @@ struct Runtime::Impl {
         }
         if (runs && !b->cubin.empty() && !b->lowered_name.empty())
           k = std::make_unique<LoadedKernel>(b->cubin, b->lowered_name, smem);
-        else
-          db_note = "binary " + ch.binary_hash + " (" + b->arch + ") does not run on this device";
+        else db_note = "binary " + ch.binary_hash + " (" + b->arch + ") does not run on this device";
       }
     }
     if (!k) {
@@ -397,8 +396,7 @@ Runtime::~Runtime() {
     const auto& a = cuda::api();
     CUcontext cur = nullptr;
     const bool holds_device_state = !impl_->kernels.empty() || !impl_->resolved.empty();
-    if (holds_device_state && a.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr)
-      a.cuCtxSetCurrent(impl_->ctx);
+    if (holds_device_state && a.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr) a.cuCtxSetCurrent(impl_->ctx);
   } catch (...) {
   }
   impl_->resolved.clear();  // frees the split-K buffers

@@ -24,12 +24,12 @@ struct UnsupportedDevice : std::runtime_error {
 
 /// Which step of the lookup chain answered for a problem of any family, and what it chose.
 struct FamilyChoice {
-  std::string family;             ///< the family's registry name
-  std::string step;               ///< "exact" | "nearest" | "default"
-  std::string why;                ///< one human sentence naming the tuned problem / the reason
-  nlohmann::json config;          ///< the variant's config JSON (usable for the problem and the arch)
-  std::string variant_name;       ///< the winner's own variant name (exact/nearest); Family::variant_name for the default
-  std::string binary_hash;        ///< database binary to load; "" for the default step
+  std::string family;        ///< the family's registry name
+  std::string step;          ///< "exact" | "nearest" | "default"
+  std::string why;           ///< one human sentence naming the tuned problem / the reason
+  nlohmann::json config;     ///< the variant's config JSON (usable for the problem and the arch)
+  std::string variant_name;  ///< the winner's own variant name (exact/nearest); Family::variant_name for the default
+  std::string binary_hash;   ///< database binary to load; "" for the default step
   std::string tuned_problem_key;  ///< the winner's problem key (exact/nearest); "" for default
   double tuned_median_us = 0;     ///< the winner's median time on its own problem, microseconds (0 for default)
 };

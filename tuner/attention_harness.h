@@ -38,11 +38,11 @@ double tolerance(DType dtype);
 /// Outcome of one verification.
 struct Verdict {
   bool pass = false;
-  double rel_l2 = 0;          ///< over the reference rows
-  double max_abs = 0;         ///< over the reference rows
-  double lse_max_err = 0;     ///< max |lse - ref| over reference rows with a visible key
-  long long unwritten = 0;    ///< output (and lse) elements that are NaN anywhere: poison left or NaN computed
-  std::string message;        ///< empty when pass
+  double rel_l2 = 0;        ///< over the reference rows
+  double max_abs = 0;       ///< over the reference rows
+  double lse_max_err = 0;   ///< max |lse - ref| over reference rows with a visible key
+  long long unwritten = 0;  ///< output (and lse) elements that are NaN anywhere: poison left or NaN computed
+  std::string message;      ///< empty when pass
 };
 
 /// Checks a downloaded output (the whole O tensor, and the whole LSE when non-empty) against the

@@ -26,4 +26,3 @@ std::vector<attn::Problem> attention_prefill_problems(const ShapesFile& s) {
 }
 
 }  // namespace kt
-

@@ -12,4 +12,3 @@ namespace kt {
 std::vector<attn::Problem> attention_prefill_problems(const ShapesFile& shapes);
 
 }  // namespace kt
-

@@ -32,8 +32,8 @@ Outcome Session::measure(const LoadedKernel& kernel, const Config& config, CUstr
   if (!rotation_) rotation_ = std::make_unique<DeviceProblem>(in_, cold_l2_copies(set_bytes(p_), l2_bytes_), false);
   std::vector<FwdParams> params;
   for (int r = 0; r < rotation_->copies(); ++r) params.push_back(rotation_->params(r, scale_));
-  out.timing = time_launches([&](int n) { launch(kernel, p_, config, params[n % params.size()], stream); }, stream,
-                             budget_ms);
+  out.timing =
+      time_launches([&](int n) { launch(kernel, p_, config, params[n % params.size()], stream); }, stream, budget_ms);
   return out;
 }
 
@@ -42,8 +42,7 @@ namespace {
 class Measure : public MeasureSession {
  public:
   Measure(const Problem& p, uint64_t seed, size_t ref_rows, size_t l2) : s_(p, seed, ref_rows, l2) {}
-  kt::Outcome measure(const LoadedKernel& k, const nlohmann::json& config, CUstream stream,
-                      double budget_ms) override {
+  kt::Outcome measure(const LoadedKernel& k, const nlohmann::json& config, CUstream stream, double budget_ms) override {
     const auto o = s_.measure(k, config_from_json(config), stream, budget_ms);
     return kt::Outcome{o.status, o.error, o.verdict.rel_l2, o.timing};
   }

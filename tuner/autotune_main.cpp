@@ -9,8 +9,8 @@
 // Exit codes: 0 ok; 1 a valid variant failed to compile, or a problem has no verified candidate;
 // 2 bad input (arguments, shapes file, unsupported problem, arch mismatch, database); 130 interrupted
 // (SIGINT or SIGTERM: the compilations in progress finish, what is compiled or measured is kept).
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -37,8 +37,8 @@
 #include "tuner/cli_checks.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
-#include "tuner/work_items.h"
 #include "tuner/sweep_sample.h"
+#include "tuner/work_items.h"
 #include "tuner/worker.h"
 
 #ifndef KT_VERSION
@@ -101,8 +101,8 @@ class Progress {
     const double eta = done_ ? el / done_ * (total_ - done_) : 0;
     if (tty_) {
       const int w = 30, fill = total_ ? int(w * done_ / total_) : w;
-      std::printf("\r[%s%s] %zu/%zu ETA %-7s %-60.60s", std::string(fill, '#').c_str(), std::string(w - fill, '.').c_str(),
-                  done_, total_, fmt_duration(eta).c_str(), what.c_str());
+      std::printf("\r[%s%s] %zu/%zu ETA %-7s %-60.60s", std::string(fill, '#').c_str(),
+                  std::string(w - fill, '.').c_str(), done_, total_, fmt_duration(eta).c_str(), what.c_str());
       std::fflush(stdout);
     } else if (done_ % 20 == 0 || done_ == total_) {
       std::printf("measured %zu/%zu candidates, elapsed %s, ETA %s\n", done_, total_, fmt_duration(el).c_str(),
@@ -187,7 +187,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     arch = kt::parse_arch(a.arch);
     if (arch.sm == 90 && !arch.arch_specific) {
       arch.arch_specific = true;
-      std::fprintf(stderr, "autotune: --arch sm_90 tunes for sm_90a (adds the wgmma kernels; the cubins run on CC 9.0)\n");
+      std::fprintf(stderr,
+                   "autotune: --arch sm_90 tunes for sm_90a (adds the wgmma kernels; the cubins run on CC 9.0)\n");
     }
   };
   try {
@@ -226,7 +227,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::error_code fs_ec;
   const bool db_existed = !a.db.empty() && std::filesystem::exists(a.db, fs_ec);
   if (use_gpu) {
-    pool = std::make_unique<kt::WorkerPool>(std::vector<std::string>{self, "__worker", "--db", a.db}, a.watchdog_s, 900);
+    pool =
+        std::make_unique<kt::WorkerPool>(std::vector<std::string>{self, "__worker", "--db", a.db}, a.watchdog_s, 900);
     try {
       // The worker opens the database read-only: make sure it exists with the schema first.
       kt::db::TuningDb init(a.db);
@@ -245,9 +247,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                      archs.c_str());
         return 2;
       }
-      std::printf("autotune: %s: running the compile-only sweep; the compiled binaries are stored in %s (no "
-                  "measurements: run the same command on a GPU to tune)\n",
-                  e.what(), a.db.c_str());
+      std::printf(
+          "autotune: %s: running the compile-only sweep; the compiled binaries are stored in %s (no "
+          "measurements: run the same command on a GPU to tune)\n",
+          e.what(), a.db.c_str());
     }
     if (use_gpu && a.arch.empty()) {
       try {
@@ -309,16 +312,18 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::vector<kt::KernelSource> kept;
     for (size_t i : kt::sweep::sample(names, is_default, size_t(a.sample), a.sample_seed, &st))
       kept.push_back(std::move(sources[i]));
-    std::printf("autotune: --sample %d: %zu of %zu binaries: %zu kernel classes, %zu more defaults, %zu sampled (seed %llu)\n",
-                a.sample, kept.size(), sources.size(), st.classes, st.defaults, st.random,
-                static_cast<unsigned long long>(a.sample_seed));
+    std::printf(
+        "autotune: --sample %d: %zu of %zu binaries: %zu kernel classes, %zu more defaults, %zu sampled (seed %llu)\n",
+        a.sample, kept.size(), sources.size(), st.classes, st.defaults, st.random,
+        static_cast<unsigned long long>(a.sample_seed));
     sources = std::move(kept);  // the items' source indices are stale from here: compile-only returns after compiling
   }
 
   // ---- compile ----
   std::unique_ptr<kt::CubinCache> cache;
   try {
-    if (!a.no_cache) cache = std::make_unique<kt::CubinCache>(a.cache_dir.empty() ? kt::CubinCache::default_dir() : a.cache_dir);
+    if (!a.no_cache)
+      cache = std::make_unique<kt::CubinCache>(a.cache_dir.empty() ? kt::CubinCache::default_dir() : a.cache_dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;
@@ -408,9 +413,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
             ++stored;
           }
         db.end_run(run_id, now_s());
-        std::printf("autotune: stored %zu compiled binaries in %s (no measurements, no winners: tune on a GPU "
-                    "with --db %s)\n",
-                    stored, a.db.c_str(), a.db.c_str());
+        std::printf(
+            "autotune: stored %zu compiled binaries in %s (no measurements, no winners: tune on a GPU "
+            "with --db %s)\n",
+            stored, a.db.c_str(), a.db.c_str());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "autotune: %s\n", e.what());
         return 2;
@@ -419,8 +425,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     if (!a.json_out.empty()) {
       nlohmann::json problems = nlohmann::json::array(), binaries = nlohmann::json::array();
       for (const auto& it : items)
-        problems.push_back({{"family", it.family}, {"problem", it.key}, {"flops", it.flops}, {"bytes", it.bytes},
-                            {"candidates", it.variants.size()}, {"default", it.default_variant}});
+        problems.push_back({{"family", it.family},
+                            {"problem", it.key},
+                            {"flops", it.flops},
+                            {"bytes", it.bytes},
+                            {"candidates", it.variants.size()},
+                            {"default", it.default_variant}});
       for (const auto& r : results) {
         nlohmann::json b = {{"variant", r.kernel.variant_name}, {"ok", r.ok}};
         if (r.ok) {
@@ -434,8 +444,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         }
         binaries.push_back(b);
       }
-      nlohmann::json doc = {{"device", nullptr}, {"measured", false}, {"arch", a.arch}, {"shapes", a.shapes},
-                            {"problems", problems}, {"binaries", binaries}};
+      nlohmann::json doc = {{"device", nullptr},  {"measured", false},    {"arch", a.arch},
+                            {"shapes", a.shapes}, {"problems", problems}, {"binaries", binaries}};
       std::ofstream f(a.json_out);
       f << doc.dump(1) << "\n";
       if (!f) {
@@ -457,7 +467,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     device_id = db->upsert_device(device);
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
-    run_id = db->begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
+    run_id =
+        db->begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
     for (const auto& r : results)
       if (r.ok) db->put_binary(binary_record(r, compiler));
     for (const auto& it : items)
@@ -522,8 +533,11 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     db->add_measurements({m});
   };
   auto measure_cmd = [&](const Item& it, size_t c, double budget) {
-    return nlohmann::json{{"cmd", "measure"}, {"config", it.configs[c]}, {"variant", it.variants[c]},
-                          {"binary_hash", results[it.source[c]].cache_key}, {"budget_ms", budget}};
+    return nlohmann::json{{"cmd", "measure"},
+                          {"config", it.configs[c]},
+                          {"variant", it.variants[c]},
+                          {"binary_hash", results[it.source[c]].cache_key},
+                          {"budget_ms", budget}};
   };
 
   int no_winner = 0;
@@ -537,7 +551,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     if (!t.cands.empty()) {
       try {
         // float64 reference rows: as many as the family's registration asks (a row's cost differs per family).
-        pool->set_problem({{"cmd", "problem"}, {"family", it.family}, {"problem", it.problem}, {"seed", 1},
+        pool->set_problem({{"cmd", "problem"},
+                           {"family", it.family},
+                           {"problem", it.problem},
+                           {"seed", 1},
                            {"ref_rows", kt::find_tuner_family(it.family).ref_rows}});
       } catch (const std::exception& e) {
         std::fprintf(stderr, "autotune: %s: %s\n", it.key.c_str(), e.what());
@@ -560,7 +577,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         else record(it, c, &wr);
       }
       if (halving && !g_interrupted) {
-        std::sort(round.begin(), round.end(), [](const auto& x, const auto& y) { return x.second.median_us < y.second.median_us; });
+        std::sort(round.begin(), round.end(),
+                  [](const auto& x, const auto& y) { return x.second.median_us < y.second.median_us; });
         const size_t keep = std::max<size_t>(1, (t.cands.size() + 3) / 4);
         for (size_t k = 0; k < round.size(); ++k) {
           if (k >= keep) {
@@ -594,7 +612,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     // After --retune the view may answer from an older ok row of a variant whose latest row failed:
     // report from the latest rows then (same rule, tuner/selection.h).
     if (w >= 0 && cands[w].status != kt::db::Status::ok) w = kt::pick_winner(cands);
-    nlohmann::json pj = {{"family", it.family}, {"problem", it.key}, {"flops", it.flops}, {"bytes", it.bytes},
+    nlohmann::json pj = {{"family", it.family},
+                         {"problem", it.key},
+                         {"flops", it.flops},
+                         {"bytes", it.bytes},
                          {"candidates", cands.size()}};
     if (w < 0) {
       ++no_winner;
@@ -613,11 +634,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     const double gbs = it.bytes / (win.median_us * 1e-6) / 1e9;
     const size_t a0 = win.variant.find("__", 10) + 2, a1 = win.variant.rfind("__");
     char buf[512];
-    std::snprintf(buf, sizeof buf, "%-62s %-30s %10.1f %8.1f %8.0f %8s %8s %3d/%3d/%3d/%3d", it.key.c_str(),
-                  win.variant.substr(a0, a1 - a0).c_str(), win.median_us, tflops, gbs,
-                  def_us > 0 ? (std::to_string(def_us / win.median_us).substr(0, 4) + "x").c_str() : "n/a",
-                  runner_up > 0 ? (std::to_string((runner_up / win.median_us - 1) * 100).substr(0, 4) + "%").c_str() : "n/a",
-                  n_compiled, n_verified, n_verified, n_failed);
+    std::snprintf(
+        buf, sizeof buf, "%-62s %-30s %10.1f %8.1f %8.0f %8s %8s %3d/%3d/%3d/%3d", it.key.c_str(),
+        win.variant.substr(a0, a1 - a0).c_str(), win.median_us, tflops, gbs,
+        def_us > 0 ? (std::to_string(def_us / win.median_us).substr(0, 4) + "x").c_str() : "n/a",
+        runner_up > 0 ? (std::to_string((runner_up / win.median_us - 1) * 100).substr(0, 4) + "%").c_str() : "n/a",
+        n_compiled, n_verified, n_verified, n_failed);
     lines.push_back(buf);
     pj["winner"] = win.variant;
     pj["median_us"] = win.median_us;
@@ -633,10 +655,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::printf("\n%-62s %-30s %10s %8s %8s %8s %8s %s\n", "problem", "winner", "median_us", "TFLOP/s", "GB/s", "vs_dflt",
               "margin", "compiled/verified/timed/failed");
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
-  if (clock_max > 0)
-    std::printf("autotune: SM clock during measurement %.0f-%.0f MHz (NVML)\n", clock_min, clock_max);
-  else
-    std::printf("autotune: SM clock during measurement unknown (NVML not available or nothing measured)\n");
+  if (clock_max > 0) std::printf("autotune: SM clock during measurement %.0f-%.0f MHz (NVML)\n", clock_min, clock_max);
+  else std::printf("autotune: SM clock during measurement unknown (NVML not available or nothing measured)\n");
   std::printf("autotune: %d worker process(es) used; results in %s (autotune show --db %s)\n", pool->workers_started(),
               a.db.c_str(), a.db.c_str());
   if (!a.json_out.empty()) {
@@ -732,15 +752,18 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", a.shapes, "shapes file (kerntune JSON) or a Hugging Face config.json (required to tune)");
   app.add_option("--db", a.db, "tuning database (SQLite); created if missing, resumed if present");
   app.add_option("--families", a.families, "families to tune (default: all the shapes file names)");
-  app.add_option("--strategy", a.strategy, "exhaustive (default) or halving (all at budget/4, best quarter at full budget)");
+  app.add_option("--strategy", a.strategy,
+                 "exhaustive (default) or halving (all at budget/4, best quarter at full budget)");
   app.add_option("--max-candidates", a.max_candidates, "at most N candidates per problem (default first), 0 = all");
   app.add_option("--only", a.only,
                  "keep only the candidates whose variant name matches this regular expression (ECMAScript, searched "
                  "anywhere in the name; the default config is always kept); applied before --max-candidates");
   app.add_option("--budget-ms", a.budget_ms, "measured GPU time per candidate, milliseconds (default 100)");
-  app.add_option("--watchdog-s", a.watchdog_s, "seconds before a candidate's worker is killed as timed out (default 30)");
+  app.add_option("--watchdog-s", a.watchdog_s,
+                 "seconds before a candidate's worker is killed as timed out (default 30)");
   app.add_option("--jobs", a.jobs, "parallel NVRTC compilations, 0..256 (default 0: all cores)");
-  app.add_option("--cache-dir", a.cache_dir, "cubin cache directory (default $KERNTUNE_CACHE_DIR or ~/.cache/kerntune)");
+  app.add_option("--cache-dir", a.cache_dir,
+                 "cubin cache directory (default $KERNTUNE_CACHE_DIR or ~/.cache/kerntune)");
   app.add_flag("--no-cache", a.no_cache, "compile everything; do not read or write the cubin cache");
   app.add_option("--json", a.json_out, "also write the per-problem report as JSON (compile report without a GPU)");
   app.add_flag("--compile-only", a.compile_only,

@@ -50,8 +50,8 @@ void check_tune_options(const TuneOptions& o) {
     throw CliError("--watchdog-s must be a number of seconds in (0, " + num(kMaxWatchdogS) + "], got " +
                    num(o.watchdog_s));
   if (!o.compile_only && o.budget_ms / 1000 >= o.watchdog_s)
-    throw CliError("--budget-ms " + num(o.budget_ms) + " is not below --watchdog-s " + num(o.watchdog_s) +
-                   " (" + num(o.budget_ms / 1000) + " s): every candidate would be killed as timed out");
+    throw CliError("--budget-ms " + num(o.budget_ms) + " is not below --watchdog-s " + num(o.watchdog_s) + " (" +
+                   num(o.budget_ms / 1000) + " s): every candidate would be killed as timed out");
   if (o.max_candidates < 0)
     throw CliError("--max-candidates must be >= 0 (0 = all candidates), got " + std::to_string(o.max_candidates));
   if (o.jobs < 0 || o.jobs > kMaxJobs)

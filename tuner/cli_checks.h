@@ -16,9 +16,9 @@ struct CliError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-constexpr double kMaxBudgetMs = 60000;    ///< --budget-ms: (0, 60000] ms of GPU time per candidate
-constexpr double kMaxWatchdogS = 86400;   ///< --watchdog-s: (0, 86400] s
-constexpr int kMaxJobs = 256;             ///< --jobs: 0 (all hardware threads) .. 256
+constexpr double kMaxBudgetMs = 60000;   ///< --budget-ms: (0, 60000] ms of GPU time per candidate
+constexpr double kMaxWatchdogS = 86400;  ///< --watchdog-s: (0, 86400] s
+constexpr int kMaxJobs = 256;            ///< --jobs: 0 (all hardware threads) .. 256
 
 /// The tune options as given on the command line. `*_given`: the option appeared (its value may be the
 /// default).

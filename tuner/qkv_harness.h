@@ -44,8 +44,8 @@ struct Verdict {
   long long unwritten = 0;  ///< NaN/inf anywhere in Q, K or V (outputs are poisoned before each run)
   std::string message;
 };
-Verdict verify(const HostInputs& in, const RefRows& ref, const std::vector<uint16_t>& q,
-               const std::vector<uint16_t>& k, const std::vector<uint16_t>& v);
+Verdict verify(const HostInputs& in, const RefRows& ref, const std::vector<uint16_t>& q, const std::vector<uint16_t>& k,
+               const std::vector<uint16_t>& v);
 
 /// Device copies: `copies` rotating sets of the weight (the dominant bytes) for cold-L2 timing, one X,
 /// bias, positions, outputs, and a split-K workspace sized for `max_workspace_bytes`.

@@ -51,8 +51,8 @@ class Measure : public MeasureSession {
     if (!rot_) rot_ = std::make_unique<qkv::DeviceInputs>(in_, rot_copies_);
     std::vector<qkv::QkvParams> params;
     for (int r = 0; r < rot_->copies(); ++r) params.push_back(rot_->params(r, c));
-    out.timing = time_launches([&](int n) { qkv::launch(k, in_.problem, c, params[n % params.size()], stream); }, stream,
-                               budget_ms, std::min(20.0, budget_ms / 2));
+    out.timing = time_launches([&](int n) { qkv::launch(k, in_.problem, c, params[n % params.size()], stream); },
+                               stream, budget_ms, std::min(20.0, budget_ms / 2));
     return out;
   }
 

@@ -25,7 +25,8 @@ class MeasureSession {
   virtual ~MeasureSession() = default;
   /// Verifies the candidate (outputs poisoned with NaN first) and, if it passes, times it for budget_ms.
   /// Throws cuda::CudaError if a launch faults.
-  virtual Outcome measure(const LoadedKernel& kernel, const nlohmann::json& config, CUstream stream, double budget_ms) = 0;
+  virtual Outcome measure(const LoadedKernel& kernel, const nlohmann::json& config, CUstream stream,
+                          double budget_ms) = 0;
 };
 
 /// Creates the session for a family ("attention_prefill", "qkv_proj") from the problem JSON.

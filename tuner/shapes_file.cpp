@@ -33,9 +33,7 @@ class Parser {
   static std::string join(const std::string& prefix, const std::string& key) {
     return prefix.empty() ? key : prefix + "." + key;
   }
-  static std::string index(const std::string& prefix, size_t i) {
-    return prefix + "[" + std::to_string(i) + "]";
-  }
+  static std::string index(const std::string& prefix, size_t i) { return prefix + "[" + std::to_string(i) + "]"; }
 
   static std::string type_of(const json& v) {
     if (v.is_null()) return "null";
@@ -54,11 +52,9 @@ class Parser {
     }
   }
 
-  void reject_unknown(const json& obj, const std::string& prefix,
-                      std::initializer_list<const char*> allowed) const {
+  void reject_unknown(const json& obj, const std::string& prefix, std::initializer_list<const char*> allowed) const {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
-      const bool ok = std::any_of(allowed.begin(), allowed.end(),
-                                  [&](const char* a) { return it.key() == a; });
+      const bool ok = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return it.key() == a; });
       if (!ok) {
         std::string list;
         for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
@@ -266,8 +262,8 @@ class Parser {
     }
     if (!out.qkv_tokens.empty()) {
       const long long n = (hq + 2 * hkv) * d;
-      const std::string nh = "(" + std::to_string(hq) + " + 2 x " + std::to_string(hkv) + ") heads x head_dim " +
-                             std::to_string(d);
+      const std::string nh =
+          "(" + std::to_string(hq) + " + 2 x " + std::to_string(hkv) + ") heads x head_dim " + std::to_string(d);
       check_tensor("hidden_size", "the Q/K/V weight", k * n, "hidden_size " + std::to_string(k) + " x " + nh);
       for (size_t i = 0; i < out.qkv_tokens.size(); ++i) {
         const long long t = out.qkv_tokens[i];
@@ -278,7 +274,8 @@ class Parser {
     }
     for (size_t i = 0; i < out.decode.size(); ++i) {
       const DecodeWorkload& w = out.decode[i];
-      check_tensor(index("workloads.attention_decode", i), "the K (and V) cache", w.batch * (long long)w.kv_len * hkv * d,
+      check_tensor(index("workloads.attention_decode", i), "the K (and V) cache",
+                   w.batch * (long long)w.kv_len * hkv * d,
                    "batch " + std::to_string(w.batch) + " x kv_len " + std::to_string(w.kv_len) + kv_heads);
     }
   }
@@ -286,8 +283,8 @@ class Parser {
   // `marker` is the kerntune-only key that selected this format (named when another key is unknown).
   ShapesFile kerntune(const json& j, const std::string& marker) const {
     static const std::initializer_list<const char*> keys = {
-        "model", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "qkv_bias",
-        "rope_theta", "dtypes", "workloads"};
+        "model",  "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "qkv_bias", "rope_theta",
+        "dtypes", "workloads"};
     for (auto it = j.begin(); it != j.end(); ++it)
       if (std::find_if(keys.begin(), keys.end(), [&](const char* k) { return it.key() == k; }) == keys.end()) {
         std::string list;
@@ -347,10 +344,8 @@ class Parser {
     std::string model_type;
     if (present(c, "model_type")) model_type = string(c["model_type"], field("model_type"));
     else if (present(top, "model_type")) model_type = string(top["model_type"], "model_type");
-    if (present(c, "attention_bias"))
-      m.qkv_bias = boolean(c["attention_bias"], field("attention_bias"));
-    else
-      m.qkv_bias = model_type == "qwen2";
+    if (present(c, "attention_bias")) m.qkv_bias = boolean(c["attention_bias"], field("attention_bias"));
+    else m.qkv_bias = model_type == "qwen2";
     // rope_theta: top-level (transformers < 4.56) or inside rope_parameters (newer configs).
     m.rope_theta = 10000.0;
     if (present(c, "rope_theta")) {
@@ -377,8 +372,8 @@ class Parser {
     const int prefill[][2] = {{1, 512}, {4, 1024}, {1, 2048}, {8, 2048}, {1, 8192}, {2, 16384}};
     for (const auto& w : prefill) out.prefill.push_back({w[0], w[1], w[1], true});
     out.qkv_tokens = {1, 16, 64, 256, 1024, 4096, 16384};
-    out.qkv_formats = {"fp16",  "fp16_kb64",  "int8",  "int8_kb64",   "int4",  "int4_kb128",
-                       "nf4",   "nf4_kb128",  "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"};
+    out.qkv_formats = {"fp16", "fp16_kb64", "int8",  "int8_kb64",   "int4",  "int4_kb128",
+                       "nf4",  "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"};
     out.decode = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
     check_workload_sizes(out);
     return out;
@@ -423,7 +418,7 @@ namespace {
 nlohmann::json parse_unique_keys(const std::string& text, const std::string& path) {
   struct Frame {
     bool array;
-    long index;  // arrays: the current element
+    long index;       // arrays: the current element
     std::string key;  // objects: the current key
     std::unordered_set<std::string> keys;
   };
@@ -452,9 +447,7 @@ nlohmann::json parse_unique_keys(const std::string& text, const std::string& pat
         frames.push_back({true, -1, {}, {}});
         break;
       case Event::object_end:
-      case Event::array_end:
-        frames.pop_back();
-        break;
+      case Event::array_end: frames.pop_back(); break;
       case Event::key: {
         Frame& f = frames.back();
         f.key = parsed.get<std::string>();
@@ -462,9 +455,7 @@ nlohmann::json parse_unique_keys(const std::string& text, const std::string& pat
           throw ShapesError(path + ": duplicate key '" + where(f.key) + "' (JSON would silently keep the last one)");
         break;
       }
-      case Event::value:
-        element();
-        break;
+      case Event::value: element(); break;
     }
     return true;
   };

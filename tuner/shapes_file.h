@@ -64,24 +64,24 @@
 namespace kt {
 
 /// Size bounds, checked where a shapes file is parsed; a larger value is refused with the bound in the message.
-constexpr int kMaxHiddenSize = 65536;            ///< hidden_size
-constexpr int kMaxHeads = 1024;                  ///< num_attention_heads, num_key_value_heads
-constexpr int kMaxHeadDim = 1024;                ///< head_dim (the families support fewer; they say which)
-constexpr int kMaxBatch = 65535;                 ///< batch (a CUDA grid dimension)
-constexpr int kMaxSeqlen = 1 << 20;              ///< seqlen, seqlen_k, kv_len
-constexpr int kMaxTokens = 1 << 20;              ///< qkv_proj tokens
+constexpr int kMaxHiddenSize = 65536;              ///< hidden_size
+constexpr int kMaxHeads = 1024;                    ///< num_attention_heads, num_key_value_heads
+constexpr int kMaxHeadDim = 1024;                  ///< head_dim (the families support fewer; they say which)
+constexpr int kMaxBatch = 65535;                   ///< batch (a CUDA grid dimension)
+constexpr int kMaxSeqlen = 1 << 20;                ///< seqlen, seqlen_k, kv_len
+constexpr int kMaxTokens = 1 << 20;                ///< qkv_proj tokens
 constexpr long long kMaxTensorBytes = 64LL << 30;  ///< any one tensor of a workload, at 2 bytes an element
-constexpr int kMaxJsonDepth = 64;                ///< JSON nesting (a shapes file needs 4)
+constexpr int kMaxJsonDepth = 64;                  ///< JSON nesting (a shapes file needs 4)
 
 /// Attention geometry of a model (one transformer layer; all layers are equal).
 struct ModelShape {
-  std::string name;     ///< display name ("model", or HF "_name_or_path" / "architectures" / "model_type")
-  int hidden_size;      ///< K of the Q/K/V projection
-  int num_heads;        ///< query heads Hq
-  int num_kv_heads;     ///< key/value heads Hkv (GQA: Hq % Hkv == 0; MQA: 1)
-  int head_dim;         ///< D
-  bool qkv_bias;        ///< Q/K/V projection has a bias vector
-  double rope_theta;    ///< RoPE base frequency
+  std::string name;   ///< display name ("model", or HF "_name_or_path" / "architectures" / "model_type")
+  int hidden_size;    ///< K of the Q/K/V projection
+  int num_heads;      ///< query heads Hq
+  int num_kv_heads;   ///< key/value heads Hkv (GQA: Hq % Hkv == 0; MQA: 1)
+  int head_dim;       ///< D
+  bool qkv_bias;      ///< Q/K/V projection has a bias vector
+  double rope_theta;  ///< RoPE base frequency
 };
 
 /// One prefill attention problem: q [batch, seqlen_q, Hq, D], k/v [batch, seqlen_k, Hkv, D].
@@ -100,7 +100,7 @@ struct DecodeWorkload {
 
 /// A parsed shapes file. Lists keep the file's order.
 struct ShapesFile {
-  std::string source;                    ///< path (or name) it was read from, used in messages
+  std::string source;  ///< path (or name) it was read from, used in messages
   ModelShape model;
   std::vector<DType> dtypes;             ///< activation dtypes to tune
   std::vector<PrefillWorkload> prefill;  ///< attention_prefill workloads

@@ -102,8 +102,8 @@ int worker_main(const std::string& db_path, int in_fd, int out_fd) {
     if (cmd == "problem") {
       try {
         session.reset();
-        session = make_session(req.at("family").get<std::string>(), req.at("problem"),
-                               req.value("seed", 1ULL), req.value("ref_rows", size_t(512)), size_t(dev.l2_bytes));
+        session = make_session(req.at("family").get<std::string>(), req.at("problem"), req.value("seed", 1ULL),
+                               req.value("ref_rows", size_t(512)), size_t(dev.l2_bytes));
         reply(out_fd, {{"type", "ready"}});
       } catch (const std::exception& e) {
         reply(out_fd, {{"type", "error"}, {"error", std::string("problem setup failed: ") + e.what()}});
@@ -242,7 +242,8 @@ bool WorkerPool::read_line(std::string& line, double timeout_s, bool* timed_out)
       buffer_.erase(0, nl + 1);
       return true;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       *timed_out = true;
       return false;
@@ -267,7 +268,8 @@ std::string WorkerPool::reap() {
   if (to_worker_ >= 0) ::close(to_worker_);
   if (from_worker_ >= 0) ::close(from_worker_);
   to_worker_ = from_worker_ = -1;
-  if (WIFSIGNALED(st)) return std::string("signal ") + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
+  if (WIFSIGNALED(st))
+    return std::string("signal ") + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
   return "exit status " + std::to_string(WEXITSTATUS(st));
 }
 

@@ -173,18 +173,18 @@ typedef struct {
  *  x_row_stride = k, q_row_stride = num_heads * head_dim, k_row_stride = v_row_stride =
  *  num_kv_heads * head_dim (larger strides address rows of a KV cache or a fused buffer). */
 typedef struct {
-  const void* x;           /**< [m, k] activations */
-  const void* w_data;      /**< packed weight data (templates/qkv_proj/quant_format.h) */
-  const void* w_scales;    /**< weight scales; required for int8/int4/nf4/mxfp4/nvfp4, else NULL */
-  const void* w_zeros;     /**< int4 zero points; required for int4, else NULL */
-  const void* bias;        /**< [n] in dtype; required when has_bias, else ignored */
+  const void* x;            /**< [m, k] activations */
+  const void* w_data;       /**< packed weight data (templates/qkv_proj/quant_format.h) */
+  const void* w_scales;     /**< weight scales; required for int8/int4/nf4/mxfp4/nvfp4, else NULL */
+  const void* w_zeros;      /**< int4 zero points; required for int4, else NULL */
+  const void* bias;         /**< [n] in dtype; required when has_bias, else ignored */
   const int32_t* positions; /**< [m] token positions for RoPE; required when rope, else ignored */
-  void* q;                 /**< [m, num_heads, head_dim] (written) */
-  void* k;                 /**< [m, num_kv_heads, head_dim] (written) */
-  void* v;                 /**< [m, num_kv_heads, head_dim] (written) */
+  void* q;                  /**< [m, num_heads, head_dim] (written) */
+  void* k;                  /**< [m, num_kv_heads, head_dim] (written) */
+  void* v;                  /**< [m, num_kv_heads, head_dim] (written) */
   int64_t x_row_stride, q_row_stride, k_row_stride, v_row_stride;
-  float tensor_scale;      /**< nvfp4 per-tensor scale (> 0); ignored by the other formats */
-  double rope_theta;       /**< RoPE base, e.g. 1000000.0 for Qwen2.5 (> 0 when rope; ignored otherwise) */
+  float tensor_scale; /**< nvfp4 per-tensor scale (> 0); ignored by the other formats */
+  double rope_theta;  /**< RoPE base, e.g. 1000000.0 for Qwen2.5 (> 0 when rope; ignored otherwise) */
 } kt_qkv_args;
 
 /** Computes the projection of p on cu_stream (a CUstream; NULL = the legacy default stream).

@@ -33,7 +33,7 @@ struct TileLoader {
                 "tile chunks must divide evenly over the threads");
   const unsigned short* src;  // this thread's chunk in row 0 of the tensor
   long long row_stride;
-  unsigned dst_off;           // byte offset of this thread's first chunk in a tile
+  unsigned dst_off;  // byte offset of this thread's first chunk in a tile
   int r;
 
   __device__ __forceinline__ TileLoader(const unsigned short* base, long long stride, int tid)
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned short* sQ = reinterpret_cast<unsigned short*>(smem_raw);  // [TileM, D] swizzled
   const unsigned sQ_addr = ptx::smem_u32(sQ);
-  const unsigned sKV_addr = sQ_addr + TileM * D * 2;                  // Stages x ([TileN, D] K, [TileN, D] V)
+  const unsigned sKV_addr = sQ_addr + TileM * D * 2;  // Stages x ([TileN, D] K, [TileN, D] V)
   constexpr unsigned kTileBytes = TileN * D * 2;
 
   const int tid = threadIdx.x;
@@ -81,9 +81,9 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
   // ldmatrix addressing. Every tile starts on a 256-byte boundary (1024-aligned base, tiles of a multiple of
   // 256 bytes), and chunk 2*s + b of row r sits at chunk (2*s) ^ (b ^ r % 8): so the address for k-step s is
   // the lane's base address XOR (s * 32), and further 16-row steps are plain additive offsets.
-  const unsigned q_lane = swz<D>(warp * MF * 16 + lane % 16, lane / 16) * 2;                 // A: rows, k chunk
-  const unsigned k_lane = swz<D>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2) * 2;            // B: keys, d chunk
-  const unsigned v_lane = swz<D>(lane % 8 + ((lane / 8) % 2) * 8, lane / 16) * 2;            // B^T: keys, d chunk
+  const unsigned q_lane = swz<D>(warp * MF * 16 + lane % 16, lane / 16) * 2;       // A: rows, k chunk
+  const unsigned k_lane = swz<D>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2) * 2;  // B: keys, d chunk
+  const unsigned v_lane = swz<D>(lane % 8 + ((lane / 8) % 2) * 8, lane / 16) * 2;  // B^T: keys, d chunk
 
   // Raster 0: grid (m-blocks, heads, batch); raster 1: grid (heads, batch, m-blocks). Causal blocks are
   // visited heaviest (most keys) first: per (batch, head) in raster 0, across the whole grid in raster 1.
@@ -97,8 +97,10 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
   const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
 
   const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
-  const unsigned short* k = static_cast<const unsigned short*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
-  const unsigned short* v = static_cast<const unsigned short*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  const unsigned short* k =
+      static_cast<const unsigned short*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+  const unsigned short* v =
+      static_cast<const unsigned short*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
   unsigned short* o = static_cast<unsigned short*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
 
   // Keys this block needs: all, or (causal) up to the last query row's diagonal.
@@ -179,8 +181,7 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
       if (kQInRegs && j == 0) {
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-          ptx::ldmatrix_x4((sQ_addr + q_lane) ^ (ks * 32), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2],
-                           q_frag[ks][3]);
+          ptx::ldmatrix_x4((sQ_addr + q_lane) ^ (ks * 32), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2], q_frag[ks][3]);
       }
 
       // ---- S = Q K^T : [16*MF, TileN] per warp ----

@@ -38,11 +38,11 @@ struct FormatTraitsBase {
   // (Enumerators, not static data members: NVRTC emits every static constexpr member of the instantiated traits as a
   // global variable of the module.)
   enum : int {
-    kBits = Bits,                  ///< bits per stored element
-    kGroup = Group,                ///< elements per scale along K (0: no scale, -1: one per row)
-    kScaleBytes = ScaleBytes,      ///< bytes of one scale entry
-    kUnitElems = 128 / Bits,       ///< elements per 16-byte unit
-    kZeros = F == Format::int4,    ///< 1: zero points beside the scales (int4)
+    kBits = Bits,                ///< bits per stored element
+    kGroup = Group,              ///< elements per scale along K (0: no scale, -1: one per row)
+    kScaleBytes = ScaleBytes,    ///< bytes of one scale entry
+    kUnitElems = 128 / Bits,     ///< elements per 16-byte unit
+    kZeros = F == Format::int4,  ///< 1: zero points beside the scales (int4)
   };
   static_assert(Bits == format_bits(F) && Group == format_group(F) && ScaleBytes == scale_bytes(F),
                 "FormatTraits disagree with quant_format.h");
@@ -86,7 +86,8 @@ struct FormatTraits<Format::int8> : FormatTraitsBase<Format::int8, 8, -1, 4> {
 /// int4: asymmetric, an fp16 scale and a zero-point byte per 128 elements.
 template <>
 struct FormatTraits<Format::int4> : FormatTraitsBase<Format::int4, 4, 128, 2> {
-  __device__ __forceinline__ static unsigned global_bits(const void* scales, const void* zeros, int k_dim, int row, int k0) {
+  __device__ __forceinline__ static unsigned global_bits(const void* scales, const void* zeros, int k_dim, int row,
+                                                         int k0) {
     const long long g = (long long)row * (k_dim / 128) + k0 / 128;
     return unsigned(__ldg(static_cast<const unsigned short*>(scales) + g)) |
            unsigned(__ldg(static_cast<const unsigned char*>(zeros) + g)) << 16;
@@ -101,7 +102,8 @@ struct FormatTraits<Format::int4> : FormatTraitsBase<Format::int4, 4, 128, 2> {
     return s;
   }
   /// kt: the 64-element K step (two steps per group).
-  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void* zeros, int k_dim, int row, int kt) {
+  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void* zeros, int k_dim, int row,
+                                                            int kt) {
     const long long K = k_dim;
     const long long g = row * (K / 128) + kt / 2;
     StepScaleBits r{0u, 0u};
@@ -129,7 +131,8 @@ struct FormatTraits<Format::nf4> : FormatTraitsBase<Format::nf4, 4, 64, 4> {
     s.s0 = __uint_as_float(b);
     return s;
   }
-  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void*, int k_dim, int row, int kt) {
+  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void*, int k_dim, int row,
+                                                            int kt) {
     const long long K = k_dim;
     StepScaleBits r{0u, 0u};
     r.s = __ldg(static_cast<const unsigned*>(scales) + row * (K / 64) + kt);
@@ -158,10 +161,12 @@ struct FormatTraits<Format::mxfp4> : FormatTraitsBase<Format::mxfp4, 4, 32, 1> {
     return s;
   }
   /// The step's two E8M0 bytes (the row stride K / 32 bytes is even: K % 64 == 0).
-  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void*, int k_dim, int row, int kt) {
+  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void*, int k_dim, int row,
+                                                            int kt) {
     const long long K = k_dim;
     StepScaleBits r{0u, 0u};
-    r.s = __ldg(reinterpret_cast<const unsigned short*>(static_cast<const unsigned char*>(scales) + row * (K / 32) + 2 * kt));
+    r.s = __ldg(
+        reinterpret_cast<const unsigned short*>(static_cast<const unsigned char*>(scales) + row * (K / 32) + 2 * kt));
     return r;
   }
   __device__ __forceinline__ static float slice_scale(const StepScaleBits& r, int sl) {
@@ -189,7 +194,8 @@ struct FormatTraits<Format::nvfp4> : FormatTraitsBase<Format::nvfp4, 4, 16, 1> {
     return s;
   }
   /// The step's four E4M3 bytes (the row stride K / 16 bytes is a multiple of 4).
-  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void*, int k_dim, int row, int kt) {
+  __device__ __forceinline__ static StepScaleBits step_bits(const void* scales, const void*, int k_dim, int row,
+                                                            int kt) {
     const long long K = k_dim;
     StepScaleBits r{0u, 0u};
     r.s = __ldg(reinterpret_cast<const unsigned*>(static_cast<const unsigned char*>(scales) + row * (K / 16) + 4 * kt));

@@ -85,11 +85,15 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
 }
 /// Makes this thread's earlier mbarrier.init visible to the asynchronous proxy (the bulk copies' complete_tx) before
 /// the following barrier (PTX ISA "fence.mbarrier_init").
-__device__ __forceinline__ void mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 /// Orders this thread's earlier shared-memory accesses through the generic proxy (ld / st.shared, cp.async) before
 /// its later ones through the async proxy (TMA, wgmma), and the reverse (PTX ISA "fence.proxy.async"): each accessing
 /// thread runs it before the barrier that precedes the async-proxy access, e.g. a TMA write into a slot just read.
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 /// One arrival that also adds `bytes` to the phase's expected transaction count.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }\n" ::"r"(bar), "r"(bytes)
@@ -108,7 +112,8 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {
 /// Blocks until the phase with the given parity has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
   asm volatile(
-      "{ .reg .pred done; WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1; @!done bra WAIT_%=; }\n" ::"r"(bar),
+      "{ .reg .pred done; WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1; @!done bra WAIT_%=; }\n" ::
+          "r"(bar),
       "r"(parity)
       : "memory");
 }
@@ -117,7 +122,8 @@ __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
 /// on the mbarrier. Out-of-bounds elements are written as zeros and still count as transaction bytes.
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c0, int c1, unsigned bar) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
@@ -131,32 +137,38 @@ __device__ __forceinline__ void prefetch_tensormap(const void* map) {
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c0, int c1, unsigned bar, L2Hint h) {
   if (!h.on) return tma_load_2d(dst, map, c0, c1, bar);
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::
+          "r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar), "l"(h.policy)
       : "memory");
 }
-__device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c0, int c1, int c2, unsigned bar, L2Hint h) {
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c0, int c1, int c2, unsigned bar,
+                                            L2Hint h) {
   if (h.on)
     asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::
+            "r"(dst),
         "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(h.policy)
         : "memory");
   else
     asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+            "r"(dst),
         "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
-__device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4, unsigned bar,
-                                            L2Hint h) {
+__device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4,
+                                            unsigned bar, L2Hint h) {
   if (h.on)
     asm volatile(
-        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n" ::"r"(dst),
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n" ::
+            "r"(dst),
         "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar), "l"(h.policy)
         : "memory");
   else
     asm volatile(
-        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::
+            "r"(dst),
         "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
         : "memory");
 }
@@ -164,9 +176,11 @@ __device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c
 /// on the mbarrier, with the hint's L2 policy when it has one.
 __device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar, L2Hint h) {
   if (h.on)
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar), "l"(h.policy)
-                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
+            "r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(h.policy)
+        : "memory");
   else
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
@@ -182,9 +196,13 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return r;
 }
 /// Arrival on the cluster barrier with no ordering (every thread of every block of the cluster must execute it).
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
 /// Arrival that releases this thread's earlier (distributed) shared-memory writes to the threads that wait.
-__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
 /// Waits for every thread of the cluster to arrive (acquire: the released writes are visible afterwards).
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 /// The .shared::cluster address of the variable at shared-memory address `addr` of this block in block `rank`.
@@ -202,9 +220,10 @@ __device__ __forceinline__ void st_cluster_f4(unsigned addr, float4 v) {
 /// that block's mbarrier `bar` (both addresses from cluster_map; PTX ISA, st.async): the receiver waits on its own
 /// mbarrier, the sender needs no barrier after it.
 __device__ __forceinline__ void st_async_f4(unsigned addr, float4 v, unsigned bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
-               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
-               : "memory");
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+      : "memory");
 }
 #endif
 
@@ -236,7 +255,8 @@ __device__ __forceinline__ void mma_16816<DType::f16>(float (&d)[4], const unsig
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 template <>
-__device__ __forceinline__ void mma_16816<DType::bf16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+__device__ __forceinline__ void mma_16816<DType::bf16>(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                                       unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"

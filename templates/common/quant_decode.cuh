@@ -100,9 +100,12 @@ template <int Copies>
 struct PairTable {
   unsigned base;  ///< shared-window address of entry 0 of this lane's copy
   /// s_tab: the table ([256][Copies] words); copy: lane % Copies.
-  __device__ __forceinline__ PairTable(const unsigned* s_tab, int copy) : base(ptx::smem_u32(s_tab) + 4u * unsigned(copy)) {}
+  __device__ __forceinline__ PairTable(const unsigned* s_tab, int copy)
+      : base(ptx::smem_u32(s_tab) + 4u * unsigned(copy)) {}
   /// Entry b (0..255): the pair (value of nibble b & 15, value of nibble b >> 4) in the dtype.
-  __device__ __forceinline__ unsigned operator[](unsigned b) const { return ptx::lds_u32(base + b * unsigned(4 * Copies)); }
+  __device__ __forceinline__ unsigned operator[](unsigned b) const {
+    return ptx::lds_u32(base + b * unsigned(4 * Copies));
+  }
 };
 
 }  // namespace quant

@@ -33,7 +33,9 @@ __device__ __forceinline__ void rope_sincos(int pos, unsigned long long turns, f
 
 /// d[0..3] += v, and s += v: a float4 partial sum added to four accumulators, component by component (one order, so
 /// the split-K, stream-K, cluster and K-group reductions stay deterministic).
-__device__ __forceinline__ void add_f4(float* d, const float4& v) { d[0] += v.x, d[1] += v.y, d[2] += v.z, d[3] += v.w; }
+__device__ __forceinline__ void add_f4(float* d, const float4& v) {
+  d[0] += v.x, d[1] += v.y, d[2] += v.z, d[3] += v.w;
+}
 __device__ __forceinline__ void add_f4(float4& s, const float4& v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
 
 /// Split-K reduction of one output tile through the workspace (gridDim.z blocks share the tile, blockIdx.z = the K
@@ -95,9 +97,9 @@ __device__ __forceinline__ bool splitk_reduce(const QkvParams& p, float* sC, int
 /// row_limit (<= TileM): only token rows r < row_limit of sC are finished (a cluster rank's share of a tile).
 template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0,
           int kMaxBatch = 1, bool kPre = false>
-__device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0, const unsigned* pre_bias2 = nullptr,
-                                            const int* pre_pos = nullptr, const unsigned long long* pre_turns = nullptr,
-                                            int row_limit = TileM) {
+__device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0,
+                                            const unsigned* pre_bias2 = nullptr, const int* pre_pos = nullptr,
+                                            const unsigned long long* pre_turns = nullptr, int row_limit = TileM) {
   auto sync = [] {
     if (kBarrierId == 0) __syncthreads();
     else ptx::named_barrier(kBarrierId, kThreads);
@@ -164,8 +166,10 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
     const unsigned* b = static_cast<const unsigned*>(p.bias);
     const unsigned w1 = kPre ? pre_bias2[(lc + c1) / 2] : __ldg(b + (col0 + c1) / 2);
     const unsigned w2 = kPre ? pre_bias2[(lc + c2) / 2] : __ldg(b + (col0 + c2) / 2);
-    bias1[0] = ptx::to_float<DT>((unsigned short)(w1 & 0xffffu)), bias1[1] = ptx::to_float<DT>((unsigned short)(w1 >> 16));
-    bias2[0] = ptx::to_float<DT>((unsigned short)(w2 & 0xffffu)), bias2[1] = ptx::to_float<DT>((unsigned short)(w2 >> 16));
+    bias1[0] = ptx::to_float<DT>((unsigned short)(w1 & 0xffffu)),
+    bias1[1] = ptx::to_float<DT>((unsigned short)(w1 >> 16));
+    bias2[0] = ptx::to_float<DT>((unsigned short)(w2 & 0xffffu)),
+    bias2[1] = ptx::to_float<DT>((unsigned short)(w2 >> 16));
   }
   unsigned long long tp[2] = {0ull, 0ull};  // RoPE turns per position of pairs c1 and c1 + 1
   if (rotate) tp[0] = turns[c1], tp[1] = turns[c1 + 1];
@@ -175,7 +179,8 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
     for (int u = 0; u < kBatch; ++u) {
       const int r = r0 + (i0 + u) * kRowStep;
       pos[u] = 0;
-      if (rotate && i0 + u < kIters && r < row_limit && m0 + r < p.m) pos[u] = kPre ? pre_pos[r] : __ldg(p.positions + m0 + r);
+      if (rotate && i0 + u < kIters && r < row_limit && m0 + r < p.m)
+        pos[u] = kPre ? pre_pos[r] : __ldg(p.positions + m0 + r);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {

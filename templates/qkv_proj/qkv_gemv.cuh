@@ -65,9 +65,9 @@ namespace qkv {
 enum GemvScaleMode { kScaleNone, kScaleOperand, kScaleStep, kScaleRow };
 KT_HD constexpr GemvScaleMode gemv_scale_mode(quant::Format f) {
   return quant::format_bits(f) == 16 ? kScaleNone
-       : f == quant::Format::int4   ? kScaleStep
-       : f == quant::Format::int8   ? kScaleRow
-                                    : kScaleOperand;
+         : f == quant::Format::int4  ? kScaleStep
+         : f == quant::Format::int8  ? kScaleRow
+                                     : kScaleOperand;
 }
 /// Sets every element of a [A][R][NT][4] accumulator array to 0 (compile-time extents, fully unrolled).
 template <int A, int R, int NT>
@@ -101,7 +101,7 @@ __device__ __forceinline__ unsigned int8_pair(unsigned x, unsigned sel) {
   constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
   if (DT == DType::f16) {
     const unsigned t = ptx::prmt(x ^ 0x80808080u, 0x64646464u, sel);  // 1024 + 128 + b
-    return ptx::fma2<DT>(t, kOne, 0xE480E480u);                      // - 1152
+    return ptx::fma2<DT>(t, kOne, 0xE480E480u);                       // - 1152
   }
   const unsigned t = ptx::prmt(x, 0x43434343u, sel);
   return ptx::fma2<DT>(t & 0xFF7FFF7Fu, kOne, and_or(t, 0x00800080u, 0xC300C300u));  // (128 + low 7) - (128 | 256)
@@ -115,7 +115,8 @@ template <DType DT>
 __device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned zz, unsigned sc) {
   constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
   constexpr unsigned kMagic = DT == DType::f16 ? 0x64006400u : 0x43004300u;
-  return ptx::fma2<DT>(ptx::fma2<DT>(and_or(ptx::prmt(x, x >> 4, sel), 0x000F000Fu, kMagic), kOne, zz), sc, 0x80008000u);
+  return ptx::fma2<DT>(ptx::fma2<DT>(and_or(ptx::prmt(x, x >> 4, sel), 0x000F000Fu, kMagic), kOne, zz), sc,
+                       0x80008000u);
 }
 
 using quant::build_decode_tables;
@@ -143,7 +144,8 @@ __device__ __forceinline__ UnitScales2 unit_scales2(const UnitScales& s) {
     o.s1 = F == quant::Format::nvfp4 ? ptx::pack2<DT>(s.s1, s.s1) : o.s0;
     o.ok = dtype_holds_scale<DT>(s.s0) && (F != quant::Format::nvfp4 || dtype_holds_scale<DT>(s.s1));
   } else if (F == quant::Format::int4) {  // z is an integer 0..15: every subtrahend is exact
-    o.za = DT == DType::f16 ? ptx::pack2<DT>(-(1024.f + s.z), -(1024.f + s.z)) : ptx::pack2<DT>(-(128.f + s.z), -(128.f + s.z));
+    o.za = DT == DType::f16 ? ptx::pack2<DT>(-(1024.f + s.z), -(1024.f + s.z))
+                            : ptx::pack2<DT>(-(128.f + s.z), -(128.f + s.z));
     o.zb = DT == DType::f16 ? ptx::pack2<DT>(-(64.f + s.z), -(64.f + s.z)) : o.za;
   }
   return o;
@@ -155,8 +157,8 @@ __device__ __forceinline__ UnitScales2 unit_scales2(const UnitScales& s) {
 /// gemv_permuted_x formats: out[i] = elements (i, i + 4) of the chunk. tab: this lane's copy of the 256-pair table;
 /// unused by int4 / int8. 16-bit formats: copied.
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2& s, const PairTable<kGemvTableCopies>& tab, int c,
-                                              unsigned (&out)[4]) {
+__device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2& s,
+                                              const PairTable<kGemvTableCopies>& tab, int c, unsigned (&out)[4]) {
   const unsigned w[4] = {u.x, u.y, u.z, u.w};
   constexpr unsigned kNegZero = 0x80008000u;
   constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
@@ -200,16 +202,16 @@ __device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2&
 // tail piece's reduction (11 block sum, 8 partial stored and fenced, 9 counted, 10 the last piece's sum). 16 slots per
 // warp. At i = 0 thread 0 also records the block's SM (%smid) into kt_gemv_smid[block] (defined beside kt_gemv_trace).
 #ifdef KT_GEMV_TRACE_ON
-#define KT_GEMV_TRACE(i)                                                                                             \
-  do {                                                                                                               \
-    unsigned long long t_;                                                                                           \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                                           \
+#define KT_GEMV_TRACE(i)                                                                                              \
+  do {                                                                                                                \
+    unsigned long long t_;                                                                                            \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                                            \
     if (lane == 0) kt_gemv_trace[((blockIdx.y * gridDim.x + blockIdx.x) * (WarpsK * WarpsN) + warp) * 16 + (i)] = t_; \
-    if ((i) == 0 && threadIdx.x == 0) {                                                                              \
-      unsigned sm_;                                                                                                  \
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                                               \
-      kt_gemv_smid[blockIdx.y * gridDim.x + blockIdx.x] = sm_;                                                       \
-    }                                                                                                                \
+    if ((i) == 0 && threadIdx.x == 0) {                                                                               \
+      unsigned sm_;                                                                                                   \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                                                \
+      kt_gemv_smid[blockIdx.y * gridDim.x + blockIdx.x] = sm_;                                                        \
+    }                                                                                                                 \
   } while (0)
 #else
 #define KT_GEMV_TRACE(i) \
@@ -237,10 +239,8 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (Fast)
-          decode_chunk2<DT, F>(w[r][h], s2[r][h], tab, c, wa[r][h]);
-        else
-          decode_chunk<DT, F>(w[r][h], s[r][h], s_lut, c, wa[r][h]);
+        if (Fast) decode_chunk2<DT, F>(w[r][h], s2[r][h], tab, c, wa[r][h]);
+        else decode_chunk<DT, F>(w[r][h], s[r][h], s_lut, c, wa[r][h]);
       }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -267,22 +267,25 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
 /// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
 /// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          int Stages, int Cluster, bool Balance = false>
-__device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap, const TmaDescriptor* xmap = nullptr) {
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
+          int Prefetch, int Stages, int Cluster, bool Balance = false>
+__device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap,
+                                          const TmaDescriptor* xmap = nullptr) {
   // Preconditions
   static_assert(!Balance || Cluster == 1, "the balanced tail splits K across independent blocks, not a cluster");
-  constexpr Config C = make_config(
-      TileM, TileN,
-      GemvConfig{WarpsK, WarpsN, GemvLoad(Stages), Prefetch,
-                 Balance ? GemvReduce::balanced_tail : Cluster > 1 ? GemvReduce::cluster : GemvReduce::none, Cluster});
+  constexpr Config C = make_config(TileM, TileN,
+                                   GemvConfig{WarpsK, WarpsN, GemvLoad(Stages), Prefetch,
+                                              Balance       ? GemvReduce::balanced_tail
+                                              : Cluster > 1 ? GemvReduce::cluster
+                                                            : GemvReduce::none,
+                                              Cluster});
   static_assert(TileM % 8 == 0, "gemv: the tokens are whole n8 tiles");
   static_assert(TileN % (16 * WarpsN) == 0, "gemv: each warp column owns whole m16 tiles of features");
   constexpr bool kBulk = Stages == 1;    // the block's rows by cp.async.bulk, one mbarrier
   constexpr bool kStream = Stages >= 2;  // each warp's own steps by TMA boxes, one mbarrier per step
   constexpr bool kXTma = Stages == 3;    // and the step's X tile by a TMA box on the same mbarrier
   constexpr bool kSmem = Stages >= 1;    // units read from shared memory
-#ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
+#ifdef __CUDA_ARCH__                     // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_gemv variant: see invalid_reason() in qkv_proj_config.h");
 #endif
@@ -291,12 +294,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // reduction; the arrival costs nothing here).
   if (Cluster > 1) ptx::cluster_arrive_relaxed();
 #endif
-  constexpr int R = gemv_row_tiles(C);               // m16 tiles per warp
-  constexpr int NT = TileM / 8;                      // n8 token tiles
+  constexpr int R = gemv_row_tiles(C);  // m16 tiles per warp
+  constexpr int NT = TileM / 8;         // n8 token tiles
   constexpr int kBits = quant::FormatTraits<F>::kBits;
-  constexpr int kUnitElems = 128 / kBits;            // elements per 16-byte unit
-  constexpr int kStepK = 4 * kUnitElems;             // K per warp step
-  constexpr int kWords = kUnitElems / 2;             // dtype pairs per unit
+  constexpr int kUnitElems = 128 / kBits;  // elements per 16-byte unit
+  constexpr int kStepK = 4 * kUnitElems;   // K per warp step
+  constexpr int kWords = kUnitElems / 2;   // dtype pairs per unit
   constexpr int kTilesPerHead = D / 16;
   constexpr GemvScaleMode kScale = gemv_scale_mode(F);
   // Where each step's per-group scales (and int4 zero points) come from (gemv_smem_scales): shared memory, copied by
@@ -335,8 +338,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     piece = (lin - p.gemv_full) % p.gemv_split;
     pieces = p.gemv_split;
   }
-  const int bx = Cluster > 1 ? blockIdx.x / Cluster : Balance ? unit / token_tiles : lin / gridDim.y,
-            by = Cluster > 1 ? blockIdx.y : Balance ? unit % token_tiles : lin % gridDim.y;
+  const int bx = Cluster > 1 ? blockIdx.x / Cluster
+                 : Balance   ? unit / token_tiles
+                             : lin / gridDim.y,
+            by = Cluster > 1 ? blockIdx.y
+                 : Balance   ? unit % token_tiles
+                             : lin % gridDim.y;
 #if __CUDA_ARCH__ >= 900
   const int rank = Cluster > 1 ? int(ptx::cluster_rank()) : 0;
 #else
@@ -389,9 +396,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // stages 3: the X rings first, [warp][slot] boxes (prefetch + 1 slots) of [tile_m tokens][step K / 64][64] 16-bit
   // elements, 1024-byte aligned for the 128-byte swizzle (gemv_smem_bytes has 1024 bytes of slack for it).
   constexpr int kXBox = gemv_x_box_bytes(C, F);
-  unsigned char* s_x = smem + kPartialBytes + (kXTma ? (1024 - (ptx::smem_u32(smem) + kPartialBytes) % 1024) % 1024 : 0);
-  unsigned char* s_data = kXTma ? s_x + gemv_x_ring_bytes(C, F)
-                        : smem + (kStream ? kPartialBytes + ((128 - (ptx::smem_u32(smem) + kPartialBytes) % 128) % 128) : kPartialBytes);
+  unsigned char* s_x =
+      smem + kPartialBytes + (kXTma ? (1024 - (ptx::smem_u32(smem) + kPartialBytes) % 1024) % 1024 : 0);
+  unsigned char* s_data =
+      kXTma ? s_x + gemv_x_ring_bytes(C, F)
+            : smem + (kStream ? kPartialBytes + ((128 - (ptx::smem_u32(smem) + kPartialBytes) % 128) % 128)
+                              : kPartialBytes);
   unsigned char* s_scale = s_data + (kStream ? gemv_ring_bytes(C) : kBulk ? kBlockTiles * 16 * row_bytes : 0);
   unsigned char* s_zero = s_scale + kBlockTiles * 16 * srow_bytes;
   const unsigned bar = ptx::smem_u32(&s_bar);
@@ -484,13 +494,15 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
                                unsigned(8 * row_bytes), bar, wl2);
           }
       }
-    } else if (warp == 0) {  // the block's K range of each row (cluster rank, tail piece): one bulk copy per row, by warp 0
+    } else if (warp ==
+               0) {  // the block's K range of each row (cluster rank, tail piece): one bulk copy per row, by warp 0
       if (lane == 0) ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * seg_bytes));
       if (seg_bytes > 0)
         for (int i = lane; i < tiles_here * 16; i += 32) {
           const int bt = i / 16, lr = i % 16, T = tile0 + bt;  // shared-memory row lr = 8 h + g of tile bt
           const int row = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + (lr / 8) * (D / 2) + lr % 8;
-          ptx::bulk_copy_g2s(ptx::smem_u32(s_data + i * row_bytes), wdata + row * w_row_bytes + kb0, unsigned(seg_bytes), bar, wl2);
+          ptx::bulk_copy_g2s(ptx::smem_u32(s_data + i * row_bytes), wdata + row * w_row_bytes + kb0,
+                             unsigned(seg_bytes), bar, wl2);
         }
     }
 #endif
@@ -542,7 +554,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // 64 N}, so there a quad column's 8 rows are one 512-byte run and each warp load two contiguous runs instead of 16
   // pieces of 64 bytes.
   static_assert(kStepK * kBits / 8 == 64, "a gemv warp step is 64 bytes of a row");
-  const int w_unit_row = p.w_k_blocked ? 64 : int(w_row_bytes), w_unit_step = p.w_k_blocked ? 64 * 16 * tiles_total : 64;
+  const int w_unit_row = p.w_k_blocked ? 64 : int(w_row_bytes),
+            w_unit_step = p.w_k_blocked ? 64 * 16 * tiles_total : 64;
   auto load_w = [&](int slot, int step) {
     const int k0 = step * kStepK + q * kUnitElems;
     if (!kSmem) {
@@ -557,7 +570,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             wreg[kSmem ? 0 : slot][r][h] =
                 ptx::ldg_u4(wdata + (long long)row * w_unit_row + (long long)step * w_unit_step + 16 * q,
                             ptx::l2_evict_first_if(p.w_evict_first != 0));
-            if constexpr (kScaleRing && kGroupScales) sbits[slot][r][h] = quant::FormatTraits<F>::global_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0);
+            if constexpr (kScaleRing && kGroupScales)
+              sbits[slot][r][h] = quant::FormatTraits<F>::global_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0);
           } else {
             wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
             if constexpr (kScaleRing) sbits[slot][r][h] = 0u;  // (unused: the step gives the unit scale 0)
@@ -591,7 +605,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   // ---- decode tables (after the loads are in flight) ----
   build_decode_tables<DT, F, kGemvTableCopies>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
   // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
-  unsigned short bias_v[R][2] = {};  // the dtype's bits, converted in the epilogue (no wait on the load before the mainloop)
+  unsigned short bias_v[R][2] =
+      {};                      // the dtype's bits, converted in the epilogue (no wait on the load before the mainloop)
   float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums
   unsigned long long turns[R] = {};  // rope_turns of pair r
   int pos[NT][2] = {};
@@ -630,7 +645,9 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
       for (int t = 0; t < NT; ++t)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) rope_cs(r, t, i, rope_c[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i], rope_s[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i]);
+        for (int i = 0; i < 2; ++i)
+          rope_cs(r, t, i, rope_c[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i],
+                  rope_s[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i]);
   }
   KT_GEMV_TRACE(7);
 
@@ -641,7 +658,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   if (kBulk) {
 #if __CUDA_ARCH__ >= 900
     ptx::cp_async_wait_all();
-    __syncthreads();            // s_lut, s_tab, scales and zero points visible to the block
+    __syncthreads();             // s_lut, s_tab, scales and zero points visible to the block
     ptx::mbarrier_wait(bar, 0);  // the rows' bulk copies have landed
 #endif
   } else {
@@ -686,13 +703,14 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
               }
               // (one expression, selected on `in`: written as if / else branches, some binaries took up to 10 more
               // registers)
-              sreg[r][h] = kGroupScales ? (in ? quant::FormatTraits<F>::unit_scales(
-                                                    kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
-                                                               : quant::FormatTraits<F>::smem_bits(
-                                                                     s_scale + lr * srow_bytes, s_zero + lr * zrow_bytes, k0),
-                                                    p.tensor_scale)
-                                              : UnitScales{0.f, 0.f, 0.f})
-                                        : UnitScales{1.f, 1.f, 0.f};
+              sreg[r][h] =
+                  kGroupScales ? (in ? quant::FormatTraits<F>::unit_scales(
+                                           kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
+                                                      : quant::FormatTraits<F>::smem_bits(s_scale + lr * srow_bytes,
+                                                                                          s_zero + lr * zrow_bytes, k0),
+                                           p.tensor_scale)
+                                     : UnitScales{0.f, 0.f, 0.f})
+                               : UnitScales{1.f, 1.f, 0.f};
             }
         }
         // Operand constants; for the table formats a unit whose scale the dtype cannot hold sends the warp's whole step
@@ -713,8 +731,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         // The step's decode and mma (gemv_step_chunks), fast or in fp32 for the whole step.
         if (fast)
           gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
-        else
-          gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
+        else gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         if (kScale == kScaleStep) {  // C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1)
 #pragma unroll
           for (int r = 0; r < R; ++r)
@@ -722,8 +739,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
             for (int t = 0; t < NT; ++t)
 #pragma unroll
               for (int e = 0; e < 4; ++e)
-                acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e],
-                                        sreg[r][e / 2].s0, acc2[0][r][t][e]);
+                acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e], sreg[r][e / 2].s0,
+                                        acc2[0][r][t][e]);
         }
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
@@ -778,7 +795,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int t = 0; t < NT; ++t) part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
+        for (int t = 0; t < NT; ++t)
+          part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
     }
     __syncthreads();
     if (Cluster == 1 && wk > 0) return;
@@ -798,12 +816,15 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     const int tail = (int(cta) - p.gemv_full) / p.gemv_split;
     constexpr int kFrag = R * NT * 32;  // float4s per (piece, warp column)
     float4* ws = reinterpret_cast<float4*>(p.workspace) + (long long)tail * pieces * WarpsN * kFrag;
-    auto at = [&](int pc, int r, int t) { return ws + ((long long)pc * WarpsN + wn) * kFrag + (r * NT + t) * 32 + lane; };
+    auto at = [&](int pc, int r, int t) {
+      return ws + ((long long)pc * WarpsN + wn) * kFrag + (r * NT + t) * 32 + lane;
+    };
     KT_GEMV_TRACE(11);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int t = 0; t < NT; ++t) __stcg(at(piece, r, t), make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
+      for (int t = 0; t < NT; ++t)
+        __stcg(at(piece, r, t), make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
     __threadfence();
     __syncwarp();
     KT_GEMV_TRACE(8);
@@ -840,7 +861,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
             const int pc = pc0 + b;
-            v[b][r][t] = pc == piece     ? make_float4(own[r][t][0], own[r][t][1], own[r][t][2], own[r][t][3])
+            v[b][r][t] = pc == piece   ? make_float4(own[r][t][0], own[r][t][1], own[r][t][2], own[r][t][3])
                          : pc < pieces ? __ldcg(at(pc, r, t))
                                        : make_float4(0.f, 0.f, 0.f, 0.f);
           }
@@ -938,9 +959,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 
 /// gemv stages 0 / 1 (qkv_proj_config.h); Balance: config split_k 0, the balanced tail (gemv_balance: a 1-D grid of
 /// gemv_balance(..).blocks() blocks, QkvParams::gemv_full / gemv_split, workspace and counters).
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          int Stages, bool Balance = false>
-__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32)) qkv_gemv(const QkvParams p) {
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
+          int Prefetch, int Stages, bool Balance = false>
+__global__ void __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32))
+    qkv_gemv(const QkvParams p) {
   gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1, Balance>(p, nullptr);
 }
 
@@ -948,9 +970,9 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 /// weight data as a 5-D byte tensor {K bytes, 8 rows g, 2 halves h, D / 16 tiles, heads} with strides {row, D / 2 rows,
 /// 8 rows, D rows} bytes, box {64, 8, 2, 1, 1}: one box is the 16 RoPE-paired rows of an m16 tile for one warp step
 /// (runtime/qkv.cpp encodes it); w.x_map is unused. Balance: as qkv_gemv's.
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          bool Balance = false>
-__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
+          int Prefetch, bool Balance = false>
+__global__ void __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32))
     qkv_gemv_tma(const __grid_constant__ WsParams w) {
   gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1, Balance>(w.p, &w.w_map);
 }
@@ -959,9 +981,9 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 /// mbarrier. w.x_map is X as a 3-D tensor of 16-bit elements {64, K / 64, M} with strides {128 bytes, x_row_stride},
 /// box {64, step K / 64, TileM} (one warp step of K for the block's tokens), 128-byte swizzle, tokens past M read as
 /// zeros (runtime/qkv.cpp encode_gemv_x; K a multiple of 64).
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          bool Balance = false>
-__global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
+          int Prefetch, bool Balance = false>
+__global__ void __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32))
     qkv_gemv_tma_x(const __grid_constant__ WsParams w) {
   gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 3, 1, Balance>(w.p, &w.w_map, &w.x_map);
 }
@@ -971,10 +993,10 @@ __global__ void __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK *
 /// sm_90 only: NVRTC rejects __cluster_dims__ when compiling for an older arch, even in a template nobody instantiates
 /// (every gemv binary for sm_80 failed to compile).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN, int Prefetch,
-          int Cluster>
-__global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(WarpsK * WarpsN * 32, gemv_min_blocks(WarpsK * WarpsN * 32))
-    qkv_gemv_cluster(const QkvParams p) {
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
+          int Prefetch, int Cluster>
+__global__ void __cluster_dims__(Cluster, 1, 1)
+    __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32)) qkv_gemv_cluster(const QkvParams p) {
   gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p, nullptr);
 }
 #endif

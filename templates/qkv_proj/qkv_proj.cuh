@@ -38,7 +38,8 @@ __device__ __forceinline__ UnitScales load_scales(const QkvParams& p, int row, i
 /// 32 elements (4-bit: 4 chunks), 16 (int8: 2 chunks) or 8 (16-bit: 1 chunk, copied). Values follow quant_format.h,
 /// computed in fp32 and rounded to the mma operand dtype. lut: 16-entry value table (NF4 code or signed E2M1).
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void decode_chunk(const uint4& u, const UnitScales& s, const float* lut, int c, unsigned (&out)[4]) {
+__device__ __forceinline__ void decode_chunk(const uint4& u, const UnitScales& s, const float* lut, int c,
+                                             unsigned (&out)[4]) {
   const unsigned w[4] = {u.x, u.y, u.z, u.w};
   if (quant::format_bits(F) == 16) {
 #pragma unroll
@@ -72,7 +73,8 @@ __device__ __forceinline__ void decode_chunk(const uint4& u, const UnitScales& s
 /// Dequantizes one 16-byte unit into dtype pairs: 4-bit -> 16 words (32 elements), int8 -> 8 words, 16-bit -> 4
 /// words (copied); out[i] = elements (2i, 2i + 1). See decode_chunk.
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s, const float* lut, unsigned (&out)[16]) {
+__device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s, const float* lut,
+                                            unsigned (&out)[16]) {
   constexpr int kChunks = 128 / quant::format_bits(F) / 8;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
@@ -83,31 +85,33 @@ __device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s,
   }
 }
 
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int WarpsM, int WarpsN,
-          int Stages, int Prefetch>
-__global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams p) {
-  constexpr Config C = make_config(TileM, TileN, MmaConfig{TileK, WarpsM, WarpsN, Stages, 1, Prefetch});  // split_k: gridDim.z
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int WarpsM,
+          int WarpsN, int Stages, int Prefetch>
+__global__ void __launch_bounds__(WarpsM* WarpsN * 32) qkv_proj(const QkvParams p) {
+  constexpr Config C =
+      make_config(TileM, TileN, MmaConfig{TileK, WarpsM, WarpsN, Stages, 1, Prefetch});  // split_k: gridDim.z
   const int SplitK = gridDim.z;
   // Preconditions
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
   static_assert(invalid_reason(DT, F, D, Rope, C, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid qkv_proj variant: see invalid_reason() in qkv_proj_config.h");
 #endif
-  static_assert(TileM % (16 * WarpsM) == 0 && TileN % (16 * WarpsN) == 0, "qkv_proj: whole m16 / n16 fragments per warp");
+  static_assert(TileM % (16 * WarpsM) == 0 && TileN % (16 * WarpsN) == 0,
+                "qkv_proj: whole m16 / n16 fragments per warp");
   constexpr int kThreads = WarpsM * WarpsN * 32;
   constexpr int WM = TileM / WarpsM, WN = TileN / WarpsN;
   constexpr int MF = WM / 16, NF = WN / 8;
   constexpr int kBits = quant::FormatTraits<F>::kBits;
-  constexpr int kUnitElems = 128 / kBits;                  // elements per 16-byte unit
+  constexpr int kUnitElems = 128 / kBits;  // elements per 16-byte unit
   constexpr int kUnitsPerRow = TileK / kUnitElems;
   constexpr int kUnitsPerThread = w_units(C, F) / kThreads;
-  constexpr int kWordsPerUnit = kUnitElems / 2;            // dtype pairs
+  constexpr int kWordsPerUnit = kUnitElems / 2;  // dtype pairs
   constexpr unsigned kXTileBytes = TileM * TileK * 2, kWTileBytes = TileN * TileK * 2;
 
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ float s_lut[16];
-  const unsigned sX = ptx::smem_u32(smem);                  // [Stages][TileM, TileK] 16-bit, swizzled (swz)
-  const unsigned sW = sX + Stages * kXTileBytes;            // [2][TileN, TileK] decoded 16-bit, swizzled
+  const unsigned sX = ptx::smem_u32(smem);        // [Stages][TileM, TileK] 16-bit, swizzled (swz)
+  const unsigned sW = sX + Stages * kXTileBytes;  // [2][TileN, TileK] decoded 16-bit, swizzled
   unsigned char* sW_ptr = smem + Stages * kXTileBytes;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -202,9 +206,9 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
         const int j = j0 + pp;
         if (j < nk) {
           const int kt = kt_begin + j;
-          store_w(pp, j & 1);                                 // dequantize tile j into its smem buffer
-          if (j + Prefetch < nk) load_w(pp, kt + Prefetch);   // refill the slot: Prefetch tiles in flight
-          ptx::cp_async_wait<Stages - 2>();                   // X tile j landed
+          store_w(pp, j & 1);                                // dequantize tile j into its smem buffer
+          if (j + Prefetch < nk) load_w(pp, kt + Prefetch);  // refill the slot: Prefetch tiles in flight
+          ptx::cp_async_wait<Stages - 2>();                  // X tile j landed
           __syncthreads();
           {
             const int jn = j + Stages - 1;  // refill the X slot consumed in iteration j - 1
@@ -218,7 +222,8 @@ __global__ void __launch_bounds__(WarpsM * WarpsN * 32) qkv_proj(const QkvParams
             unsigned af[MF][4];
 #pragma unroll
             for (int a = 0; a < MF; ++a)
-              ptx::ldmatrix_x4(((xs + a_lane) ^ (ks * 32)) + a * 16 * TileK * 2, af[a][0], af[a][1], af[a][2], af[a][3]);
+              ptx::ldmatrix_x4(((xs + a_lane) ^ (ks * 32)) + a * 16 * TileK * 2, af[a][0], af[a][1], af[a][2],
+                               af[a][3]);
 #pragma unroll
             for (int np = 0; np < NF / 2; ++np) {
               unsigned b0, b1, b2, b3;

@@ -149,7 +149,7 @@ struct WsConfig {
   int k_groups = 1;   ///< K groups (1 or 2): with 2, a twin of each consumer warpgroup takes every other K step
   int stages = 4;     ///< slots of the shared-memory ring (2..8)
   WsSplit split = WsSplit::split_k;
-  int split_k = 1;    ///< WsSplit::split_k: blocks per output tile (1..8; > 1 a cluster); 1 for stream-K
+  int split_k = 1;  ///< WsSplit::split_k: blocks per output tile (1..8; > 1 a cluster); 1 for stream-K
 };
 
 /// wgmma_pairs (qkv_wgmma_pairs.cuh, sm_90a, 16-bit weights): tokens as the wgmma A, RoPE-paired feature tiles as B.
@@ -218,18 +218,26 @@ KT_HD constexpr int k_split_blocks(const Config& c) {
 }
 /// gemv: whether the weight streams through the register ring, or through per-warp TMA rings (tma, tma_x).
 KT_HD constexpr bool gemv_ring(const Config& c) { return c.gemv.load == GemvLoad::register_ring; }
-KT_HD constexpr bool gemv_tma(const Config& c) { return c.gemv.load == GemvLoad::tma || c.gemv.load == GemvLoad::tma_x; }
+KT_HD constexpr bool gemv_tma(const Config& c) {
+  return c.gemv.load == GemvLoad::tma || c.gemv.load == GemvLoad::tma_x;
+}
 
 /// gemv: K elements per warp step (4 lanes of the mma quad x one 16-byte unit each).
 KT_HD constexpr int gemv_step_k(quant::Format f) { return 4 * (128 / quant::format_bits(f)); }
 /// gemv: m16 tiles (16 output features each) per warp.
-KT_HD constexpr int gemv_row_tiles(const Config& c) { return c.gemv.warps_n > 0 ? c.tile_n / (c.gemv.warps_n * 16) : 0; }
+KT_HD constexpr int gemv_row_tiles(const Config& c) {
+  return c.gemv.warps_n > 0 ? c.tile_n / (c.gemv.warps_n * 16) : 0;
+}
 /// Bytes of one weight row's data, scales and int4 zero points (quant_format.h layouts) for K = k.
 KT_HD constexpr int row_data_bytes(quant::Format f, int k) { return k * quant::format_bits(f) / 8; }
 KT_HD constexpr int row_scale_bytes(quant::Format f, int k) {
-  return quant::format_group(f) < 0 ? 4 : quant::format_group(f) == 0 ? 0 : k / quant::format_group(f) * quant::scale_bytes(f);
+  return quant::format_group(f) < 0    ? 4
+         : quant::format_group(f) == 0 ? 0
+                                       : k / quant::format_group(f) * quant::scale_bytes(f);
 }
-KT_HD constexpr int row_zero_bytes(quant::Format f, int k) { return quant::format_element(f) == quant::Format::int4 ? k / 128 : 0; }
+KT_HD constexpr int row_zero_bytes(quant::Format f, int k) {
+  return quant::format_element(f) == quant::Format::int4 ? k / 128 : 0;
+}
 /// gemv: blocks per SM the register allocation is held to (__launch_bounds__ minimum), so that decode-sized grids (a few
 /// hundred blocks of 16 output features) are resident in one wave: up to 64 threads -> 8, 128 -> 4, 256 -> 3, 384 -> 2,
 /// else 1.
@@ -267,7 +275,8 @@ KT_HD constexpr int gemv_smem_cap(int sm) { return max_smem_per_block(sm) - 1024
 /// (the balanced tail holds whole rows too: its pieces copy their K range to the start of each row.)
 KT_HD constexpr int gemv_seg_bytes(quant::Format f, int k, int cluster) {
   return cluster <= 1 ? row_data_bytes(f, k)
-                      : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster * (gemv_step_k(f) * quant::format_bits(f) / 8);
+                      : ((k + gemv_step_k(f) - 1) / gemv_step_k(f) + cluster - 1) / cluster *
+                            (gemv_step_k(f) * quant::format_bits(f) / 8);
 }
 /// gemv tma / tma_x: ring slots per warp (the TMA window, prefetch + 1 steps, plus the step being decoded) and the
 /// ring's bytes per block: every warp x slots x its m16 tiles x one 1 KB box (16 rows x 64 bytes).
@@ -281,7 +290,9 @@ KT_HD constexpr int gemv_ring_bytes(const Config& c) {
 /// swizzle.
 KT_HD constexpr int gemv_x_box_bytes(const Config& c, quant::Format f) { return c.tile_m * gemv_step_k(f) * 2; }
 KT_HD constexpr int gemv_x_ring_bytes(const Config& c, quant::Format f) {
-  return c.gemv.load == GemvLoad::tma_x ? c.gemv.warps_k * c.gemv.warps_n * (c.gemv.prefetch + 1) * gemv_x_box_bytes(c, f) : 0;
+  return c.gemv.load == GemvLoad::tma_x
+             ? c.gemv.warps_k * c.gemv.warps_n * (c.gemv.prefetch + 1) * gemv_x_box_bytes(c, f)
+             : 0;
 }
 /// gemv: the K-independent shared memory: partial sums of the block's K slices 1.. (a float4 per lane per m16 tile
 /// per n8 tile), then for a cluster reduction the partial sums of cluster ranks 1.. (read by rank 0).
@@ -334,21 +345,21 @@ KT_HD constexpr GemvBalance gemv_balance(long long units, int steps, int sm_coun
 
 /// Kernel arguments. Strides in elements.
 struct QkvParams {
-  const void* x;            ///< [M, K] activations, row stride x_row_stride
-  const void* w_data;       ///< packed weight data (quant_format.h)
-  const void* w_scales;     ///< scales (null for fp16/bf16)
-  const void* w_zeros;      ///< int4 zero points (else null)
-  const void* bias;         ///< [N] activation dtype, or null when the class has no bias
-  const int* positions;     ///< [M] token positions for RoPE (null when the class has no RoPE)
-  void* q;                  ///< [M, Hq, D]
-  void* k;                  ///< [M, Hkv, D]
-  void* v;                  ///< [M, Hkv, D]
-  float* workspace;         ///< split-K partial tiles (workspace_bytes), or null when split_k == 1
-  unsigned* counters;       ///< one zero-initialized counter per output tile (self-resetting), or null
+  const void* x;         ///< [M, K] activations, row stride x_row_stride
+  const void* w_data;    ///< packed weight data (quant_format.h)
+  const void* w_scales;  ///< scales (null for fp16/bf16)
+  const void* w_zeros;   ///< int4 zero points (else null)
+  const void* bias;      ///< [N] activation dtype, or null when the class has no bias
+  const int* positions;  ///< [M] token positions for RoPE (null when the class has no RoPE)
+  void* q;               ///< [M, Hq, D]
+  void* k;               ///< [M, Hkv, D]
+  void* v;               ///< [M, Hkv, D]
+  float* workspace;      ///< split-K partial tiles (workspace_bytes), or null when split_k == 1
+  unsigned* counters;    ///< one zero-initialized counter per output tile (self-resetting), or null
   long long x_row_stride, q_row_stride, k_row_stride, v_row_stride;
   int m, k_dim, num_heads, num_kv_heads;
-  float tensor_scale;       ///< nvfp4 per-tensor scale (1 otherwise)
-  double rope_log2_theta;   ///< log2(rope_theta), double: inverse frequencies must be exact to ~1e-12 for positions ~1e5
+  float tensor_scale;      ///< nvfp4 per-tensor scale (1 otherwise)
+  double rope_log2_theta;  ///< log2(rope_theta), double: inverse frequencies must be exact to ~1e-12 for positions ~1e5
   /// 1: wgmma_pairs, wgmma_ws and gemv load the weight with the L2 policy evict_first (ptx::l2_evict_first_if), so
   /// its stream does not displace other data from the L2; 0: no hint. Written by qkv::launch (qkv::weight_evict_first).
   int w_evict_first;
@@ -395,20 +406,26 @@ KT_HD constexpr int threads(const Config& c) {
 /// gemv: the K-independent part (partial sums of K slices 1..); see gemv_smem_bytes for the whole.
 KT_HD constexpr int smem_bytes(const Config& c) {
   return c.mainloop == Mainloop::gemv ? gemv_partial_bytes(c)
-         : (c.mma.stages * c.tile_m * c.mma.tile_k * 2 + 2 * c.tile_n * c.mma.tile_k * 2) > (c.tile_m * (c.tile_n + 4) * 4)
+         : (c.mma.stages * c.tile_m * c.mma.tile_k * 2 + 2 * c.tile_n * c.mma.tile_k * 2) >
+                 (c.tile_m * (c.tile_n + 4) * 4)
              ? (c.mma.stages * c.tile_m * c.mma.tile_k * 2 + 2 * c.tile_n * c.mma.tile_k * 2)
              : (c.tile_m * (c.tile_n + 4) * 4);
 }
 
 /// 16-byte packed-weight units one block loads per K step.
-KT_HD constexpr int w_units(const Config& c, quant::Format f) { return c.tile_n * tile_k(c) * quant::format_bits(f) / 8 / 16; }
+KT_HD constexpr int w_units(const Config& c, quant::Format f) {
+  return c.tile_n * tile_k(c) * quant::format_bits(f) / 8 / 16;
+}
 
 /// wgmma: shared-memory buffers of the weight tile: 3 decoded buffers (quantized), or stages + 1 cp.async slots (16-bit).
-KT_HD constexpr int wgmma_w_buffers(const Config& c, quant::Format f) { return quant::format_bits(f) == 16 ? c.wgmma.stages + 1 : 3; }
+KT_HD constexpr int wgmma_w_buffers(const Config& c, quant::Format f) {
+  return quant::format_bits(f) == 16 ? c.wgmma.stages + 1 : 3;
+}
 /// wgmma dynamic shared memory: 1024 bytes of alignment slack + max(mainloop = stages X tiles + weight buffers,
 /// epilogue = fp32 output tile [tile_m][tile_n + 4]).
 KT_HD constexpr int wgmma_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + ((c.wgmma.stages * c.tile_m + wgmma_w_buffers(c, f) * c.tile_n) * c.wgmma.tile_k * 2 > c.tile_m * (c.tile_n + 4) * 4
+  return 1024 + ((c.wgmma.stages * c.tile_m + wgmma_w_buffers(c, f) * c.tile_n) * c.wgmma.tile_k * 2 >
+                         c.tile_m * (c.tile_n + 4) * 4
                      ? (c.wgmma.stages * c.tile_m + wgmma_w_buffers(c, f) * c.tile_n) * c.wgmma.tile_k * 2
                      : c.tile_m * (c.tile_n + 4) * 4);
 }
@@ -421,7 +438,8 @@ KT_HD constexpr int wgmma_smem_bytes(const Config& c, quant::Format f) {
 KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
   return 40 + c.tile_n / 2 + (format_uses_table(f) ? 20 : 0) +
          (c.wgmma.tile_k == 128 && c.tile_m * c.tile_n >= 16384 ? c.tile_n / 4 : 0) +
-         (quant::format_bits(f) == 16 ? 0 : 7 * c.wgmma.prefetch * ((w_units(c, f) + c.tile_m * 2 - 1) / (c.tile_m * 2)));
+         (quant::format_bits(f) == 16 ? 0
+                                      : 7 * c.wgmma.prefetch * ((w_units(c, f) + c.tile_m * 2 - 1) / (c.tile_m * 2)));
 }
 
 /// RoPE angle reduction in fixed point (the qkv epilogues; RoFormer rotate-half, angle = pos x theta^(-2i/D)).
@@ -437,7 +455,7 @@ KT_HD inline float rope_angle(int pos, unsigned long long turns) {
 #else
   unsigned t = unsigned((unsigned long long)up * lo >> 32) + up * hi;
 #endif
-  if (pos < 0) t -= lo;  // sign extension: pos - 2^32 adds -2^32 turns
+  if (pos < 0) t -= lo;                            // sign extension: pos - 2^32 adds -2^32 turns
   return float(int(t)) * 1.4629180792671596e-09f;  // 2 pi / 2^32
 }
 
@@ -461,7 +479,9 @@ KT_HD constexpr int ws_epilogue_rows(const Config& c) {
   return ws_stream_k(c) && c.tile_m > 32 ? 32 : ws_cluster(c) > 1 ? ws_cluster_rows(c) : c.tile_m;
 }
 /// wgmma_ws: the ring, stages x (X tile [tile_m][64] + weight rows [tile_n][row bytes]).
-KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) { return c.ws.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f)); }
+KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) {
+  return c.ws.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f));
+}
 /// wgmma_ws: the fp32 output tile [ws_epilogue_rows][tile_n + 4].
 KT_HD constexpr int ws_tile_bytes(const Config& c) { return ws_epilogue_rows(c) * (c.tile_n + 4) * 4; }
 /// wgmma_ws split_k >= 1: the ring and, over it, the fp32 output tile: the larger of the two.
@@ -500,16 +520,18 @@ KT_HD constexpr int ws_cluster_tile_offset(const Config& c, quant::Format f) {
 /// ring, and for split_k > 1 the cluster's split_k - 1 partial slots beside both or over the ring
 /// (ws_cluster_slots_beside).
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + (ws_stream_k(c)        ? ws_ring_bytes(c, f) + ws_tile_bytes(c)
-                 : ws_cluster(c) == 1 ? ws_ring_or_tile_bytes(c, f)
-                 : ws_cluster_slots_beside(c, f)
-                     ? ws_cluster_slot_offset(c, f) + ws_cluster_area_bytes(c)
-                     : (ws_ring_bytes(c, f) > ws_cluster_area_bytes(c) + ws_tile_bytes(c) ? ws_ring_bytes(c, f)
-                                                                                           : ws_cluster_area_bytes(c) + ws_tile_bytes(c)));
+  return 1024 + (ws_stream_k(c)                  ? ws_ring_bytes(c, f) + ws_tile_bytes(c)
+                 : ws_cluster(c) == 1            ? ws_ring_or_tile_bytes(c, f)
+                 : ws_cluster_slots_beside(c, f) ? ws_cluster_slot_offset(c, f) + ws_cluster_area_bytes(c)
+                                                 : (ws_ring_bytes(c, f) > ws_cluster_area_bytes(c) + ws_tile_bytes(c)
+                                                        ? ws_ring_bytes(c, f)
+                                                        : ws_cluster_area_bytes(c) + ws_tile_bytes(c)));
 }
 /// wgmma_ws: fp32 partial-tile slots of the stream-K workspace for a grid of `blocks`: two per block (a block's range
 /// can start and end inside a tile). split_k > 1 reduces through the cluster's shared memory instead: none.
-KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) { return ws_stream_k(c) ? 2 * blocks : 0; }
+KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) {
+  return ws_stream_k(c) ? 2 * blocks : 0;
+}
 /// wgmma_ws: consumer registers per thread (ptxas, CUDA 13): 40 + accumulators (atoms x tile_m / 2) + for quantized
 /// weights 24 per atom (the double-buffered A fragments, partly reused), 20 more per atom for the table formats (their
 /// per-slice scales and fp32 fallback), 20 more per atom for stream-K (the segment walk and the partial reduction
@@ -517,8 +539,7 @@ KT_HD constexpr long long ws_workspace_slots(const Config& c, long long blocks) 
 /// under smaller terms. Budget: 232 with two consumer warpgroups (setmaxnreg), else 255.
 KT_HD constexpr int ws_reg_estimate(const Config& c, quant::Format f) {
   return 40 + ws_atoms(c) * c.tile_m / 2 + (quant::format_bits(f) == 16 ? 0 : 24 * ws_atoms(c)) +
-         (format_uses_table(f) ? 20 * ws_atoms(c) : 0) +
-         (ws_stream_k(c) ? 20 * ws_atoms(c) : 0);
+         (format_uses_table(f) ? 20 * ws_atoms(c) : 0) + (ws_stream_k(c) ? 20 * ws_atoms(c) : 0);
 }
 /// wgmma_ws: registers per thread a consumer warpgroup raises itself to (setmaxnreg) when there are two of them; the
 /// producer warpgroup drops to kWsProducerRegs. The block keeps the registers it was launched with (the launch
@@ -527,8 +548,10 @@ KT_HD constexpr int ws_reg_estimate(const Config& c, quant::Format f) {
 /// never returns (setmaxnreg.inc waits for registers the block does not have).
 constexpr int kWsConsumerRegs = 232, kWsProducerRegs = 40;
 constexpr int kWsConsumerRegs4 = 112, kWsProducerRegs4 = 24;
-static_assert(128 * kWsProducerRegs + 256 * kWsConsumerRegs <= 384 * 168, "wgmma_ws: setmaxnreg beyond the block's registers");
-static_assert(128 * kWsProducerRegs4 + 512 * kWsConsumerRegs4 <= 640 * 96, "wgmma_ws: setmaxnreg beyond the block's registers");
+static_assert(128 * kWsProducerRegs + 256 * kWsConsumerRegs <= 384 * 168,
+              "wgmma_ws: setmaxnreg beyond the block's registers");
+static_assert(128 * kWsProducerRegs4 + 512 * kWsConsumerRegs4 <= 640 * 96,
+              "wgmma_ws: setmaxnreg beyond the block's registers");
 /// wgmma_ws: K groups (WsConfig::k_groups, 1 or 2): with 2, each feature warpgroup has a twin that takes every other K
 /// step of the block's range (twice the decode threads per SM for the same tile and grid); the twins' partial sums meet
 /// in shared memory over the ring after the mainloop (ws_kgroup_xfer_bytes).
@@ -538,7 +561,9 @@ KT_HD constexpr int ws_kgroup_xfer_bytes(const Config& c) {
 }
 /// wgmma_ws: registers per consumer thread: the setmaxnreg target for two or four consumer warpgroups, else 255.
 KT_HD constexpr int ws_consumer_reg_budget(const Config& c) {
-  return ws_consumers(c) * c.ws.k_groups == 4 ? kWsConsumerRegs4 : ws_consumers(c) * c.ws.k_groups == 2 ? kWsConsumerRegs : 255;
+  return ws_consumers(c) * c.ws.k_groups == 4   ? kWsConsumerRegs4
+         : ws_consumers(c) * c.ws.k_groups == 2 ? kWsConsumerRegs
+                                                : 255;
 }
 
 /// wgmma_pairs: RoPE pairs of a feature tile (tile_n / 2); pairs of each head in the tile (PB: the widest of 16 / 8 /
@@ -581,7 +606,10 @@ KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
   return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (quant::format_element(f) == quant::Format::int4 ? 14 : 6) +
          (gemv_ring(c) ? c.gemv.prefetch * 12 * gemv_row_tiles(c) : 0) +
          3 * (c.gemv.prefetch >= 2 ? 2 : 1) * (64 / quant::format_bits(f)) * (c.tile_m / 8) / 2 +
-         (gemv_ring(c) ? 20 : gemv_row_tiles(c) == 1 ? 12 : 28) * gemv_row_tiles(c) +
+         (gemv_ring(c)             ? 20
+          : gemv_row_tiles(c) == 1 ? 12
+                                   : 28) *
+             gemv_row_tiles(c) +
          // the balanced tail on the register ring: its runtime K range per block held the table formats' variants 4-24
          // bytes over the cap (the CI nvrtc test); the balanced tma variants compile without spills (except nvfp4's
          // with several warp columns, below)
@@ -598,7 +626,8 @@ KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
 
 /// nullptr if (class, config, arch) is valid, else the rule it breaks. flash-style single source of truth:
 /// the generator prunes with it, every qkv kernel static_asserts it.
-KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_dim, bool rope, const Config& c, ArchId arch) {
+KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_dim, bool rope, const Config& c,
+                                           ArchId arch) {
   // activations: fp16 or bf16.
   if (dt != DType::f16 && dt != DType::bf16) return "activation dtype must be fp16 or bf16";
   // 16-bit weights are stored in the activation dtype.
@@ -607,7 +636,8 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     return "fp16/bf16 weights must match the activation dtype";
   // K-blocked weights (quant_format.h) are read through TMA tensor maps only.
   const bool k_blocked = quant::layout_of(f) == quant::Layout::k_blocked;
-  if (k_blocked && quant::format_bits(f) == 16 && c.mainloop != Mainloop::wgmma_ws && c.mainloop != Mainloop::wgmma_pairs)
+  if (k_blocked && quant::format_bits(f) == 16 && c.mainloop != Mainloop::wgmma_ws &&
+      c.mainloop != Mainloop::wgmma_pairs)
     return "K-blocked 16-bit weights (fp16_kb64 / bf16_kb64): wgmma_ws or wgmma_pairs only (read through TMA tensor maps)";
   if (k_blocked && quant::format_bits(f) < 16 && c.mainloop != Mainloop::wgmma_ws &&
       !(c.mainloop == Mainloop::gemv && c.gemv.load != GemvLoad::bulk_rows))
@@ -620,17 +650,20 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   if (c.mainloop == Mainloop::gemv) {
     const GemvConfig& g = c.gemv;
     // tokens: 8 to 64 per block (1..8 mma n-tiles).
-    if (c.tile_m != 8 && c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64) return "gemv: tile_m must be 8, 16, 32 or 64";
+    if (c.tile_m != 8 && c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64)
+      return "gemv: tile_m must be 8, 16, 32 or 64";
     if (g.warps_k != 1 && g.warps_k != 2 && g.warps_k != 4 && g.warps_k != 7 && g.warps_k != 8 && g.warps_k != 14 &&
         g.warps_k != 16)
       return "gemv: warps_k (warps splitting K) must be 1, 2, 4, 7, 8, 14 or 16";
     if (g.warps_n != 1 && g.warps_n != 2 && g.warps_n != 4) return "gemv: warps_n must be 1, 2 or 4";
     if (g.warps_k * g.warps_n > 16) return "gemv: at most 16 warps per block";
-    if (c.tile_n != g.warps_n * 16 && c.tile_n != g.warps_n * 32) return "gemv: tile_n must be warps_n x 16 or warps_n x 32";
+    if (c.tile_n != g.warps_n * 16 && c.tile_n != g.warps_n * 32)
+      return "gemv: tile_n must be warps_n x 16 or warps_n x 32";
     if (g.load != GemvLoad::register_ring && g.load != GemvLoad::bulk_rows && g.load != GemvLoad::tma &&
         g.load != GemvLoad::tma_x)
       return "gemv: load must be register_ring, bulk_rows, tma or tma_x";
-    if (g.load != GemvLoad::register_ring && arch.sm < 90) return "gemv: bulk_rows, tma and tma_x (cp.async.bulk / TMA) need sm_90";
+    if (g.load != GemvLoad::register_ring && arch.sm < 90)
+      return "gemv: bulk_rows, tma and tma_x (cp.async.bulk / TMA) need sm_90";
     if (g.load == GemvLoad::tma_x && (quant::format_bits(f) == 16 || (c.tile_m != 16 && c.tile_m != 32)))
       return "gemv tma_x (X by TMA): packed weights and tile_m 16 or 32 only (at tile_m 8 the box is mostly zero rows: "
              "slower than tma at M = 1)";
@@ -650,7 +683,8 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   if (c.mainloop == Mainloop::wgmma) {
     const WgmmaConfig& w = c.wgmma;
     if (arch.sm != 90 || !arch.arch_specific) return "wgmma: needs sm_90a (wgmma.mma_async)";
-    if (c.tile_m != 64 && c.tile_m != 128 && c.tile_m != 256) return "wgmma: tile_m must be 64, 128 or 256 (one warpgroup per 64 tokens)";
+    if (c.tile_m != 64 && c.tile_m != 128 && c.tile_m != 256)
+      return "wgmma: tile_m must be 64, 128 or 256 (one warpgroup per 64 tokens)";
     if (c.tile_n != 64 && c.tile_n != 128 && c.tile_n != 256) return "wgmma: tile_n must be 64, 128 or 256";
     if (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0) return "tile_n and head_dim must divide one another";
     if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
@@ -658,7 +692,8 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (w.stages < 2 || w.stages > 4) return "wgmma: stages must be 2, 3 or 4";
     if (w.split_k < 1 || w.split_k > 16) return "wgmma: split_k must be 1..16";
     if (w.prefetch != 1 && w.prefetch != 2) return "wgmma: prefetch must be 1 or 2";
-    if (quant::format_bits(f) == 16 && w.prefetch != 1) return "wgmma: 16-bit weights are copied by cp.async: prefetch must be 1";
+    if (quant::format_bits(f) == 16 && w.prefetch != 1)
+      return "wgmma: 16-bit weights are copied by cp.async: prefetch must be 1";
     if (quant::format_bits(f) != 16 && (w_units(c, f) % threads(c) != 0 || w_units(c, f) / threads(c) > 4) &&
         threads(c) % w_units(c, f) != 0)
       return "wgmma: packed weight units must divide evenly over the threads (at most 4 each), or the threads over the units";
@@ -676,8 +711,10 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
       return "wgmma_ws: tile_m (tokens, the wgmma N) must be 8, 16, 32, 64, 96, 128, 192 or 256";
     if (w.consumers != 1 && w.consumers != 2) return "wgmma_ws: consumers (consumer warpgroups) must be 1 or 2";
     if (w.k_groups != 1 && w.k_groups != 2) return "wgmma_ws: k_groups must be 1 or 2";
-    if (w.split != WsSplit::split_k && w.split != WsSplit::stream_k) return "wgmma_ws: split must be split_k or stream_k";
-    if (w.split == WsSplit::stream_k && w.split_k != 1) return "wgmma_ws: stream-K takes split_k 1 (its grid is one block per SM)";
+    if (w.split != WsSplit::split_k && w.split != WsSplit::stream_k)
+      return "wgmma_ws: split must be split_k or stream_k";
+    if (w.split == WsSplit::stream_k && w.split_k != 1)
+      return "wgmma_ws: stream-K takes split_k 1 (its grid is one block per SM)";
     if (w.k_groups == 2 && w.split == WsSplit::stream_k) return "wgmma_ws: two K groups need split_k (not stream-K)";
     if (w.k_groups == 2 && ws_kgroup_xfer_bytes(c) > ws_ring_or_tile_bytes(c, f))
       return "wgmma_ws: the K groups' partial sums must fit over the ring";
@@ -699,21 +736,25 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   if (c.mainloop == Mainloop::wgmma_pairs) {
     const PairsConfig& w = c.pairs;
     if (arch.sm != 90 || !arch.arch_specific) return "wgmma_pairs: needs sm_90a (wgmma.mma_async)";
-    if (quant::format_bits(f) != 16) return "wgmma_pairs: 16-bit (fp16 / bf16) weights only (copied by TMA straight into the B operand)";
-    if (c.tile_m != 64 && c.tile_m != 128) return "wgmma_pairs: tile_m must be 64 or 128 (64 tokens per consumer warpgroup)";
+    if (quant::format_bits(f) != 16)
+      return "wgmma_pairs: 16-bit (fp16 / bf16) weights only (copied by TMA straight into the B operand)";
+    if (c.tile_m != 64 && c.tile_m != 128)
+      return "wgmma_pairs: tile_m must be 64 or 128 (64 tokens per consumer warpgroup)";
     if (c.tile_n != 32 && c.tile_n != 40 && c.tile_n != 48 && c.tile_n != 56 && c.tile_n != 64 && c.tile_n != 72 &&
         c.tile_n != 80 && c.tile_n != 96 && c.tile_n != 128)
       return "wgmma_pairs: tile_n must be 32, 40, 48, 56, 64, 72, 80, 96 or 128 (a wgmma N of wgmma.cuh; 4+ RoPE pairs)";
     if (w.stages < 2 || w.stages > 16) return "wgmma_pairs: stages must be 2..16";
     if (w.cluster_m != 1 && w.cluster_m != 2 && w.cluster_m != 4) return "wgmma_pairs: cluster_m must be 1, 2 or 4";
-    if (wp_smem_bytes(c) + wp_static_bytes(c, head_dim) > max_smem_per_block(arch.sm))  // (alignment slack: in wp_smem_bytes)
+    if (wp_smem_bytes(c) + wp_static_bytes(c, head_dim) >
+        max_smem_per_block(arch.sm))  // (alignment slack: in wp_smem_bytes)
       return "shared memory exceeds the per-block limit";
     return nullptr;
   }
   if (c.mainloop != Mainloop::mma) return "mainloop must be mma, gemv, wgmma, wgmma_ws or wgmma_pairs";
   const MmaConfig& m = c.mma;
   // every head of a tile lies in one of Q, K, V: tile_n a multiple of head_dim, or smaller and dividing it.
-  if (c.tile_n <= 0 || (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0)) return "tile_n and head_dim must divide one another";
+  if (c.tile_n <= 0 || (c.tile_n % head_dim != 0 && head_dim % c.tile_n != 0))
+    return "tile_n and head_dim must divide one another";
   // RoPE pairs (i, i + D/2) of a head must be in one block: tile_n a multiple of head_dim.
   if (rope && c.tile_n % head_dim != 0) return "RoPE needs tile_n to be a multiple of head_dim";
   // split-K: 1 to 16.
@@ -737,7 +778,8 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
   // at most 4 weight units (64 bytes) in flight per thread: more spills on sm_90.
   if (m.prefetch * (w_units(c, f) / threads(c)) > 4) return "prefetch x weight units per thread must be <= 4";
   // registers: accumulators + 7 per prefetched unit (16 data bytes + scales) within 136, or the variant spills.
-  if ((c.tile_m / m.warps_m / 16) * (c.tile_n / m.warps_n / 8) * 4 + 7 * m.prefetch * (w_units(c, f) / threads(c)) > 136)
+  if ((c.tile_m / m.warps_m / 16) * (c.tile_n / m.warps_n / 8) * 4 + 7 * m.prefetch * (w_units(c, f) / threads(c)) >
+      136)
     return "accumulators + weight prefetch registers exceed the budget";
   // X ring: 2 or 3 stages.
   if (m.stages != 2 && m.stages != 3) return "stages must be 2 or 3";

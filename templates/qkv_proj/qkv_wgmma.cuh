@@ -34,7 +34,8 @@ namespace qkv {
 /// Decodes one 16-byte packed unit (4-bit: 32 elements, int8: 16) into kChunks 8-element chunks of operand pairs in
 /// natural K order (out[c] = elements 8c .. 8c + 7), as described at the top of this file.
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScales& s, const PairTable<kGemvTableCopies>& tab, const float* lut,
+__device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScales& s,
+                                                  const PairTable<kGemvTableCopies>& tab, const float* lut,
                                                   uint4 (&out)[128 / quant::format_bits(F) / 8]) {
   constexpr int kChunks = 128 / quant::format_bits(F) / 8;
   if (F == quant::Format::int4) {
@@ -45,7 +46,8 @@ __device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScal
     for (int c = 0; c < 4; ++c) {
       unsigned o[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o[i] = int4_pair<DT>(w[c], unsigned(i | (i << 4) | ((4 + i) << 8) | ((4 + i) << 12)), zz, sc);
+      for (int i = 0; i < 4; ++i)
+        o[i] = int4_pair<DT>(w[c], unsigned(i | (i << 4) | ((4 + i) << 8) | ((4 + i) << 12)), zz, sc);
       out[c] = make_uint4(o[0], o[1], o[2], o[3]);
     }
   } else {
@@ -54,16 +56,15 @@ __device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScal
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       unsigned o[4];
-      if (fast)
-        decode_chunk2<DT, F>(u, s2, tab, c, o);
-      else
-        decode_chunk<DT, F>(u, s, lut, c, o);
+      if (fast) decode_chunk2<DT, F>(u, s2, tab, c, o);
+      else decode_chunk<DT, F>(u, s, lut, c, o);
       out[c] = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
 }
 
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int Stages, int Prefetch>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int Stages,
+          int Prefetch>
 __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
   constexpr Config C = make_config(TileM, TileN, WgmmaConfig{TileK, Stages, 1, Prefetch});  // split_k: gridDim.z
   // Preconditions
@@ -74,8 +75,8 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kThreads = TileM * 2;  // one warpgroup (128 threads) per 64 token rows
   constexpr int kBits = quant::FormatTraits<F>::kBits;
-  constexpr bool kCopyW = kBits == 16;                      // 16-bit weight: cp.async, no decode
-  constexpr int kSub = TileK / 64;                          // 64-wide swizzle atoms along K
+  constexpr bool kCopyW = kBits == 16;  // 16-bit weight: cp.async, no decode
+  constexpr int kSub = TileK / 64;      // 64-wide swizzle atoms along K
   constexpr unsigned kXTileBytes = TileM * TileK * 2, kWTileBytes = TileN * TileK * 2;
   constexpr int kWBufs = wgmma_w_buffers(C, F);
   constexpr int kUnitElems = 128 / kBits;
@@ -92,8 +93,8 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
-  const unsigned sX = base;                          // Stages x [kSub][TileM][64]
-  const unsigned sW = base + Stages * kXTileBytes;   // kWBufs x [kSub][TileN][64]
+  const unsigned sX = base;                         // Stages x [kSub][TileM][64]
+  const unsigned sW = base + Stages * kXTileBytes;  // kWBufs x [kSub][TileN][64]
   unsigned char* sW_ptr = smem + Stages * kXTileBytes;
 
   const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128;
@@ -129,7 +130,8 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
         const int c = c0 + tid;
         const int r = c / (TileK / 8), ch = c % (TileK / 8);
         const bool in = n0 + r < N;
-        const unsigned char* src = in ? wdata + (long long)(n0 + r) * w_row_bytes + (long long)(kt * TileK + ch * 8) * 2 : wdata;
+        const unsigned char* src =
+            in ? wdata + (long long)(n0 + r) * w_row_bytes + (long long)(kt * TileK + ch * 8) * 2 : wdata;
         ptx::cp_async_16(sW + wslot * kWTileBytes + (ch / 8) * TileN * 128 + r * 128 + (((ch % 8) ^ (r & 7)) << 4), src,
                          in ? 16u : 0u);
       }
@@ -250,7 +252,8 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<float2*>(sC + (r0 + 8 * h) * kLd + c) = make_float2(acc[4 * i + 2 * h] * s0, acc[4 * i + 2 * h + 1] * s1);
+        *reinterpret_cast<float2*>(sC + (r0 + 8 * h) * kLd + c) =
+            make_float2(acc[4 * i + 2 * h] * s0, acc[4 * i + 2 * h + 1] * s1);
     }
   }
   __syncthreads();

@@ -52,11 +52,11 @@
 // Timeline experiments only (never defined by the generator; bench/ws_trace/trace_pairs.cu): KT_WP_TRACE(i) records
 // %globaltimer at point i of the block into kt_wp_trace[block * 16 + i] (thread 0 of the calling group).
 #ifdef KT_WP_TRACE_ON
-#define KT_WP_TRACE(i, cond)                                                            \
-  do {                                                                                  \
-    unsigned long long t_;                                                              \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                              \
-    if (cond) kt_wp_trace[(blockIdx.y * gridDim.x + blockIdx.x) * 16 + (i)] = t_;       \
+#define KT_WP_TRACE(i, cond)                                                      \
+  do {                                                                            \
+    unsigned long long t_;                                                        \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                        \
+    if (cond) kt_wp_trace[(blockIdx.y * gridDim.x + blockIdx.x) * 16 + (i)] = t_; \
   } while (0)
 #else
 #define KT_WP_TRACE(i, cond) \
@@ -109,7 +109,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   __shared__ __align__(16) unsigned short s_bias[TileN];         // [half][pair of the tile], the dtype's bits
   __shared__ int s_pos[Rope ? TileM : 1];
   __shared__ unsigned long long s_turns[Rope ? kHalf : 1];
-  __shared__ unsigned short* s_out[kBoxes];  // box b's head in Q / K / V at token 0 (null past the last head)
+  __shared__ unsigned short* s_out[kBoxes];   // box b's head in Q / K / V at token 0 (null past the last head)
   __shared__ long long s_out_stride[kBoxes];  // ... and its row stride (elements)
   // 1024-byte aligned base for the swizzled tiles (the launch requests wp_smem_bytes, which includes the slack).
   const unsigned raw = ptx::smem_u32(smem_raw);
@@ -157,8 +157,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
       if (HasBias && head < heads)
         ptx::cp_async_4(ptx::smem_u32(s_bias + 2 * w),
                         static_cast<const unsigned*>(p.bias) + (head * D + hf * kHalf + i0 + pit % PB) / 2);
-      else
-        *reinterpret_cast<unsigned*>(s_bias + 2 * w) = 0u;
+      else *reinterpret_cast<unsigned*>(s_bias + 2 * w) = 0u;
     }
     if (Rope) {
       for (int i = tid; i < TileM; i += kCT) {

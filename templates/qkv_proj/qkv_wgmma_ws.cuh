@@ -57,8 +57,9 @@ using WsScaleRaw = quant::StepScaleBits;
 /// 4-bit, 16 for int8); q = lane % 4. 16-bit weights are not decoded (wgmma reads them from shared memory): a no-op.
 template <DType DT, quant::Format F>
 __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant::format_bits(F) / 32],
-                                               const unsigned (&whi)[64 * quant::format_bits(F) / 32], const WsScaleRaw& rlo,
-                                               const WsScaleRaw& rhi, int q, const PairTable<kWsTableCopies>& tab, const float* lut,
+                                               const unsigned (&whi)[64 * quant::format_bits(F) / 32],
+                                               const WsScaleRaw& rlo, const WsScaleRaw& rhi, int q,
+                                               const PairTable<kWsTableCopies>& tab, const float* lut,
                                                float tensor_scale, unsigned (&a)[4][4]) {
   if constexpr (F == quant::Format::int8) {
     const unsigned sel = unsigned(2 * q) | unsigned(2 * q + 1) << 4;  // bytes (2q, 2q + 1) of an 8-byte pair
@@ -83,7 +84,7 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
       a[sl][2] = int4_pair<DT>(wlo[2 * sl + 1], sel, zzl, scl);
       a[sl][3] = int4_pair<DT>(whi[2 * sl + 1], sel, zzh, sch);
     }
-  } else if constexpr (gemv_uses_table(F)) {  // table formats: byte q of each word indexes the pair table
+  } else if constexpr (gemv_uses_table(F)) {      // table formats: byte q of each word indexes the pair table
     const unsigned bsel = 0x4440u | unsigned(q);  // byte q, zero-extended
     float s[2][4];
     bool ok = true;
@@ -135,21 +136,21 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 // issued (producer thread); 9 the output tile in shared memory; 10-12 finish_tile (KT_EPI_TRACE, qkv_proj.cuh);
 // producer thread: 13 its entry, 14 barriers initialized, 15 the ring's first copies issued.
 #ifdef KT_WS_TRACE_ON
-#define KT_WS_TRACE(i)                                                                  \
-  do {                                                                                  \
-    unsigned long long t_;                                                              \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                              \
-    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = t_;                      \
+#define KT_WS_TRACE(i)                                             \
+  do {                                                             \
+    unsigned long long t_;                                         \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));         \
+    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = t_; \
   } while (0)
-#define KT_WS_TRACE_VAL(i, v)                                            \
-  do {                                                                   \
-    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = (v);      \
+#define KT_WS_TRACE_VAL(i, v)                                       \
+  do {                                                              \
+    if (threadIdx.x == 0) kt_ws_trace[blockIdx.x * 16 + (i)] = (v); \
   } while (0)
-#define KT_WS_TRACE_THIS(i)                                               \
-  do {                                                                    \
-    unsigned long long t_;                                                \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                \
-    kt_ws_trace[blockIdx.x * 16 + (i)] = t_;                              \
+#define KT_WS_TRACE_THIS(i)                                \
+  do {                                                     \
+    unsigned long long t_;                                 \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); \
+    kt_ws_trace[blockIdx.x * 16 + (i)] = t_;               \
   } while (0)
 #else
 #define KT_WS_TRACE_THIS(i) \
@@ -175,12 +176,13 @@ __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int
 /// workspace, no counters, no global round trips, and each rank finishes 1 / ClusterK of the tile. Slots beside the
 /// ring (ws_cluster_slots_beside) need no cluster barrier after the mainloops (only the entry one, before the first
 /// remote store); slots over the ring, one after them.
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
-          int ClusterK, int KGroups>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages,
+          bool StreamK, int ClusterK, int KGroups>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
   constexpr Config C = make_config(
-      TileM, TileN, WsConfig{Consumers, KGroups, Stages, StreamK ? WsSplit::stream_k : WsSplit::split_k, StreamK ? 1 : ClusterK});
+      TileM, TileN,
+      WsConfig{Consumers, KGroups, Stages, StreamK ? WsSplit::stream_k : WsSplit::split_k, StreamK ? 1 : ClusterK});
   // Preconditions
   static_assert(ClusterK == 1 || !StreamK, "stream-K blocks do not form clusters");
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
@@ -194,24 +196,25 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   constexpr int kBits = quant::FormatTraits<F>::kBits;
   constexpr bool kWide = kBits == 16;  // 16-bit weight: A from shared memory, no decode
   constexpr int kAtoms = TileN / (64 * Consumers);
-  constexpr int kRowB = ws_w_row_bytes(F);       // bytes of one weight row per K step: 32, 64 or 128
+  constexpr int kRowB = ws_w_row_bytes(F);  // bytes of one weight row per K step: 32, 64 or 128
   constexpr int kRowWords = kRowB / 4;
   constexpr unsigned kXB = TileM * 128, kWB = TileN * kRowB;
-  constexpr int kCThreads = 128 * Consumers;     // the consumer threads of one K group (the epilogue's threads)
-  constexpr int kAllC = kCThreads * KGroups;      // every consumer thread; the producer warpgroup follows them
+  constexpr int kCThreads = 128 * Consumers;  // the consumer threads of one K group (the epilogue's threads)
+  constexpr int kAllC = kCThreads * KGroups;  // every consumer thread; the producer warpgroup follows them
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_lut[16];
   __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kWsTableCopies : 4];
   __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // the ring's full and empty mbarriers
-  __shared__ int s_reduce;                                        // this block adds up the tile's partials
-  __shared__ __align__(8) unsigned long long s_red_bar;            // split-K cluster: rank 0's partials have landed
+  __shared__ int s_reduce;                                       // this block adds up the tile's partials
+  __shared__ __align__(8) unsigned long long s_red_bar;          // split-K cluster: rank 0's partials have landed
   // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
-  const unsigned sX = base;                 // [Stages][TileM tokens][64 K] 16-bit, 128-byte swizzle (B, K-major)
-  const unsigned sW = base + Stages * kXB;  // [Stages][TileN features][kRowB bytes] packed as stored (16-bit: swizzled A)
+  const unsigned sX = base;  // [Stages][TileM tokens][64 K] 16-bit, 128-byte swizzle (B, K-major)
+  const unsigned sW =
+      base + Stages * kXB;  // [Stages][TileN features][kRowB bytes] packed as stored (16-bit: swizzled A)
   const pipe::TmaRing<Stages> ring(s_bar);
   // fp32 output tile [ws_epilogue_rows][TileN + 4]: after the ring for stream-K (the ring stays busy), else over it
   // (a cluster whose partial slots lie over the ring: after the slots, ws_cluster_tile_offset).
@@ -236,7 +239,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int units = tiles * nk - dp_units;  // units of the split; < 2^31 (checked on the host)
   // Split-K: G = tiles x ClusterK, so that is K slice blk % ClusterK of tile blk / ClusterK, in 32-bit arithmetic by a
   // constant (the 64-bit divisions by G are a slow subroutine on the path to the first copy).
-  const int u_begin = StreamK ? dp_units + int((long long)units * blk / G) : (blk / ClusterK) * nk + nk * (blk % ClusterK) / ClusterK;
+  const int u_begin =
+      StreamK ? dp_units + int((long long)units * blk / G) : (blk / ClusterK) * nk + nk * (blk % ClusterK) / ClusterK;
   const int u_end = StreamK ? dp_units + int((long long)units * (blk + 1) / G)
                             : (blk / ClusterK) * nk + nk * (blk % ClusterK + 1) / ClusterK;
 
@@ -253,10 +257,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     if (kWide)  // 16-bit: the 3-D map {64, N, K / 64} (row-major or K-blocked: the host's strides say which)
       ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, 0, (t_next % n_tiles) * TileN, kt_next, bar, wl2);
     else if (p.w_k_blocked)  // packed, K-blocked: the 3-D map {64, N, K bytes / 64} (WsParams)
-      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, kt_next * kRowB % 64, (t_next % n_tiles) * TileN, kt_next * kRowB / 64,
-                       bar, wl2);
-    else
-      ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar, wl2);
+      ptx::tma_load_3d(sW + slot * kWB, &wp.w_map, kt_next * kRowB % 64, (t_next % n_tiles) * TileN,
+                       kt_next * kRowB / 64, bar, wl2);
+    else ptx::tma_load_2d(sW + slot * kWB, &wp.w_map, kt_next * kRowB, (t_next % n_tiles) * TileN, bar, wl2);
     if (++kt_next == nk) {
       kt_next = 0;
       t_next = j + 1 < dp_rounds * nk ? t_next + G : j + 1 == dp_rounds * nk ? u_begin / nk : t_next + 1;
@@ -273,13 +276,14 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     ptx::prefetch_tensormap(&wp.x_map);
     ptx::prefetch_tensormap(&wp.w_map);
     ring.init(4 * Consumers);  // empty: one arrival per consumer warp of the step's K group
-    if (ClusterK > 1) {  // the other ranks' partials of this rank's live token groups, as st.async transactions
+    if (ClusterK > 1) {        // the other ranks' partials of this rank's live token groups, as st.async transactions
       const int rank = int(ptx::cluster_rank());
       const int live = min(kGroups, (p.m - ((blk / ClusterK) / n_tiles) * TileM + 7) / 8);
       const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
       ptx::mbarrier_init(ptx::smem_u32(&s_red_bar), 1);
-      ptx::mbarrier_arrive_expect_tx(ptx::smem_u32(&s_red_bar),
-                                     g_hi > g_lo ? unsigned((ClusterK - 1) * kAtoms * (g_hi - g_lo) * kCThreads * 16) : 0u);
+      ptx::mbarrier_arrive_expect_tx(
+          ptx::smem_u32(&s_red_bar),
+          g_hi > g_lo ? unsigned((ClusterK - 1) * kAtoms * (g_hi - g_lo) * kCThreads * 16) : 0u);
     }
     ptx::mbarrier_init_fence();
     wgmma::fence_proxy_async();
@@ -331,7 +335,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   if (kPre && kgrp == 0) {
     const int t = blk / ClusterK, n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
     for (int i = ctid; i < TileN / 2; i += kCThreads) {
-      if (HasBias && n0 + 2 * i < N) ptx::cp_async_4(ptx::smem_u32(s_pre_bias2 + i), static_cast<const unsigned*>(p.bias) + n0 / 2 + i);
+      if (HasBias && n0 + 2 * i < N)
+        ptx::cp_async_4(ptx::smem_u32(s_pre_bias2 + i), static_cast<const unsigned*>(p.bias) + n0 / 2 + i);
       else s_pre_bias2[i] = 0u;
     }
     if (Rope) {
@@ -394,7 +399,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
           wlo[4 * v] = lo.x, wlo[4 * v + 1] = lo.y, wlo[4 * v + 2] = lo.z, wlo[4 * v + 3] = lo.w;
           whi[4 * v] = hi.x, whi[4 * v + 1] = hi.y, whi[4 * v + 2] = hi.z, whi[4 * v + 3] = hi.w;
         }
-        ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale, afrag[kWide ? 0 : buf][a]);
+        ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale,
+                              afrag[kWide ? 0 : buf][a]);
       }
     };
     // This K group's steps of the segment: local step i is segment step sj(i); nloc of them (a group may have none).
@@ -427,9 +433,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
             for (int a = 0; a < kAtoms; ++a) {
               const unsigned long long bdesc = wgmma::make_desc_sw128(xs + ks * 32);
               if (kWide)
-                wgmma::Mma<DT, TileM>::run(acc[a], wgmma::make_desc_sw128(sW + slot * kWB + (fwg * kAtoms + a) * 64 * 128 + ks * 32), bdesc);
-              else
-                wgmma::MmaRS<DT, TileM>::run(acc[a], afrag[kWide ? 0 : b][a][ks], bdesc);
+                wgmma::Mma<DT, TileM>::run(
+                    acc[a], wgmma::make_desc_sw128(sW + slot * kWB + (fwg * kAtoms + a) * 64 * 128 + ks * 32), bdesc);
+              else wgmma::MmaRS<DT, TileM>::run(acc[a], afrag[kWide ? 0 : b][a][ks], bdesc);
             }
           wgmma::commit_group();
           wgmma::wait_group<1>();  // step j - 1 retired: its slot and A buffer are free
@@ -491,9 +497,10 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       constexpr unsigned kSlotB = ws_cluster_slot_bytes(C);
       constexpr unsigned kSlotOff = ws_cluster_slot_offset(C, F);
       const int rank = int(ptx::cluster_rank());
-      const int live = min(kGroups, (p.m - m0 + 7) / 8);  // groups with a token < M (the others are neither sent nor used)
+      const int live =
+          min(kGroups, (p.m - m0 + 7) / 8);  // groups with a token < M (the others are neither sent nor used)
       const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
-      ptx::cluster_wait();  // the entry arrivals: every rank runs, its reduction barrier initialized
+      ptx::cluster_wait();                   // the entry arrivals: every rank runs, its reduction barrier initialized
       if (!ws_cluster_slots_beside(C, F)) {  // the slots lie over the rings: every rank's wgmmas have retired
         ptx::cluster_arrive_release();
         ptx::cluster_wait();
@@ -503,7 +510,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       for (int i = 0; i < kGroups; ++i) {
         const int o = ws_group_owner(i, kGroups, ClusterK);
         if (o == rank || i >= live) continue;
-        const unsigned dst = ptx::cluster_map(base + kSlotOff + unsigned(rank < o ? rank : rank - 1) * kSlotB, unsigned(o));
+        const unsigned dst =
+            ptx::cluster_map(base + kSlotOff + unsigned(rank < o ? rank : rank - 1) * kSlotB, unsigned(o));
         const unsigned bar = ptx::cluster_map(ptx::smem_u32(&s_red_bar), unsigned(o));
 #pragma unroll
         for (int a = 0; a < kAtoms; ++a)
@@ -549,7 +557,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
         __stcg(mine + v * kCThreads + ctid, make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]));
       __threadfence();
       ptx::named_barrier(1, kCThreads);
-      const int b_first = ws_block_of(t * nk - dp_units, units, G), b_last = ws_block_of((t + 1) * nk - 1 - dp_units, units, G);
+      const int b_first = ws_block_of(t * nk - dp_units, units, G),
+                b_last = ws_block_of((t + 1) * nk - 1 - dp_units, units, G);
       if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(b_last - b_first);
       ptx::named_barrier(1, kCThreads);
       KT_WS_TRACE(3);
@@ -605,7 +614,9 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int f = n0 + row_lo0 + 64 * a + 8 * h;
-        rs[a][h] = gemv_scale_mode(F) != kScaleRow ? 1.f : f < N ? __ldg(static_cast<const float*>(p.w_scales) + f) : 0.f;
+        rs[a][h] = gemv_scale_mode(F) != kScaleRow ? 1.f
+                   : f < N                         ? __ldg(static_cast<const float*>(p.w_scales) + f)
+                                                   : 0.f;
       }
     if (kPre) ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
 #pragma unroll
@@ -626,8 +637,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
           }
       ptx::named_barrier(1, kCThreads);
       KT_WS_TRACE(9);
-      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(p, sC, m0 + lo, n0, s_pre_bias2,
-                                                                                    s_pre_pos + lo, s_pre_turns, rows);
+      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(
+          p, sC, m0 + lo, n0, s_pre_bias2, s_pre_pos + lo, s_pre_turns, rows);
       if (ClusterK > 1) break;
     }
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
@@ -642,16 +653,17 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, bool StreamK,
-          int KGroups = 1>
-__global__ void __launch_bounds__(128 * (Consumers * KGroups + 1), 1) qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages,
+          bool StreamK, int KGroups = 1>
+__global__ void __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
+    qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
   ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
 }
 
 /// split_k = ClusterK > 1: grid.x = tiles x ClusterK, cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain
 /// launch forms the clusters (the ClusterK K slices of one tile).
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages, int ClusterK,
-          int KGroups = 1>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages,
+          int ClusterK, int KGroups = 1>
 __global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
     qkv_wgmma_ws_cluster(const __grid_constant__ WsParams wp) {
   ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);

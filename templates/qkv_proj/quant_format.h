@@ -42,8 +42,20 @@ namespace kt {
 namespace quant {
 
 enum class Format : int {
-  fp16 = 0, bf16 = 1, int8 = 2, int4 = 3, nf4 = 4, mxfp4 = 5, nvfp4 = 6, fp16_kb64 = 7, bf16_kb64 = 8,
-  int8_kb64 = 9, int4_kb128 = 10, nf4_kb128 = 11, mxfp4_kb128 = 12, nvfp4_kb128 = 13
+  fp16 = 0,
+  bf16 = 1,
+  int8 = 2,
+  int4 = 3,
+  nf4 = 4,
+  mxfp4 = 5,
+  nvfp4 = 6,
+  fp16_kb64 = 7,
+  bf16_kb64 = 8,
+  int8_kb64 = 9,
+  int4_kb128 = 10,
+  nf4_kb128 = 11,
+  mxfp4_kb128 = 12,
+  nvfp4_kb128 = 13
 };
 /// Number of Format values (0 .. kFormatCount - 1).
 constexpr int kFormatCount = 14;
@@ -92,33 +104,40 @@ KT_HD constexpr Format format_of(WeightFormat w) {
 
 /// Bits per stored element.
 KT_HD constexpr int format_bits(Format f) {
-  return format_element(f) == Format::fp16 || format_element(f) == Format::bf16 ? 16 : format_element(f) == Format::int8 ? 8 : 4;
+  return format_element(f) == Format::fp16 || format_element(f) == Format::bf16 ? 16
+         : format_element(f) == Format::int8                                    ? 8
+                                                                                : 4;
 }
 
 /// Elements per scale along K (0: no scale; -1: one scale per row).
 KT_HD constexpr int format_group(Format f) {
   return format_element(f) != f ? format_group(format_element(f))
-         : f == Format::int8 ? -1
-         : f == Format::int4 ? 128
-         : f == Format::nf4 ? 64
-         : f == Format::mxfp4 ? 32
-         : f == Format::nvfp4 ? 16
-                              : 0;
+         : f == Format::int8    ? -1
+         : f == Format::int4    ? 128
+         : f == Format::nf4     ? 64
+         : f == Format::mxfp4   ? 32
+         : f == Format::nvfp4   ? 16
+                                : 0;
 }
 
 /// Bytes of one scale entry.
 KT_HD constexpr int scale_bytes(Format f) {
-  return format_element(f) != f ? scale_bytes(format_element(f))
-         : f == Format::int8 || f == Format::nf4 ? 4 : f == Format::int4 ? 2 : f == Format::mxfp4 || f == Format::nvfp4 ? 1 : 0;
+  return format_element(f) != f                     ? scale_bytes(format_element(f))
+         : f == Format::int8 || f == Format::nf4    ? 4
+         : f == Format::int4                        ? 2
+         : f == Format::mxfp4 || f == Format::nvfp4 ? 1
+                                                    : 0;
 }
 
 /// The 16 NF4 code values, indexed by the 4-bit code (bitsandbytes functional.py, "NF4" data type,
 /// QLoRA appendix E): quantiles of N(0, 1) normalized to [-1, 1], with an exact zero at code 7.
-#define KT_NF4_CODE                                                                                          \
-  {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,          \
-   -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,          \
-   0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,                   \
-   0.7229568362236023f, 1.0f}
+#define KT_NF4_CODE                                                                                                 \
+  {                                                                                                                 \
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,                \
+        -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,             \
+        0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, \
+        1.0f                                                                                                        \
+  }
 
 /// KT_NF4_CODE[i] as a switch: device code indexes it with a run-time i without a local-memory copy of the table.
 /// tests/quant checks it against KT_NF4_CODE entry by entry.
@@ -145,8 +164,14 @@ KT_HD constexpr float nf4_code(int i) {
 
 /// E2M1 magnitude of the low 3 bits (exponent 2 bits, mantissa 1 bit); bit 3 is the sign.
 KT_HD constexpr float e2m1_magnitude(int bits3) {
-  return bits3 == 0 ? 0.f : bits3 == 1 ? 0.5f : bits3 == 2 ? 1.f : bits3 == 3 ? 1.5f
-       : bits3 == 4 ? 2.f : bits3 == 5 ? 3.f : bits3 == 6 ? 4.f : 6.f;
+  return bits3 == 0   ? 0.f
+         : bits3 == 1 ? 0.5f
+         : bits3 == 2 ? 1.f
+         : bits3 == 3 ? 1.5f
+         : bits3 == 4 ? 2.f
+         : bits3 == 5 ? 3.f
+         : bits3 == 6 ? 4.f
+                      : 6.f;
 }
 
 }  // namespace quant

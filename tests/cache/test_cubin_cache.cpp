@@ -305,9 +305,9 @@ TEST_CASE("CubinCache: invalid keys throw std::invalid_argument", "[cache]") {
   TempDir t;
   CubinCache c(t.path.string());
   CubinEntry e;
-  for (std::string bad : {std::string(""), std::string(31, 'a'), std::string(33, 'a'), std::string(32, 'A'),
-                          std::string(32, 'g'), std::string("../../../../../../../../etc/passwd00"),
-                          std::string(30, 'a') + "/x"}) {
+  for (std::string bad :
+       {std::string(""), std::string(31, 'a'), std::string(33, 'a'), std::string(32, 'A'), std::string(32, 'g'),
+        std::string("../../../../../../../../etc/passwd00"), std::string(30, 'a') + "/x"}) {
     INFO("key '" << bad << "'");
     CHECK_THROWS_AS(c.get(bad), std::invalid_argument);
     CHECK_THROWS_AS(c.put(bad, e), std::invalid_argument);

@@ -67,11 +67,11 @@ std::string fake_cubin(int sm, int abi = 8) {
   put_le(s, 16, 2, 2);    // ET_EXEC
   put_le(s, 18, 190, 2);  // EM_CUDA
   put_le(s, 20, 1, 4);
-  put_le(s, 40, 64, 8);   // e_shoff
+  put_le(s, 40, 64, 8);  // e_shoff
   put_le(s, 48, abi == 8 ? (0x06000004u | (unsigned(sm) << 8)) : (0x00000500u | unsigned(sm)), 4);
-  put_le(s, 52, 64, 2);   // e_ehsize
-  put_le(s, 58, 64, 2);   // e_shentsize
-  put_le(s, 60, 1, 2);    // e_shnum
+  put_le(s, 52, 64, 2);  // e_ehsize
+  put_le(s, 58, 64, 2);  // e_shentsize
+  put_le(s, 60, 1, 2);   // e_shnum
   return s;
 }
 
@@ -269,7 +269,9 @@ TEST_CASE("NVRTC cubins record the SM they were built for the way cubin_image.h 
 TEST_CASE("LoadedKernel refuses an image that is not a CUDA ELF before the driver reads it", "[cache][runtime]") {
   // The driver reads cuModuleLoadData's image with no length: a short or forged blob from a database must
   // not reach it. No context is needed: the check comes first (so this runs without a GPU too).
-  for (const std::string& bad : {std::string(4096, '\x90'), fake_cubin(90).substr(0, 100), std::string("\x7f" "ELF")}) {
+  for (const std::string& bad : {std::string(4096, '\x90'), fake_cubin(90).substr(0, 100),
+                                 std::string("\x7f"
+                                             "ELF")}) {
     try {
       LoadedKernel k(bad, "_Z6kernel", 0);
       FAIL("a bad image was accepted");

@@ -132,7 +132,7 @@ TEST_CASE("a closed database is left in rollback-journal mode; read-only opens c
   const std::string db = dir.file("k.db");
   {
     TuningDb w(db);
-    populate(db, 3);  // a second writer connection while the first is open
+    populate(db, 3);                                  // a second writer connection while the first is open
     CHECK(format_bytes(db) == std::make_pair(2, 2));  // WAL while writers are open
     CHECK(has(db + "-wal"));
   }

@@ -3,11 +3,11 @@
 // the qkv_proj family writes today, and the winners unchanged.
 #include <SQLiteCpp/SQLiteCpp.h>
 
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <string>
-#include <unistd.h>
 
 #include "cache/migration_v2.h"
 #include "cache/tuning_db.h"
@@ -22,7 +22,8 @@ namespace {
 struct TempFile {
   std::string path;
   TempFile() {
-    path = (std::filesystem::temp_directory_path() / ("kt_migration_v2_" + std::to_string(::getpid()) + ".db")).string();
+    path =
+        (std::filesystem::temp_directory_path() / ("kt_migration_v2_" + std::to_string(::getpid()) + ".db")).string();
     remove();
   }
   ~TempFile() { remove(); }
@@ -142,7 +143,8 @@ TEST_CASE("tuning db 1 -> 2: qkv_proj configs and variant names rewritten, winne
     SQLite::Database raw(tmp.path, SQLite::OPEN_READWRITE);
     raw.exec("PRAGMA user_version = 1");
   }
-  CHECK_THROWS_WITH(TuningDb(tmp.path, true), Catch::Contains("schema version 1") && Catch::Contains("a read-write open migrates it"));
+  CHECK_THROWS_WITH(TuningDb(tmp.path, true),
+                    Catch::Contains("schema version 1") && Catch::Contains("a read-write open migrates it"));
 
   TuningDb db(tmp.path);
   CHECK(db.schema_version() == 2);

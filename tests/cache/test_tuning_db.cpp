@@ -33,8 +33,8 @@ struct TempDb {
   TempDb() {
     static std::atomic<int> counter{0};
     std::random_device rd;
-    path = (fs::temp_directory_path() / ("kt_db_test_" + std::to_string(getpid()) + "_" +
-                                         std::to_string(counter++) + "_" + std::to_string(rd()) + ".sqlite"))
+    path = (fs::temp_directory_path() / ("kt_db_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) +
+                                         "_" + std::to_string(rd()) + ".sqlite"))
                .string();
     remove_all();
   }
@@ -81,7 +81,11 @@ BinaryRecord binary(const std::string& hash, int registers, int static_smem, int
   b.arch = "sm_90";
   b.nvrtc_version = "12.4";
   b.options = "-std=c++17 --use_fast_math";
-  b.cubin = std::string("\x7f" "ELF\0\0\x01\x02", 8) + hash + std::string(3, '\0');
+  b.cubin = std::string(
+                "\x7f"
+                "ELF\0\0\x01\x02",
+                8) +
+            hash + std::string(3, '\0');
   b.registers = registers;
   b.spill_store_bytes = 4;
   b.spill_load_bytes = 8;
@@ -93,8 +97,8 @@ BinaryRecord binary(const std::string& hash, int registers, int static_smem, int
   return b;
 }
 
-Measurement meas(long long run_id, long long device_id, const std::string& key, const std::string& variant,
-                 Status st, double median_us, const std::string& bin_hash, long long measured_at) {
+Measurement meas(long long run_id, long long device_id, const std::string& key, const std::string& variant, Status st,
+                 double median_us, const std::string& bin_hash, long long measured_at) {
   Measurement m;
   m.run_id = run_id;
   m.device_id = device_id;
@@ -150,8 +154,8 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("status names round trip and unknown names are refused", "[db]") {
-  for (Status s : {Status::ok, Status::invalid, Status::compile_failed, Status::launch_failed,
-                   Status::wrong_result, Status::timeout})
+  for (Status s : {Status::ok, Status::invalid, Status::compile_failed, Status::launch_failed, Status::wrong_result,
+                   Status::timeout})
     CHECK(parse_status(status_name(s)) == s);
   CHECK(std::string(status_name(Status::wrong_result)) == "wrong_result");
   CHECK_THROWS_AS(parse_status("fast"), DbError);
@@ -177,8 +181,7 @@ TEST_CASE("every record type round-trips, in memory and through a file", "[db]")
 
   Measurement ok = meas(0, 0, "attn|fp16|b1|s4096", "attn_fp16_d128_m128", Status::ok, 412.125, bin.hash, 1700000005);
   ok.samples_us = {0.1, 1e-300, 412.125, 123456.789012345678, 1.0 / 3.0};
-  Measurement failed =
-      meas(0, 0, "attn|fp16|b1|s4096", "attn_fp16_d256", Status::compile_failed, 0, "", 1700000006);
+  Measurement failed = meas(0, 0, "attn|fp16|b1|s4096", "attn_fp16_d256", Status::compile_failed, 0, "", 1700000006);
   failed.error = "line 1: 'quoted'\n\"twice\"\ttab; DROP TABLE measurements;--";
 
   long long dev_id = 0, run_id = 0;
@@ -386,19 +389,26 @@ TEST_CASE("winners view: fastest ok, never a wrong result, 1% ties broken by reg
   };
   db.add_measurements({
       // fastest ok wins; a faster wrong_result, and failures, never do
-      m("fast", "slow", Status::ok, 200, "r64"), m("fast", "quick", Status::ok, 150, "r96"),
-      m("fast", "wrong", Status::wrong_result, 50, "r32"), m("fast", "dead", Status::launch_failed, 0, "r32"),
+      m("fast", "slow", Status::ok, 200, "r64"),
+      m("fast", "quick", Status::ok, 150, "r96"),
+      m("fast", "wrong", Status::wrong_result, 50, "r32"),
+      m("fast", "dead", Status::launch_failed, 0, "r32"),
       // within 1%: fewer registers wins over the faster one; 1.5% slower with fewer still does not
-      m("regs", "fastest", Status::ok, 100.0, "r96"), m("regs", "lean", Status::ok, 100.9, "r64"),
+      m("regs", "fastest", Status::ok, 100.0, "r96"),
+      m("regs", "lean", Status::ok, 100.9, "r64"),
       m("regs", "leanest", Status::ok, 101.5, "r32"),
       // same registers: less shared memory (static + dynamic) wins
-      m("smem", "a_big", Status::ok, 100.0, "r64"), m("smem", "b_static", Status::ok, 100.2, "r64s_static"),
+      m("smem", "a_big", Status::ok, 100.0, "r64"),
+      m("smem", "b_static", Status::ok, 100.2, "r64s_static"),
       m("smem", "c_small", Status::ok, 100.5, "r64s"),
       // same registers and smem: the name decides; a missing binary sorts last despite its name
-      m("name", "zeta", Status::ok, 100.0, "r64"), m("name", "beta", Status::ok, 100.8, "r64"),
-      m("name", "alpha", Status::ok, 100.1, "missing-hash"), m("name", "aaa", Status::ok, 100.1, ""),
+      m("name", "zeta", Status::ok, 100.0, "r64"),
+      m("name", "beta", Status::ok, 100.8, "r64"),
+      m("name", "alpha", Status::ok, 100.1, "missing-hash"),
+      m("name", "aaa", Status::ok, 100.1, ""),
       // only failures: no winner
-      m("none", "x", Status::wrong_result, 1, "r32"), m("none", "y", Status::timeout, 0, ""),
+      m("none", "x", Status::wrong_result, 1, "r32"),
+      m("none", "y", Status::timeout, 0, ""),
   });
   auto w = [&](const std::string& key) {
     const auto r = db.winner("H100", "attention", key);
@@ -448,7 +458,7 @@ TEST_CASE("winners view matches the C++ pick rule on random data", "[db]") {
   for (int p = 0; p < 40; ++p)
     for (int k = 0; k < 12; ++k) {
       const std::string hash = rng() % 10 == 0 ? "" : "b" + std::to_string(rng() % 9);  // b8 is missing
-      const double us = 100.0 * (1.0 + 0.004 * (rng() % 6));  // steps of 0.4%: many ties
+      const double us = 100.0 * (1.0 + 0.004 * (rng() % 6));                            // steps of 0.4%: many ties
       all.push_back(meas(run, devs[rng() % 3], "p" + std::to_string(p), "v" + std::to_string(rng() % 5),
                          statuses[rng() % 5], us, hash, 1));
     }
@@ -500,11 +510,14 @@ TEST_CASE("winners are per device class, filterable, and deterministic across re
     db.put_binary(binary("r64", 64, 0, 0));
     db.put_binary(binary("r128", 128, 0, 0));
     db.add_measurements({
-        meas(run, h1, "p", "h_slow", Status::ok, 50, "r64", 1), meas(run, h2, "p", "h_fast", Status::ok, 40, "r128", 1),
-        meas(run, a, "p", "a_fast", Status::ok, 90, "r128", 1), meas(run, a, "p", "a_slow", Status::ok, 95, "r64", 1),
+        meas(run, h1, "p", "h_slow", Status::ok, 50, "r64", 1),
+        meas(run, h2, "p", "h_fast", Status::ok, 40, "r128", 1),
+        meas(run, a, "p", "a_fast", Status::ok, 90, "r128", 1),
+        meas(run, a, "p", "a_slow", Status::ok, 95, "r64", 1),
         meas(run, a, "q", "a_q", Status::ok, 10, "r64", 1),
         // a tie within 1%: the decision must not depend on row order or reopen
-        meas(run, h1, "t", "t_b", Status::ok, 20.1, "r64", 1), meas(run, h2, "t", "t_a", Status::ok, 20.0, "r64", 1),
+        meas(run, h1, "t", "t_b", Status::ok, 20.1, "r64", 1),
+        meas(run, h2, "t", "t_a", Status::ok, 20.0, "r64", 1),
     });
     before = db.winners();
   }
@@ -672,12 +685,14 @@ TEST_CASE("merge: two machines into a third, provenance kept, idempotent", "[db]
 
   // Provenance: every measurement still points at its own run and device.
   const std::map<std::string, std::pair<std::string, std::string>> origin = {
-      {"va1", {"autotune --machine A", "GPU-A"}},        {"va2", {"autotune --machine A", "GPU-A"}},
-      {"vb1", {"autotune --machine B", "GPU-B"}},        {"vb2", {"autotune --machine B --resume", "GPU-B"}},
+      {"va1", {"autotune --machine A", "GPU-A"}},
+      {"va2", {"autotune --machine A", "GPU-A"}},
+      {"vb1", {"autotune --machine B", "GPU-B"}},
+      {"vb2", {"autotune --machine B --resume", "GPU-B"}},
       {"vb3", {"autotune --machine B --resume", "GPU-B"}}};
   int checked = 0;
-  for (const auto& [cls, key] : std::vector<std::pair<std::string, std::string>>{
-           {"H100", "p1"}, {"A100", "p1"}, {"A100", "p3"}})
+  for (const auto& [cls, key] :
+       std::vector<std::pair<std::string, std::string>>{{"H100", "p1"}, {"A100", "p1"}, {"A100", "p3"}})
     for (const auto& m : c.measurements(cls, "attention", key)) {
       const auto it = origin.find(m.variant_name);
       REQUIRE(it != origin.end());
@@ -750,10 +765,9 @@ TEST_CASE("the plain sqlite3 shell reads the database", "[db]") {
     const long long dev = db.upsert_device(device("H100", "GPU-s"));
     const long long run = db.begin_run(run_record("autotune", 1));
     db.put_binary(binary("r64", 64, 0, 0));
-    db.add_measurements({meas(run, dev, "p1", "a", Status::ok, 5, "r64", 1),
-                         meas(run, dev, "p2", "b", Status::ok, 6, "r64", 1),
-                         meas(run, dev, "p3", "c", Status::ok, 7, "", 1),
-                         meas(run, dev, "p4", "d", Status::wrong_result, 1, "", 1)});
+    db.add_measurements(
+        {meas(run, dev, "p1", "a", Status::ok, 5, "r64", 1), meas(run, dev, "p2", "b", Status::ok, 6, "r64", 1),
+         meas(run, dev, "p3", "c", Status::ok, 7, "", 1), meas(run, dev, "p4", "d", Status::wrong_result, 1, "", 1)});
     CHECK(db.count("winners") == 3);
   }
   auto shell = [&](const std::string& sql) {

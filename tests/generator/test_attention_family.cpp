@@ -71,7 +71,8 @@ TEST_CASE("a smaller shared-memory budget prunes a subset", "[generator]") {
   // A config needing more than 99 KiB is invalid on sm_86 and names the rule.
   const Config big{128, 128, 8, 2, kMmaSync, 0};
   REQUIRE(smem_bytes(big, 128) > 99 * 1024);
-  CHECK(std::string(invalid_reason(p.dtype, 128, true, big, parse_arch("sm_86"))).find("shared memory") != std::string::npos);
+  CHECK(std::string(invalid_reason(p.dtype, 128, true, big, parse_arch("sm_86"))).find("shared memory") !=
+        std::string::npos);
 }
 
 TEST_CASE("problems no variant supports are refused naming the rule", "[generator]") {
@@ -94,14 +95,16 @@ TEST_CASE("problems no variant supports are refused naming the rule", "[generato
 TEST_CASE("variant names are canonical, unique and spell every axis", "[generator]") {
   const ArchId arch = parse_arch("sm_90a");
   std::set<std::string> names;
-  const std::regex form(R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__mmasync_m\d+_n\d+_w\d_s\d_r[01]__sm_90a)");
+  const std::regex form(
+      R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__mmasync_m\d+_n\d+_w\d_s\d_r[01]__sm_90a)");
   for (DType dt : {DType::f16, DType::bf16})
     for (bool causal : {false, true})
       for (const auto& c : valid_configs(qwen(dt, causal), arch)) {
         const auto n = variant_name(qwen(dt, causal), c, arch);
         CHECK(std::regex_match(n, form));
-        CHECK(n.find("_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_w" + std::to_string(c.warps) +
-                     "_s" + std::to_string(c.stages) + "_r" + std::to_string(c.raster)) != std::string::npos);
+        CHECK(n.find("_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_w" +
+                     std::to_string(c.warps) + "_s" + std::to_string(c.stages) + "_r" + std::to_string(c.raster)) !=
+              std::string::npos);
         CHECK(names.insert(n).second);
       }
   CHECK(variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync, 0}, arch) ==
@@ -113,7 +116,8 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
   other.num_heads = 32;
   other.num_kv_heads = 8;
   other.seqlen_q = 37;
-  CHECK(variant_name(other, Config{128, 64, 4, 2, kMmaSync, 0}, arch) == variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync, 0}, arch));
+  CHECK(variant_name(other, Config{128, 64, 4, 2, kMmaSync, 0}, arch) ==
+        variant_name(qwen(), Config{128, 64, 4, 2, kMmaSync, 0}, arch));
   CHECK(qwen().key() == "attention_prefill/bf16/b1/sq2048/sk2048/h28/kv4/d128/causal");
 }
 
@@ -196,9 +200,11 @@ TEST_CASE("device headers are embedded and the registry names the family", "[gen
     names.insert(f.name);
     CHECK(f.size > 0);
   }
-  for (const char* want : {"attention/flash_fwd.cuh", "attention/attention_config.h", "common/ptx.cuh", "common/kt_types.h"})
+  for (const char* want :
+       {"attention/flash_fwd.cuh", "attention/attention_config.h", "common/ptx.cuh", "common/kt_types.h"})
     CHECK(names.count(want) == 1);
   CHECK(embedded_headers_hash().size() == 32);
   CHECK(find_family("attention_prefill").name() == "attention_prefill");
-  CHECK_THROWS_WITH(find_family("gemm"), Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill"));
+  CHECK_THROWS_WITH(find_family("gemm"),
+                    Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill"));
 }

@@ -2,10 +2,10 @@
 // sm_90a; the template rejects invalid configs itself; the cubin cache hits on a second pass.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <filesystem>
 #include <iostream>
 #include <set>
-#include <unistd.h>
 
 #include "generator/arch.h"
 #include "generator/attention_family.h"
@@ -19,7 +19,8 @@ namespace {
 struct TempDir {
   std::filesystem::path path;
   TempDir() {
-    path = std::filesystem::temp_directory_path() / ("kt_nvrtc_" + std::to_string(::getpid()) + "_" + std::to_string(rand()));
+    path = std::filesystem::temp_directory_path() /
+           ("kt_nvrtc_" + std::to_string(::getpid()) + "_" + std::to_string(rand()));
     std::filesystem::create_directories(path);
   }
   ~TempDir() { std::filesystem::remove_all(path); }
@@ -47,7 +48,9 @@ TEST_CASE("every valid variant of the qwen7b attention problems compiles for sm_
     REQUIRE(r.ok);
     CHECK_FALSE(r.cache_hit);
     CHECK(r.cubin.size() > 1000);
-    CHECK(r.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(r.cubin.compare(0, 4,
+                          "\x7f"
+                          "ELF") == 0);
     CHECK(r.report.registers > 0);
     CHECK(r.report.registers <= 255);
     CHECK(r.report.lowered_name.find("flash_fwd") != std::string::npos);

@@ -44,15 +44,19 @@ Config mk_mma(int tm, int tn, int tk, int wm, int wn, int st, int sk, int pf) {
 Config mk_gemv(int tm, int tn, int wk, int wn, GemvLoad ld, int pf, GemvReduce r = GemvReduce::none, int cluster = 1) {
   return make_config(tm, tn, GemvConfig{wk, wn, ld, pf, r, cluster});
 }
-Config mk_wgmma(int tm, int tn, int tk, int st, int sk, int pf) { return make_config(tm, tn, WgmmaConfig{tk, st, sk, pf}); }
+Config mk_wgmma(int tm, int tn, int tk, int st, int sk, int pf) {
+  return make_config(tm, tn, WgmmaConfig{tk, st, sk, pf});
+}
 /// split_k 0: stream-K.
 Config mk_ws(int tm, int tn, int consumers, int k_groups, int st, int sk) {
-  return make_config(tm, tn, WsConfig{consumers, k_groups, st, sk == 0 ? WsSplit::stream_k : WsSplit::split_k, sk == 0 ? 1 : sk});
+  return make_config(
+      tm, tn, WsConfig{consumers, k_groups, st, sk == 0 ? WsSplit::stream_k : WsSplit::split_k, sk == 0 ? 1 : sk});
 }
 Config mk_pairs(int tm, int tn, int st, int cm = 1) { return make_config(tm, tn, PairsConfig{st, cm}); }
 /// wgmma_ws split as one number: 0 for stream-K, else split_k.
 int ws_split(const Config& c) { return ws_stream_k(c) ? 0 : c.ws.split_k; }
-const GemvLoad kRing = GemvLoad::register_ring, kBulk = GemvLoad::bulk_rows, kTma = GemvLoad::tma, kTmaX = GemvLoad::tma_x;
+const GemvLoad kRing = GemvLoad::register_ring, kBulk = GemvLoad::bulk_rows, kTma = GemvLoad::tma,
+               kTmaX = GemvLoad::tma_x;
 }  // namespace
 
 TEST_CASE("qkv_proj problems are refused with the rule they break", "[generator][qkv]") {
@@ -89,20 +93,24 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       const auto d = launch_dims(p, c, 132);
       if (c.mainloop == Mainloop::gemv) {
         CHECK(m <= 64);
-        const int tm = m <= 8 ? 8 : m <= 16 ? 16 : 64;           // the power of two >= M, at least 8, or half of it
+        const int tm = m <= 8 ? 8 : m <= 16 ? 16 : 64;  // the power of two >= M, at least 8, or half of it
         CHECK((c.tile_m == tm || (tm > 8 && c.tile_m == tm / 2)));
         const int cl = gemv_cluster(c);
         CHECK((cl == 1 || cl == 2 || cl == 4 || cl == 8));
         if (c.gemv.reduce != GemvReduce::cluster) CHECK(c.gemv.cluster == 1);
         if (c.gemv.reduce == GemvReduce::cluster) CHECK(c.gemv.load == kBulk);  // K over a cluster's blocks
-        CHECK(c.gemv.warps_k * cl <= 3584 / 128);             // every warp gets a K step (4-bit warp step 128)
-        if (!gemv_balanced(c)) CHECK(d.grid_x * c.tile_n == 4608u * cl);  // blocks (x cluster ranks) cover the 288 m16 tiles
-        if (gemv_balanced(c)) CHECK(d.grid_x == unsigned(gemv_balance(4608 / c.tile_n * ((m + c.tile_m - 1) / c.tile_m), 28, 132).blocks()));
-        CHECK(uses_workspace(c) == gemv_balanced(c));         // clusters reduce in distributed shared memory
+        CHECK(c.gemv.warps_k * cl <= 3584 / 128);  // every warp gets a K step (4-bit warp step 128)
+        if (!gemv_balanced(c))
+          CHECK(d.grid_x * c.tile_n == 4608u * cl);  // blocks (x cluster ranks) cover the 288 m16 tiles
+        if (gemv_balanced(c))
+          CHECK(d.grid_x ==
+                unsigned(gemv_balance(4608 / c.tile_n * ((m + c.tile_m - 1) / c.tile_m), 28, 132).blocks()));
+        CHECK(uses_workspace(c) == gemv_balanced(c));  // clusters reduce in distributed shared memory
       } else if (c.mainloop == Mainloop::wgmma_ws) {
         CHECK(c.tile_n % p.head_dim == 0);
         CHECK((c.tile_m == 8 || m > c.tile_m / 2));  // a token tile more than half full
-        CHECK(d.block_x == unsigned(c.ws.consumers * c.ws.k_groups * 128 + 128));  // consumer warpgroups (x K groups) + the producer
+        CHECK(d.block_x ==
+              unsigned(c.ws.consumers * c.ws.k_groups * 128 + 128));  // consumer warpgroups (x K groups) + the producer
         CHECK(c.tile_n == 64 * c.ws.consumers * ws_atoms(c));
         const long long tiles = (long long)((4608 + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
         if (ws_split(c) > 1) CHECK(tiles < 132);
@@ -116,7 +124,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         CHECK(d.smem_bytes == unsigned(ws_smem_bytes(c, p.format)));
       } else if (c.mainloop == Mainloop::wgmma) {
         CHECK(c.tile_n % p.head_dim == 0);
-        CHECK((c.tile_m == 64 || m > c.tile_m / 2));  // one warpgroup per 64 tokens
+        CHECK((c.tile_m == 64 || m > c.tile_m / 2));       // one warpgroup per 64 tokens
         CHECK(d.block_x == unsigned(c.tile_m / 16 * 32));  // one warpgroup per 64 tokens
         if (c.wgmma.split_k > 1) CHECK(d.grid_x * d.grid_y < 132);
         CHECK(d.grid_z == unsigned(c.wgmma.split_k));
@@ -131,7 +139,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       }
       CHECK(names.insert(variant_name(p, c, arch)).second);
     }
-    bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false, has_ws = false, has_cluster = false;
+    bool has_split = false, has_gemv = false, has_half_gemv = false, has_wgmma = false, has_ws = false,
+         has_cluster = false;
     for (const auto& c : cs) {
       has_split |= c.mainloop == Mainloop::mma && c.mma.split_k > 1;
       has_gemv |= c.mainloop == Mainloop::gemv;
@@ -144,7 +153,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(has_split == (m <= 256));
     CHECK(has_gemv == (m <= 64));  // at M = 37 only the one-warp cluster blocks fit 4-bit tile_m 32 / 64 in registers
     CHECK(has_cluster == (m <= 64));
-    CHECK(has_wgmma);               // sm_90a: the Hopper mainloops at every M
+    CHECK(has_wgmma);  // sm_90a: the Hopper mainloops at every M
     CHECK(has_ws);
     // Decode sizes try the weight-streaming kernel first.
     if (m <= 16) CHECK(cs.front().mainloop == Mainloop::gemv);
@@ -194,9 +203,10 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       DType dt;
       int tile_m, stages, split_k;
     };
-    for (const Want w : {Want{quant::Format::fp16, DType::f16, 128, 6, 1}, Want{quant::Format::fp16, DType::f16, 256, 4, 3},
-                         Want{quant::Format::int8, DType::bf16, 256, 4, 3}, Want{quant::Format::int4, DType::bf16, 256, 0, 3},
-                         Want{quant::Format::nf4, DType::bf16, 256, 4, 3}}) {
+    for (const Want w :
+         {Want{quant::Format::fp16, DType::f16, 128, 6, 1}, Want{quant::Format::fp16, DType::f16, 256, 4, 3},
+          Want{quant::Format::int8, DType::bf16, 256, 4, 3}, Want{quant::Format::int4, DType::bf16, 256, 0, 3},
+          Want{quant::Format::nf4, DType::bf16, 256, 4, 3}}) {
       const auto cs = valid_configs(qwen(w.f, w.dt, 256), arch);
       INFO("format " << int(w.f) << " tile_m " << w.tile_m << " split_k " << w.split_k);
       bool found = false;
@@ -213,7 +223,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         if (c.mainloop != Mainloop::wgmma_ws) continue;
         bool seen = false;
         for (const Config* f : firsts)
-          seen |= f->tile_m == c.tile_m && f->tile_n == c.tile_n && ws_split(*f) == ws_split(c) && f->ws.k_groups == c.ws.k_groups;
+          seen |= f->tile_m == c.tile_m && f->tile_n == c.tile_n && ws_split(*f) == ws_split(c) &&
+                  f->ws.k_groups == c.ws.k_groups;
         if (seen) continue;
         firsts.push_back(&c);
         bool class_has_c2 = false;
@@ -225,17 +236,18 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     }
   }
   {  // M = 1024 (modes in turn and shape classes up to M = 1024): the whole-space probe's winner of
-     // the packed formats (m192 n128 c2 sk1) and the stream-K winners of the tune (packed m256 n128 c2 s4, fp16 m96 n256
-     // c2 s4) are all in the 24-candidate prefix.
+    // the packed formats (m192 n128 c2 sk1) and the stream-K winners of the tune (packed m256 n128 c2 s4, fp16 m96 n256
+    // c2 s4) are all in the 24-candidate prefix.
     auto in_prefix = [&](quant::Format f, DType dt, int tile_m, int tile_n, int split_k, int stages) {
       const auto cs = valid_configs(qwen(f, dt, 1024), arch);
       for (size_t i = 0; i < std::min<size_t>(24, cs.size()); ++i)
-        if (cs[i].mainloop == Mainloop::wgmma_ws && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n && ws_consumers(cs[i]) == 2 &&
-            ws_split(cs[i]) == split_k && (stages == 0 || cs[i].ws.stages == stages))
+        if (cs[i].mainloop == Mainloop::wgmma_ws && cs[i].tile_m == tile_m && cs[i].tile_n == tile_n &&
+            ws_consumers(cs[i]) == 2 && ws_split(cs[i]) == split_k && (stages == 0 || cs[i].ws.stages == stages))
           return true;
       return false;
     };
-    for (auto f : {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4}) {
+    for (auto f :
+         {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4}) {
       INFO("format " << int(f));
       CHECK(in_prefix(f, DType::bf16, 192, 128, 1, 0));
       CHECK(in_prefix(f, DType::bf16, 256, 128, 0, 4));
@@ -289,10 +301,11 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       CHECK((c.mainloop != Mainloop::wgmma && c.mainloop != Mainloop::wgmma_ws));
     const Config wg = mk_wgmma(128, 256, 64, 3, 1, 2);
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, arch) == nullptr);
-    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, parse_arch("sm_90"))).find("sm_90a") !=
-          std::string::npos);
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, wg, parse_arch("sm_90")))
+              .find("sm_90a") != std::string::npos);
     CHECK(variant_name(p4, wg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p2__sm_90a");
-    CHECK(name_expression(p4, wg) == "kt::qkv::qkv_wgmma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 128, 256, 64, 3, 2>");
+    CHECK(name_expression(p4, wg) ==
+          "kt::qkv::qkv_wgmma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 128, 256, 64, 3, 2>");
     CHECK(kernel_source(p4, wg, arch).source.find("qkv_wgmma.cuh") != std::string::npos);
     CHECK(config_to_json(wg).at("mainloop") == "wgmma");
     CHECK(same_config(config_from_json(config_to_json(wg)), wg));
@@ -303,7 +316,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p4, wg, 132).grid_y == 32);
     auto bad = wg;
     bad.tile_m = 96;  // not whole warpgroups of 64 tokens
-    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("warpgroup") != std::string::npos);
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("warpgroup") !=
+          std::string::npos);
     bad = wg;
     bad.tile_n = 192;
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
@@ -319,12 +333,13 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     const Problem p4 = qwen(quant::Format::int4, DType::bf16, 4096);
     const Config ws = mk_ws(256, 128, 2, 1, 4, 1);
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, ws, arch) == nullptr);
-    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, ws, parse_arch("sm_90"))).find("sm_90a") !=
-          std::string::npos);
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, ws, parse_arch("sm_90")))
+              .find("sm_90a") != std::string::npos);
     CHECK(ws_consumers(ws) == 2);
     CHECK(ws_atoms(ws) == 1);
     CHECK(variant_name(p4, ws, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk1__sm_90a");
-    CHECK(name_expression(p4, ws) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, false>");
+    CHECK(name_expression(p4, ws) ==
+          "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, false>");
     CHECK(kernel_source(p4, ws, arch).source.find("qkv_wgmma_ws.cuh") != std::string::npos);
     CHECK(config_to_json(ws).at("mainloop") == "wgmma_ws");
     CHECK(same_config(config_from_json(config_to_json(ws)), ws));
@@ -339,8 +354,11 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(workspace_bytes(p4, split, 132) == 0);
     CHECK(counter_bytes(p4, split) == 0);
     CHECK(!uses_workspace(split));
-    CHECK(variant_name(p4, split, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk2__sm_90a");
-    CHECK(name_expression(p4, split) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, 2>");
+    CHECK(variant_name(p4, split, arch) ==
+          "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk2__sm_90a");
+    CHECK(
+        name_expression(p4, split) ==
+        "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, 2>");
     CHECK(launch_dims(p4, split, 132).grid_x == 36 * 16 * 2);
     // Each rank finishes 128 of the 256 token rows. Its shared memory: the ring or its fp32 output tile over it,
     // whichever is larger, then one partial slot of its rows beside them (stored into while its mainloop runs).
@@ -379,8 +397,10 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     const Problem p16 = qwen(quant::Format::int4, DType::bf16, 16);
     const Config sk = mk_ws(16, 128, 2, 1, 8, 0);
     CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, sk, arch) == nullptr);
-    CHECK(variant_name(p16, sk, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg1_s8_streamk__sm_90a");
-    CHECK(name_expression(p16, sk) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, true>");
+    CHECK(variant_name(p16, sk, arch) ==
+          "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg1_s8_streamk__sm_90a");
+    CHECK(name_expression(p16, sk) ==
+          "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, true>");
     CHECK(same_config(config_from_json(config_to_json(sk)), sk));
     CHECK(ws_units(p16, sk) == 36 * 56);
     CHECK(launch_dims(p16, sk, 132).grid_x == 132);
@@ -400,12 +420,15 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p16, kg, 132).block_x == 640);
     CHECK(launch_dims(p16, kg, 132).grid_x == 36 * 3);
     CHECK(variant_name(p16, kg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg2_s8_sk3__sm_90a");
-    CHECK(name_expression(p16, kg) == "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, 3, 2>");
+    CHECK(
+        name_expression(p16, kg) ==
+        "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, 3, 2>");
     CHECK(same_config(config_from_json(config_to_json(kg)), kg));
     CHECK(ws_kgroup_xfer_bytes(kg) == 256 * 8 * 4);  // 256 threads x 8 fp32 accumulators
     auto kg1 = kg;
     kg1.ws.split_k = 1;
-    CHECK(name_expression(p16, kg1) == "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, false, 2>");
+    CHECK(name_expression(p16, kg1) ==
+          "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, false, 2>");
     auto kgs = kg;
     kgs.ws.split = WsSplit::stream_k, kgs.ws.split_k = 1;
     CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgs, arch)).find("K groups") !=
@@ -418,8 +441,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     // split_k 2, tile_m 64: 2 slots of X [64][64] + int4 rows [128][32 bytes] = 24 KB (more than the rank's 32-row
     // output tile) cannot hold the 256 threads x 32 fp32 partials (32 KB)
     const Config kgsmall = mk_ws(64, 128, 2, 2, 2, 2);
-    CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgsmall, arch)).find("over the ring") !=
-          std::string::npos);
+    CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgsmall, arch))
+              .find("over the ring") != std::string::npos);
     CHECK(workspace_bytes(p16, sk, 132) == size_t(2) * 132 * 16 * 128 * 4);
     CHECK(counter_bytes(p16, sk) == 36 * 4);
     CHECK_THROWS_WITH(launch_dims(p16, sk, 0), Catch::Contains("SM count"));
@@ -438,13 +461,15 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
           std::string::npos);
     auto bad = ws;
     bad.tile_n = 192;  // 96 features per consumer warpgroup is not a whole number of m64 atoms
-    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("atoms") != std::string::npos);
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("atoms") !=
+          std::string::npos);
     bad = ws;
     bad.tile_n = 512;  // two atoms per warpgroup x 256 tokens: 256 accumulators
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
     bad = ws;
     bad.tile_m = 24;
-    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("tile_m") != std::string::npos);
+    CHECK(std::string(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch)).find("tile_m") !=
+          std::string::npos);
     bad = ws;
     bad.ws.stages = 9;
     CHECK(invalid_reason(p4.dtype, p4.format, p4.head_dim, p4.rope, bad, arch) != nullptr);
@@ -468,7 +493,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   const Config c = mk_mma(16, 128, 64, 1, 4, 2, 8, 1);
   const Problem p = qwen();
   CHECK(variant_name(p, c, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__mma_m16_n128_k64_w1x4_s2_sk8_p1__sm_90a");
-  CHECK(name_expression(p, c) == "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
+  CHECK(name_expression(p, c) ==
+        "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
   CHECK(p.key() == "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope");
   CHECK(p.n() == 4608);
   CHECK(workspace_bytes(p, c, 132) == size_t(36) * 1 * 8 * 16 * 128 * 4);
@@ -477,17 +503,20 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(problem_from_json(problem_to_json(p)).key() == p.key());
   CHECK(same_config(config_from_json(config_to_json(c)), c));
   // The weight bytes the roofline counts: 4-bit data + fp32 absmax per 64.
-  CHECK(p.min_bytes() == Approx(4608.0 * 3584 / 2 + 4608.0 * 3584 / 64 * 4 + 2.0 * 16 * 3584 + 2.0 * 16 * 4608 + 2 * 4608));
+  CHECK(p.min_bytes() ==
+        Approx(4608.0 * 3584 / 2 + 4608.0 * 3584 / 64 * 4 + 2.0 * 16 * 3584 + 2.0 * 16 * 4608 + 2 * 4608));
   // gemv configs: their own name and template, a JSON round trip that keeps the mainloop.
   const Config gv = mk_gemv(8, 32, 4, 1, kRing, 1);  // 4 K warps x 1, two m16 tiles per warp
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv, arch) == nullptr);
-  CHECK(variant_name(p, gv, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_register_ring_p1_nored__sm_90a");
-  CHECK(name_expression(p, gv) == "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 0>");
+  CHECK(variant_name(p, gv, arch) ==
+        "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_register_ring_p1_nored__sm_90a");
+  CHECK(name_expression(p, gv) ==
+        "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 0>");
   CHECK(config_to_json(gv).at("mainloop") == "gemv");
   CHECK(same_config(config_from_json(config_to_json(gv)), gv));
   CHECK_FALSE(same_config(gv, mk_mma(8, 32, 128, 4, 1, 0, 1, 1)));
   CHECK(kernel_source(p, gv, arch).source.find("qkv_gemv.cuh") != std::string::npos);
-  CHECK(workspace_bytes(p, gv, 132) == 0);  // no split-K workspace
+  CHECK(workspace_bytes(p, gv, 132) == 0);       // no split-K workspace
   CHECK(launch_dims(p, gv, 132).grid_x == 144);  // 288 m16 tiles, 2 per block
   CHECK(launch_dims(p, gv, 132).grid_y == 2);    // M = 16: two 8-token tiles
   CHECK(launch_dims(p, gv, 132).block_x == 4 * 32);
@@ -502,13 +531,14 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv1, parse_arch("sm_80"))).find("sm_90") !=
         std::string::npos);
   {  // stages 2 (per-step TMA): its own template (WsParams with the weight's 5-D map), whole warp steps per row (K = 1088
-     // 128 bytes of TMA alignment slack, a per-warp ring and one mbarrier per (step, warp column); sm_90 only; no
-     // cluster; never prefetch 4 in the space.
+    // 128 bytes of TMA alignment slack, a per-warp ring and one mbarrier per (step, warp column); sm_90 only; no
+    // cluster; never prefetch 4 in the space.
     auto gv2 = gv;
     gv2.gemv.load = kTma;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, arch) == nullptr);
     CHECK(variant_name(p, gv2, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_tma_p1_nored__sm_90a");
-    CHECK(name_expression(p, gv2) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1>");
+    CHECK(name_expression(p, gv2) ==
+          "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1>");
     // Data: a ring per warp of prefetch + 2 slots x its 2 m16 tiles x 1 KB, not the rows' 1792 bytes; scales whole.
     CHECK(gemv_ring_slots(gv2) == 3);
     CHECK(gemv_ring_bytes(gv2) == 4 * 3 * 2 * 1024);
@@ -528,24 +558,30 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
           std::string::npos);
     auto cl2 = gv2;
     cl2.gemv.reduce = GemvReduce::cluster, cl2.gemv.cluster = 2;
-    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl2, arch)).find("bulk_rows") != std::string::npos);
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl2, arch)).find("bulk_rows") !=
+          std::string::npos);
     auto s4 = gv2;
     s4.gemv.load = GemvLoad(4);
-    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s4, arch)).find("load must be") != std::string::npos);
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s4, arch)).find("load must be") !=
+          std::string::npos);
     // tma_x (X by TMA too): tile_m 16 / 32 and packed weights only, its own kernel (WsParams with X's 3-D map), the
     // X rings (prefetch + 1 boxes of tile_m x 128 elements x 2 bytes per warp, 1 KB of alignment slack) beside
     // tma's, K a multiple of 64.
     auto s3 = gv2;
     s3.gemv.load = kTmaX;
-    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch)).find("tile_m 16 or 32") != std::string::npos);
+    CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch)).find("tile_m 16 or 32") !=
+          std::string::npos);
     s3.tile_m = 16;
     s3.tile_n = 16;  // (two m16 tiles per warp at tile_m 16 exceed the register budget)
     auto s3_2 = s3;
     s3_2.gemv.load = kTma;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, arch) == nullptr);
-    CHECK(variant_name(p, s3, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m16_n16_wk4_wn1_tma_x_p1_nored__sm_90a");
-    CHECK(name_expression(p, s3) == "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 16, 4, 1, 1>");
-    CHECK(gemv_smem_bytes(s3, p.format, p.k) - gemv_smem_bytes(s3_2, p.format, p.k) == 1024 - 128 + 4 * 2 * 16 * 128 * 2);
+    CHECK(variant_name(p, s3, arch) ==
+          "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m16_n16_wk4_wn1_tma_x_p1_nored__sm_90a");
+    CHECK(name_expression(p, s3) ==
+          "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 16, 4, 1, 1>");
+    CHECK(gemv_smem_bytes(s3, p.format, p.k) - gemv_smem_bytes(s3_2, p.format, p.k) ==
+          1024 - 128 + 4 * 2 * 16 * 128 * 2);
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, parse_arch("sm_80"))).find("sm_90") !=
           std::string::npos);
     const auto s3w = s3;  // 16-bit weights
@@ -558,7 +594,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
       if (c.gemv.load == kTma) {
         ++n2;
         CHECK(c.gemv.prefetch != 4);
-        CHECK((c.gemv.reduce == GemvReduce::none || (gemv_balanced(c) && c.tile_m <= 16)));  // (the balanced tail: tile_m 8, 16)
+        CHECK((c.gemv.reduce == GemvReduce::none ||
+               (gemv_balanced(c) && c.tile_m <= 16)));  // (the balanced tail: tile_m 8, 16)
       }
     CHECK(n2 == 4 * 2 * 11 * 2 + 2 * 2 * 11 * 2);
     int n2_16 = 0, p4_16 = 0;  // 16-bit weights also get window 5 (prefetch 4)
@@ -591,7 +628,8 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch) != nullptr);
   gv_bad = gv;
   gv_bad.gemv.reduce = GemvReduce::cluster, gv_bad.gemv.cluster = 2;  // a cluster needs bulk_rows
-  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("bulk_rows") != std::string::npos);
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("bulk_rows") !=
+        std::string::npos);
   gv_bad.gemv.load = kBulk;
   gv_bad.gemv.cluster = 3;
   CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("cluster 2, 4 or 8") !=
@@ -606,8 +644,10 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     auto cl = gv1;
     cl.gemv.reduce = GemvReduce::cluster, cl.gemv.cluster = 4;
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl, arch) == nullptr);
-    CHECK(variant_name(p, cl, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_bulk_rows_p1_cl4__sm_90a");
-    CHECK(name_expression(p, cl) == "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 4>");
+    CHECK(variant_name(p, cl, arch) ==
+          "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_bulk_rows_p1_cl4__sm_90a");
+    CHECK(name_expression(p, cl) ==
+          "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 4>");
     CHECK(!uses_workspace(cl));
     CHECK(workspace_bytes(p, cl, 132) == 0);
     CHECK(launch_dims(p, cl, 132).grid_x == 144 * 4);
@@ -624,14 +664,16 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   gv_bad.tile_n = 16;
   gv_bad.gemv.prefetch = 2;
   gv_bad.tile_m = 16;  // 512 threads: 40 + 8 + 2 x (14 + 32) + 8 = 148 registers > 112
-  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("registers") != std::string::npos);
+  CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv_bad, arch)).find("registers") !=
+        std::string::npos);
   // wgmma tile_k 128 on large tiles: rejected by the register estimate (these compiled to 48-416 spilled bytes), while
   // 128 x 128 tile_k 128 stays valid.
   for (auto [f, d] : {std::pair{quant::Format::fp16, DType::f16}, {quant::Format::int4, DType::bf16}}) {
     const Config w256 = mk_wgmma(256, 128, 128, 2, 1, 1), w64 = mk_wgmma(64, 256, 128, 2, 1, 1),
-        w128 = mk_wgmma(128, 128, 128, 2, 1, 1);
+                 w128 = mk_wgmma(128, 128, 128, 2, 1, 1);
     CHECK(std::string(invalid_reason(d, f, 128, true, w256, arch)).find("register") != std::string::npos);
-    if (f == quant::Format::fp16) CHECK(std::string(invalid_reason(d, f, 128, true, w64, arch)).find("register") != std::string::npos);
+    if (f == quant::Format::fp16)
+      CHECK(std::string(invalid_reason(d, f, 128, true, w64, arch)).find("register") != std::string::npos);
     CHECK(invalid_reason(d, f, 128, true, w128, arch) == nullptr);
   }
   // RoPE with a tile narrower than a head is invalid, and says so.
@@ -650,9 +692,9 @@ TEST_CASE("qkv_proj gemv balanced tail: the cut, grid, workspace, names, order",
         CHECK(b.full + b.tail == units);
         CHECK(b.tail < sms);
         CHECK(b.split >= 1);
-        CHECK(b.split <= steps);                              // every piece has a K step
+        CHECK(b.split <= steps);  // every piece has a K step
         CHECK(b.blocks() == b.full + (long long)b.tail * b.split);
-        if (b.tail > 0) CHECK((long long)b.tail * b.split <= sms);  // at most one piece per SM
+        if (b.tail > 0) CHECK((long long)b.tail * b.split <= sms);                          // at most one piece per SM
         if (b.tail > 0 && b.split < steps) CHECK((long long)b.tail * (b.split + 1) > sms);  // as many as fit
       }
   const GemvBalance q = gemv_balance(288, 28, 132);  // Qwen2.5-7B, m16 row blocks, M = 1, H100
@@ -669,10 +711,12 @@ TEST_CASE("qkv_proj gemv balanced tail: the cut, grid, workspace, names, order",
   bal.gemv.reduce = GemvReduce::balanced_tail;
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, bal, arch) == nullptr);
   CHECK(variant_name(p, bal, arch) == "qkv_proj__bf16_int4_d128_bias_rope__gemv_m8_n16_wk4_wn1_tma_p1_bal__sm_90a");
-  CHECK(name_expression(p, bal) == "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, true>");
+  CHECK(name_expression(p, bal) ==
+        "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, true>");
   Config bal0 = bal;
   bal0.gemv.load = kRing;
-  CHECK(name_expression(p, bal0) == "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, 0, true>");
+  CHECK(name_expression(p, bal0) ==
+        "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, 0, true>");
   CHECK(same_config(config_from_json(config_to_json(bal)), bal));
   CHECK(uses_workspace(bal));
   CHECK(!uses_workspace(base));
@@ -739,7 +783,9 @@ TEST_CASE("qkv_proj gemv balanced tail: the cut, grid, workspace, names, order",
     CHECK(!(c.mainloop == Mainloop::gemv && gemv_balanced(c)));
 }
 
-TEST_CASE("qkv_proj gemv: the register ring keeps every format's scales in registers, the other loads in shared memory sized with K and checked", "[generator][qkv]") {
+TEST_CASE(
+    "qkv_proj gemv: the register ring keeps every format's scales in registers, the other loads in shared memory sized with K and checked",
+    "[generator][qkv]") {
   // gemv_smem_scales: the register ring loads the scales' raw bits with each step's units, so its
   // shared memory is the partial sums' alone for every format; bulk_rows, tma and tma_x copy each row's scales (and
   // int4 zero points).
@@ -750,8 +796,9 @@ TEST_CASE("qkv_proj gemv: the register ring keeps every format's scales in regis
   CHECK(gemv_smem_scales(kBulk));
   CHECK(gemv_smem_scales(kTma));
   CHECK(gemv_smem_scales(kTmaX));
-  for (quant::Format f : {quant::Format::mxfp4, quant::Format::mxfp4_kb128, quant::Format::nvfp4, quant::Format::nvfp4_kb128,
-                          quant::Format::nf4, quant::Format::int4, quant::Format::int8, quant::Format::bf16}) {
+  for (quant::Format f :
+       {quant::Format::mxfp4, quant::Format::mxfp4_kb128, quant::Format::nvfp4, quant::Format::nvfp4_kb128,
+        quant::Format::nf4, quant::Format::int4, quant::Format::int8, quant::Format::bf16}) {
     INFO("format " << int(f));
     const Config cfg = s0;
     CHECK(gemv_smem_bytes(cfg, f, 3584) == partial);
@@ -760,7 +807,8 @@ TEST_CASE("qkv_proj gemv: the register ring keeps every format's scales in regis
       CHECK(launch_dims(qwen(f, DType::bf16, 1), cfg, 132).smem_bytes == unsigned(partial));
   }
   // The kernels take the per-block cap as their dynamic shared memory attribute (bulk_rows, tma, tma_x grow with K).
-  CHECK(kernel_source(qwen(quant::Format::mxfp4, DType::bf16, 1), s0, arch).dynamic_smem_bytes == unsigned(gemv_smem_cap(90)));
+  CHECK(kernel_source(qwen(quant::Format::mxfp4, DType::bf16, 1), s0, arch).dynamic_smem_bytes ==
+        unsigned(gemv_smem_cap(90)));
   // tma holds tile_n x K / 16 scale bytes of nvfp4: a K whose scales do not fit is left out of valid_configs and
   // refused by check_params, naming the row scales and k; the register ring runs that K.
   Problem huge = qwen(quant::Format::nvfp4, DType::bf16, 1);
@@ -849,7 +897,8 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   const Config c = mk_pairs(128, 96, 6);
   CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, c, arch) == nullptr);
   CHECK(variant_name(pf, c, arch) == "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n96_s6_cm1__sm_90a");
-  CHECK(name_expression(pf, c) == "kt::qkv::qkv_wgmma_pairs<kt::DType::f16, kt::quant::Format::fp16, 128, true, true, 128, 96, 6>");
+  CHECK(name_expression(pf, c) ==
+        "kt::qkv::qkv_wgmma_pairs<kt::DType::f16, kt::quant::Format::fp16, 128, true, true, 128, 96, 6>");
   CHECK(kernel_source(pf, c, arch).source.find("qkv_wgmma_pairs.cuh") != std::string::npos);
   CHECK(config_to_json(c).at("mainloop") == "wgmma_pairs");
   CHECK(same_config(config_from_json(config_to_json(c)), c));
@@ -883,7 +932,9 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, deep, arch) == nullptr);
   CHECK(launch_dims(pf, c, 132).grid_x == 4u * 12u);  // 4 chunks of 16 pairs x 12 groups of 3 heads (Qwen2.5-7B: 36)
   auto refused = [&](Config b, quant::Format f, const char* arch_name, const char* why) {
-    const char* r = invalid_reason(f == quant::Format::bf16 ? DType::bf16 : f == quant::Format::fp16 ? DType::f16 : DType::bf16,
+    const char* r = invalid_reason(f == quant::Format::bf16   ? DType::bf16
+                                   : f == quant::Format::fp16 ? DType::f16
+                                                              : DType::bf16,
                                    f, 128, true, b, parse_arch(arch_name));
     INFO(why);
     REQUIRE(r != nullptr);
@@ -945,8 +996,10 @@ TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major 
                     Catch::Contains("fp16_kb64 weights need fp16 activations"));
   CHECK_THROWS_WITH(check_problem(qwen(quant::Format::bf16_kb64, DType::f16)),
                     Catch::Contains("bf16_kb64 weights need bf16 activations"));
-  CHECK(qwen(quant::Format::fp16_kb64, DType::f16, 256).key() == "qkv_proj/fp16/fp16_kb64/m256/k3584/h28/kv4/d128/bias/rope");
-  CHECK(problem_from_json(problem_to_json(qwen(quant::Format::bf16_kb64, DType::bf16, 7))).format == quant::Format::bf16_kb64);
+  CHECK(qwen(quant::Format::fp16_kb64, DType::f16, 256).key() ==
+        "qkv_proj/fp16/fp16_kb64/m256/k3584/h28/kv4/d128/bias/rope");
+  CHECK(problem_from_json(problem_to_json(qwen(quant::Format::bf16_kb64, DType::bf16, 7))).format ==
+        quant::Format::bf16_kb64);
   for (const auto& [kb, rm, dt] : {std::make_tuple(quant::Format::fp16_kb64, quant::Format::fp16, DType::f16),
                                    std::make_tuple(quant::Format::bf16_kb64, quant::Format::bf16, DType::bf16)})
     for (int m : {1, 16, 64, 256, 4096}) {
@@ -975,18 +1028,20 @@ TEST_CASE("qkv_proj K-blocked 16-bit weights: TMA mainloops only, the row-major 
       CHECK(invalid_reason(pk.dtype, pk.format, pk.head_dim, pk.rope, default_config(arch, pk), arch) == nullptr);
     }
   const Problem p = qwen(quant::Format::fp16_kb64, DType::f16, 16);
-  for (const auto& c : {mk_mma(16, 128, 64, 1, 4, 2, 1, 1), mk_gemv(8, 16, 8, 1, kBulk, 1),
-                        mk_wgmma(64, 128, 64, 3, 1, 1)})
+  for (const auto& c :
+       {mk_mma(16, 128, 64, 1, 4, 2, 1, 1), mk_gemv(8, 16, 8, 1, kBulk, 1), mk_wgmma(64, 128, 64, 3, 1, 1)})
     CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked"));
 }
 
-TEST_CASE("qkv_proj K-blocked packed weights: gemv register_ring / tma / tma_x and wgmma_ws only, the row-major twin's binaries",
-          "[generator][qkv]") {
+TEST_CASE(
+    "qkv_proj K-blocked packed weights: gemv register_ring / tma / tma_x and wgmma_ws only, the row-major twin's binaries",
+    "[generator][qkv]") {
   const ArchId arch = parse_arch("sm_90a");
-  const std::pair<quant::Format, quant::Format> pairs[] = {
-      {quant::Format::int8_kb64, quant::Format::int8}, {quant::Format::int4_kb128, quant::Format::int4},
-      {quant::Format::nf4_kb128, quant::Format::nf4}, {quant::Format::mxfp4_kb128, quant::Format::mxfp4},
-      {quant::Format::nvfp4_kb128, quant::Format::nvfp4}};
+  const std::pair<quant::Format, quant::Format> pairs[] = {{quant::Format::int8_kb64, quant::Format::int8},
+                                                           {quant::Format::int4_kb128, quant::Format::int4},
+                                                           {quant::Format::nf4_kb128, quant::Format::nf4},
+                                                           {quant::Format::mxfp4_kb128, quant::Format::mxfp4},
+                                                           {quant::Format::nvfp4_kb128, quant::Format::nvfp4}};
   for (const auto& [kb, rm] : pairs)
     for (DType dt : {DType::f16, DType::bf16})
       for (int m : {1, 16, 64, 256, 4096}) {
@@ -1003,21 +1058,24 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv register_ring / tma / tma_x a
           CHECK(variant_name(pk, c, arch).find(std::string("_") + format_tag(kb) + "_d128") != std::string::npos);
         }
         CHECK(mainloops.count(Mainloop::wgmma_ws) == 1);
-        CHECK(mainloops.count(Mainloop::mma) + mainloops.count(Mainloop::wgmma) + mainloops.count(Mainloop::wgmma_pairs) == 0);
+        CHECK(mainloops.count(Mainloop::mma) + mainloops.count(Mainloop::wgmma) +
+                  mainloops.count(Mainloop::wgmma_pairs) ==
+              0);
         if (m <= 16) {
           CHECK(mainloops.count(Mainloop::gemv) == 1);
           auto has = [&](GemvLoad l) {
-            return std::any_of(ck.begin(), ck.end(), [&](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == l; });
+            return std::any_of(ck.begin(), ck.end(),
+                               [&](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == l; });
           };
           CHECK(has(kRing));
           CHECK(has(kTma));
-          CHECK(has(kTmaX) ==
-                (m == 16));  // X by TMA: tile_m 16 / 32 only
+          CHECK(has(kTmaX) == (m == 16));  // X by TMA: tile_m 16 / 32 only
         }
         // exactly the twin's gemv register_ring / tma / tma_x and wgmma_ws configs (the decode order interleaves the loads that remain)
         std::vector<Config> tma;
         for (const auto& c : cr)
-          if (c.mainloop == Mainloop::wgmma_ws || (c.mainloop == Mainloop::gemv && c.gemv.load != kBulk)) tma.push_back(c);
+          if (c.mainloop == Mainloop::wgmma_ws || (c.mainloop == Mainloop::gemv && c.gemv.load != kBulk))
+            tma.push_back(c);
         REQUIRE(tma.size() == ck.size());
         for (const auto& c : tma)
           CHECK(std::any_of(ck.begin(), ck.end(), [&](const Config& o) { return same_config(c, o); }));
@@ -1025,13 +1083,13 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv register_ring / tma / tma_x a
         if (m == 1) CHECK(default_config(arch, pk).mainloop == Mainloop::gemv);
       }
   const Problem p = qwen(quant::Format::int4_kb128, DType::bf16, 16);
-  for (const auto& c : {mk_mma(16, 128, 64, 1, 4, 2, 1, 1), mk_gemv(8, 16, 4, 1, kBulk, 1),
-                        mk_wgmma(64, 128, 64, 3, 1, 1)})
+  for (const auto& c :
+       {mk_mma(16, 128, 64, 1, 4, 2, 1, 1), mk_gemv(8, 16, 4, 1, kBulk, 1), mk_wgmma(64, 128, 64, 3, 1, 1)})
     CHECK_THAT(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch), Catch::Contains("K-blocked packed"));
   // the register ring reads K-blocked units by address (ld.global.nc), on sm_80 too
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, mk_gemv(8, 16, 4, 1, kRing, 1), arch) == nullptr);
-  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, mk_gemv(8, 16, 4, 1, kRing, 1),
-                       parse_arch("sm_80")) == nullptr);
+  CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, mk_gemv(8, 16, 4, 1, kRing, 1), parse_arch("sm_80")) ==
+        nullptr);
   // K must tile into 64-byte blocks: 4-bit K a multiple of 128, int8 of 64.
   Problem odd = qwen(quant::Format::nf4_kb128, DType::bf16, 1);
   odd.k = 3584 + 64;
@@ -1040,13 +1098,14 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv register_ring / tma / tma_x a
   CHECK_NOTHROW(check_problem(odd));
   odd.format = quant::Format::int8_kb64;
   CHECK_NOTHROW(check_problem(odd));
-  CHECK(problem_from_json(problem_to_json(qwen(quant::Format::mxfp4_kb128, DType::bf16, 7))).format == quant::Format::mxfp4_kb128);
+  CHECK(problem_from_json(problem_to_json(qwen(quant::Format::mxfp4_kb128, DType::bf16, 7))).format ==
+        quant::Format::mxfp4_kb128);
 }
 
 TEST_CASE("qkv_proj weight L2 policy: evict_first where it measured faster", "[generator][qkv]") {
-  const Config pairs = mk_pairs(128, 96, 8, 2), ws8 = mk_ws(8, 128, 1, 1, 8, 2),
-      ws256 = mk_ws(256, 128, 2, 1, 4, 1), gemv8 = mk_gemv(8, 16, 4, 1, kBulk, 1),
-      mma = mk_mma(64, 128, 64, 2, 4, 2, 1, 1), wgmma = mk_wgmma(128, 128, 64, 3, 1, 1);
+  const Config pairs = mk_pairs(128, 96, 8, 2), ws8 = mk_ws(8, 128, 1, 1, 8, 2), ws256 = mk_ws(256, 128, 2, 1, 4, 1),
+               gemv8 = mk_gemv(8, 16, 4, 1, kBulk, 1), mma = mk_mma(64, 128, 64, 2, 4, 2, 1, 1),
+               wgmma = mk_wgmma(128, 128, 64, 3, 1, 1);
   for (int m : {1, 64, 256, 1024, 4096}) CHECK(weight_evict_first(qwen(quant::Format::fp16, DType::f16, m), pairs));
   CHECK(weight_evict_first(qwen(quant::Format::fp16_kb64, DType::f16, 1), ws8));
   CHECK(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 8), ws8));
@@ -1055,7 +1114,8 @@ TEST_CASE("qkv_proj weight L2 policy: evict_first where it measured faster", "[g
   CHECK(weight_evict_first(qwen(quant::Format::bf16, DType::bf16, 256), ws256));
   CHECK_FALSE(weight_evict_first(qwen(quant::Format::bf16, DType::bf16, 4096), ws256));
   CHECK(weight_evict_first(qwen(quant::Format::int8, DType::bf16, 8), gemv8));
-  CHECK_FALSE(weight_evict_first(qwen(quant::Format::int8, DType::bf16, 16), gemv8));  // the half-M tile: two token tiles
+  CHECK_FALSE(
+      weight_evict_first(qwen(quant::Format::int8, DType::bf16, 16), gemv8));  // the half-M tile: two token tiles
   CHECK_FALSE(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 16), mma));
   CHECK_FALSE(weight_evict_first(qwen(quant::Format::fp16, DType::f16, 256), wgmma));
 }
@@ -1138,7 +1198,8 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
 }
 
-TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruction outside the TMA paths)", "[nvrtc][qkv]") {
+TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruction outside the TMA paths)",
+          "[nvrtc][qkv]") {
   // The tma / tma_x proxy fence must sit inside the sm_90 guard, or no gemv binary compiles for sm_80.
   const ArchId arch = parse_arch("sm_80");
   std::vector<KernelSource> src;
@@ -1157,7 +1218,8 @@ TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruct
   }
 }
 
-TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rejected by the template", "[nvrtc][qkv]") {
+TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rejected by the template",
+          "[nvrtc][qkv]") {
   const ArchId arch = parse_arch("sm_90a");
   std::vector<KernelSource> src;
   std::set<std::string> seen;
@@ -1197,8 +1259,9 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   CHECK_THAT(bad_pairs.error, Catch::Contains("invalid qkv_wgmma_pairs variant"));
 }
 
-TEST_CASE("qkv_proj candidate order: properties for every device model, read from the device and not an H100's constants",
-          "[generator][qkv]") {
+TEST_CASE(
+    "qkv_proj candidate order: properties for every device model, read from the device and not an H100's constants",
+    "[generator][qkv]") {
   const ArchId arch = parse_arch("sm_90a");
   DeviceModel h100_pcie = device_model(arch, 114), small_gpu = device_model(arch, 40);
   small_gpu.smem_per_sm = 100 * 1024;  // a GPU with less shared memory per SM than the H100's 228 KB
@@ -1215,8 +1278,10 @@ TEST_CASE("qkv_proj candidate order: properties for every device model, read fro
   CHECK(valid_configs(qwen(), arch).size() == valid_configs(qwen(), arch, device_model(arch)).size());
 
   for (const DeviceModel& dev : models)
-    for (auto [f, dt] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::fp16, DType::f16},
-                         {quant::Format::int8, DType::bf16}, {quant::Format::int4_kb128, DType::f16}})
+    for (auto [f, dt] : {std::pair{quant::Format::nf4, DType::bf16},
+                         {quant::Format::fp16, DType::f16},
+                         {quant::Format::int8, DType::bf16},
+                         {quant::Format::int4_kb128, DType::f16}})
       for (int m : {1, 16, 37, 64, 256, 1024, 4096}) {
         const Problem p = qwen(f, dt, m);
         const double sms = dev.sm_count;
@@ -1239,7 +1304,8 @@ TEST_CASE("qkv_proj candidate order: properties for every device model, read fro
         CHECK(std::any_of(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, def); }));
         // Decode sizes try the weight-streaming kernel first; gemv only up to M = 64.
         if (m <= 16) CHECK(cs.front().mainloop == Mainloop::gemv);
-        if (m > 64) CHECK(std::none_of(cs.begin(), cs.end(), [](const Config& c) { return c.mainloop == Mainloop::gemv; }));
+        if (m > 64)
+          CHECK(std::none_of(cs.begin(), cs.end(), [](const Config& c) { return c.mainloop == Mainloop::gemv; }));
         std::vector<Config> by[5];
         for (const auto& c : cs) by[int(c.mainloop)].push_back(c);
         // mma: split-K only while the grid has fewer than 2 blocks per SM of this device; grids closest to 2 per SM first.
@@ -1299,7 +1365,8 @@ TEST_CASE("qkv_proj candidate order: properties for every device model, read fro
         order(qwen(quant::Format::nf4, DType::bf16, 1), small_gpu));
 }
 
-TEST_CASE("qkv_proj config JSON: one object per mainloop, every field named; the flat schema-1 form is refused", "[generator][qkv]") {
+TEST_CASE("qkv_proj config JSON: one object per mainloop, every field named; the flat schema-1 form is refused",
+          "[generator][qkv]") {
   const Problem p = qwen();
   const Config cs[] = {mk_mma(16, 128, 64, 1, 4, 2, 8, 1),
                        mk_gemv(8, 32, 7, 1, kBulk, 2, GemvReduce::cluster, 4),
@@ -1318,10 +1385,15 @@ TEST_CASE("qkv_proj config JSON: one object per mainloop, every field named; the
     CHECK(same_config(config_from_json(j), c));
     // the variant name spells the mainloop, the tile and every field of its object, in order
     const std::string name = variant_name(p, c, parse_arch("sm_90a"));
-    CHECK(name.find("__" + ml + "_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_") != std::string::npos);
+    CHECK(name.find("__" + ml + "_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_") !=
+          std::string::npos);
   }
-  CHECK(config_to_json(cs[1]).at("gemv") ==
-        nlohmann::json{{"warps_k", 7}, {"warps_n", 1}, {"load", "bulk_rows"}, {"prefetch", 2}, {"reduce", "cluster"}, {"cluster", 4}});
+  CHECK(config_to_json(cs[1]).at("gemv") == nlohmann::json{{"warps_k", 7},
+                                                           {"warps_n", 1},
+                                                           {"load", "bulk_rows"},
+                                                           {"prefetch", 2},
+                                                           {"reduce", "cluster"},
+                                                           {"cluster", 4}});
   CHECK(config_to_json(cs[5]).at("wgmma_ws") ==
         nlohmann::json{{"consumers", 2}, {"k_groups", 1}, {"stages", 6}, {"split", "stream_k"}, {"split_k", 1}});
   // A config stored by schema 1 (flat fields, their meaning depending on the mainloop) names the migration.

@@ -127,7 +127,8 @@ TEST_CASE("broad problem sweep with a few variants", "[gpu][attention]") {
     const std::string key = variant_name(p, Config{0, 0, 0, 0, 0, 0}, env.arch);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
-    std::vector<Config> cs = {default_config(env.arch, p), Config{64, 64, 4, 2, kMmaSync, 0}, Config{128, 64, 8, 3, kMmaSync, 1}};
+    std::vector<Config> cs = {default_config(env.arch, p), Config{64, 64, 4, 2, kMmaSync, 0},
+                              Config{128, 64, 8, 3, kMmaSync, 1}};
     return cache.emplace(key, load_variants(p, cs)).first->second;
   };
   std::vector<Problem> problems;
@@ -159,21 +160,21 @@ TEST_CASE("strided Q/K/V views into one fused QKV buffer, no LSE", "[gpu][attent
         for (int h = 0; h < H; ++h)
           for (int x = 0; x < p.head_dim; ++x) {
             const size_t dst = ((size_t(b) * p.seqlen_q + s) * H + h) * p.head_dim + x;
-            if (h < p.num_heads)
-              fused[dst] = in.q[((size_t(b) * p.seqlen_q + s) * p.num_heads + h) * p.head_dim + x];
+            if (h < p.num_heads) fused[dst] = in.q[((size_t(b) * p.seqlen_q + s) * p.num_heads + h) * p.head_dim + x];
             else if (h < p.num_heads + p.num_kv_heads)
               fused[dst] = in.k[((size_t(b) * p.seqlen_k + s) * p.num_kv_heads + h - p.num_heads) * p.head_dim + x];
             else
               fused[dst] =
-                  in.v[((size_t(b) * p.seqlen_k + s) * p.num_kv_heads + h - p.num_heads - p.num_kv_heads) * p.head_dim + x];
+                  in.v[((size_t(b) * p.seqlen_k + s) * p.num_kv_heads + h - p.num_heads - p.num_kv_heads) * p.head_dim +
+                       x];
           }
     cuda::DeviceBuffer dfused(fused.size() * 2), dout(in.q.size() * 2);
     dfused.upload(fused.data(), fused.size() * 2);
     dout.fill_u16(0xFFFF);
     const auto base = reinterpret_cast<const uint16_t*>(dfused.ptr());
-    FwdParams a = contiguous_params(p, base, base + p.num_heads * p.head_dim,
-                                    base + (p.num_heads + p.num_kv_heads) * p.head_dim,
-                                    reinterpret_cast<void*>(dout.ptr()), nullptr);
+    FwdParams a =
+        contiguous_params(p, base, base + p.num_heads * p.head_dim, base + (p.num_heads + p.num_kv_heads) * p.head_dim,
+                          reinterpret_cast<void*>(dout.ptr()), nullptr);
     a.q_row_stride = a.k_row_stride = a.v_row_stride = (long long)H * p.head_dim;
     a.q_batch_stride = a.k_batch_stride = a.v_batch_stride = a.q_row_stride * p.seqlen_q;
     const auto variants = load_variants(p, {default_config(env.arch, p), Config{128, 64, 8, 2, kMmaSync, 1}});

@@ -17,10 +17,10 @@
 #include "cuda/driver.h"
 #include "generator/arch.h"
 #include "generator/qkv_family.h"
-#include "runtime/qkv.h"
-#include "tuner/qkv_harness.h"
 #include "reference/dtype_convert.h"
+#include "runtime/qkv.h"
 #include "tests/support.h"
+#include "tuner/qkv_harness.h"
 
 using namespace kt;
 using namespace kt::qkv;
@@ -85,8 +85,8 @@ void run_and_check(const HostInputs& in, const std::vector<Config>& configs,
       std::vector<uint16_t> q, kk, v;
       dev.download(q, kk, v);
       const Verdict vd = verify(in, ref, q, kk, v);
-      INFO(in.problem.key() << " with " << variant_name(in.problem, c, env.arch) << " (launch " << run + 1 << "): " << vd.message
-                            << " rel " << vd.rel_l2);
+      INFO(in.problem.key() << " with " << variant_name(in.problem, c, env.arch) << " (launch " << run + 1
+                            << "): " << vd.message << " rel " << vd.rel_l2);
       CHECK(vd.pass);
     }
 }
@@ -103,13 +103,17 @@ void run_sets(const HostInputs& big, const std::vector<MSet>& sets) {
   std::vector<Config> all;
   for (const auto& s : sets) all.insert(all.end(), s.configs.begin(), s.configs.end());
   const auto kernels = load(big.problem, all);
-  for (const auto& s : sets) run_and_check(s.m == big.problem.m ? big : truncate(big, s.m), s.configs, kernels, s.ref_rows);
+  for (const auto& s : sets)
+    run_and_check(s.m == big.problem.m ? big : truncate(big, s.m), s.configs, kernels, s.ref_rows);
 }
 
 std::vector<std::pair<quant::Format, DType>> format_dtypes() {
-  std::vector<std::pair<quant::Format, DType>> out = {{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16},
-                                                     {quant::Format::fp16_kb64, DType::f16}, {quant::Format::bf16_kb64, DType::bf16}};
-  for (auto f : {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4})
+  std::vector<std::pair<quant::Format, DType>> out = {{quant::Format::fp16, DType::f16},
+                                                      {quant::Format::bf16, DType::bf16},
+                                                      {quant::Format::fp16_kb64, DType::f16},
+                                                      {quant::Format::bf16_kb64, DType::bf16}};
+  for (auto f :
+       {quant::Format::int8, quant::Format::int4, quant::Format::nf4, quant::Format::mxfp4, quant::Format::nvfp4})
     for (auto d : {DType::f16, DType::bf16}) out.push_back({f, d});
   // K-blocked packed weights (the element formats' binaries, read through other tensor maps): one dtype each.
   out.push_back({quant::Format::int8_kb64, DType::f16});
@@ -123,7 +127,8 @@ std::vector<std::pair<quant::Format, DType>> format_dtypes() {
 /// How a config splits K between blocks, as one number: 0 for wgmma_ws stream-K and the gemv balanced tail (split by
 /// the SM count at launch), else the blocks per output tile (k_split_blocks: split_k, or a gemv cluster's size).
 int split_of(const Config& c) {
-  if ((c.mainloop == Mainloop::gemv && gemv_balanced(c)) || (c.mainloop == Mainloop::wgmma_ws && ws_stream_k(c))) return 0;
+  if ((c.mainloop == Mainloop::gemv && gemv_balanced(c)) || (c.mainloop == Mainloop::wgmma_ws && ws_stream_k(c)))
+    return 0;
   return k_split_blocks(c);
 }
 
@@ -176,8 +181,9 @@ HostInputs zero_blocks_under_huge_scales(const Problem& p, uint64_t seed) {
   const int group = f == quant::Format::mxfp4 ? 32 : 64, groups = p.k / group;
   for (int row = 0; row < p.n(); row += 7) {
     const int blk = 2;
-    for (int e = 0; e < group / 2; ++e) in.w.data[size_t(row) * p.k / 2 + size_t(blk) * group / 2 + e] =
-        f == quant::Format::nf4 ? 0x77 : 0x00;  // nf4 code 7 and E2M1 0b0000 are both 0.0
+    for (int e = 0; e < group / 2; ++e)
+      in.w.data[size_t(row) * p.k / 2 + size_t(blk) * group / 2 + e] =
+          f == quant::Format::nf4 ? 0x77 : 0x00;  // nf4 code 7 and E2M1 0b0000 are both 0.0
     if (f == quant::Format::mxfp4) {
       in.w.scales[size_t(row) * groups + blk] = 127 + 20;
     } else {
@@ -227,8 +233,11 @@ TEST_CASE("qkv_proj: 32/8 head layout, with and without bias and RoPE", "[gpu][q
   auto& env = Env::get();
   for (bool bias : {false, true})
     for (bool rope : {false, true})
-      for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::int4, DType::f16},
-                          {quant::Format::nvfp4, DType::bf16}, {quant::Format::fp16, DType::f16}, {quant::Format::int8, DType::bf16},
+      for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16},
+                          {quant::Format::int4, DType::f16},
+                          {quant::Format::nvfp4, DType::bf16},
+                          {quant::Format::fp16, DType::f16},
+                          {quant::Format::int8, DType::bf16},
                           {quant::Format::mxfp4, DType::f16}}) {
         Problem p;
         p.format = f;
@@ -268,8 +277,11 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
     }
   }
   // K = 1088 = 8.5 x 128: the 4-bit formats' last warp step has only lanes q = 0, 1 in range (group sizes <= 64).
-  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::mxfp4, DType::f16},
-                      {quant::Format::nvfp4, DType::bf16}, {quant::Format::int8, DType::f16}, {quant::Format::bf16, DType::bf16}}) {
+  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16},
+                      {quant::Format::mxfp4, DType::f16},
+                      {quant::Format::nvfp4, DType::bf16},
+                      {quant::Format::int8, DType::f16},
+                      {quant::Format::bf16, DType::bf16}}) {
     Problem p = qwen(f, d, 9);
     p.k = 1088;
     p.num_heads = 8;
@@ -282,8 +294,9 @@ TEST_CASE("qkv_proj gemv: every valid variant at decode sizes, and K with a part
   }
 }
 
-TEST_CASE("qkv_proj gemv balanced tail (split_k 0): every variant at decode sizes, pieces reduced in order, counters reset",
-          "[gpu][qkv]") {
+TEST_CASE(
+    "qkv_proj gemv balanced tail (split_k 0): every variant at decode sizes, pieces reduced in order, counters reset",
+    "[gpu][qkv]") {
   // On 132 SMs: M = 1 / 3 (tile_m 8) and M = 16 (tile_m 16): 24 tail units of 5 pieces (tile_n 16) or 12 of 11 (tile_n
   // 32); M = 16 with tile_m 8: 48 of 2. Every config runs twice (run_and_check: the counters reset themselves).
   for (const auto& [f, d] : format_dtypes()) {
@@ -299,17 +312,19 @@ TEST_CASE("qkv_proj gemv balanced tail (split_k 0): every variant at decode size
   }
 }
 
-TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0, 2 and 3 (whole units and balanced tail) and wgmma_ws, every format",
-          "[gpu][qkv]") {
+TEST_CASE(
+    "qkv_proj K-blocked packed weights: gemv stages 0, 2 and 3 (whole units and balanced tail) and wgmma_ws, every format",
+    "[gpu][qkv]") {
   // The row-major formats' binaries, with QkvParams::w_k_blocked picking the K-blocked maps' coordinates (runtime/qkv.cpp
   // encode_gemv_blocks / encode_ws_blocks). Both activation dtypes for each format.
-  for (auto f : {quant::Format::int8_kb64, quant::Format::int4_kb128, quant::Format::nf4_kb128, quant::Format::mxfp4_kb128,
-                 quant::Format::nvfp4_kb128})
+  for (auto f : {quant::Format::int8_kb64, quant::Format::int4_kb128, quant::Format::nf4_kb128,
+                 quant::Format::mxfp4_kb128, quant::Format::nvfp4_kb128})
     for (auto d : {DType::f16, DType::bf16}) {
       const HostInputs big = make_inputs(qwen(f, d, 300), 91);
       std::vector<MSet> sets;
       for (int m : {1, 3, 16}) {
-        const auto whole = configs_of(qwen(f, d, m), Mainloop::gemv), bal = configs_of(qwen(f, d, m), Mainloop::gemv, 0);
+        const auto whole = configs_of(qwen(f, d, m), Mainloop::gemv),
+                   bal = configs_of(qwen(f, d, m), Mainloop::gemv, 0);
         REQUIRE(whole.size() >= 4);
         REQUIRE(bal.size() >= 2);
         for (const auto* cs : {&whole, &bal})  // both the register ring and the TMA ring
@@ -320,10 +335,12 @@ TEST_CASE("qkv_proj K-blocked packed weights: gemv stages 0, 2 and 3 (whole unit
       }
       if (has_sm90a("wgmma_ws with K-blocked packed weights")) {
         // M = 37: tile_m 8..64 with every split_k; M = 300: every fourth tile shape (split_k 1, rings of 2-3 slots).
-        const auto c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma_ws, 16,
-                                    [&](const Config& c) { return c.ws.stages == 3 || (split_of(c) > 1 && c.ws.stages == 4); });
+        const auto c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma_ws, 16, [&](const Config& c) {
+          return c.ws.stages == 3 || (split_of(c) > 1 && c.ws.stages == 4);
+        });
         std::vector<Config> c300;
-        const auto all300 = configs_of(big.problem, Mainloop::wgmma_ws, 1, [&](const Config& c) { return c.ws.stages <= 3; });
+        const auto all300 =
+            configs_of(big.problem, Mainloop::wgmma_ws, 1, [&](const Config& c) { return c.ws.stages <= 3; });
         for (size_t i = 0; i < all300.size(); i += 4) c300.push_back(all300[i]);
         REQUIRE(c37.size() >= 8);
         REQUIRE(c300.size() >= 4);
@@ -361,7 +378,9 @@ TEST_CASE("qkv_proj wgmma: every valid variant of every format and dtype, split-
     run_sets(big, {{300, c300, 40}, {37, c37, 37}});
   }
   // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
-  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::int4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
+  for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16},
+                      {quant::Format::int4, DType::f16},
+                      {quant::Format::fp16, DType::f16}}) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 53);
     const auto cs = configs_of(p, Mainloop::wgmma, 2, [&](const Config& c) { return c.tile_n == 64; });
@@ -394,10 +413,12 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     std::vector<Config> c300, c37, c5;
     int deepest = 0;
     for (const auto& c : configs_of(big.problem, Mainloop::wgmma_ws, 1)) deepest = std::max(deepest, c.ws.stages);
-    c300 = configs_of(big.problem, Mainloop::wgmma_ws, 1, [&](const Config& c) { return c.ws.stages <= 3 || c.ws.stages == deepest; });
+    c300 = configs_of(big.problem, Mainloop::wgmma_ws, 1,
+                      [&](const Config& c) { return c.ws.stages <= 3 || c.ws.stages == deepest; });
     // (split_k 2 / 3 / 4, the cluster kernel, comes with rings of 4+ slots only.) M = 37 / 5: ranks that own no
     // live token group; M = 300, split_k 3: every rank owns live groups, partial slots beside or over the ring.
-    const auto c300k3 = configs_of(big.problem, Mainloop::wgmma_ws, 3, [&](const Config& c) { return split_of(c) == 3 && c.ws.stages == 4; });
+    const auto c300k3 = configs_of(big.problem, Mainloop::wgmma_ws, 3,
+                                   [&](const Config& c) { return split_of(c) == 3 && c.ws.stages == 4; });
     c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma_ws, 16,
                      [&](const Config& c) { return c.ws.stages == 3 || (split_of(c) > 1 && c.ws.stages == 4); });
     c5 = configs_of(qwen(f, d, 5), Mainloop::wgmma_ws, 16,
@@ -409,10 +430,13 @@ TEST_CASE("qkv_proj wgmma_ws: every tile shape of every format and dtype, ring d
     run_sets(big, {{300, c300, 40}, {300, c300k3, 40}, {37, c37, 37}, {5, c5, 5}});
   }
   // 32/8 heads, K = 4096, no bias / no RoPE with tile_n 64 (head_dim 128 is a multiple of it).
-  for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16}, {quant::Format::int8, DType::bf16}, {quant::Format::bf16, DType::bf16}}) {
+  for (auto [f, d] : {std::pair{quant::Format::nvfp4, DType::f16},
+                      {quant::Format::int8, DType::bf16},
+                      {quant::Format::bf16, DType::bf16}}) {
     const Problem p = heads_32_8(f, d, 130);
     const HostInputs in = make_inputs(p, 63);
-    const auto cs = configs_of(p, Mainloop::wgmma_ws, 2, [&](const Config& c) { return c.tile_n == 64 && c.ws.stages == 4; });
+    const auto cs =
+        configs_of(p, Mainloop::wgmma_ws, 2, [&](const Config& c) { return c.tile_n == 64 && c.ws.stages == 4; });
     REQUIRE(!cs.empty());
     const auto kernels = load(p, cs);
     run_and_check(in, cs, kernels, 40);
@@ -435,8 +459,10 @@ TEST_CASE("qkv_proj wgmma_ws: two K groups, every format and dtype, split_k 1..4
   }
   // K = 128: 2 steps, so with split_k 2 each rank's second K group has none (it only hands over zeros); K = 384: 6
   // steps over 1..4 ranks (1-2 per rank at split_k 4).
-  for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16}, {quant::Format::nvfp4, DType::f16},
-                      {quant::Format::nf4, DType::bf16}, {quant::Format::fp16, DType::f16}}) {
+  for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16},
+                      {quant::Format::nvfp4, DType::f16},
+                      {quant::Format::nf4, DType::bf16},
+                      {quant::Format::fp16, DType::f16}}) {
     for (int k : {128, 384}) {
       Problem p = qwen(f, d, 16);
       p.k = k;
@@ -459,7 +485,8 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     std::vector<Config> c37, c16, c1;
     c37 = configs_of(big.problem, Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 4; });
     c16 = configs_of(qwen(f, d, 16), Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 4; });
-    c1 = configs_of(qwen(f, d, 1), Mainloop::wgmma_ws, 0, [&](const Config& c) { return c.ws.stages == 8 || c.ws.stages == 2; });
+    c1 = configs_of(qwen(f, d, 1), Mainloop::wgmma_ws, 0,
+                    [&](const Config& c) { return c.ws.stages == 8 || c.ws.stages == 2; });
     REQUIRE(c37.size() >= 4);
     REQUIRE(!c16.empty());
     REQUIRE(c1.size() >= 2);
@@ -468,7 +495,9 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
   // K = 256 (4 steps per tile). M = 300: 5.5 units per block, so a block can cover the end of one tile, a whole tile
   // and the start of a third; full tiles mixed with shared ones. M = 1000: 2 G tiles or more for tile_m <= 128, so
   // whole-tile rounds come first (tile_m 64: 3 rounds of 132, then 180 tiles split).
-  for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16}, {quant::Format::nvfp4, DType::f16}, {quant::Format::fp16, DType::f16}}) {
+  for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16},
+                      {quant::Format::nvfp4, DType::f16},
+                      {quant::Format::fp16, DType::f16}}) {
     Problem p = qwen(f, d, 1000);
     p.k = 256;
     const HostInputs big = make_inputs(p, 73);
@@ -479,7 +508,8 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     REQUIRE(!c1000.empty());
     REQUIRE(!c300.empty());
     bool has_rounds = false;  // some config has 2 G tiles or more
-    for (const auto& c : c1000) has_rounds |= ((4608 + c.tile_n - 1) / c.tile_n) * ((1000 + c.tile_m - 1) / c.tile_m) >= 2 * 132;
+    for (const auto& c : c1000)
+      has_rounds |= ((4608 + c.tile_n - 1) / c.tile_n) * ((1000 + c.tile_m - 1) / c.tile_m) >= 2 * 132;
     CHECK(has_rounds);
     run_sets(big, {{1000, c1000, 60}, {300, c300, 60}});
   }
@@ -521,12 +551,15 @@ TEST_CASE("qkv_proj wgmma_ws: steps whose scale fp16 cannot hold take the fp32 d
   }
 }
 
-TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and K-blocked), partial token tiles, tiles "
-          "across heads, other head layouts",
-          "[gpu][qkv]") {
+TEST_CASE(
+    "qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and K-blocked), partial token tiles, tiles "
+    "across heads, other head layouts",
+    "[gpu][qkv]") {
   if (!has_sm90a("the wgmma_pairs mainloop")) return;
-  const std::pair<quant::Format, DType> wide[] = {{quant::Format::fp16, DType::f16}, {quant::Format::bf16, DType::bf16},
-                                                  {quant::Format::fp16_kb64, DType::f16}, {quant::Format::bf16_kb64, DType::bf16}};
+  const std::pair<quant::Format, DType> wide[] = {{quant::Format::fp16, DType::f16},
+                                                  {quant::Format::bf16, DType::bf16},
+                                                  {quant::Format::fp16_kb64, DType::f16},
+                                                  {quant::Format::bf16_kb64, DType::bf16}};
   for (auto [f, d] : wide) {
     // Qwen2.5-7B (36 heads of 64 RoPE pairs): M = 300 runs every binary (tile_m 64 / 128: 44-token partial last
     // tiles; boxes of 4 / 8 / 16 pairs of 2..8 heads, head groups across the Q / K / V boundaries, the last group
@@ -534,8 +567,10 @@ TEST_CASE("qkv_proj wgmma_pairs: every variant for fp16 and bf16 (row-major and 
     // flip every 4 steps), M = 17 (the smallest M the space is offered for) with 8.
     const HostInputs big = make_inputs(qwen(f, d, 300), 91);
     const auto c300 = configs_of(big.problem, Mainloop::wgmma_pairs, 1);
-    const auto c37 = configs_of(qwen(f, d, 37), Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 4; });
-    const auto c17 = configs_of(qwen(f, d, 17), Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 8; });
+    const auto c37 =
+        configs_of(qwen(f, d, 37), Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 4; });
+    const auto c17 =
+        configs_of(qwen(f, d, 17), Mainloop::wgmma_pairs, 1, [&](const Config& c) { return c.pairs.stages == 8; });
     REQUIRE(c300.size() >= 45);
     REQUIRE(c37.size() >= 8);
     REQUIRE(c17.size() >= 8);
@@ -585,7 +620,9 @@ TEST_CASE("qkv_proj gemv stress: variants launched many times", "[gpu][qkv][.str
   for (const auto& fs : list("KT_STRESS_FORMAT", "int8"))
     for (const auto& ds : list("KT_STRESS_DTYPE", "fp16"))
       for (const auto& ms : list("KT_STRESS_M", "16")) {
-        const DType d = ds == "bf16" ? DType::bf16 : ds == "fp16" ? DType::f16 : throw std::invalid_argument("KT_STRESS_DTYPE: " + ds);
+        const DType d = ds == "bf16"   ? DType::bf16
+                        : ds == "fp16" ? DType::f16
+                                       : throw std::invalid_argument("KT_STRESS_DTYPE: " + ds);
         const Problem p = qwen(quant::parse_format(fs), d, std::stoi(ms));
         std::vector<Config> cs;
         for (const auto& c : configs_of(p, Mainloop::gemv, max_split))

@@ -3,12 +3,12 @@
 // the C ABI's outputs and error codes.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "cache/tuning_db.h"
@@ -40,8 +40,14 @@ Problem qwen(int seqlen, int head_dim = 128) {
 }
 
 kt_attention_problem c_problem(const Problem& p) {
-  return kt_attention_problem{p.dtype == DType::f16 ? KT_DTYPE_FP16 : KT_DTYPE_BF16, p.batch, p.seqlen_q, p.seqlen_k,
-                              p.num_heads, p.num_kv_heads, p.head_dim, p.causal ? 1 : 0};
+  return kt_attention_problem{p.dtype == DType::f16 ? KT_DTYPE_FP16 : KT_DTYPE_BF16,
+                              p.batch,
+                              p.seqlen_q,
+                              p.seqlen_k,
+                              p.num_heads,
+                              p.num_kv_heads,
+                              p.head_dim,
+                              p.causal ? 1 : 0};
 }
 
 kt_attention_args c_args(const FwdParams& f) {
@@ -207,9 +213,11 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
     CHECK(same_config(near2k.config, c2048));
 
     for (int s : {512, 1000, 1500, 2048, 37}) {
-      run_and_verify(qwen(s), [&](const FwdParams& f) { rt.attention_prefill(qwen(s), f, stream.get()); }, 100 + s);
+      run_and_verify(
+          qwen(s), [&](const FwdParams& f) { rt.attention_prefill(qwen(s), f, stream.get()); }, 100 + s);
       // A second launch of an already-resolved problem takes the cached path.
-      run_and_verify(qwen(s), [&](const FwdParams& f) { rt.attention_prefill(qwen(s), f, stream.get()); }, 200 + s);
+      run_and_verify(
+          qwen(s), [&](const FwdParams& f) { rt.attention_prefill(qwen(s), f, stream.get()); }, 200 + s);
     }
     CHECK(rt.resolved_problems() == 5);
     // Every kernel came from the database: nothing was compiled into the (empty) disk cache.
@@ -219,7 +227,8 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
     const auto def = rt.explain(qwen(512, 64));
     CHECK(def.step == "default");
     CHECK(same_config(def.config, default_config(rt.arch(), qwen(512, 64))));
-    run_and_verify(qwen(512, 64), [&](const FwdParams& f) { rt.attention_prefill(qwen(512, 64), f, stream.get()); }, 7);
+    run_and_verify(
+        qwen(512, 64), [&](const FwdParams& f) { rt.attention_prefill(qwen(512, 64), f, stream.get()); }, 7);
     CHECK(count_files(cache_dir) == 1);
   }
 
@@ -267,7 +276,8 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
 
     for (int s : {512, 1000}) {
       const Problem p = qwen(s);
-      const auto cpp = run_and_verify(p, [&](const FwdParams& f) { rt.attention_prefill(p, f, stream.get()); }, 55);
+      const auto cpp = run_and_verify(
+          p, [&](const FwdParams& f) { rt.attention_prefill(p, f, stream.get()); }, 55);
       const auto c = run_and_verify(
           p,
           [&](const FwdParams& f) {

@@ -3,10 +3,10 @@
 // outputs checked against the float64 reference, and the C ABI's bytes and error codes.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "cache/tuning_db.h"
@@ -63,8 +63,15 @@ size_t files_in(const fs::path& dir) {
 }
 
 kt_qkv_problem c_problem(const Problem& p) {
-  return kt_qkv_problem{p.dtype == DType::f16 ? KT_DTYPE_FP16 : KT_DTYPE_BF16, int32_t(p.format), p.m, p.k,
-                        p.num_heads, p.num_kv_heads, p.head_dim, p.has_bias ? 1 : 0, p.rope ? 1 : 0};
+  return kt_qkv_problem{p.dtype == DType::f16 ? KT_DTYPE_FP16 : KT_DTYPE_BF16,
+                        int32_t(p.format),
+                        p.m,
+                        p.k,
+                        p.num_heads,
+                        p.num_kv_heads,
+                        p.head_dim,
+                        p.has_bias ? 1 : 0,
+                        p.rope ? 1 : 0};
 }
 
 kt_qkv_args c_args(const QkvParams& a, double rope_theta) {
@@ -240,8 +247,10 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     CHECK(def.step == "default");
     CHECK(same_config(def.config, default_config(rt.arch(), other)));
     CHECK(def.binary_hash.empty());
-    run_and_verify(other, [&](const QkvParams& a, double) { rt.qkv_proj(other, a, stream.get()); }, 5);
-    run_and_verify(other, [&](const QkvParams& a, double) { rt.qkv_proj(other, a, stream.get()); }, 6);
+    run_and_verify(
+        other, [&](const QkvParams& a, double) { rt.qkv_proj(other, a, stream.get()); }, 5);
+    run_and_verify(
+        other, [&](const QkvParams& a, double) { rt.qkv_proj(other, a, stream.get()); }, 6);
     CHECK(files_in(cache_dir) == 1);
     CHECK(rt.resolved_qkv_problems() == 5);
 
@@ -254,7 +263,8 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
       INFO(dch.variant_name);
       CHECK(dch.step == "default");
       CHECK(dch.config.mainloop == Mainloop::gemv);
-      run_and_verify(dp, [&](const QkvParams& a, double) { rt.qkv_proj(dp, a, stream.get()); }, 7);
+      run_and_verify(
+          dp, [&](const QkvParams& a, double) { rt.qkv_proj(dp, a, stream.get()); }, 7);
     }
     CHECK(rt.resolved_qkv_problems() == 7);
 
@@ -264,9 +274,12 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     const auto mch = rt.explain_qkv(mid);
     INFO(mch.variant_name);
     CHECK(mch.step == "default");
-    if (rt.arch().sm == 90 && rt.arch().arch_specific) CHECK((mch.config.mainloop == Mainloop::wgmma_ws && ws_stream_k(mch.config)));
-    const auto mid1 = run_and_verify(mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
-    const auto mid2 = run_and_verify(mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
+    if (rt.arch().sm == 90 && rt.arch().arch_specific)
+      CHECK((mch.config.mainloop == Mainloop::wgmma_ws && ws_stream_k(mch.config)));
+    const auto mid1 = run_and_verify(
+        mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
+    const auto mid2 = run_and_verify(
+        mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
     CHECK(mid1 == mid2);  // same inputs: the same bits (partials added in block order)
     CHECK(rt.resolved_qkv_problems() == 8);
 
@@ -279,7 +292,8 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
         INFO(kch.variant_name);
         CHECK(kch.step == "default");
         CHECK(kch.config.mainloop == Mainloop::wgmma_ws);
-        run_and_verify(kp, [&](const QkvParams& a, double) { rt.qkv_proj(kp, a, stream.get()); }, 9 + m);
+        run_and_verify(
+            kp, [&](const QkvParams& a, double) { rt.qkv_proj(kp, a, stream.get()); }, 9 + m);
       }
       CHECK(rt.resolved_qkv_problems() == 10);
     }
@@ -307,8 +321,8 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     REQUIRE(kt_runtime_create(db_path.c_str(), &crt) == KT_OK);
     for (int m : {16, 20, 256}) {
       const Problem p = small(m);
-      const auto cpp =
-          run_and_verify(p, [&](const QkvParams& a, double) { rt.qkv_proj(p, a, stream.get()); }, 55 + m);
+      const auto cpp = run_and_verify(
+          p, [&](const QkvParams& a, double) { rt.qkv_proj(p, a, stream.get()); }, 55 + m);
       const auto c = run_and_verify(
           p,
           [&](const QkvParams& a, double theta) {

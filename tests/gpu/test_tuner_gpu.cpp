@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../support.h"
 #include "cache/tuning_db.h"
 #include "cuda/driver.h"
 #include "generator/arch.h"
@@ -20,7 +21,6 @@
 #include "runtime/runtime.h"
 #include "tuner/attention_harness.h"
 #include "tuner/worker.h"
-#include "../support.h"
 
 using namespace kt;
 
@@ -81,8 +81,12 @@ TEST_CASE("a faulting or hanging candidate is recorded and tuning continues in a
   KernelSource bad_src[2];
   CompileResult bad[2];
   for (int mode = 0; mode < 2; ++mode) {
-    bad_src[mode] = {"test_faults", mode ? "hang_kernel" : "fault_kernel", "bad_kernel<" + std::to_string(mode) + ">",
-                     kBadKernels, arch, unsigned(attn::smem_bytes(good_cfg, p.head_dim))};
+    bad_src[mode] = {"test_faults",
+                     mode ? "hang_kernel" : "fault_kernel",
+                     "bad_kernel<" + std::to_string(mode) + ">",
+                     kBadKernels,
+                     arch,
+                     unsigned(attn::smem_bytes(good_cfg, p.head_dim))};
     bad[mode] = compiler.compile(bad_src[mode]);
     INFO(bad[mode].error);
     REQUIRE(bad[mode].ok);
@@ -94,11 +98,17 @@ TEST_CASE("a faulting or hanging candidate is recorded and tuning continues in a
     db.put_binary(record_of(bad[1]));
   }
   WorkerPool pool({kt_test::autotune_path(), "__worker", "--db", dbp}, /*watchdog_s=*/5, /*setup_watchdog_s=*/120);
-  pool.set_problem({{"cmd", "problem"}, {"family", attn::kFamily}, {"problem", attn::problem_to_json(p)}, {"seed", 3},
-                   {"ref_rows", 256}});
+  pool.set_problem({{"cmd", "problem"},
+                    {"family", attn::kFamily},
+                    {"problem", attn::problem_to_json(p)},
+                    {"seed", 3},
+                    {"ref_rows", 256}});
   auto measure = [&](const CompileResult& r) {
-    return pool.measure({{"cmd", "measure"}, {"config", attn::config_to_json(good_cfg)}, {"variant", r.kernel.variant_name},
-                         {"binary_hash", r.cache_key}, {"budget_ms", 5}});
+    return pool.measure({{"cmd", "measure"},
+                         {"config", attn::config_to_json(good_cfg)},
+                         {"variant", r.kernel.variant_name},
+                         {"binary_hash", r.cache_key},
+                         {"budget_ms", 5}});
   };
   auto ok1 = measure(good);
   CHECK(ok1.status == db::Status::ok);
@@ -143,8 +153,8 @@ TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runti
     "workloads": {"attention_prefill": [{"batch": 1, "seqlen": 1000, "causal": true},
                                         {"batch": 2, "seqlen": 333, "seqlen_k": 777, "causal": false}]}})";
   const std::string arch = arch_name(device_arch());
-  const std::string base = std::string(kt_test::autotune_path()) + " --arch " + arch + " --shapes " + shapes + " --db " + dbp +
-                           " --budget-ms 5 --max-candidates 12";
+  const std::string base = std::string(kt_test::autotune_path()) + " --arch " + arch + " --shapes " + shapes +
+                           " --db " + dbp + " --budget-ms 5 --max-candidates 12";
   // Start a tune and kill it mid-run: whatever it measured must survive.
   const pid_t pid = fork();
   if (pid == 0) {

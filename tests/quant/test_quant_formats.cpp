@@ -21,9 +21,9 @@ using kt::quant::PackedWeight;
 
 namespace {
 
-const Format kAllFormats[] = {Format::fp16,      Format::bf16,       Format::int8,      Format::int4,
-                              Format::nf4,       Format::mxfp4,      Format::nvfp4,     Format::fp16_kb64,
-                              Format::bf16_kb64, Format::int8_kb64,  Format::int4_kb128, Format::nf4_kb128,
+const Format kAllFormats[] = {Format::fp16,        Format::bf16,       Format::int8,       Format::int4,
+                              Format::nf4,         Format::mxfp4,      Format::nvfp4,      Format::fp16_kb64,
+                              Format::bf16_kb64,   Format::int8_kb64,  Format::int4_kb128, Format::nf4_kb128,
                               Format::mxfp4_kb128, Format::nvfp4_kb128};
 static_assert(sizeof(kAllFormats) / sizeof(kAllFormats[0]) == kt::quant::kFormatCount, "every format is tested");
 
@@ -102,15 +102,17 @@ std::vector<float> normal_weights(int n, int k, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("format names round trip and unknown names are rejected", "[quant]") {
-  const char* names[] = {"fp16",      "bf16",      "int8",       "int4",      "nf4",         "mxfp4",      "nvfp4",
-                         "fp16_kb64", "bf16_kb64", "int8_kb64",  "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128"};
+  const char* names[] = {"fp16",       "bf16",      "int8",        "int4",       "nf4",
+                         "mxfp4",      "nvfp4",     "fp16_kb64",   "bf16_kb64",  "int8_kb64",
+                         "int4_kb128", "nf4_kb128", "mxfp4_kb128", "nvfp4_kb128"};
   for (int i = 0; i < kt::quant::kFormatCount; ++i) {
     CHECK(std::string(kt::quant::format_name(kAllFormats[i])) == names[i]);
     CHECK(kt::quant::parse_format(names[i]) == kAllFormats[i]);
   }
-  CHECK(error_of([] { kt::quant::parse_format("fp8"); }) ==
-        "unknown weight format 'fp8' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, "
-        "int4_kb128, nf4_kb128, mxfp4_kb128 or nvfp4_kb128)");
+  CHECK(
+      error_of([] { kt::quant::parse_format("fp8"); }) ==
+      "unknown weight format 'fp8' (expected fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, "
+      "int4_kb128, nf4_kb128, mxfp4_kb128 or nvfp4_kb128)");
   CHECK_THROWS_AS(kt::quant::parse_format("NF4"), std::invalid_argument);
 }
 
@@ -392,12 +394,15 @@ TEST_CASE("round trip error bounds per format on normal weights", "[quant]") {
       }
     CHECK(violations == 0);
     const double rel = std::sqrt(err2 / wnorm);
-    std::cout << "quantization error (relative Frobenius, N(0, 0.02^2) weights 64x512) "
-              << kt::quant::format_name(f) << ": " << rel << std::endl;
+    std::cout << "quantization error (relative Frobenius, N(0, 0.02^2) weights 64x512) " << kt::quant::format_name(f)
+              << ": " << rel << std::endl;
     // Sanity ceilings (a quantizer that lost its scale or its rounding would exceed them).
     const Format el = kt::quant::format_element(f);
-    const double ceiling = el == Format::fp16 ? 5e-4 : el == Format::bf16 ? 4e-3 : el == Format::int8 ? 0.015
-                         : el == Format::mxfp4 ? 0.15 : 0.13;
+    const double ceiling = el == Format::fp16    ? 5e-4
+                           : el == Format::bf16  ? 4e-3
+                           : el == Format::int8  ? 0.015
+                           : el == Format::mxfp4 ? 0.15
+                                                 : 0.13;
     CHECK(rel < ceiling);
     CHECK(rel > 0);
   }
@@ -432,7 +437,8 @@ TEST_CASE("K-blocked 16-bit layout: element (r, c) at ((c / 64) n + r) 64 + c % 
   std::vector<float> w(static_cast<size_t>(n) * k);
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < k; ++c) w[static_cast<size_t>(r) * k + c] = static_cast<float>(r * 1000 + c);
-  for (const auto& pair : {std::make_pair(Format::fp16, Format::fp16_kb64), std::make_pair(Format::bf16, Format::bf16_kb64)}) {
+  for (const auto& pair :
+       {std::make_pair(Format::fp16, Format::fp16_kb64), std::make_pair(Format::bf16, Format::bf16_kb64)}) {
     INFO(kt::quant::format_name(pair.second));
     const PackedWeight rm = kt::quant::quantize(pair.first, w.data(), n, k);
     const PackedWeight kb = kt::quant::quantize(pair.second, w.data(), n, k);
@@ -446,7 +452,8 @@ TEST_CASE("K-blocked 16-bit layout: element (r, c) at ((c / 64) n + r) 64 + c % 
     size_t moved = 0;
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < k; ++c) {
-        const size_t at_rm = (static_cast<size_t>(r) * k + c) * 2, at_kb = ((static_cast<size_t>(c / 64) * n + r) * 64 + c % 64) * 2;
+        const size_t at_rm = (static_cast<size_t>(r) * k + c) * 2,
+                     at_kb = ((static_cast<size_t>(c / 64) * n + r) * 64 + c % 64) * 2;
         CHECK(kb.data[at_kb] == rm.data[at_rm]);
         CHECK(kb.data[at_kb + 1] == rm.data[at_rm + 1]);
         moved += at_kb != at_rm;
@@ -468,8 +475,10 @@ TEST_CASE("K-blocked packed layout: byte b of row r at ((b / 64) n + r) 64 + b %
           "[quant]") {
   const int n = 5, k = 384;  // 4-bit: 3 blocks of 64 bytes per row; int8: 6
   const std::vector<float> w = normal_weights(n, k, 77);
-  const std::pair<Format, Format> pairs[] = {{Format::int8, Format::int8_kb64},    {Format::int4, Format::int4_kb128},
-                                             {Format::nf4, Format::nf4_kb128},     {Format::mxfp4, Format::mxfp4_kb128},
+  const std::pair<Format, Format> pairs[] = {{Format::int8, Format::int8_kb64},
+                                             {Format::int4, Format::int4_kb128},
+                                             {Format::nf4, Format::nf4_kb128},
+                                             {Format::mxfp4, Format::mxfp4_kb128},
                                              {Format::nvfp4, Format::nvfp4_kb128}};
   for (const auto& [rmf, kbf] : pairs) {
     INFO(kt::quant::format_name(kbf));
@@ -528,12 +537,12 @@ TEST_CASE("packed layout: sizes, nibble order, row-major scales and zeros", "[qu
     const size_t bits = kt::quant::format_bits(f);
     CHECK(pw.data.size() == n * k * bits / 8);
     const Format el = kt::quant::format_element(f);
-    const size_t want_scales = bits == 16                             ? 0
-                               : el == Format::int8                   ? n * 4
-                               : el == Format::int4                   ? n * (k / 128) * 2
-                               : el == Format::nf4                    ? n * (k / 64) * 4
-                               : el == Format::mxfp4                  ? n * (k / 32)
-                                                                      : n * (k / 16);
+    const size_t want_scales = bits == 16            ? 0
+                               : el == Format::int8  ? n * 4
+                               : el == Format::int4  ? n * (k / 128) * 2
+                               : el == Format::nf4   ? n * (k / 64) * 4
+                               : el == Format::mxfp4 ? n * (k / 32)
+                                                     : n * (k / 16);
     CHECK(pw.scales.size() == want_scales);
     CHECK(pw.zeros.size() == (el == Format::int4 ? static_cast<size_t>(n) * 2 : 0u));
     CHECK(pw.tensor_scale == 1.f);
@@ -708,7 +717,8 @@ TEST_CASE("GPTQ int4 import reproduces the packed weight", "[quant]") {
     std::vector<uint32_t> qweight(static_cast<size_t>(k / 8) * n, 0), qzeros(static_cast<size_t>(k / g) * (n / 8), 0);
     std::vector<uint16_t> scales(static_cast<size_t>(k / g) * n);
     for (int nn = 0; nn < n; ++nn)
-      for (int kk = 0; kk < k; ++kk) qweight[static_cast<size_t>(kk / 8) * n + nn] |= uint32_t(nib(pw, nn, kk)) << (4 * (kk % 8));
+      for (int kk = 0; kk < k; ++kk)
+        qweight[static_cast<size_t>(kk / 8) * n + nn] |= uint32_t(nib(pw, nn, kk)) << (4 * (kk % 8));
     for (int nn = 0; nn < n; ++nn)
       for (int grp = 0; grp < k / g; ++grp) {
         const uint32_t z = pw.zeros[static_cast<size_t>(nn) * (k / g) + grp];
@@ -755,7 +765,8 @@ TEST_CASE("AWQ int4 import (interleaved column order) reproduces the packed weig
     for (int c = 0; c < n / 8; ++c)
       for (int i = 0; i < 8; ++i) {
         const int nn = 8 * c + order[i];
-        qzeros[static_cast<size_t>(grp) * (n / 8) + c] |= uint32_t(pw.zeros[static_cast<size_t>(nn) * (k / g) + grp]) << (4 * i);
+        qzeros[static_cast<size_t>(grp) * (n / 8) + c] |= uint32_t(pw.zeros[static_cast<size_t>(nn) * (k / g) + grp])
+                                                          << (4 * i);
       }
   for (int grp = 0; grp < k / g; ++grp)
     for (int nn = 0; nn < n; ++nn)
@@ -768,8 +779,8 @@ TEST_CASE("AWQ int4 import (interleaved column order) reproduces the packed weig
   CHECK(im.scales == pw.scales);
   CHECK(im.zeros == pw.zeros);
   // The interleaving matters: reading the words in plain order (as GPTQ packs along N) gives other data.
-  const PackedWeight plain = kt::quant::import_gptq_int4(qw.data(), qz.data(), scales.data(), n, k, g,
-                                                         kt::quant::GptqZeros::v2_exact);
+  const PackedWeight plain =
+      kt::quant::import_gptq_int4(qw.data(), qz.data(), scales.data(), n, k, g, kt::quant::GptqZeros::v2_exact);
   CHECK(plain.data != pw.data);
   CHECK_THAT(error_of([&] { kt::quant::import_awq_int4(qw.data(), qz.data(), scales.data(), n, k, 64); }),
              Catch::Contains("group must be 128"));

@@ -20,9 +20,7 @@ struct Inputs {
   std::vector<float> q, k, v;
 };
 
-size_t q_elems(const AttentionShape& s) {
-  return static_cast<size_t>(s.batch) * s.seqlen_q * s.num_heads * s.head_dim;
-}
+size_t q_elems(const AttentionShape& s) { return static_cast<size_t>(s.batch) * s.seqlen_q * s.num_heads * s.head_dim; }
 size_t kv_elems(const AttentionShape& s) {
   return static_cast<size_t>(s.batch) * s.seqlen_k * s.num_kv_heads * s.head_dim;
 }
@@ -44,10 +42,8 @@ Inputs random_inputs(const AttentionShape& s, kt::DType dt, uint64_t seed) {
 // explicit mask from absolute positions (query i sits at key position i + Sk - Sq), and applies
 // the textbook softmax exp(s) / sum exp(s) without max subtraction (inputs are small enough).
 // Output layout [B, Sq, Hq, D], lse [B, Hq, Sq].
-void naive_attention(const AttentionShape& s, const Inputs& in, std::vector<double>& out,
-                     std::vector<double>& lse) {
-  const int B = s.batch, Sq = s.seqlen_q, Sk = s.seqlen_k, Hq = s.num_heads, Hkv = s.num_kv_heads,
-            D = s.head_dim;
+void naive_attention(const AttentionShape& s, const Inputs& in, std::vector<double>& out, std::vector<double>& lse) {
+  const int B = s.batch, Sq = s.seqlen_q, Sk = s.seqlen_k, Hq = s.num_heads, Hkv = s.num_kv_heads, D = s.head_dim;
   const int group = Hq / Hkv;
   out.assign(q_elems(s), 0.0);
   lse.assign(static_cast<size_t>(B) * Hq * Sq, 0.0);
@@ -71,8 +67,7 @@ void naive_attention(const AttentionShape& s, const Inputs& in, std::vector<doub
             const bool visible = !s.causal || j <= qpos;
             if (!visible) continue;
             double dot = 0.0;
-            for (int d = 0; d < D; ++d)
-              dot += K[j][d] * in.q[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D + d];
+            for (int d = 0; d < D; ++d) dot += K[j][d] * in.q[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D + d];
             w[j] = std::exp(dot * s.softmax_scale);
             denom += w[j];
           }
@@ -113,8 +108,8 @@ TEST_CASE("attention reference matches a naive implementation", "[reference]") {
   for (const Case& c : cases) {
     for (kt::DType dt : {kt::DType::f16, kt::DType::bf16}) {
       const AttentionShape s = make_shape(c.B, c.Sq, c.Sk, c.Hq, c.Hkv, c.D, c.causal);
-      INFO("B=" << c.B << " Sq=" << c.Sq << " Sk=" << c.Sk << " Hq=" << c.Hq << " Hkv=" << c.Hkv
-                << " D=" << c.D << " causal=" << c.causal << " dtype=" << kt::dtype_name(dt));
+      INFO("B=" << c.B << " Sq=" << c.Sq << " Sk=" << c.Sk << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " D=" << c.D
+                << " causal=" << c.causal << " dtype=" << kt::dtype_name(dt));
       const Inputs in = random_inputs(s, dt, seed += 3);
       std::vector<double> out(q_elems(s)), lse(static_cast<size_t>(c.B) * c.Hq * c.Sq);
       kt::ref::attention(s, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data());
@@ -155,7 +150,8 @@ TEST_CASE("attention reference: GQA maps query head h to kv head h / (Hq/Hkv)", 
   Inputs in = random_inputs(s, kt::DType::bf16, 9);
   for (int j = 0; j < s.seqlen_k; ++j)
     for (int g = 0; g < s.num_kv_heads; ++g)
-      for (int d = 0; d < s.head_dim; ++d) in.v[(static_cast<size_t>(j) * s.num_kv_heads + g) * s.head_dim + d] = float(g);
+      for (int d = 0; d < s.head_dim; ++d)
+        in.v[(static_cast<size_t>(j) * s.num_kv_heads + g) * s.head_dim + d] = float(g);
   std::vector<double> out(q_elems(s));
   kt::ref::attention(s, in.q.data(), in.k.data(), in.v.data(), out.data(), nullptr);
   for (int i = 0; i < s.seqlen_q; ++i)
@@ -208,7 +204,8 @@ TEST_CASE("attention reference: softmax properties", "[reference]") {
         CHECK(lse[static_cast<size_t>(h) * s.seqlen_q + i] == Approx(std::log(visible)).margin(1e-12));
         for (int d = 0; d < s.head_dim; ++d) {
           double mean = 0;
-          for (int j = 0; j < visible; ++j) mean += in.v[(static_cast<size_t>(j) * s.num_kv_heads + h) * s.head_dim + d];
+          for (int j = 0; j < visible; ++j)
+            mean += in.v[(static_cast<size_t>(j) * s.num_kv_heads + h) * s.head_dim + d];
           mean /= visible;
           CHECK(out[(static_cast<size_t>(i) * s.num_heads + h) * s.head_dim + d] == Approx(mean).margin(1e-12));
         }
@@ -241,7 +238,8 @@ TEST_CASE("attention reference: causal alignment", "[reference]") {
           dot += double(in.q[(static_cast<size_t>(b) * s.seqlen_q * s.num_heads + h) * s.head_dim + d]) *
                  in.k[(static_cast<size_t>(b) * s.seqlen_k * s.num_kv_heads + g) * s.head_dim + d];
         }
-        CHECK(lse[(static_cast<size_t>(b) * s.num_heads + h) * s.seqlen_q] == Approx(dot * s.softmax_scale).margin(1e-12));
+        CHECK(lse[(static_cast<size_t>(b) * s.num_heads + h) * s.seqlen_q] ==
+              Approx(dot * s.softmax_scale).margin(1e-12));
       }
   }
   SECTION("Sq > Sk: rows with no visible key give 0 and lse -inf; the rest are finite") {
@@ -301,21 +299,40 @@ TEST_CASE("attention reference: validate() names the offending field", "[referen
     }
   };
   AttentionShape s = good;
-  s.batch = 0;           expect_field(s, "batch");
-  s = good; s.seqlen_q = -1;  expect_field(s, "seqlen_q");
-  s = good; s.seqlen_k = 0;   expect_field(s, "seqlen_k");
-  s = good; s.num_heads = 0;  expect_field(s, "num_heads");
-  s = good; s.num_kv_heads = 0; expect_field(s, "num_kv_heads");
-  s = good; s.head_dim = 0;   expect_field(s, "head_dim");
-  s = good; s.num_kv_heads = 3; expect_field(s, "num_kv_heads");
-  s = good; s.softmax_scale = std::nan(""); expect_field(s, "softmax_scale");
+  s.batch = 0;
+  expect_field(s, "batch");
+  s = good;
+  s.seqlen_q = -1;
+  expect_field(s, "seqlen_q");
+  s = good;
+  s.seqlen_k = 0;
+  expect_field(s, "seqlen_k");
+  s = good;
+  s.num_heads = 0;
+  expect_field(s, "num_heads");
+  s = good;
+  s.num_kv_heads = 0;
+  expect_field(s, "num_kv_heads");
+  s = good;
+  s.head_dim = 0;
+  expect_field(s, "head_dim");
+  s = good;
+  s.num_kv_heads = 3;
+  expect_field(s, "num_kv_heads");
+  s = good;
+  s.softmax_scale = std::nan("");
+  expect_field(s, "softmax_scale");
   // attention_row range checks and validation.
   std::vector<float> q(64, 0.5f), kv(64, 0.5f);
   std::vector<double> out(8);
-  CHECK_THROWS_AS(kt::ref::attention_row(good, q.data(), kv.data(), kv.data(), 1, 0, 0, out.data()), std::invalid_argument);
-  CHECK_THROWS_AS(kt::ref::attention_row(good, q.data(), kv.data(), kv.data(), 0, 2, 0, out.data()), std::invalid_argument);
-  CHECK_THROWS_AS(kt::ref::attention_row(good, q.data(), kv.data(), kv.data(), 0, 0, 4, out.data()), std::invalid_argument);
-  s = good; s.num_kv_heads = 3;
+  CHECK_THROWS_AS(kt::ref::attention_row(good, q.data(), kv.data(), kv.data(), 1, 0, 0, out.data()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(kt::ref::attention_row(good, q.data(), kv.data(), kv.data(), 0, 2, 0, out.data()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(kt::ref::attention_row(good, q.data(), kv.data(), kv.data(), 0, 0, 4, out.data()),
+                  std::invalid_argument);
+  s = good;
+  s.num_kv_heads = 3;
   CHECK_THROWS_AS(kt::ref::attention(s, q.data(), kv.data(), kv.data(), out.data(), nullptr), std::invalid_argument);
 }
 

@@ -32,19 +32,19 @@ TEST_CASE("float_to_half: known bit patterns", "[reference]") {
   CHECK(kt::float_to_half(1.0f) == 0x3C00);
   CHECK(kt::float_to_half(-2.0f) == 0xC000);
   CHECK(kt::float_to_half(0.5f) == 0x3800);
-  CHECK(kt::float_to_half(65504.0f) == 0x7BFF);  // max finite
+  CHECK(kt::float_to_half(65504.0f) == 0x7BFF);   // max finite
   CHECK(kt::float_to_half(65519.99f) == 0x7BFF);  // below the halfway point to 65536
   CHECK(kt::float_to_half(65520.0f) == 0x7C00);   // tie rounds to even = overflow to inf
   CHECK(kt::float_to_half(-65520.0f) == 0xFC00);
   CHECK(kt::float_to_half(1e9f) == 0x7C00);
   CHECK(kt::float_to_half(std::numeric_limits<float>::infinity()) == 0x7C00);
   CHECK(kt::float_to_half(-std::numeric_limits<float>::infinity()) == 0xFC00);
-  CHECK(kt::float_to_half(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
-  CHECK(kt::float_to_half(std::ldexp(1.0f, -14)) == 0x0400);  // smallest normal
+  CHECK(kt::float_to_half(std::ldexp(1.0f, -24)) == 0x0001);     // smallest subnormal
+  CHECK(kt::float_to_half(std::ldexp(1.0f, -14)) == 0x0400);     // smallest normal
   CHECK(kt::float_to_half(std::ldexp(1023.0f, -24)) == 0x03FF);  // largest subnormal
-  CHECK(kt::float_to_half(std::ldexp(1.0f, -25)) == 0x0000);  // tie between 0 and 2^-24: even -> 0
-  CHECK(kt::float_to_half(std::ldexp(1.5f, -25)) == 0x0001);  // above the tie
-  CHECK(kt::float_to_half(std::ldexp(3.0f, -25)) == 0x0002);  // 1.5 * 2^-24 ties to even (2)
+  CHECK(kt::float_to_half(std::ldexp(1.0f, -25)) == 0x0000);     // tie between 0 and 2^-24: even -> 0
+  CHECK(kt::float_to_half(std::ldexp(1.5f, -25)) == 0x0001);     // above the tie
+  CHECK(kt::float_to_half(std::ldexp(3.0f, -25)) == 0x0002);     // 1.5 * 2^-24 ties to even (2)
   CHECK(kt::float_to_half(std::ldexp(1.0f, -26)) == 0x0000);
   CHECK(kt::float_to_half(-std::ldexp(1.0f, -24)) == 0x8001);
   CHECK(kt::float_to_half(std::numeric_limits<float>::denorm_min()) == 0x0000);
@@ -84,8 +84,8 @@ TEST_CASE("float_to_bf16: known bit patterns and round-to-nearest-even", "[refer
   CHECK(kt::float_to_bf16(1.00390625f) == 0x3F80);
   // 1 + 3 * 2^-8 is halfway between 0x3F81 (odd) and 0x3F82 (even): rounds up to even.
   CHECK(kt::float_to_bf16(1.01171875f) == 0x3F82);
-  CHECK(kt::float_to_bf16(f32_from_bits(0x3F808001u)) == 0x3F81);  // just above the tie
-  CHECK(kt::float_to_bf16(f32_from_bits(0x3F807FFFu)) == 0x3F80);  // just below the tie
+  CHECK(kt::float_to_bf16(f32_from_bits(0x3F808001u)) == 0x3F81);         // just above the tie
+  CHECK(kt::float_to_bf16(f32_from_bits(0x3F807FFFu)) == 0x3F80);         // just below the tie
   CHECK(kt::float_to_bf16(std::numeric_limits<float>::max()) == 0x7F80);  // rounds to inf
   CHECK(kt::float_to_bf16(std::numeric_limits<float>::infinity()) == 0x7F80);
   CHECK(kt::float_to_bf16(-std::numeric_limits<float>::infinity()) == 0xFF80);

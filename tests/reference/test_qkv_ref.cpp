@@ -50,8 +50,8 @@ Out run(const Problem& p) {
   o.q.resize(5 * 4 * 8);
   o.k.resize(5 * 2 * 8);
   o.v.resize(5 * 2 * 8);
-  kt::ref::qkv_projection(p.s, p.x.data(), p.w.data(), p.s.has_bias ? p.bias.data() : nullptr, p.pos.data(),
-                          o.q.data(), o.k.data(), o.v.data());
+  kt::ref::qkv_projection(p.s, p.x.data(), p.w.data(), p.s.has_bias ? p.bias.data() : nullptr, p.pos.data(), o.q.data(),
+                          o.k.data(), o.v.data());
   return o;
 }
 
@@ -150,7 +150,8 @@ TEST_CASE("bias is added before RoPE", "[quant]") {
     }
   CHECK(std::fabs(o.q[(static_cast<size_t>(t) * 4) * D] - p.bias[0]) > 1e-3);  // bias after RoPE would equal it
   // V = bias, unrotated.
-  for (int c = 0; c < 2 * D; ++c) CHECK(o.v[static_cast<size_t>(t) * 2 * D + c] == static_cast<double>(p.bias[(4 + 2) * D + c]));
+  for (int c = 0; c < 2 * D; ++c)
+    CHECK(o.v[static_cast<size_t>(t) * 2 * D + c] == static_cast<double>(p.bias[(4 + 2) * D + c]));
 }
 
 TEST_CASE("qkv_projection_rows equals the listed rows of the full projection", "[quant]") {
@@ -165,8 +166,8 @@ TEST_CASE("qkv_projection_rows equals the listed rows of the full projection", "
     for (int c = 0; c < 16; ++c) CHECK(k[j * 16 + c] == full.k[static_cast<size_t>(rows[j]) * 16 + c]);
     for (int c = 0; c < 16; ++c) CHECK(v[j * 16 + c] == full.v[static_cast<size_t>(rows[j]) * 16 + c]);
   }
-  CHECK_THROWS_AS(kt::ref::qkv_projection_rows(p.s, p.x.data(), p.w.data(), p.bias.data(), p.pos.data(), {5},
-                                               q.data(), k.data(), v.data()),
+  CHECK_THROWS_AS(kt::ref::qkv_projection_rows(p.s, p.x.data(), p.w.data(), p.bias.data(), p.pos.data(), {5}, q.data(),
+                                               k.data(), v.data()),
                   std::invalid_argument);
 }
 
@@ -198,14 +199,15 @@ TEST_CASE("qkv reference rejects invalid shapes and missing inputs", "[quant]") 
 TEST_CASE("RoPE fixed-point angle reduction matches a long double reduction", "[quant]") {
   // rope_angle (the qkv kernels' epilogues): pos x turns mod 2^64, turns = round(2^64 theta^(-2i/D) / (2 pi)).
   const long double two_pi = 6.283185307179586476925286766559L;
-  const int positions[] = {0, 1, 2, 3, 17, 1000, 4095, 32767, 131071, 1 << 20, (1 << 24) - 1, 2000000000,
-                           -1, -5, -100000, -2000000000};
+  const int positions[] = {0,          1,  2,  3,       17,         1000, 4095, 32767, 131071, 1 << 20, (1 << 24) - 1,
+                           2000000000, -1, -5, -100000, -2000000000};
   double worst = 0.0;
   for (double theta : {10000.0, 1000000.0})
     for (int d : {64, 128})
       for (int i = 0; i < d / 2; ++i) {
         const double inv_freq = std::exp2(-double(2 * i) / double(d) * std::log2(theta));
-        const unsigned long long turns = (unsigned long long)std::nearbyint(inv_freq * (18446744073709551616.0 / 6.283185307179586));
+        const unsigned long long turns =
+            (unsigned long long)std::nearbyint(inv_freq * (18446744073709551616.0 / 6.283185307179586));
         for (int pos : positions) {
           const float got = kt::qkv::rope_angle(pos, turns);
           REQUIRE(got >= -3.14159274f);
@@ -216,7 +218,8 @@ TEST_CASE("RoPE fixed-point angle reduction matches a long double reduction", "[
           diff = std::min(diff, two_pi - diff);  // +pi and -pi are the same angle
           // 4e-7 from rope_angle, plus the table entry's rounding: |pos| x 2^-52 relative of inv_freq
           const double bound = 4e-7 + std::fabs(double(pos)) * inv_freq * 6e-16;
-          INFO("theta " << theta << " d " << d << " i " << i << " pos " << pos << " got " << got << " want " << double(want));
+          INFO("theta " << theta << " d " << d << " i " << i << " pos " << pos << " got " << got << " want "
+                        << double(want));
           REQUIRE(double(diff) <= bound);
           worst = std::max(worst, double(diff));
         }

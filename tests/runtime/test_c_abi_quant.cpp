@@ -19,9 +19,9 @@ using kt::quant::Format;
 
 namespace {
 
-const Format kAllFormats[] = {Format::fp16,      Format::bf16,       Format::int8,      Format::int4,
-                              Format::nf4,       Format::mxfp4,      Format::nvfp4,     Format::fp16_kb64,
-                              Format::bf16_kb64, Format::int8_kb64,  Format::int4_kb128, Format::nf4_kb128,
+const Format kAllFormats[] = {Format::fp16,        Format::bf16,       Format::int8,       Format::int4,
+                              Format::nf4,         Format::mxfp4,      Format::nvfp4,      Format::fp16_kb64,
+                              Format::bf16_kb64,   Format::int8_kb64,  Format::int4_kb128, Format::nf4_kb128,
                               Format::mxfp4_kb128, Format::nvfp4_kb128};
 
 /// Random weights with a spread of magnitudes (and some exact zeros) so every scale path is exercised.
@@ -52,9 +52,9 @@ CBuffers c_quantize(Format f, const std::vector<float>& w, int n, int k) {
   b.data.assign(db, 0xAB);
   b.scales.assign(sb, 0xAB);
   b.zeros.assign(zb, 0xAB);
-  const kt_status s2 = kt_quantize(int32_t(f), w.data(), w.size() * sizeof(float), n, k, b.data.data(), db,
-                                   sb ? b.scales.data() : nullptr, sb, zb ? b.zeros.data() : nullptr, zb,
-                                   &b.tensor_scale);
+  const kt_status s2 =
+      kt_quantize(int32_t(f), w.data(), w.size() * sizeof(float), n, k, b.data.data(), db,
+                  sb ? b.scales.data() : nullptr, sb, zb ? b.zeros.data() : nullptr, zb, &b.tensor_scale);
   INFO(kt_last_error());
   REQUIRE(s2 == KT_OK);
   return b;
@@ -176,11 +176,12 @@ TEST_CASE("C ABI quantization: bad input -> KT_ERROR_INVALID_ARGUMENT naming the
     expect(kt_quantize_sizes(KT_WEIGHT_INT4, n, 64, &db, &sb, &zb), {"int4", "group size 128", "got 64"});
     expect(kt_quantize(KT_WEIGHT_INT4, w.data(), wb, n, 192, data.data(), 384, scales.data(), 8, zeros.data(), 4, &ts),
            {"kt_quantize", "group size 128", "got 192"});
-    expect(kt_dequantize(KT_WEIGHT_INT4, n, 64, data.data(), 128, scales.data(), 8, zeros.data(), 4, 1.f, out.data(),
-                         ob),
-           {"kt_dequantize", "group size 128"});
+    expect(
+        kt_dequantize(KT_WEIGHT_INT4, n, 64, data.data(), 128, scales.data(), 8, zeros.data(), 4, 1.f, out.data(), ob),
+        {"kt_dequantize", "group size 128"});
     // K-blocked packed formats tile K into 64-byte blocks: 4-bit k a multiple of 128.
-    expect(kt_quantize_sizes(KT_WEIGHT_MXFP4_KB128, n, 64, &db, &sb, &zb), {"mxfp4_kb128", "multiple of 128", "got 64"});
+    expect(kt_quantize_sizes(KT_WEIGHT_MXFP4_KB128, n, 64, &db, &sb, &zb),
+           {"mxfp4_kb128", "multiple of 128", "got 64"});
   }
   SECTION("unknown format") {
     expect(kt_quantize_sizes(14, n, k, &db, &sb, &zb), {"unknown weight_format 14", "KT_WEIGHT_NVFP4_KB128 = 13"});
@@ -198,12 +199,12 @@ TEST_CASE("C ABI quantization: bad input -> KT_ERROR_INVALID_ARGUMENT naming the
            {"data is NULL"});
     expect(kt_quantize(KT_WEIGHT_NF4, w.data(), wb, n, k, data.data(), nf4[0], nullptr, nf4[1], nullptr, 0, &ts),
            {"scales is NULL", "nf4"});
-    expect(kt_quantize(KT_WEIGHT_INT4, w.data(), wb, n, k, data.data(), i4[0], scales.data(), i4[1], nullptr, i4[2],
-                       &ts),
-           {"zeros is NULL", "int4"});
-    expect(kt_quantize(KT_WEIGHT_INT8, w.data(), wb, n, k, data.data(), i8[0], scales.data(), i8[1], nullptr, 0,
-                       nullptr),
-           {"tensor_scale is NULL"});
+    expect(
+        kt_quantize(KT_WEIGHT_INT4, w.data(), wb, n, k, data.data(), i4[0], scales.data(), i4[1], nullptr, i4[2], &ts),
+        {"zeros is NULL", "int4"});
+    expect(
+        kt_quantize(KT_WEIGHT_INT8, w.data(), wb, n, k, data.data(), i8[0], scales.data(), i8[1], nullptr, 0, nullptr),
+        {"tensor_scale is NULL"});
     expect(kt_quantize_sizes(KT_WEIGHT_INT8, n, k, nullptr, &sb, &zb), {"data_bytes is NULL"});
     expect(kt_dequantize(KT_WEIGHT_INT8, n, k, data.data(), i8[0], scales.data(), i8[1], nullptr, 0, 1.f, nullptr, ob),
            {"out is NULL"});
@@ -377,8 +378,8 @@ TEST_CASE("C ABI kt_dequantize refuses what quantize never writes; quantize's ou
     CHECK(c_quantize(Format::nvfp4, big, n, k).tensor_scale == 0.5f);
     // A subnormal tensor scale given to kt_dequantize is refused by name.
     const CBuffers b = c_quantize(Format::nvfp4, tiny, n, k);
-    const std::string msg =
-        error(c_dequantize(Format::nvfp4, n, k, b.data, b.scales, b.zeros, std::numeric_limits<float>::denorm_min(), out));
+    const std::string msg = error(
+        c_dequantize(Format::nvfp4, n, k, b.data, b.scales, b.zeros, std::numeric_limits<float>::denorm_min(), out));
     CHECK(contains(msg, "tensor_scale must be finite and >= 2^-126"));
   }
 }

@@ -1,11 +1,11 @@
 // [runtime] The lookup chain (resolve_attention) without a GPU: exact -> nearest -> default -> error.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "cache/tuning_db.h"
@@ -121,11 +121,11 @@ TEST_CASE("resolve_attention: nearest ties go to the closest batch*heads, then t
 
 TEST_CASE("resolve_attention: nearest skips another dtype, head_dim, causal flag, device or family", "[runtime]") {
   std::vector<db::Winner> ws = {
-      winner(qwen(2048, DType::f16), cA),                      // other dtype
-      winner(qwen(2048, DType::bf16, 64), cA),                 // other head_dim
-      winner(qwen(2048, DType::bf16, 128, false), cA),         // not causal
-      winner(qwen(2048), cA, "NVIDIA A100-SXM4-80GB"),         // other device class
-      winner(qwen(8192), cB),                                  // the only usable one: far, but right class
+      winner(qwen(2048, DType::f16), cA),               // other dtype
+      winner(qwen(2048, DType::bf16, 64), cA),          // other head_dim
+      winner(qwen(2048, DType::bf16, 128, false), cA),  // not causal
+      winner(qwen(2048), cA, "NVIDIA A100-SXM4-80GB"),  // other device class
+      winner(qwen(8192), cB),                           // the only usable one: far, but right class
   };
   db::Winner other_family = winner(qwen(2048), cA);
   other_family.family = "attention_decode";
@@ -274,7 +274,10 @@ TEST_CASE("resolve_attention over a TuningDb's winners view", "[runtime]") {
       b.name_expression = name_expression(p, c);
       b.lowered_name = "_Z4fake";
       b.arch = "sm_90a";
-      b.cubin = std::string("\x7f" "ELF fake cubin", 15);
+      b.cubin = std::string(
+          "\x7f"
+          "ELF fake cubin",
+          15);
       b.registers = 128;
       b.dynamic_smem_bytes = smem_bytes(c, p.head_dim);
       tdb.put_binary(b);
@@ -364,7 +367,8 @@ const qkv::Config q4096 = qkv::make_config(128, 128, qkv::MmaConfig{64, 4, 2, 3,
 std::vector<db::Winner> qkv_three_tuned() {
   for (const auto& c : {q16, q256, q4096}) {
     REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, c, kSm90a) == nullptr);
-    for (int m : {1, 16, 20, 256, 1000, 3000, 4096}) REQUIRE_FALSE(qkv::same_config(c, qkv::default_config(kSm90a, qkvp(m))));
+    for (int m : {1, 16, 20, 256, 1000, 3000, 4096})
+      REQUIRE_FALSE(qkv::same_config(c, qkv::default_config(kSm90a, qkvp(m))));
   }
   return {qwin(qkvp(16), q16), qwin(qkvp(256), q256), qwin(qkvp(4096), q4096)};
 }
@@ -423,16 +427,16 @@ TEST_CASE("resolve_qkv: nearest skips another format, dtype, k, heads, bias, RoP
     return p;
   };
   std::vector<db::Winner> ws = {
-      qwin(qkvp(256, quant::Format::int4), q256),                           // other weight format
-      qwin(qkvp(256, quant::Format::nf4, DType::f16), q256),                // other activation dtype
-      qwin(variant([](qkv::Problem& p) { p.k = 4096; }), q256),             // other k
-      qwin(variant([](qkv::Problem& p) { p.num_heads = 32; }), q256),       // other num_heads
-      qwin(variant([](qkv::Problem& p) { p.num_kv_heads = 7; }), q256),     // other num_kv_heads
-      qwin(variant([](qkv::Problem& p) { p.head_dim = 64; }), q256),        // other head_dim
-      qwin(variant([](qkv::Problem& p) { p.has_bias = false; }), q256),     // no bias
-      qwin(variant([](qkv::Problem& p) { p.rope = false; }), q256),         // no RoPE
-      qwin(qkvp(256), q256, "NVIDIA A100-SXM4-80GB"),                       // other device class
-      qwin(qkvp(4096), q4096),                                              // the only usable one: far, right class
+      qwin(qkvp(256, quant::Format::int4), q256),                        // other weight format
+      qwin(qkvp(256, quant::Format::nf4, DType::f16), q256),             // other activation dtype
+      qwin(variant([](qkv::Problem& p) { p.k = 4096; }), q256),          // other k
+      qwin(variant([](qkv::Problem& p) { p.num_heads = 32; }), q256),    // other num_heads
+      qwin(variant([](qkv::Problem& p) { p.num_kv_heads = 7; }), q256),  // other num_kv_heads
+      qwin(variant([](qkv::Problem& p) { p.head_dim = 64; }), q256),     // other head_dim
+      qwin(variant([](qkv::Problem& p) { p.has_bias = false; }), q256),  // no bias
+      qwin(variant([](qkv::Problem& p) { p.rope = false; }), q256),      // no RoPE
+      qwin(qkvp(256), q256, "NVIDIA A100-SXM4-80GB"),                    // other device class
+      qwin(qkvp(4096), q4096),                                           // the only usable one: far, right class
   };
   db::Winner attn_row = qwin(qkvp(256), q256);
   attn_row.family = attn::kFamily;
@@ -581,7 +585,10 @@ TEST_CASE("resolve_qkv over a TuningDb's winners view (split_k variants share on
     b.name_expression = qkv::name_expression(p, c);
     b.lowered_name = "_Z4fake";
     b.arch = "sm_90a";
-    b.cubin = std::string("\x7f" "ELF fake cubin", 15);
+    b.cubin = std::string(
+        "\x7f"
+        "ELF fake cubin",
+        15);
     b.registers = 64;
     b.dynamic_smem_bytes = qkv::smem_bytes(c);
     if (!tdb.has_binary(b.hash)) tdb.put_binary(b);

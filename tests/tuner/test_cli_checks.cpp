@@ -2,6 +2,8 @@
 // exit statuses the README promises (2 for any bad input, 130 when interrupted), run on the built binary.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -12,9 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 #include "../support.h"
 #include "cache/tuning_db.h"
@@ -159,7 +159,8 @@ TEST_CASE("check_families: a family the file has no workloads for, or nothing tu
   s.prefill = {{1, 512, 512, true}};
   const auto w = kt::cli::check_families(s, {});
   REQUIRE(w.size() == 1);
-  CHECK(w[0] == "x.json: its 1 attention_decode workload(s) are skipped: the attention_decode family is not implemented yet");
+  CHECK(w[0] ==
+        "x.json: its 1 attention_decode workload(s) are skipped: the attention_decode family is not implemented yet");
   CHECK(kt::cli::check_families(s, {"attention_prefill"}).empty());
   CHECK_THROWS_WITH(kt::cli::check_families(s, {"qkv_proj"}), "--families qkv_proj: x.json has no qkv_proj workloads");
   CHECK_THROWS_WITH(kt::cli::check_families(s, {"foo"}), Catch::StartsWith("unknown family 'foo': known are"));
@@ -187,14 +188,20 @@ TEST_CASE("autotune: every argument error exits 2 and names the option", "[tuner
   const std::string shapes = t.file("s.json", kPrefill);
   const std::string base = "--arch sm_90a --compile-only --shapes " + shapes + " ";
   const std::pair<const char*, const char*> cases[] = {
-      {"--budget-ms nan", "--budget-ms must be"},       {"--budget-ms inf", "--budget-ms must be"},
-      {"--budget-ms 0", "--budget-ms must be"},         {"--watchdog-s -1", "--watchdog-s must be"},
-      {"--max-candidates -1", "--max-candidates must"}, {"--jobs 100000", "--jobs must be in [0, 256]"},
-      {"--retune", "--retune has no effect"},           {"--strategy halving", "--strategy has no effect"},
+      {"--budget-ms nan", "--budget-ms must be"},
+      {"--budget-ms inf", "--budget-ms must be"},
+      {"--budget-ms 0", "--budget-ms must be"},
+      {"--watchdog-s -1", "--watchdog-s must be"},
+      {"--max-candidates -1", "--max-candidates must"},
+      {"--jobs 100000", "--jobs must be in [0, 256]"},
+      {"--retune", "--retune has no effect"},
+      {"--strategy halving", "--strategy has no effect"},
       {"--no-cache --cache-dir /tmp/x", "--no-cache and --cache-dir"},
       // CLI11's own errors (it would exit 104 / 109 / 114).
-      {"--budget-ms abc", "--budget-ms = abc"},         {"--budget 5", "not expected"},
-      {"--arch sm_80", "--arch"},                       {"--max-candidates 99999999999", "--max-candidates"},
+      {"--budget-ms abc", "--budget-ms = abc"},
+      {"--budget 5", "not expected"},
+      {"--arch sm_80", "--arch"},
+      {"--max-candidates 99999999999", "--max-candidates"},
   };
   for (const auto& [opt, msg] : cases) {
     INFO(opt);
@@ -228,7 +235,8 @@ TEST_CASE("autotune: shapes files without tunable work, and Hugging Face configs
   TempDir t;
   auto [rc, out] = run("--arch sm_90a --compile-only --families qkv_proj --shapes " + t.file("p.json", kPrefill));
   CHECK(rc == 2);
-  CHECK_THAT(out, Catch::Contains("--families qkv_proj: " + (t.path / "p.json").string() + " has no qkv_proj workloads"));
+  CHECK_THAT(out,
+             Catch::Contains("--families qkv_proj: " + (t.path / "p.json").string() + " has no qkv_proj workloads"));
   const std::string decode = t.file("d.json", R"({"model":"tiny","hidden_size":3584,"num_attention_heads":28,
     "num_key_value_heads":4,"head_dim":128,"workloads":{"attention_decode":[{"batch":1,"kv_len":512}]}})");
   std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + decode);
@@ -302,8 +310,8 @@ TEST_CASE("autotune: SIGINT and SIGTERM during compilation stop cleanly with exi
       std::freopen(log.c_str(), "w", stdout);
       ::dup2(fileno(stdout), 2);
       const std::string exe = kt_test::autotune_path();
-      ::execl(exe.c_str(), exe.c_str(), "--arch", "sm_90a", "--compile-only", "--shapes", shapes.c_str(),
-              "--cache-dir", cache.c_str(), static_cast<char*>(nullptr));
+      ::execl(exe.c_str(), exe.c_str(), "--arch", "sm_90a", "--compile-only", "--shapes", shapes.c_str(), "--cache-dir",
+              cache.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     // Wait until compilation has started (the estimate line), then interrupt.
@@ -335,7 +343,8 @@ TEST_CASE("example_attention_prefill checks its database before the GPU", "[tune
   // $KT_EXAMPLE_PREFILL, else the build's, else next to this test binary (scripts/stage_gpu.sh's layout).
   std::string exe = KT_EXAMPLE_PREFILL_PATH;
   if (const char* e = std::getenv("KT_EXAMPLE_PREFILL"); e && *e) exe = e;
-  else if (!fs::exists(exe)) exe = (fs::read_symlink("/proc/self/exe").parent_path() / "example_attention_prefill").string();
+  else if (!fs::exists(exe))
+    exe = (fs::read_symlink("/proc/self/exe").parent_path() / "example_attention_prefill").string();
   REQUIRE(fs::exists(exe));
   auto run_example = [&](const std::string& args) {
     FILE* f = popen((exe + " " + args + " 2>&1").c_str(), "r");

@@ -103,8 +103,7 @@ TEST_CASE("every family: problem JSON round trip, stable distinct keys, classes 
   }
 }
 
-TEST_CASE("every family: the default is a valid candidate, names unique per config, launch dims non-zero",
-          "[family]") {
+TEST_CASE("every family: the default is a valid candidate, names unique per config, launch dims non-zero", "[family]") {
   const DeviceModel dev = device_model(kSm90a);
   for (const auto& [name, all] : problems_by_family()) {
     const Family& f = find_family(name);
@@ -215,13 +214,13 @@ TEST_CASE("the work-item builder enumerates what each family's own valid_configs
     std::vector<std::string> want;
     if (it.family == attn::kFamily) {
       const auto p = attn::problem_from_json(it.problem);
-      for (const auto& c : default_first(attn::valid_configs(p, kSm90a), attn::default_config(kSm90a, p),
-                                         attn::same_config))
+      for (const auto& c :
+           default_first(attn::valid_configs(p, kSm90a), attn::default_config(kSm90a, p), attn::same_config))
         want.push_back(attn::variant_name(p, c, kSm90a));
     } else if (it.family == qkv::kFamily) {
       const auto p = qkv::problem_from_json(it.problem);
-      for (const auto& c : default_first(qkv::valid_configs(p, kSm90a), qkv::default_config(kSm90a, p),
-                                         qkv::same_config))
+      for (const auto& c :
+           default_first(qkv::valid_configs(p, kSm90a), qkv::default_config(kSm90a, p), qkv::same_config))
         want.push_back(qkv::variant_name(p, c, kSm90a));
     } else {
       continue;
@@ -262,8 +261,10 @@ TEST_CASE("resolve() for a family's JSON problem answers as the typed wrappers",
   const Family& af = find_family(attn::kFamily);
   const Family& qf = find_family(qkv::kFamily);
   const std::vector<db::Winner> ws = {
-      row(af, attn::problem_to_json(ap2), af.enumerate(attn::problem_to_json(ap2), kSm90a, device_model(kSm90a)).back(), 1),
-      row(qf, qkv::problem_to_json(qp2), qf.enumerate(qkv::problem_to_json(qp2), kSm90a, device_model(kSm90a)).back(), 2)};
+      row(af, attn::problem_to_json(ap2), af.enumerate(attn::problem_to_json(ap2), kSm90a, device_model(kSm90a)).back(),
+          1),
+      row(qf, qkv::problem_to_json(qp2), qf.enumerate(qkv::problem_to_json(qp2), kSm90a, device_model(kSm90a)).back(),
+          2)};
 
   const FamilyChoice ga = resolve(af, ws, "GPU", kSm90a, attn::problem_to_json(ap));
   const AttentionChoice ta = resolve_attention(ws, "GPU", kSm90a, ap);

@@ -2,12 +2,12 @@
 // that name the file and the field.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "reference/dtype_convert.h"
 #include "tuner/shapes_file.h"
@@ -84,7 +84,7 @@ TEST_CASE("shapes/qwen7b.json loads with the exact values", "[shapes]") {
   }
   CHECK(s.qkv_tokens == std::vector<int>{1, 16, 64, 256, 1024, 4096, 16384});
   CHECK(s.qkv_formats == std::vector<std::string>{"fp16", "fp16_kb64", "int8", "int8_kb64", "int4", "int4_kb128", "nf4",
-                                                 "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"});
+                                                  "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"});
   const int decode[][2] = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
   REQUIRE(s.decode.size() == 4);
   for (size_t i = 0; i < 4; ++i) {
@@ -168,8 +168,8 @@ TEST_CASE("shapes file: Hugging Face config.json fills defaults", "[shapes]") {
 
   // Llama-style: explicit head_dim and attention_bias false; no num_key_value_heads -> MHA;
   // no rope_theta -> 10000; no _name_or_path -> model_type.
-  nlohmann::json llama = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
-                          {"head_dim", 96}, {"attention_bias", false}, {"vocab_size", 32000}};
+  nlohmann::json llama = {{"model_type", "llama"}, {"hidden_size", 4096},     {"num_attention_heads", 32},
+                          {"head_dim", 96},        {"attention_bias", false}, {"vocab_size", 32000}};
   kt::ShapesFile l = kt::parse_shapes(llama, "llama/config.json");
   CHECK(l.model.name == "llama");
   CHECK(l.model.head_dim == 96);
@@ -241,7 +241,8 @@ TEST_CASE("shapes file: every error names the file and the field", "[shapes]") {
   }
   SECTION("no workloads at all") {
     msg = error_of(R"({"model": "x", "hidden_size": 8, "num_attention_heads": 1, "num_key_value_heads": 1,
-                       "head_dim": 8, "workloads": {"attention_prefill": []}})", &path);
+                       "head_dim": 8, "workloads": {"attention_prefill": []}})",
+                   &path);
     CHECK(contains(msg, path + ": field 'workloads': no workloads"));
   }
   SECTION("bad JSON") {
@@ -296,15 +297,19 @@ TEST_CASE("shapes file: duplicate keys and duplicate workloads are errors", "[sh
   // Equal keys in different objects are fine.
   CHECK_NOTHROW(kt::load_shapes(TempFile(kValid).path));
 
-  msg = error_of(replace(kValid, R"({"batch": 1, "seqlen": 37})", R"({"batch": 1, "seqlen": 37}, {"batch": 1, "seqlen": 37, "seqlen_k": 37, "causal": true})"),
+  msg = error_of(replace(kValid, R"({"batch": 1, "seqlen": 37})",
+                         R"({"batch": 1, "seqlen": 37}, {"batch": 1, "seqlen": 37, "seqlen_k": 37, "causal": true})"),
                  &path);
-  CHECK(msg == path + ": field 'workloads.attention_prefill[1]': duplicates workloads.attention_prefill[0] (the same "
-                      "problem would be tuned twice)");
+  CHECK(msg == path +
+                   ": field 'workloads.attention_prefill[1]': duplicates workloads.attention_prefill[0] (the same "
+                   "problem would be tuned twice)");
   // The same sizes with another mask are another problem.
-  CHECK_NOTHROW(kt::load_shapes(
-      TempFile(replace(kValid, R"({"batch": 1, "seqlen": 37})", R"({"batch": 1, "seqlen": 37}, {"batch": 1, "seqlen": 37, "causal": false})"))
-          .path));
-  msg = error_of(replace(kValid, R"({"batch": 3, "kv_len": 1000})", R"({"batch": 3, "kv_len": 1000}, {"batch": 3, "kv_len": 1000})"),
+  CHECK_NOTHROW(
+      kt::load_shapes(TempFile(replace(kValid, R"({"batch": 1, "seqlen": 37})",
+                                       R"({"batch": 1, "seqlen": 37}, {"batch": 1, "seqlen": 37, "causal": false})"))
+                          .path));
+  msg = error_of(replace(kValid, R"({"batch": 3, "kv_len": 1000})",
+                         R"({"batch": 3, "kv_len": 1000}, {"batch": 3, "kv_len": 1000})"),
                  &path);
   CHECK(contains(msg, path + ": field 'workloads.attention_decode[1]': duplicates workloads.attention_decode[0]"));
 }
@@ -312,13 +317,15 @@ TEST_CASE("shapes file: duplicate keys and duplicate workloads are errors", "[sh
 TEST_CASE("shapes file: sizes are bounded where they are parsed", "[shapes]") {
   std::string path;
   // num_attention_heads 2^24 would overflow N = (Hq + 2 Hkv) D in int.
-  std::string msg = error_of(replace(kValid, R"("num_attention_heads": 8)", R"("num_attention_heads": 16777216)"), &path);
+  std::string msg =
+      error_of(replace(kValid, R"("num_attention_heads": 8)", R"("num_attention_heads": 16777216)"), &path);
   CHECK(msg == path + ": field 'num_attention_heads': 16777216 is too large: at most 1024 is supported");
   msg = error_of(replace(kValid, R"("hidden_size": 256)", R"("hidden_size": 2147483584)"), &path);
   CHECK(msg == path + ": field 'hidden_size': 2147483584 is too large: at most 65536 is supported");
   msg = error_of(replace(kValid, R"("seqlen_k": 577)", R"("seqlen_k": 2147483647)"), &path);
-  CHECK(msg == path + ": field 'workloads.attention_prefill[1].seqlen_k': 2147483647 is too large: at most 1048576 is "
-                      "supported");
+  CHECK(msg == path +
+                   ": field 'workloads.attention_prefill[1].seqlen_k': 2147483647 is too large: at most 1048576 is "
+                   "supported");
   msg = error_of(replace(kValid, R"("kv_len": 1000)", R"("kv_len": 1048577)"), &path);
   CHECK(contains(msg, "field 'workloads.attention_decode[0].kv_len': 1048577 is too large: at most 1048576"));
   msg = error_of(replace(kValid, "[1, 1000]", "[1, 2000000]"), &path);
@@ -329,7 +336,8 @@ TEST_CASE("shapes file: sizes are bounded where they are parsed", "[shapes]") {
   CHECK(contains(msg, "field 'workloads.attention_prefill[0].batch': 65536 is too large: at most 65535"));
 
   // Each value at its bound, but a tensor over kMaxTensorBytes: K/V of 65535 x 2^20 x 2 x 32 x 2 bytes.
-  msg = error_of(replace(kValid, R"("batch": 2, "seqlen": 5, "seqlen_k": 577)", R"("batch": 65535, "seqlen": 5, "seqlen_k": 1048576)"),
+  msg = error_of(replace(kValid, R"("batch": 2, "seqlen": 5, "seqlen_k": 577)",
+                         R"("batch": 65535, "seqlen": 5, "seqlen_k": 1048576)"),
                  &path);
   CHECK(contains(msg, path + ": field 'workloads.attention_prefill[1]': K (and V) would take 8191.9 GiB (batch 65535 x "
                              "seqlen_k 1048576 x 2 KV heads x head_dim 32 x 2 bytes); the limit is 64 GiB per tensor"));
@@ -341,9 +349,9 @@ TEST_CASE("shapes file: sizes are bounded where they are parsed", "[shapes]") {
                  &path);
   CHECK(contains(msg, "field 'hidden_size': the Q/K/V weight would take 384.0 GiB"));
   // Below the limit is accepted: K/V of 128 x 2^20 x 2 x 32 x 2 bytes = 16 GiB.
-  CHECK_NOTHROW(kt::load_shapes(
-      TempFile(replace(kValid, R"("batch": 2, "seqlen": 5, "seqlen_k": 577)", R"("batch": 128, "seqlen": 5, "seqlen_k": 1048576)"))
-          .path));
+  CHECK_NOTHROW(kt::load_shapes(TempFile(replace(kValid, R"("batch": 2, "seqlen": 5, "seqlen_k": 577)",
+                                                 R"("batch": 128, "seqlen": 5, "seqlen_k": 1048576)"))
+                                    .path));
   // Hugging Face configs are bounded too.
   nlohmann::json hf = {{"hidden_size", 3584}, {"num_attention_heads", 16777216}};
   CHECK_THROWS_WITH(kt::parse_shapes(hf, "hf.json"), Catch::Contains("'num_attention_heads': 16777216 is too large"));
@@ -390,7 +398,9 @@ TEST_CASE("shapes file: Hugging Face text_config, rope_parameters and architectu
                     Catch::Contains("field 'text_config.num_key_value_heads': expected a positive integer"));
 
   // Newer transformers: rope_theta inside rope_parameters.
-  nlohmann::json llama = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+  nlohmann::json llama = {{"model_type", "llama"},
+                          {"hidden_size", 4096},
+                          {"num_attention_heads", 32},
                           {"rope_parameters", {{"rope_theta", 500000.0}, {"rope_type", "default"}}}};
   CHECK(kt::parse_shapes(llama, "x").model.rope_theta == 500000.0);
   CHECK(kt::parse_shapes(llama, "x").model.name == "llama");

@@ -2,21 +2,21 @@
 // and the autotune CLI's error handling.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <array>
 #include <filesystem>
-#include <sys/wait.h>
 
-#include "reference/dtype_convert.h"
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include "reference/dtype_convert.h"
 
+#include "../support.h"
 #include "tuner/attention_harness.h"
 #include "tuner/attention_problems.h"
+#include "tuner/selection.h"
 #include "tuner/shapes_file.h"
 #include "tuner/timing.h"
-#include "../support.h"
-#include "tuner/selection.h"
 
 using namespace kt;
 
@@ -128,7 +128,8 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   CHECK_THAT(out, Catch::Contains("unknown --arch 'sm_91'") && Catch::Contains("sm_80, sm_86, sm_89, sm_90, sm_90a"));
 
   const std::string bad = std::filesystem::temp_directory_path() / "kt_bad_shapes.json";
-  std::ofstream(bad) << R"({"model":"x","hidden_size":3072,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":96,
+  std::ofstream(bad)
+      << R"({"model":"x","hidden_size":3072,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":96,
     "workloads":{"attention_prefill":[{"batch":1,"seqlen":128}]}})";
   std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + bad);
   CHECK(rc == 2);
@@ -140,7 +141,8 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("num_key_value_heads"));
 
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) +
+                          "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'"));
   // `autotune show` checks --family against the registry before opening the database.
@@ -149,17 +151,20 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill") &&
                       Catch::Contains("qkv_proj"));
 
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --only '(' --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  std::tie(rc, out) =
+      run("--arch sm_90a --compile-only --only '(' --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("--only '('") && Catch::Contains("not a valid regular expression"));
   // --only keeps the matching candidates and the default (the baseline): a regex that matches nothing leaves one
   // binary for one problem; a gemv-cluster regex adds exactly the cluster variants.
-  std::ofstream(bad) << R"({"model":"x","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,"head_dim":128,
+  std::ofstream(bad)
+      << R"({"model":"x","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,"head_dim":128,
     "qkv_bias":true,"dtypes":["bf16"],"workloads":{"qkv_proj":{"tokens":[1],"formats":["int4"]}}})";
   std::tie(rc, out) = run("--arch sm_90a --compile-only --only no_such_variant --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 1 distinct binaries"));
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
+  std::tie(rc, out) =
+      run("--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 3 distinct binaries"));
   std::filesystem::remove(bad);
