@@ -1,7 +1,7 @@
 // Flash-attention prefill family: the part shared by host (generator, runtime) and device (NVRTC).
 // No standard headers: compiled by NVRTC too.
 //
-// Split of the family's parameters (DESIGN.md, "A kernel family"):
+// Split of the family's parameters (ARCHITECTURE.md, "A kernel family"):
 //  * Problem (result-defining, host side, generator/attention_family.h): dtype, batch, seqlen_q,
 //    seqlen_k, num_heads, num_kv_heads, head_dim, causal. Of these the kernel is compiled for the
 //    *kernel class* (dtype, head_dim, causal); everything else is a run-time argument (FwdParams).

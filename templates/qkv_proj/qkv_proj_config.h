@@ -38,7 +38,7 @@
 //                  tma_x (sm_90, packed weights, tile_m 16 or 32): as tma, and the step's X tile (tile_m tokens x the step's K)
 //                  comes on the same mbarrier as a TMA box into a per-warp X ring (128-byte swizzled, read by
 //                  conflict-free lds when the step is decoded) instead of per-lane global loads from L2 / L1: at M =
-//                  16 those loads cost about 2 us per launch (NOTES qkv_proj 34); K must be a multiple of 64,
+//                  16 those loads cost about 2 us per launch; K must be a multiple of 64,
 //          reduce  none; or cluster (bulk_rows, sm_90) with cluster = 2, 4 or 8 blocks of one thread-block cluster that
 //                  split K between them,
 //                  each bulk-copying only its K range of the rows and reducing into block rank 0 through distributed
@@ -86,7 +86,7 @@
 //        tile are launched as one thread-block cluster (a launch attribute; the kernel uses no cluster feature). A
 //        cluster runs on one GPC at once, so the blocks that read the same weight tile start together and stay
 //        together; the grid's token tiles are rounded up to a multiple of cluster_m and the blocks past M exit at once.
-//        H100, Qwen2.5-7B, m128 n96 s8, CUDA graphs: M = 256 19.9 -> 18.0 us, M = 1024 66.1 -> 57.4 (NOTES qkv_proj 27).
+//        H100, Qwen2.5-7B, m128 n96 s8, CUDA graphs: M = 256 19.9 -> 18.0 us, M = 1024 66.1 -> 57.4.
 #pragma once
 #include "common/kt_types.h"
 #include "qkv_proj/quant_format.h"
@@ -260,8 +260,8 @@ KT_HD constexpr bool format_uses_table(quant::Format f) {
 }
 /// Interleaved copies of that 256-pair table in static shared memory (256 x copies x 4 bytes); thread t reads copy
 /// t % copies, so threads t and t' can meet in a bank only when t = t' mod copies and their bytes' low bits agree.
-/// With 8 copies, 4 lanes of a warp shared each bank group: the table formats' wgmma_ws mainloop ran 4-13% slower
-/// (NOTES.md, qkv_proj 14). gemv / wgmma: 16 copies (2 lanes per bank group); wgmma_ws: 32, one bank per lane.
+/// With 8 copies, 4 lanes of a warp shared each bank group: the table formats' wgmma_ws mainloop ran 4-13% slower.
+/// gemv / wgmma: 16 copies (2 lanes per bank group); wgmma_ws: 32, one bank per lane.
 constexpr int kGemvTableCopies = 16;
 constexpr int kWsTableCopies = 32;
 /// Static shared memory of the decode table for format f with `copies` copies (16 bytes of placeholder otherwise).
@@ -302,7 +302,7 @@ KT_HD constexpr int gemv_partial_bytes(const Config& c) {
 /// gemv: whether a kernel of `stages` reads each step's per-group scales (and int4 zero points) from a shared-memory
 /// copy (qkv_gemv.cuh): bulk_rows, tma and tma_x. The register ring loads their raw bits from global memory with each
 /// step's units and converts them where the step uses them (qkv_gemv.cuh, scales_of_bits). Measured on the H100 at M = 1
-/// (NOTES.md, qkv_proj 36 / 37; bf16, tuner timing, gemv_m8_n16_w8x1_s0_p1): converted right after the load (the
+/// (bf16, tuner timing, a register-ring variant of tile_m 8, 8 warps splitting K, prefetch 1): converted right after the load (the
 /// conversion branches on the loaded byte and holds the ring's next loads behind it), mxfp4 ran 9.9 us and nvfp4 10.3;
 /// with a per-warp shared-memory copy of their scales 9.0-9.3; with the raw bits in the ring 8.9-9.0 / 8.8-8.9.
 KT_HD constexpr bool gemv_smem_scales(GemvLoad load) { return load != GemvLoad::register_ring; }
@@ -323,7 +323,7 @@ KT_HD constexpr int gemv_smem_bytes(const Config& c, quant::Format f, int k) {
 /// gemv GemvReduce::balanced_tail: how a grid of `units` (row block, token tile) units is cut so that every SM
 /// decodes about the same number of K steps. A grid of whole units puts ceil(units / sm_count) of them on some SMs and
 /// one fewer on the others: Qwen2.5-7B's 288 m16 row blocks on 132 SMs leave 24 SMs with 3 blocks, whose decode ends
-/// about 1.4 us after the 2-block SMs' (NOTES.md, qkv_proj 30). So the first `full` = units - tail units (a multiple of
+/// about 1.4 us after the 2-block SMs'. So the first `full` = units - tail units (a multiple of
 /// sm_count) run whole, one block each, and each of the last `tail` = units mod sm_count units is split along K into
 /// `split` = min(sm_count / tail, K steps) pieces (piece i: steps [steps i / split, steps (i + 1) / split)), one block
 /// each: about one piece per SM. The pieces meet through the workspace (the last to arrive sums them in piece order
@@ -432,7 +432,7 @@ KT_HD constexpr int wgmma_smem_bytes(const Config& c, quant::Format f) {
 /// wgmma: registers per thread: 40 + tile_n / 2 accumulators (+ 20 for the table formats' fp32 fallback decode) + 7
 /// per packed unit in the register ring (4 data, 3 scales) + tile_n / 4 for tile_k 128 on tiles of 16384 elements or
 /// more (twice the weight tile copied or decoded per step); must stay within 200 (128 for the 512 threads of tile_m
-/// 256) to leave the decode room. The tile_k 128 term: the CI sweep of session 7 compiled 64 x 256 (fp16) and 256 x
+/// 256) to leave the decode room. The tile_k 128 term: the full compile sweep found 64 x 256 (fp16) and 256 x
 /// 128 (fp16, int8, int4) tile_k 128 binaries spilling 48-416 bytes once the table allowance of the shared-memory rule
 /// (counted for every format before) no longer rejected them.
 KT_HD constexpr int wgmma_reg_estimate(const Config& c, quant::Format f) {
@@ -578,7 +578,7 @@ KT_HD constexpr int wp_box_heads(const Config& c) { return c.tile_n / (2 * wp_bo
 KT_HD constexpr int wp_stage_row_bytes(const Config& c) { return 2 * c.tile_n + 16; }
 KT_HD constexpr int wp_ring_bytes(const Config& c) { return c.pairs.stages * (c.tile_m + c.tile_n) * 128; }
 /// The epilogue's staging tile [tile_m][wp_stage_row_bytes] lies over the ring: every consumer has waited for the
-/// last step's data and its wgmmas have retired by the barrier before the staging writes (NOTES qkv_proj 26).
+/// last step's data and its wgmmas have retired by the barrier before the staging writes.
 KT_HD constexpr int wp_stage_bytes(const Config& c) { return c.tile_m * wp_stage_row_bytes(c); }
 KT_HD constexpr int wp_smem_bytes(const Config& c) {
   return 1024 + (wp_ring_bytes(c) > wp_stage_bytes(c) ? wp_ring_bytes(c) : wp_stage_bytes(c));
@@ -595,12 +595,12 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
 /// 20 (register_ring) or, for units read from shared memory, 12 for one row tile and 28 each for two; nvfp4 (two
 /// scales per unit) on the register ring with two row tiles 16 more, and its balanced stages-2 variants with 2 or 4 warp
-/// columns 24 more (fitted to ptxas: both held 80 registers only just, NOTES.md qkv_proj 35). Not covered: with fp16
+/// columns 24 more (fitted to ptxas: both held 80 registers only just). Not covered: with fp16
 /// activations, 7 nvfp4 (row-major) register_ring variants of tile_m 16 without the balanced tail spill 8 bytes at 128
-/// registers since the ring carries raw scale bits (session 28, NOTES.md qkv_proj 37); their bf16 twins, the same
+/// registers (the ring carries raw scale bits); their bf16 twins, the same
 /// configs, do not spill, and the model has no dtype, so they stay valid (tma_x is M = 16's winner). Likewise 4
-/// bf16 int8 stages-3 variants of tile_m 32 (M 17..64) spill 10 bytes at 128 registers since the TMA request moved to
-/// the end of the step (session 29, NOTES.md qkv_proj 38); their fp16 twins do not, and M = 64's int8 winner is
+/// bf16 int8 stages-3 variants of tile_m 32 (M 17..64) spill 10 bytes at 128 registers (the TMA request sits at the
+/// end of the step); their fp16 twins do not, and M = 64's int8 winner is
 /// wgmma_ws.
 KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
   return 16 + gemv_row_tiles(c) * (c.tile_m / 8) * (quant::format_element(f) == quant::Format::int4 ? 14 : 6) +
@@ -614,10 +614,10 @@ KT_HD constexpr int gemv_reg_estimate(const Config& c, quant::Format f) {
          // bytes over the cap (the CI nvrtc test); the balanced tma variants compile without spills (except nvfp4's
          // with several warp columns, below)
          (gemv_balanced(c) && gemv_ring(c) ? 8 * gemv_row_tiles(c) : 0) +
-         // (at 128 registers with no spill until the K-blocked unit address came in, session 25; then 8-16 bytes)
+         // (the K-blocked unit address costs these 8-16 bytes at 128 registers)
          (quant::format_element(f) == quant::Format::nvfp4 && gemv_ring(c) && gemv_row_tiles(c) == 2 ? 16 : 0) +
-         // (nvfp4's balanced tma variants with 2 or 4 warp columns at 256 threads: 80 registers without spills
-         // until the step became straight-line code, session 26; then fp16's spilled 14 bytes)
+         // (nvfp4's balanced tma variants with 2 or 4 warp columns at 256 threads: the straight-line step makes fp16's
+         // spill 14 bytes at 80 registers without this term)
          (quant::format_element(f) == quant::Format::nvfp4 && c.gemv.load == GemvLoad::tma && gemv_balanced(c) &&
                   c.gemv.warps_n > 1
               ? 24

@@ -49,7 +49,7 @@
 #include "common/wgmma.cuh"
 #include "qkv_proj/qkv_proj.cuh"
 
-// Timeline experiments only (never defined by the generator; bench/ws_trace/trace_pairs.cu): KT_WP_TRACE(i) records
+// Timeline experiments only (never defined by the generator; a standalone timeline driver defines it): KT_WP_TRACE(i) records
 // %globaltimer at point i of the block into kt_wp_trace[block * 16 + i] (thread 0 of the calling group).
 #ifdef KT_WP_TRACE_ON
 #define KT_WP_TRACE(i, cond)                                                      \

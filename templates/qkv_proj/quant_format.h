@@ -10,7 +10,7 @@
 //          element offset ((k / 64) N + n) 64 + k % 64. Each 64-wide K slice of all N rows is one contiguous
 //          N x 128-byte block, so a TMA box of a K step over consecutive rows is one contiguous run (kerntune's
 //          own layout, for the TMA mainloops wgmma_ws and wgmma_pairs; the cp.async / register kernels read the
-//          row-major formats only). Same bytes in all, N x K x 2. Measured on the H100 (NOTES.md qkv_proj 28): the
+//          row-major formats only). Same bytes in all, N x K x 2. Measured on the H100: the
 //          weight streams faster than row-major in CUDA graphs and after a clean L2 flush at every M; after a flush
 //          that leaves the L2 dirty (do_bench's) it is 2-3% slower from M = 256.
 //   int8_kb64 / int4_kb128 / nf4_kb128 / mxfp4_kb128 / nvfp4_kb128 (K-blocked packed): the same bytes as the
@@ -18,7 +18,7 @@
 //          ((b / 64) N + n) 64 + b % 64, i.e. blocks of 64 elements (8-bit) or 128 elements (4-bit) along K. Scales
 //          and zero points stay row-major. A TMA box of a 64-byte K step over 8 consecutive rows is one contiguous
 //          512-byte run instead of 8 pieces of 64 bytes K * bits / 8 apart (kerntune's own layout, read by gemv stages
-//          0 (by address), 2 and 3 and wgmma_ws). Measured on the H100 with int4 (NOTES.md qkv_proj 31): about 0.9
+//          0 (by address), 2 and 3 and wgmma_ws). Measured on the H100 with int4: about 0.9
 //          us faster per M = 1 call after do_bench's dirty L2 flush, 0.3 us in CUDA graphs, unchanged at M >= 1024.
 //   scales [N, K / group] of the format's scale encoding, row-major (int8: [N], one per row).
 //   zeros  [N, K / group] bytes, int4 only (zero point 0..15, one per byte).
@@ -34,7 +34,8 @@
 //   mxfp4 : OCP Microscaling Formats (MX) v1.0: E2M1 elements (sign, 2-bit exponent bias 1, 1-bit mantissa:
 //           +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}), one E8M0 scale per 32 elements: 2^(e - 127), e = 255 is NaN.
 //   nvfp4 : NVIDIA NVFP4: E2M1 elements, one FP8 E4M3 scale (bias 7, max 448, no inf) per 16 elements, and
-//           one fp32 per-tensor scale: w = e2m1 * e4m3 * tensor_scale.
+//           one fp32 per-tensor scale: w = e2m1 * e4m3 * tensor_scale. tensor_scale is a normal fp32 (>= 2^-126):
+//           quantize raises a smaller absmax / 2688 to 2^-126 and validate refuses a subnormal one.
 #pragma once
 #include "common/kt_types.h"
 
