@@ -454,9 +454,11 @@ struct TuningDb::Impl {
     for (const auto& obj : kRequiredObjects) {
       try {
         if (std::string(obj[0]) == "table") {
-          // NOT INDEXED: the table's own b-tree, not a covering index. A table name cannot be a bound
-          // parameter; these are the fixed names above.
-          SQLite::Statement q(*db, std::string("SELECT 1 FROM main.") + obj[1] + " NOT INDEXED LIMIT 1");
+          // NOT INDEXED: the table's own b-tree, not a covering index. count(*) walks every interior and
+          // leaf page of it (not the overflow pages that hold the cubins), so a damaged page anywhere in the
+          // tree is found here, not by a later read or write. A table name cannot be a bound parameter;
+          // these are the fixed names above.
+          SQLite::Statement q(*db, std::string("SELECT count(*) FROM main.") + obj[1] + " NOT INDEXED");
           q.executeStep();
         } else {
           SQLite::Statement q(*db, std::string("SELECT * FROM main.") + obj[1]);  // compiled, not run

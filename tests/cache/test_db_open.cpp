@@ -282,6 +282,33 @@ TEST_CASE("bad database files are refused at open, naming the file and what is w
   }
   cases.push_back({damaged, true, "table 'measurements' is damaged"});
   cases.push_back({damaged, false, "table 'measurements' is damaged"});
+  // A later page damaged, the root intact: the right-most child pointer of the measurements table's
+  // interior root page points past the end of the file, so the first row still reads.
+  const std::string deep = dir.file("deep_damaged.db");
+  populate(deep, 400);
+  {
+    long long root = 0, page = 0;
+    {
+      SQLite::Database raw(deep, SQLite::OPEN_READONLY);
+      root = raw.execAndGet("SELECT rootpage FROM sqlite_master WHERE name = 'measurements'").getInt64();
+      page = raw.execAndGet("PRAGMA page_size").getInt64();
+      raw.execAndGet("SELECT 1 FROM measurements NOT INDEXED LIMIT 1");
+    }
+    std::fstream f(deep, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg((root - 1) * page);
+    char type = 0;
+    f.read(&type, 1);
+    REQUIRE(type == 0x05);  // an interior table b-tree page: 400 rows span several pages
+    f.seekp((root - 1) * page + 8);
+    const char past_end[4] = {'\x7f', '\x00', '\x00', '\x00'};
+    f.write(past_end, 4);
+  }
+  {
+    SQLite::Database raw(deep, SQLite::OPEN_READONLY);
+    CHECK_NOTHROW(raw.execAndGet("SELECT 1 FROM measurements NOT INDEXED LIMIT 1"));
+  }
+  cases.push_back({deep, true, "table 'measurements' is damaged"});
+  cases.push_back({deep, false, "table 'measurements' is damaged"});
 
   for (const Case& c : cases) {
     const std::string before = fs::is_regular_file(c.path) ? bytes_of(c.path) : "";
