@@ -168,6 +168,31 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 /// floor(units b / G) <= u.
 __device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
 
+/// Two K groups: group 1 hands its partial sums to group 0 through shared memory over the ring (every step is
+/// consumed once both groups passed the first named barrier); group 0 adds them (one order: deterministic). Returns
+/// false for group 1, which then exits; group 0 goes on as the block's only consumers.
+template <int kAtoms, int TileM, int kCThreads, int kAllC>
+__device__ __forceinline__ bool ws_exchange_k_groups(float (&acc)[kAtoms][TileM / 2], unsigned char* smem, int kgrp,
+                                                     int ctid) {
+  // Float4 v of the thread's accumulators (kAtoms x TileM / 2 floats), as in the block's partial tiles.
+  auto acc4 = [&](int v) -> float* { return &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)]; };
+  constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread
+  float4* xfer = reinterpret_cast<float4*>(smem);
+  ptx::named_barrier(2, kAllC);
+  if (kgrp == 1) {
+#pragma unroll
+    for (int v = 0; v < kVec; ++v)
+      xfer[v * kCThreads + ctid] = make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]);
+  }
+  ptx::named_barrier(2, kAllC);
+  if (kgrp == 1) return false;
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) {
+    add_f4(acc4(v), xfer[v * kCThreads + ctid]);
+  }
+  return true;
+}
+
 /// The kernel body. ClusterK > 1 (split_k > 1, qkv_wgmma_ws_cluster): the ClusterK blocks of a tile form a thread-block
 /// cluster (ranks = K slices). Rank r owns the tile's 8-token groups [G r / ClusterK, G (r + 1) / ClusterK) of G =
 /// TileM / 8 (ws_group_owner); after its mainloop each rank st.asyncs its fp32 partials of the other ranks' live groups
@@ -462,25 +487,10 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       ring.release(g0 + sj(nloc - 1));
     KT_WS_TRACE(2);
 
-    // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 through shared memory
-    // over the ring (every step consumed once both groups passed the first barrier), then exits; group 0 adds them
-    // (one order: deterministic) and goes on as the block's only consumers. ----
+    // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 and exits ----
     if constexpr (KGroups > 1) {
       static_assert(KGroups == 2 && !StreamK, "wgmma_ws: K groups are 1 or 2, with split_k >= 1");
-      constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread
-      float4* xfer = reinterpret_cast<float4*>(smem);
-      ptx::named_barrier(2, kAllC);
-      if (kgrp == 1) {
-#pragma unroll
-        for (int v = 0; v < kVec; ++v)
-          xfer[v * kCThreads + ctid] = make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]);
-      }
-      ptx::named_barrier(2, kAllC);
-      if (kgrp == 1) return;
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        add_f4(acc4(v), xfer[v * kCThreads + ctid]);
-      }
+      if (!ws_exchange_k_groups<kAtoms, TileM, kCThreads, kAllC>(acc, smem, kgrp, ctid)) return;
     }
 
     // ---- split-K over a cluster: each rank reduces and finishes its own token rows ----
