@@ -264,6 +264,43 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
   }
 }
 
+/// The cross-warp K reduction's exchange: warp rows wk > 0 store their sums into part ([wk - 1][WarpsN][R][NT][32
+/// lanes] float4, the C fragment layout, one float4 per lane: conflict-free), then one block barrier.
+template <int WarpsN, int R, int NT>
+__device__ __forceinline__ void gemv_store_k_partial(const float (&acc)[R][NT][4], float4* part, int wk, int wn,
+                                                     int lane) {
+  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
+  if (wk > 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
+  }
+  __syncthreads();
+}
+
+#if __CUDA_ARCH__ >= 900
+/// The cluster reduction's exchange (Cluster > 1): ranks 1.. store their block sums (warp row 0) into rank 0's shared
+/// memory cpart ([rank - 1][WarpsN][R][NT][32 lanes] float4), then one cluster barrier.
+template <int WarpsN, int R, int NT>
+__device__ __forceinline__ void gemv_cluster_store(const float (&acc)[R][NT][4], float4* cpart, int rank, int wk,
+                                                   int wn, int lane) {
+  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
+  ptx::cluster_wait();  // every block of the cluster has started (arrival at entry)
+  if (rank > 0 && wk == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[slot(rank, r, t)]), 0u),
+                           make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
+  }
+  ptx::cluster_arrive_release();
+  ptx::cluster_wait();
+}
+#endif
+
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
 /// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
 /// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
@@ -791,14 +828,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         }
   };
   if (WarpsK > 1) {
-    if (wk > 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-          part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
-    }
-    __syncthreads();
+    gemv_store_k_partial<WarpsN, R, NT>(acc, part, wk, wn, lane);
     if (Cluster == 1 && wk > 0) return;
     if (wk == 0) add_partials(part, WarpsK);
   }
@@ -885,17 +915,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   //      partials), one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
   if (Cluster > 1) {
     float4* cpart = part + (WarpsK - 1) * WarpsN * R * NT * 32;
-    ptx::cluster_wait();  // every block of the cluster has started (arrival at entry)
-    if (rank > 0 && wk == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-          ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[slot(rank, r, t)]), 0u),
-                             make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
-    }
-    ptx::cluster_arrive_release();
-    ptx::cluster_wait();
+    gemv_cluster_store<WarpsN, R, NT>(acc, cpart, rank, wk, wn, lane);
     if (rank > 0 || wk > 0) return;
     add_partials(cpart, Cluster);
   }
