@@ -264,6 +264,20 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
   }
 }
 
+/// kScaleStep (int4): folds a step's partial sums ps (by chunk parity, one group per row) into acc, scaled by the
+/// step's unit scales. C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1).
+template <int PS, int R, int NT>
+__device__ __forceinline__ void gemv_fold_step_sums(const float (&ps)[PS][R][NT][4], const UnitScales (&sreg)[R][2],
+                                                    float (&acc)[R][NT][4]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[r][t][e] = fmaf(ps[0][r][t][e] + ps[PS - 1][r][t][e], sreg[r][e / 2].s0, acc[r][t][e]);
+}
+
 /// The cross-warp K reduction's exchange: warp rows wk > 0 store their sums into part ([wk - 1][WarpsN][R][NT][32
 /// lanes] float4, the C fragment layout, one float4 per lane: conflict-free), then one block barrier.
 template <int WarpsN, int R, int NT>
@@ -769,16 +783,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         if (fast)
           gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         else gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
-        if (kScale == kScaleStep) {  // C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-#pragma unroll
-              for (int e = 0; e < 4; ++e)
-                acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e], sreg[r][e / 2].s0,
-                                        acc2[0][r][t][e]);
-        }
+        if (kScale == kScaleStep) gemv_fold_step_sums(ps, sreg, acc2[0]);
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
         if (kStream) {
