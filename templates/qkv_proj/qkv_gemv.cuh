@@ -264,6 +264,23 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
   }
 }
 
+/// Stages 2 / 3: lane 0 initializes the warp's step mbarriers (step st of warp column wn: (st - r_begin) WarpsN + wn)
+/// and requests the first kWindow steps (issue_step); the warp barrier orders the initialization before any wait.
+template <int WarpsN, int kWindow, class Issue>
+__device__ __forceinline__ void gemv_stream_start(const pipe::StepBarriers& step_bars, const Issue& issue_step,
+                                                  int s_begin, int s_end, int r_begin, int wn, int lane) {
+#if __CUDA_ARCH__ >= 900
+  if (lane == 0) {
+    for (int st = s_begin; st < s_end; ++st) step_bars.init((st - r_begin) * WarpsN + wn);
+    ptx::mbarrier_init_fence();
+    for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
+  }
+  __syncwarp();  // the barriers are initialized before the lanes wait on them
+#else
+  (void)step_bars, (void)issue_step, (void)s_begin, (void)s_end, (void)r_begin, (void)wn, (void)lane;
+#endif
+}
+
 /// kScaleStep (int4): folds a step's partial sums ps (by chunk parity, one group per row) into acc, scaled by the
 /// step's unit scales. C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1).
 template <int PS, int R, int NT>
@@ -488,16 +505,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     }
 #endif
   };
-#if __CUDA_ARCH__ >= 900
-  if (kStream) {
-    if (lane == 0) {
-      for (int st = s_begin; st < s_end; ++st) step_bars.init((st - r_begin) * WarpsN + wn);
-      ptx::mbarrier_init_fence();
-      for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
-    }
-    __syncwarp();  // the barriers are initialized before the lanes wait on them
-  }
-#endif
+  if (kStream) gemv_stream_start<WarpsN, kWindow>(step_bars, issue_step, s_begin, s_end, r_begin, wn, lane);
   // The scales and zero points of this warp's rows and K steps (kWarpScales), waited for by this warp alone before its
   // first step. The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb
   // bytes is a multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that
