@@ -281,6 +281,23 @@ __device__ __forceinline__ void gemv_stream_start(const pipe::StepBarriers& step
 #endif
 }
 
+/// Stages 2 / 3, the end of warp step j: requests step j + kWindow (issue_step) into the slots the step has read.
+/// Step j + kWindow goes into the weight ring slot of step j - 1 and (stages 3) the X ring slot of step j,
+/// whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
+/// through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
+/// "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
+/// at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
+/// the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
+/// costs the table formats a block per SM (their decode tables).
+template <int kWindow, class Issue>
+__device__ __forceinline__ void gemv_stream_step_end(const Issue& issue_step, int j, int nsteps, int step, int lane) {
+#if __CUDA_ARCH__ >= 900  // (kStream is sm_90-only; the fence exists there only)
+  if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
+#endif
+  __syncwarp();
+  if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
+}
+
 /// kScaleStep (int4): folds a step's partial sums ps (by chunk parity, one group per row) into acc, scaled by the
 /// step's unit scales. C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1).
 template <int PS, int R, int NT>
@@ -794,20 +811,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         if (kScale == kScaleStep) gemv_fold_step_sums(ps, sreg, acc2[0]);
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
-        if (kStream) {
-          // Step j + kWindow goes into the weight ring slot of step j - 1 and (stages 3) the X ring slot of step j,
-          // whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
-          // through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
-          // "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
-          // at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
-          // the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
-          // costs the table formats a block per SM (their decode tables).
-#if __CUDA_ARCH__ >= 900  // (kStream is sm_90-only; the fence exists there only)
-          if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
-#endif
-          __syncwarp();
-          if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
-        }
+        if (kStream) gemv_stream_step_end<kWindow>(issue_step, j, nsteps, step, lane);
       }
     }
   }
