@@ -264,6 +264,91 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
   }
 }
 
+/// Stages 2 / 3: lane 0 initializes the warp's step mbarriers (step st of warp column wn: (st - r_begin) WarpsN + wn)
+/// and requests the first kWindow steps (issue_step); the warp barrier orders the initialization before any wait.
+template <int WarpsN, int kWindow, class Issue>
+__device__ __forceinline__ void gemv_stream_start(const pipe::StepBarriers& step_bars, const Issue& issue_step,
+                                                  int s_begin, int s_end, int r_begin, int wn, int lane) {
+#if __CUDA_ARCH__ >= 900
+  if (lane == 0) {
+    for (int st = s_begin; st < s_end; ++st) step_bars.init((st - r_begin) * WarpsN + wn);
+    ptx::mbarrier_init_fence();
+    for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
+  }
+  __syncwarp();  // the barriers are initialized before the lanes wait on them
+#else
+  (void)step_bars, (void)issue_step, (void)s_begin, (void)s_end, (void)r_begin, (void)wn, (void)lane;
+#endif
+}
+
+/// Stages 2 / 3, the end of warp step j: requests step j + kWindow (issue_step) into the slots the step has read.
+/// Step j + kWindow goes into the weight ring slot of step j - 1 and (stages 3) the X ring slot of step j,
+/// whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
+/// through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
+/// "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
+/// at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
+/// the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
+/// costs the table formats a block per SM (their decode tables).
+template <int kWindow, class Issue>
+__device__ __forceinline__ void gemv_stream_step_end(const Issue& issue_step, int j, int nsteps, int step, int lane) {
+#if __CUDA_ARCH__ >= 900  // (kStream is sm_90-only; the fence exists there only)
+  if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
+#endif
+  __syncwarp();
+  if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
+}
+
+/// kScaleStep (int4): folds a step's partial sums ps (by chunk parity, one group per row) into acc, scaled by the
+/// step's unit scales. C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1).
+template <int PS, int R, int NT>
+__device__ __forceinline__ void gemv_fold_step_sums(const float (&ps)[PS][R][NT][4], const UnitScales (&sreg)[R][2],
+                                                    float (&acc)[R][NT][4]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[r][t][e] = fmaf(ps[0][r][t][e] + ps[PS - 1][r][t][e], sreg[r][e / 2].s0, acc[r][t][e]);
+}
+
+/// The cross-warp K reduction's exchange: warp rows wk > 0 store their sums into part ([wk - 1][WarpsN][R][NT][32
+/// lanes] float4, the C fragment layout, one float4 per lane: conflict-free), then one block barrier.
+template <int WarpsN, int R, int NT>
+__device__ __forceinline__ void gemv_store_k_partial(const float (&acc)[R][NT][4], float4* part, int wk, int wn,
+                                                     int lane) {
+  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
+  if (wk > 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
+  }
+  __syncthreads();
+}
+
+#if __CUDA_ARCH__ >= 900
+/// The cluster reduction's exchange (Cluster > 1): ranks 1.. store their block sums (warp row 0) into rank 0's shared
+/// memory cpart ([rank - 1][WarpsN][R][NT][32 lanes] float4), then one cluster barrier.
+template <int WarpsN, int R, int NT>
+__device__ __forceinline__ void gemv_cluster_store(const float (&acc)[R][NT][4], float4* cpart, int rank, int wk,
+                                                   int wn, int lane) {
+  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
+  ptx::cluster_wait();  // every block of the cluster has started (arrival at entry)
+  if (rank > 0 && wk == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[slot(rank, r, t)]), 0u),
+                           make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
+  }
+  ptx::cluster_arrive_release();
+  ptx::cluster_wait();
+}
+#endif
+
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
 /// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
 /// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
@@ -437,16 +522,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     }
 #endif
   };
-#if __CUDA_ARCH__ >= 900
-  if (kStream) {
-    if (lane == 0) {
-      for (int st = s_begin; st < s_end; ++st) step_bars.init((st - r_begin) * WarpsN + wn);
-      ptx::mbarrier_init_fence();
-      for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
-    }
-    __syncwarp();  // the barriers are initialized before the lanes wait on them
-  }
-#endif
+  if (kStream) gemv_stream_start<WarpsN, kWindow>(step_bars, issue_step, s_begin, s_end, r_begin, wn, lane);
   // The scales and zero points of this warp's rows and K steps (kWarpScales), waited for by this warp alone before its
   // first step. The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb
   // bytes is a multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that
@@ -732,32 +808,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         if (fast)
           gemv_step_chunks<DT, F, true>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
         else gemv_step_chunks<DT, F, false>(wreg[kSmem ? 0 : pp], s2, sreg, s_lut, tab, xreg[pp % kXSlots], acc2, ps);
-        if (kScale == kScaleStep) {  // C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-#pragma unroll
-              for (int e = 0; e < 4; ++e)
-                acc2[0][r][t][e] = fmaf(ps[0][r][t][e] + ps[kScale == kScaleStep ? 1 : 0][r][t][e], sreg[r][e / 2].s0,
-                                        acc2[0][r][t][e]);
-        }
+        if (kScale == kScaleStep) gemv_fold_step_sums(ps, sreg, acc2[0]);
         if (!kSmem && j + Prefetch < nsteps) load_w(pp, step + Prefetch);  // refill the slots just consumed
         if (!kXTma && j + kXSlots < nsteps) load_x(pp % kXSlots, step + kXSlots);
-        if (kStream) {
-          // Step j + kWindow goes into the weight ring slot of step j - 1 and (stages 3) the X ring slot of step j,
-          // whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
-          // through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
-          // "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
-          // at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
-          // the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
-          // costs the table formats a block per SM (their decode tables).
-#if __CUDA_ARCH__ >= 900  // (kStream is sm_90-only; the fence exists there only)
-          if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
-#endif
-          __syncwarp();
-          if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
-        }
+        if (kStream) gemv_stream_step_end<kWindow>(issue_step, j, nsteps, step, lane);
       }
     }
   }
@@ -791,14 +845,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
         }
   };
   if (WarpsK > 1) {
-    if (wk > 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-          part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
-    }
-    __syncthreads();
+    gemv_store_k_partial<WarpsN, R, NT>(acc, part, wk, wn, lane);
     if (Cluster == 1 && wk > 0) return;
     if (wk == 0) add_partials(part, WarpsK);
   }
@@ -885,17 +932,7 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   //      partials), one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
   if (Cluster > 1) {
     float4* cpart = part + (WarpsK - 1) * WarpsN * R * NT * 32;
-    ptx::cluster_wait();  // every block of the cluster has started (arrival at entry)
-    if (rank > 0 && wk == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-          ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[slot(rank, r, t)]), 0u),
-                             make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
-    }
-    ptx::cluster_arrive_release();
-    ptx::cluster_wait();
+    gemv_cluster_store<WarpsN, R, NT>(acc, cpart, rank, wk, wn, lane);
     if (rank > 0 || wk > 0) return;
     add_partials(cpart, Cluster);
   }
