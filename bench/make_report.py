@@ -31,6 +31,7 @@ import glob
 import json
 import os
 import sys
+import textwrap
 
 BEGIN = "<!-- perf:begin -->"
 END = "<!-- perf:end -->"
@@ -318,7 +319,10 @@ def build_section(res, results_path, readme_path):
     out += images("_qkv", "Q/K/V projection us vs M")
     while out and out[-1] == "":
         out.pop()
-    return "\n".join(out) + "\n"
+    # Prose paragraphs are wrapped at 120 columns (Markdown joins the lines); table rows stay on one line each.
+    lines = [line if line.startswith("|") or len(line) <= 120 else textwrap.fill(line, 120, break_on_hyphens=False)
+             for line in out]
+    return "\n".join(lines) + "\n"
 
 
 def replace_between_markers(text, section):
