@@ -65,20 +65,9 @@ class Measure : public MeasureSession {
 }  // namespace
 
 TunerFamily tuner_family() {
-  TunerFamily f;
-  f.family = &family_type();
-  f.problems = [](const ShapesFile& shapes) {
-    std::vector<nlohmann::json> out;
-    for (const auto& p : qkv_proj_problems(shapes)) out.push_back(problem_to_json(p));
-    return out;
-  };
-  f.ref_rows = 48;  // a row costs n x k
-  f.tolerance = [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); };
-  f.session = [](const nlohmann::json& p, uint64_t seed, size_t ref_rows,
-                 size_t l2_bytes) -> std::unique_ptr<MeasureSession> {
-    return std::make_unique<Measure>(problem_from_json(p), seed, ref_rows, l2_bytes);
-  };
-  return f;
+  // a row costs n x k
+  return make_tuner_family<Measure>(family_type(), &qkv_proj_problems, &problem_to_json, &problem_from_json, 48,
+                                    [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); });
 }
 
 }  // namespace qkv
