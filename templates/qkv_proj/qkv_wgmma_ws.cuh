@@ -34,8 +34,8 @@
 //   rounds when there are 2 or more waves of tiles; the producer's ring runs on across tiles. split_k > 1: the split_k
 //   blocks of a tile are one thread-block cluster (qkv_wgmma_ws_cluster); each rank reduces and finishes a contiguous
 //   range of the tile's 8-token groups, the other ranks' partials arriving in its shared memory by st.async.
-//   Stream-K tiles shared by several blocks are reduced through the workspace: fp32 partials in the
-//   accumulator layout, a counter per tile, the last block adds all partials in block order.
+//   Stream-K tiles shared by several blocks are reduced through the workspace (qkv_streamk.cuh): fp32 partials in
+//   the accumulator layout, a counter per tile, the last block adds all partials in block order.
 //   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (bias,
 //   RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
 //
@@ -45,6 +45,7 @@
 #include "common/tma_ring.cuh"
 #include "common/wgmma.cuh"
 #include "qkv_proj/qkv_gemv.cuh"
+#include "qkv_proj/qkv_streamk.cuh"
 
 namespace kt {
 namespace qkv {
@@ -52,16 +53,41 @@ namespace qkv {
 /// Scale bits of one weight row for one 64-element K step (FormatTraits<F>::step_bits).
 using WsScaleRaw = quant::StepScaleBits;
 
+/// The packed bytes of one weight row for one 64-element K step: 8 words for a 4-bit element, 16 for int8 (32 for a
+/// 16-bit weight, which is never decoded).
+template <quant::Format F>
+using WsRowWords = unsigned[64 * quant::format_bits(F) / 32];
+
+/// How ws_decode_atom turns a weight element into A fragments: one WsAtomDecode specialization per kind.
+enum class WsDecode {
+  none,   ///< 16-bit weights: wgmma reads A from shared memory
+  int8,   ///< the exact integer; the row scale multiplies the accumulators in the epilogue
+  int4,   ///< (n - z) s with a magic-number pair
+  table,  ///< nf4, mxfp4, nvfp4: the 256-pair code table times the scale
+};
+KT_HD constexpr WsDecode ws_decode_of(quant::Format f) {
+  return f == quant::Format::int8   ? WsDecode::int8
+         : f == quant::Format::int4 ? WsDecode::int4
+         : gemv_uses_table(f)       ? WsDecode::table
+                                    : WsDecode::none;
+}
+
 /// A fragments of one m64 atom for one K step: a[sl] = the four registers of k16 slice sl (wgmma.cuh's layout) for
-/// this thread's rows lo = 16 w + l / 4 and hi = lo + 8. wlo / whi: the rows' packed bytes of the step (8 words for
-/// 4-bit, 16 for int8); q = lane % 4. 16-bit weights are not decoded (wgmma reads them from shared memory): a no-op.
+/// this thread's rows lo = 16 w + l / 4 and hi = lo + 8. wlo / whi: the rows' packed bytes of the step; rlo / rhi their
+/// scale bits; q = lane % 4. The primary template is the 16-bit case: nothing to decode.
+template <DType DT, quant::Format F, WsDecode Kind = ws_decode_of(F)>
+struct WsAtomDecode {
+  __device__ __forceinline__ static void run(const WsRowWords<F>&, const WsRowWords<F>&, const WsScaleRaw&,
+                                             const WsScaleRaw&, int, const PairTable<kWsTableCopies>&, const float*,
+                                             float, unsigned (&)[4][4]) {}
+};
+
+/// int8: the exact integer (int8_pair) of bytes (2q, 2q + 1) of every 8-byte pair of the row.
 template <DType DT, quant::Format F>
-__device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant::format_bits(F) / 32],
-                                               const unsigned (&whi)[64 * quant::format_bits(F) / 32],
-                                               const WsScaleRaw& rlo, const WsScaleRaw& rhi, int q,
-                                               const PairTable<kWsTableCopies>& tab, const float* lut,
-                                               float tensor_scale, unsigned (&a)[4][4]) {
-  if constexpr (F == quant::Format::int8) {
+struct WsAtomDecode<DT, F, WsDecode::int8> {
+  __device__ __forceinline__ static void run(const WsRowWords<F>& wlo, const WsRowWords<F>& whi, const WsScaleRaw&,
+                                             const WsScaleRaw&, int q, const PairTable<kWsTableCopies>&, const float*,
+                                             float, unsigned (&a)[4][4]) {
     const unsigned sel = unsigned(2 * q) | unsigned(2 * q + 1) << 4;  // bytes (2q, 2q + 1) of an 8-byte pair
 #pragma unroll
     for (int sl = 0; sl < 4; ++sl) {
@@ -70,7 +96,15 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
       a[sl][2] = int8_pair<DT>(ptx::prmt(wlo[4 * sl + 2], wlo[4 * sl + 3], sel), 0x4140u);
       a[sl][3] = int8_pair<DT>(ptx::prmt(whi[4 * sl + 2], whi[4 * sl + 3], sel), 0x4140u);
     }
-  } else if constexpr (F == quant::Format::int4) {
+  }
+};
+
+/// int4: (n - z) s from byte q of every word, the zero point subtracted exactly, one rounding by the scale.
+template <DType DT, quant::Format F>
+struct WsAtomDecode<DT, F, WsDecode::int4> {
+  __device__ __forceinline__ static void run(const WsRowWords<F>& wlo, const WsRowWords<F>& whi, const WsScaleRaw& rlo,
+                                             const WsScaleRaw& rhi, int q, const PairTable<kWsTableCopies>&,
+                                             const float*, float, unsigned (&a)[4][4]) {
     const unsigned sel = unsigned(q) | unsigned(q) << 4 | unsigned(4 + q) << 8 | unsigned(4 + q) << 12;  // byte q
     const float magic = DT == DType::f16 ? 1024.f : 128.f;
     const float mzl = -(magic + float(rlo.z)), mzh = -(magic + float(rhi.z));  // exact: z is 0..15
@@ -84,7 +118,31 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
       a[sl][2] = int4_pair<DT>(wlo[2 * sl + 1], sel, zzl, scl);
       a[sl][3] = int4_pair<DT>(whi[2 * sl + 1], sel, zzh, sch);
     }
-  } else if constexpr (gemv_uses_table(F)) {      // table formats: byte q of each word indexes the pair table
+  }
+};
+
+/// The scale s of k16 slice sl as an operand pair (s, s) of DT. mxfp4 with bf16: an E8M0 byte e is bf16's exponent
+/// field, so 2^(e - 127) is the bits e << 7 (e = 0: the subnormal 2^-127, 0x0040; e = 255: NaN), with no float
+/// conversion.
+template <DType DT, quant::Format F>
+__device__ __forceinline__ unsigned ws_scale_pair(const WsScaleRaw& r, float s, int sl) {
+  if constexpr (F == quant::Format::mxfp4 && DT == DType::bf16) {
+    const unsigned e = (r.s >> (8 * (sl / 2))) & 255u;
+    const unsigned b = e == 0u ? 0x0040u : e == 255u ? 0x7FC0u : e << 7;
+    return b | b << 16;
+  } else {
+    return ptx::pack2<DT>(s, s);
+  }
+}
+
+/// Table formats (nf4, mxfp4, nvfp4): byte q of each word indexes the pair table, times the scale in the dtype; fp16
+/// activations with a scale outside fp16's normal range take the fp32 path (code value x scale in fp32, one rounding)
+/// for the whole step.
+template <DType DT, quant::Format F>
+struct WsAtomDecode<DT, F, WsDecode::table> {
+  __device__ __forceinline__ static void run(const WsRowWords<F>& wlo, const WsRowWords<F>& whi, const WsScaleRaw& rlo,
+                                             const WsScaleRaw& rhi, int q, const PairTable<kWsTableCopies>& tab,
+                                             const float* lut, float tensor_scale, unsigned (&a)[4][4]) {
     const unsigned bsel = 0x4440u | unsigned(q);  // byte q, zero-extended
     float s[2][4];
     bool ok = true;
@@ -93,21 +151,11 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
 #pragma unroll
     for (int sl = 0; sl < 4; ++sl) ok = ok && dtype_holds_scale<DT>(s[0][sl]) && dtype_holds_scale<DT>(s[1][sl]);
     if (ok) {
-      // The scales as operand pairs. mxfp4 with bf16: an E8M0 byte e is bf16's exponent field, so 2^(e - 127) is the
-      // bits e << 7 (e = 0: the subnormal 2^-127, 0x0040; e = 255: NaN), with no float conversion.
-      unsigned sp[2][4];
+      unsigned sp[2][4];  // the scales as operand pairs
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int sl = 0; sl < 4; ++sl) {
-          if (F == quant::Format::mxfp4 && DT == DType::bf16) {
-            const unsigned e = ((h ? rhi.s : rlo.s) >> (8 * (sl / 2))) & 255u;
-            const unsigned b = e == 0u ? 0x0040u : e == 255u ? 0x7FC0u : e << 7;
-            sp[h][sl] = b | b << 16;
-          } else {
-            sp[h][sl] = ptx::pack2<DT>(s[h][sl], s[h][sl]);
-          }
-        }
+        for (int sl = 0; sl < 4; ++sl) sp[h][sl] = ws_scale_pair<DT, F>(h ? rhi : rlo, s[h][sl], sl);
 #pragma unroll
       for (int sl = 0; sl < 4; ++sl)
 #pragma unroll
@@ -127,6 +175,15 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
         }
     }
   }
+};
+
+/// A fragments of one m64 atom for one K step (WsAtomDecode<DT, F>; 16-bit weights: a no-op).
+template <DType DT, quant::Format F>
+__device__ __forceinline__ void ws_decode_atom(const WsRowWords<F>& wlo, const WsRowWords<F>& whi,
+                                               const WsScaleRaw& rlo, const WsScaleRaw& rhi, int q,
+                                               const PairTable<kWsTableCopies>& tab, const float* lut,
+                                               float tensor_scale, unsigned (&a)[4][4]) {
+  WsAtomDecode<DT, F>::run(wlo, whi, rlo, rhi, q, tab, lut, tensor_scale, a);
 }
 
 // Timeline experiments only (never defined by the generator): KT_WS_TRACE(i) records %globaltimer at point i of the
@@ -164,10 +221,6 @@ __device__ __forceinline__ void ws_decode_atom(const unsigned (&wlo)[64 * quant:
   } while (0)
 #endif
 
-/// Block of the range split that holds unit u (counted from the split's first unit): the largest b with
-/// floor(units b / G) <= u.
-__device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
-
 /// Two K groups: group 1 hands its partial sums to group 0 through shared memory over the ring (every step is
 /// consumed once both groups passed the first named barrier); group 0 adds them (one order: deterministic). Returns
 /// false for group 1, which then exits; group 0 goes on as the block's only consumers.
@@ -193,14 +246,284 @@ __device__ __forceinline__ bool ws_exchange_k_groups(float (&acc)[kAtoms][TileM 
   return true;
 }
 
-/// The kernel body. ClusterK > 1 (split_k > 1, qkv_wgmma_ws_cluster): the ClusterK blocks of a tile form a thread-block
-/// cluster (ranks = K slices). Rank r owns the tile's 8-token groups [G r / ClusterK, G (r + 1) / ClusterK) of G =
-/// TileM / 8 (ws_group_owner); after its mainloop each rank st.asyncs its fp32 partials of the other ranks' live groups
-/// into their partial slots (ws_cluster_slot_offset), completing on the owner's reduction mbarrier, waits on its own
-/// mbarrier, adds the partials of its groups in rank order (deterministic) and runs the epilogue on its rows only: no
-/// workspace, no counters, no global round trips, and each rank finishes 1 / ClusterK of the tile. Slots beside the
-/// ring (ws_cluster_slots_beside) need no cluster barrier after the mainloops (only the entry one, before the first
-/// remote store); slots over the ring, one after them.
+/// The producer thread's start, before the block-wide barrier (and the decode tables), so that the weight stream starts
+/// as early as it can: the first copies' data is what the consumers wait for longest. It prefetches the tensor maps,
+/// initializes the ring's barriers (and a cluster rank's reduction barrier s_red_bar, which expects the other ranks'
+/// partials of its live token groups as st.async transactions) and fills the empty ring with steps 0 .. n_first - 1
+/// (issue(j): step j's copies). Its own arrivals and copies follow the inits in program order; the init fence makes
+/// them visible to the async proxy and, with the caller's __syncthreads, to the consumers.
+template <int TileM, int Consumers, int Stages, int ClusterK, int kAtoms, int kCThreads, class Issue>
+__device__ __forceinline__ void ws_producer_start(const WsParams& wp, const pipe::TmaRing<Stages>& ring,
+                                                  unsigned long long& s_red_bar, int blk, int n_tiles, int n_first,
+                                                  Issue& issue) {
+  const QkvParams& p = wp.p;
+  constexpr int kGroups = TileM / 8;
+
+  KT_WS_TRACE_THIS(13);
+  ptx::prefetch_tensormap(&wp.x_map);
+  ptx::prefetch_tensormap(&wp.w_map);
+  ring.init(4 * Consumers);  // empty: one arrival per consumer warp of the step's K group
+  if (ClusterK > 1) {        // the other ranks' partials of this rank's live token groups, as st.async transactions
+    const int rank = int(ptx::cluster_rank());
+    const int live = min(kGroups, (p.m - ((blk / ClusterK) / n_tiles) * TileM + 7) / 8);
+    const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
+    ptx::mbarrier_init(ptx::smem_u32(&s_red_bar), 1);
+    ptx::mbarrier_arrive_expect_tx(
+        ptx::smem_u32(&s_red_bar),
+        g_hi > g_lo ? unsigned((ClusterK - 1) * kAtoms * (g_hi - g_lo) * kCThreads * 16) : 0u);
+  }
+  ptx::mbarrier_init_fence();
+  wgmma::fence_proxy_async();
+  KT_WS_TRACE_THIS(14);
+  for (int j = 0; j < n_first; ++j) {
+    issue(j);
+    if (j == 0) KT_WS_TRACE_THIS(8);
+  }
+  KT_WS_TRACE_THIS(15);
+}
+
+/// Epilogue inputs of tile t (ws_epi_preload: split-K blocks), copied into shared memory with cp.async by consumer
+/// thread ctid of K group 0's kCThreads: the bias pairs of the tile's features, its tokens' positions and the RoPE
+/// turns (computed). Copied before the mainloop so that nothing waits for them (a load under the weight stream takes
+/// 2-3 us); waited for (cp_async_wait_all) and made visible (the epilogue's named barrier) only before the epilogue.
+template <int D, bool HasBias, bool Rope, int TileM, int TileN, int kCThreads>
+__device__ __forceinline__ void ws_preload_epilogue(const QkvParams& p, int t, int n_tiles, int N, int ctid,
+                                                    unsigned* s_pre_bias2, int* s_pre_pos,
+                                                    unsigned long long* s_pre_turns) {
+  const int n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
+  for (int i = ctid; i < TileN / 2; i += kCThreads) {
+    if (HasBias && n0 + 2 * i < N)
+      ptx::cp_async_4(ptx::smem_u32(s_pre_bias2 + i), static_cast<const unsigned*>(p.bias) + n0 / 2 + i);
+    else s_pre_bias2[i] = 0u;
+  }
+  if (Rope) {
+    for (int i = ctid; i < TileM; i += kCThreads) {
+      if (m0 + i < p.m) ptx::cp_async_4(ptx::smem_u32(s_pre_pos + i), p.positions + m0 + i);
+      else s_pre_pos[i] = 0;
+    }
+    for (int i = ctid; i < D / 2; i += kCThreads) s_pre_turns[i] = rope_turns<D>(p, i);
+  }
+}
+
+/// The consumer mainloop of one segment: this K group's steps of the segment's K steps k0 .. k0 + nks - 1 (ring steps
+/// g0 ..; K group kgrp takes steps kgrp, kgrp + KGroups, ..) of feature tile n0, added into acc (zeroed by the caller:
+/// kAtoms m64 atoms x the TileM / 2 accumulators of wgmma's C fragment). Packed weights: scales loaded two steps
+/// ahead, the decode of step j + 1 (A fragments in registers, double-buffered) under the wgmma of step j; 16-bit
+/// weights: A from shared memory. Every slot the group read is released; on return every wgmma has retired.
+/// row_lo0: the thread's first feature row of the tile; fwg: its feature warpgroup.
+template <DType DT, quant::Format F, int TileM, int TileN, int Consumers, int Stages, int KGroups>
+__device__ __forceinline__ void ws_mainloop(float (&acc)[TileN / (64 * Consumers)][TileM / 2], const QkvParams& p,
+                                            const unsigned char* smem, unsigned sX, unsigned sW,
+                                            const pipe::TmaRing<Stages>& ring, const PairTable<kWsTableCopies>& tab,
+                                            const float* s_lut, int g0, int k0, int nks, int n0, int N, int row_lo0,
+                                            int q, int lane, int kgrp, int fwg) {
+  constexpr bool kWide = quant::FormatTraits<F>::kBits == 16;  // 16-bit weight: A from shared memory, no decode
+  constexpr int kAtoms = TileN / (64 * Consumers);
+  constexpr int kRowB = ws_w_row_bytes(F);  // bytes of one weight row per K step: 32, 64 or 128
+  constexpr int kRowWords = kRowB / 4;
+  constexpr unsigned kXB = TileM * 128, kWB = TileN * kRowB;
+  unsigned afrag[kWide ? 1 : 2][kAtoms][4][4];  // A fragments, double-buffered (step parity)
+  WsScaleRaw sraw[2][kAtoms][2];                // scales of steps j, j + 1 (ring by step parity) x atom x (lo, hi)
+  auto load_scales_of = [&](int buf, int j) {
+    if (kWide || F == quant::Format::int8 || j >= nks) return;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = min(n0 + row_lo0 + 64 * a + 8 * h, N - 1);  // rows past N: any valid row (outputs dropped)
+        sraw[buf][a][h] = quant::FormatTraits<F>::step_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0 + j);
+      }
+  };
+  auto decode = [&](int buf, int j) {  // step j's slot is full
+    const unsigned char* wslot = smem + Stages * kXB + ((g0 + j) % Stages) * kWB;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) {
+      unsigned wlo[kRowWords], whi[kRowWords];
+      const int r = row_lo0 + 64 * a;
+#pragma unroll
+      for (int v = 0; v < kRowWords / 4; ++v) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(wslot + r * kRowB + 16 * v);
+        const uint4 hi = *reinterpret_cast<const uint4*>(wslot + (r + 8) * kRowB + 16 * v);
+        wlo[4 * v] = lo.x, wlo[4 * v + 1] = lo.y, wlo[4 * v + 2] = lo.z, wlo[4 * v + 3] = lo.w;
+        whi[4 * v] = hi.x, whi[4 * v + 1] = hi.y, whi[4 * v + 2] = hi.z, whi[4 * v + 3] = hi.w;
+      }
+      ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale,
+                            afrag[kWide ? 0 : buf][a]);
+    }
+  };
+  // This K group's steps of the segment: local step i is segment step sj(i); nloc of them (a group may have none).
+  auto sj = [&](int i) { return KGroups * i + kgrp; };
+  const int nloc = (nks - kgrp + KGroups - 1) / KGroups;
+
+  if (!kWide && (KGroups == 1 || nloc > 0)) {  // one group: every segment has a step
+    load_scales_of(0, sj(0));
+    load_scales_of(1, sj(1));
+    ring.wait(g0 + sj(0));
+    decode(0, sj(0));
+    load_scales_of(0, sj(2));
+  }
+  // Unrolled by 2 so that the double buffers' index (local step parity) is a compile-time constant.
+  for (int i0 = 0; i0 < nloc; i0 += 2) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int i = i0 + b, j = sj(i);
+      if (i < nloc) {
+        const int slot = (g0 + j) % Stages;
+        if (kWide) ring.wait(g0 + j);
+#ifdef KT_WS_TRACE_ON
+        if (g0 + j == 0) KT_WS_TRACE(1);
+#endif
+        wgmma::fence();
+        const unsigned xs = sX + slot * kXB;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+          for (int a = 0; a < kAtoms; ++a) {
+            const unsigned long long bdesc = wgmma::make_desc_sw128(xs + ks * 32);
+            if (kWide)
+              wgmma::Mma<DT, TileM>::run(
+                  acc[a], wgmma::make_desc_sw128(sW + slot * kWB + (fwg * kAtoms + a) * 64 * 128 + ks * 32), bdesc);
+            else wgmma::MmaRS<DT, TileM>::run(acc[a], afrag[kWide ? 0 : b][a][ks], bdesc);
+          }
+        wgmma::commit_group();
+        wgmma::wait_group<1>();  // step j - 1 retired: its slot and A buffer are free
+#pragma unroll
+        for (int a = 0; a < kAtoms; ++a) {
+          wgmma::fence_operands(acc[a]);
+          if (!kWide)
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) wgmma::fence_operands(afrag[kWide ? 0 : 1 - b][a][ks]);
+        }
+        if (i >= 1 && lane == 0) ring.release(g0 + sj(i - 1));
+        if (!kWide && i + 1 < nloc) {  // decode the group's next step while the tensor cores work on step j
+          ring.wait(g0 + sj(i + 1));
+          decode(1 - b, sj(i + 1));
+          load_scales_of(1 - b, sj(i + 3));
+        }
+      }
+    }
+  }
+  wgmma::wait_group<0>();
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
+  if ((KGroups == 1 || nloc > 0) && lane == 0)  // the group's last slot
+    ring.release(g0 + sj(nloc - 1));
+}
+
+/// Split-K over a cluster (ClusterK > 1 ranks = the K slices of tile m0): the tile's 8-token groups are dealt out in
+/// contiguous ranges (ws_group_owner). Each rank st.asyncs its partial sums of the other ranks' live groups into
+/// their slots (kSlotOff + slot kSlotB each, ws_cluster_slot_offset; kOwnMax groups per slot), completing on the
+/// owner's reduction mbarrier s_red_bar, then waits on its own barrier alone and adds the ranks' partials of its
+/// groups in rank order (deterministic, the same order for every owner). Slots beside the ring (kSlotsBeside): no
+/// cluster barrier after the mainloops (the slower block's mainloop end is the only wait); slots over the ring: one,
+/// so that no rank stores into a ring still being read. (A bulk copy per slot instead of the st.asyncs is no
+/// faster.) Sets [e_lo, e_lo + e_rows) to the rank's token rows: its epilogue covers 1 / ClusterK of the tile.
+template <int kAtoms, int TileM, int ClusterK, int kCThreads, int kOwnMax, unsigned kSlotB, unsigned kSlotOff,
+          bool kSlotsBeside>
+__device__ __forceinline__ void ws_cluster_reduce(float (&acc)[kAtoms][TileM / 2], const QkvParams& p, int m0,
+                                                  unsigned base, const unsigned char* smem,
+                                                  unsigned long long& s_red_bar, int ctid, int& e_lo, int& e_rows) {
+  constexpr int kGroups = TileM / 8;
+  const int rank = int(ptx::cluster_rank());
+  const int live = min(kGroups, (p.m - m0 + 7) / 8);  // groups with a token < M (the others are neither sent nor used)
+  const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
+  ptx::cluster_wait();  // the entry arrivals: every rank runs, its reduction barrier initialized
+  if (!kSlotsBeside) {  // the slots lie over the rings: every rank's wgmmas have retired
+    ptx::cluster_arrive_release();
+    ptx::cluster_wait();
+  }
+  KT_WS_TRACE(3);
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) {
+    const int o = ws_group_owner(i, kGroups, ClusterK);
+    if (o == rank || i >= live) continue;
+    const unsigned dst = ptx::cluster_map(base + kSlotOff + unsigned(rank < o ? rank : rank - 1) * kSlotB, unsigned(o));
+    const unsigned bar = ptx::cluster_map(ptx::smem_u32(&s_red_bar), unsigned(o));
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a)
+      ptx::st_async_f4(dst + unsigned((a * kOwnMax + i - kGroups * o / ClusterK) * kCThreads + ctid) * 16u,
+                       make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]), bar);
+  }
+  ptx::mbarrier_wait(ptx::smem_u32(&s_red_bar), 0u);
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) {
+    if (i < g_lo || i >= g_hi) continue;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) {
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int r = 0; r < ClusterK; ++r) {
+        float4 x;
+        if (r == rank) {
+          x = make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]);
+        } else {
+          const float4* part = reinterpret_cast<const float4*>(smem + kSlotOff + (r < rank ? r : r - 1) * kSlotB);
+          x = part[(a * kOwnMax + i - g_lo) * kCThreads + ctid];
+        }
+        if (r == 0) sum = x;
+        else add_f4(sum, x);
+      }
+      acc[a][4 * i] = sum.x, acc[a][4 * i + 1] = sum.y, acc[a][4 * i + 2] = sum.z, acc[a][4 * i + 3] = sum.w;
+    }
+  }
+  e_lo = 8 * g_lo, e_rows = g_hi > g_lo ? 8 * (g_hi - g_lo) : 0;
+  KT_WS_TRACE(4);
+}
+
+/// The epilogue of tile (m0, n0): the accumulators (features x tokens) -> the shared fp32 tile sC [kEpiRows tokens]
+/// [TileN + 4], kEpiRows at a time (a cluster rank: its own rows [e_lo, e_lo + e_rows) at once), int8 times the row
+/// scale, then finish_tile (bias, RoPE, split into Q/K/V) on the kCThreads consumer threads (named barrier 1).
+/// Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous chunk's epilogue has
+/// read sC. kPre: the epilogue inputs were copied by ws_preload_epilogue.
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int kAtoms, int kCThreads,
+          int ClusterK, int kEpiRows, bool kWide, bool kPre>
+__device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2], const QkvParams& p, float* sC,
+                                            int n0, int m0, int N, int row_lo0, int q, int e_lo, int e_rows,
+                                            const unsigned* s_pre_bias2, const int* s_pre_pos,
+                                            const unsigned long long* s_pre_turns) {
+  constexpr int kGroups = TileM / 8;
+  constexpr int kLd = TileN + 4;
+  // The epilogue's load batch (finish_tile): 8 items, or 1 for packed weights with 2 atoms of 96+ tokens, whose
+  // 96-128 accumulator registers plus the decode's left no room (int4 / int8 variants spilled 16-216 bytes).
+  constexpr int kEpiBatch = !kWide && kAtoms == 2 && TileM >= 96 ? 1 : 8;
+  float rs[kAtoms][2];
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int f = n0 + row_lo0 + 64 * a + 8 * h;
+      rs[a][h] = gemv_scale_mode(F) != kScaleRow ? 1.f : f < N ? __ldg(static_cast<const float*>(p.w_scales) + f) : 0.f;
+    }
+  if (kPre) ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
+#pragma unroll
+  for (int c0 = 0; c0 < TileM; c0 += kEpiRows) {
+    const int lo = ClusterK > 1 ? e_lo : c0, rows = ClusterK > 1 ? e_rows : kEpiRows;
+    if (rows == 0 || m0 + lo >= p.m) break;  // no tokens left for this block (uniform over the block)
+    ptx::named_barrier(1, kCThreads);
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < kGroups; ++i) {
+          if (8 * i < lo || 8 * i >= lo + rows) continue;  // compile-time except for a cluster rank's range
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            sC[(8 * i - lo + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
+        }
+    ptx::named_barrier(1, kCThreads);
+    KT_WS_TRACE(9);
+    finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(
+        p, sC, m0 + lo, n0, s_pre_bias2, s_pre_pos + lo, s_pre_turns, rows);
+    if (ClusterK > 1) break;
+  }
+}
+
+/// The kernel body: the producer warpgroup streams the block's K steps into the ring (ws_producer_start, then the loop
+/// below); the consumer warpgroups run one segment per tile the block's range touches: ws_mainloop, the K-group
+/// exchange (ws_exchange_k_groups), the tile's reduction -- a cluster's (ClusterK > 1, qkv_wgmma_ws_cluster:
+/// ws_cluster_reduce) or stream-K's through the workspace (ws_stream_k_publish / ws_stream_k_fixup, qkv_streamk.cuh)
+/// -- and ws_epilogue.
 template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages,
           bool StreamK, int ClusterK, int KGroups>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
@@ -222,7 +545,6 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   constexpr bool kWide = kBits == 16;  // 16-bit weight: A from shared memory, no decode
   constexpr int kAtoms = TileN / (64 * Consumers);
   constexpr int kRowB = ws_w_row_bytes(F);  // bytes of one weight row per K step: 32, 64 or 128
-  constexpr int kRowWords = kRowB / 4;
   constexpr unsigned kXB = TileM * 128, kWB = TileN * kRowB;
   constexpr int kCThreads = 128 * Consumers;  // the consumer threads of one K group (the epilogue's threads)
   constexpr int kAllC = kCThreads * KGroups;  // every consumer thread; the producer warpgroup follows them
@@ -245,7 +567,6 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // (a cluster whose partial slots lie over the ring: after the slots, ws_cluster_tile_offset).
   constexpr int kTileOff = StreamK ? Stages * (kXB + kWB) : ClusterK > 1 ? ws_cluster_tile_offset(C, F) : 0;
   float* sC = reinterpret_cast<float*>(smem + kTileOff);  // [ws_epilogue_rows tokens][TileN + 4 features] fp32
-  constexpr int kGroups = TileM / 8;  // 8-token groups of the tile (cluster ranks own contiguous ranges of them)
 
   KT_WS_TRACE(0);
   const int tid = threadIdx.x, wg = tid / 128;
@@ -291,34 +612,11 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
       if (j + 1 == dp_rounds * nk) kt_next = u_begin % nk;
     }
   };
-  // The producer thread sets up the barriers and fills the empty ring at once, before the block-wide barrier (and the
-  // decode tables), so the weight stream starts as early as it can: the first copies' data is what the consumers wait
-  // for longest. Its own arrivals and copies follow the inits in program order; the init fence
-  // makes them visible to the async proxy and, with __syncthreads, to the consumers.
+  // The producer thread starts the weight stream before the block-wide barrier (ws_producer_start).
   const int n_first = n_steps < Stages ? n_steps : Stages;
-  if (tid == kAllC) {
-    KT_WS_TRACE_THIS(13);
-    ptx::prefetch_tensormap(&wp.x_map);
-    ptx::prefetch_tensormap(&wp.w_map);
-    ring.init(4 * Consumers);  // empty: one arrival per consumer warp of the step's K group
-    if (ClusterK > 1) {        // the other ranks' partials of this rank's live token groups, as st.async transactions
-      const int rank = int(ptx::cluster_rank());
-      const int live = min(kGroups, (p.m - ((blk / ClusterK) / n_tiles) * TileM + 7) / 8);
-      const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
-      ptx::mbarrier_init(ptx::smem_u32(&s_red_bar), 1);
-      ptx::mbarrier_arrive_expect_tx(
-          ptx::smem_u32(&s_red_bar),
-          g_hi > g_lo ? unsigned((ClusterK - 1) * kAtoms * (g_hi - g_lo) * kCThreads * 16) : 0u);
-    }
-    ptx::mbarrier_init_fence();
-    wgmma::fence_proxy_async();
-    KT_WS_TRACE_THIS(14);
-    for (int j = 0; j < n_first; ++j) {
-      issue(j);
-      if (j == 0) KT_WS_TRACE_THIS(8);
-    }
-    KT_WS_TRACE_THIS(15);
-  }
+  if (tid == kAllC)
+    ws_producer_start<TileM, Consumers, Stages, ClusterK, kAtoms, kCThreads>(wp, ring, s_red_bar, blk, n_tiles, n_first,
+                                                                             issue);
   // Every block of the cluster is running, with its barriers initialized (the init fence above), before any block
   // stores into another's shared memory (the consumers wait on this before their stores; every thread arrives here).
   if (ClusterK > 1) ptx::cluster_arrive_relaxed();
@@ -352,26 +650,14 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // nothing waits for them (a load under the weight stream takes 2-3 us), and waited for only before the epilogue,
   // instead of loaded after the mainloop where their latency (and the frequency table) added to the time after the
   // weight stream. The epilogue's named barrier makes them visible to every consumer thread.
-  // Every cluster rank finishes its own token rows, so every rank copies them.
+  // Every cluster rank finishes its own token rows, so every rank copies them (ws_preload_epilogue).
   constexpr bool kPre = ws_epi_preload(C);
   __shared__ unsigned s_pre_bias2[kPre ? TileN / 2 : 1];
   __shared__ int s_pre_pos[kPre ? TileM : 1];
   __shared__ unsigned long long s_pre_turns[kPre && Rope ? D / 2 : 1];
-  if (kPre && kgrp == 0) {
-    const int t = blk / ClusterK, n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
-    for (int i = ctid; i < TileN / 2; i += kCThreads) {
-      if (HasBias && n0 + 2 * i < N)
-        ptx::cp_async_4(ptx::smem_u32(s_pre_bias2 + i), static_cast<const unsigned*>(p.bias) + n0 / 2 + i);
-      else s_pre_bias2[i] = 0u;
-    }
-    if (Rope) {
-      for (int i = ctid; i < TileM; i += kCThreads) {
-        if (m0 + i < p.m) ptx::cp_async_4(ptx::smem_u32(s_pre_pos + i), p.positions + m0 + i);
-        else s_pre_pos[i] = 0;
-      }
-      for (int i = ctid; i < D / 2; i += kCThreads) s_pre_turns[i] = rope_turns<D>(p, i);
-    }
-  }
+  if (kPre && kgrp == 0)
+    ws_preload_epilogue<D, HasBias, Rope, TileM, TileN, kCThreads>(p, blk / ClusterK, n_tiles, N, ctid, s_pre_bias2,
+                                                                   s_pre_pos, s_pre_turns);
 
   // One segment per tile: the data-parallel rounds' whole tiles, then each tile the range touches: K steps
   // [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.
@@ -396,95 +682,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
       for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
-
-    // Float4 v of the thread's accumulators (kAtoms x TileM / 2 floats): the unit of the partial tiles below.
-    auto acc4 = [&](int v) -> float* { return &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)]; };
-    unsigned afrag[kWide ? 1 : 2][kAtoms][4][4];  // A fragments, double-buffered (step parity)
-    WsScaleRaw sraw[2][kAtoms][2];                // scales of steps j, j + 1 (ring by step parity) x atom x (lo, hi)
-    auto load_scales_of = [&](int buf, int j) {
-      if (kWide || F == quant::Format::int8 || j >= nks) return;
-#pragma unroll
-      for (int a = 0; a < kAtoms; ++a)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = min(n0 + row_lo0 + 64 * a + 8 * h, N - 1);  // rows past N: any valid row (outputs dropped)
-          sraw[buf][a][h] = quant::FormatTraits<F>::step_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0 + j);
-        }
-    };
-    auto decode = [&](int buf, int j) {  // step j's slot is full
-      const unsigned char* wslot = smem + Stages * kXB + ((g0 + j) % Stages) * kWB;
-#pragma unroll
-      for (int a = 0; a < kAtoms; ++a) {
-        unsigned wlo[kRowWords], whi[kRowWords];
-        const int r = row_lo0 + 64 * a;
-#pragma unroll
-        for (int v = 0; v < kRowWords / 4; ++v) {
-          const uint4 lo = *reinterpret_cast<const uint4*>(wslot + r * kRowB + 16 * v);
-          const uint4 hi = *reinterpret_cast<const uint4*>(wslot + (r + 8) * kRowB + 16 * v);
-          wlo[4 * v] = lo.x, wlo[4 * v + 1] = lo.y, wlo[4 * v + 2] = lo.z, wlo[4 * v + 3] = lo.w;
-          whi[4 * v] = hi.x, whi[4 * v + 1] = hi.y, whi[4 * v + 2] = hi.z, whi[4 * v + 3] = hi.w;
-        }
-        ws_decode_atom<DT, F>(wlo, whi, sraw[buf][a][0], sraw[buf][a][1], q, tab, s_lut, p.tensor_scale,
-                              afrag[kWide ? 0 : buf][a]);
-      }
-    };
-    // This K group's steps of the segment: local step i is segment step sj(i); nloc of them (a group may have none).
-    auto sj = [&](int i) { return KGroups * i + kgrp; };
-    const int nloc = (nks - kgrp + KGroups - 1) / KGroups;
-
-    if (!kWide && (KGroups == 1 || nloc > 0)) {  // one group: every segment has a step
-      load_scales_of(0, sj(0));
-      load_scales_of(1, sj(1));
-      ring.wait(g0 + sj(0));
-      decode(0, sj(0));
-      load_scales_of(0, sj(2));
-    }
-    // Unrolled by 2 so that the double buffers' index (local step parity) is a compile-time constant.
-    for (int i0 = 0; i0 < nloc; i0 += 2) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int i = i0 + b, j = sj(i);
-        if (i < nloc) {
-          const int slot = (g0 + j) % Stages;
-          if (kWide) ring.wait(g0 + j);
-#ifdef KT_WS_TRACE_ON
-          if (g0 + j == 0) KT_WS_TRACE(1);
-#endif
-          wgmma::fence();
-          const unsigned xs = sX + slot * kXB;
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-            for (int a = 0; a < kAtoms; ++a) {
-              const unsigned long long bdesc = wgmma::make_desc_sw128(xs + ks * 32);
-              if (kWide)
-                wgmma::Mma<DT, TileM>::run(
-                    acc[a], wgmma::make_desc_sw128(sW + slot * kWB + (fwg * kAtoms + a) * 64 * 128 + ks * 32), bdesc);
-              else wgmma::MmaRS<DT, TileM>::run(acc[a], afrag[kWide ? 0 : b][a][ks], bdesc);
-            }
-          wgmma::commit_group();
-          wgmma::wait_group<1>();  // step j - 1 retired: its slot and A buffer are free
-#pragma unroll
-          for (int a = 0; a < kAtoms; ++a) {
-            wgmma::fence_operands(acc[a]);
-            if (!kWide)
-#pragma unroll
-              for (int ks = 0; ks < 4; ++ks) wgmma::fence_operands(afrag[kWide ? 0 : 1 - b][a][ks]);
-          }
-          if (i >= 1 && lane == 0) ring.release(g0 + sj(i - 1));
-          if (!kWide && i + 1 < nloc) {  // decode the group's next step while the tensor cores work on step j
-            ring.wait(g0 + sj(i + 1));
-            decode(1 - b, sj(i + 1));
-            load_scales_of(1 - b, sj(i + 3));
-          }
-        }
-      }
-    }
-    wgmma::wait_group<0>();
-#pragma unroll
-    for (int a = 0; a < kAtoms; ++a) wgmma::fence_operands(acc[a]);
-    if ((KGroups == 1 || nloc > 0) && lane == 0)  // the group's last slot
-      ring.release(g0 + sj(nloc - 1));
+    ws_mainloop<DT, F, TileM, TileN, Consumers, Stages, KGroups>(acc, p, smem, sX, sW, ring, tab, s_lut, g0, k0, nks,
+                                                                 n0, N, row_lo0, q, lane, kgrp, fwg);
     KT_WS_TRACE(2);
 
     // ---- K groups (KGroups > 1, split_k >= 1): group 1 hands its partial sums to group 0 and exits ----
@@ -494,163 +693,27 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     }
 
     // ---- split-K over a cluster: each rank reduces and finishes its own token rows ----
-    // The tile's 8-token groups are dealt out in contiguous ranges (ws_group_owner). Each rank st.asyncs its partial
-    // sums of the other ranks' live groups into their slots (ws_cluster_slot_offset), completing on the owner's
-    // reduction mbarrier, then waits on its own barrier alone and adds the ranks' partials of its groups in rank order
-    // (deterministic, the same order for every owner). Slots beside the ring: no cluster barrier after the mainloops
-    // (the slower block's mainloop end is the only wait); slots over the ring: one, so that no rank stores into a ring
-    // still being read. Each rank's epilogue then covers 1 / split_k of the tile. (A bulk copy per slot instead of
-    // the st.asyncs is no faster.)
     int e_lo = 0, e_rows = TileM;  // token rows [e_lo, e_lo + e_rows) of the tile this block finishes
-    if (ClusterK > 1) {
-      constexpr int kOwnMax = ws_cluster_rows(C) / 8;
-      constexpr unsigned kSlotB = ws_cluster_slot_bytes(C);
-      constexpr unsigned kSlotOff = ws_cluster_slot_offset(C, F);
-      const int rank = int(ptx::cluster_rank());
-      const int live =
-          min(kGroups, (p.m - m0 + 7) / 8);  // groups with a token < M (the others are neither sent nor used)
-      const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
-      ptx::cluster_wait();                   // the entry arrivals: every rank runs, its reduction barrier initialized
-      if (!ws_cluster_slots_beside(C, F)) {  // the slots lie over the rings: every rank's wgmmas have retired
-        ptx::cluster_arrive_release();
-        ptx::cluster_wait();
-      }
-      KT_WS_TRACE(3);
-#pragma unroll
-      for (int i = 0; i < kGroups; ++i) {
-        const int o = ws_group_owner(i, kGroups, ClusterK);
-        if (o == rank || i >= live) continue;
-        const unsigned dst =
-            ptx::cluster_map(base + kSlotOff + unsigned(rank < o ? rank : rank - 1) * kSlotB, unsigned(o));
-        const unsigned bar = ptx::cluster_map(ptx::smem_u32(&s_red_bar), unsigned(o));
-#pragma unroll
-        for (int a = 0; a < kAtoms; ++a)
-          ptx::st_async_f4(dst + unsigned((a * kOwnMax + i - kGroups * o / ClusterK) * kCThreads + ctid) * 16u,
-                           make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]), bar);
-      }
-      ptx::mbarrier_wait(ptx::smem_u32(&s_red_bar), 0u);
-#pragma unroll
-      for (int i = 0; i < kGroups; ++i) {
-        if (i < g_lo || i >= g_hi) continue;
-#pragma unroll
-        for (int a = 0; a < kAtoms; ++a) {
-          float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-          for (int r = 0; r < ClusterK; ++r) {
-            float4 x;
-            if (r == rank) {
-              x = make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]);
-            } else {
-              const float4* part = reinterpret_cast<const float4*>(smem + kSlotOff + (r < rank ? r : r - 1) * kSlotB);
-              x = part[(a * kOwnMax + i - g_lo) * kCThreads + ctid];
-            }
-            if (r == 0) sum = x;
-            else add_f4(sum, x);
-          }
-          acc[a][4 * i] = sum.x, acc[a][4 * i + 1] = sum.y, acc[a][4 * i + 2] = sum.z, acc[a][4 * i + 3] = sum.w;
-        }
-      }
-      e_lo = 8 * g_lo, e_rows = g_hi > g_lo ? 8 * (g_hi - g_lo) : 0;
-      KT_WS_TRACE(4);
-    }
+    if (ClusterK > 1)
+      ws_cluster_reduce<kAtoms, TileM, ClusterK, kCThreads, ws_cluster_rows(C) / 8, ws_cluster_slot_bytes(C),
+                        ws_cluster_slot_offset(C, F), ws_cluster_slots_beside(C, F)>(acc, p, m0, base, smem, s_red_bar,
+                                                                                     ctid, e_lo, e_rows);
 
     // ---- stream-K: a tile shared with other blocks: partials through the workspace, the last block reduces ----
     if (StreamK && nks != nk) {
-      constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
-      constexpr long long kSlot = (long long)TileM * TileN;
-      auto slot_of = [&](int b) {  // b's slot: a second one for a range that ends in another tile
-        return 2LL * b + ((dp_units + int((long long)units * b / G)) / nk == t ? 0 : 1);
-      };
-      float4* mine = reinterpret_cast<float4*>(p.workspace + slot_of(blk) * kSlot);
-#pragma unroll
-      for (int v = 0; v < kVec; ++v)
-        __stcg(mine + v * kCThreads + ctid, make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]));
-      __threadfence();
-      ptx::named_barrier(1, kCThreads);
-      const int b_first = ws_block_of(t * nk - dp_units, units, G),
-                b_last = ws_block_of((t + 1) * nk - 1 - dp_units, units, G);
-      if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(b_last - b_first);
-      ptx::named_barrier(1, kCThreads);
+      const WsStreamK sk{nk, dp_units, units, G};
+      WsTileBlocks blocks;
+      const bool last =
+          ws_stream_k_publish<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blk, ctid, blocks, s_reduce);
       KT_WS_TRACE(3);
-      if (!s_reduce) continue;
-      __threadfence();
-#pragma unroll
-      for (int a = 0; a < kAtoms; ++a)
-#pragma unroll
-        for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
-      // Block order (the sum does not depend on which block came last). At most 16 float4 loads in flight (64
-      // registers beside up to 128 accumulators: no spills at 232 registers): small partials (kVec < 16) are read
-      // kPer blocks at a time, so their L2 round trips overlap; large ones 16 loads at a time.
-      constexpr int kPer = kVec >= 16 ? 1 : 16 / kVec;
-      for (int b0 = b_first; b0 <= b_last; b0 += kPer) {
-        if (kPer == 1) {
-          const float4* part = reinterpret_cast<const float4*>(p.workspace + slot_of(b0) * kSlot);
-#pragma unroll
-          for (int v = 0; v < kVec; ++v) {
-            if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
-            add_f4(acc4(v), __ldcg(part + v * kCThreads + ctid));
-          }
-        } else {
-          float4 xv[kPer][kVec];
-#pragma unroll
-          for (int u = 0; u < kPer; ++u) {
-            const float4* part = reinterpret_cast<const float4*>(p.workspace + slot_of(min(b0 + u, b_last)) * kSlot);
-#pragma unroll
-            for (int v = 0; v < kVec; ++v)
-              xv[u][v] = b0 + u <= b_last ? __ldcg(part + v * kCThreads + ctid) : make_float4(0.f, 0.f, 0.f, 0.f);
-          }
-#pragma unroll
-          for (int u = 0; u < kPer; ++u) {
-            if (b0 + u > b_last) break;
-#pragma unroll
-            for (int v = 0; v < kVec; ++v) add_f4(acc4(v), xv[u][v]);
-          }
-        }
-      }
-      if (ctid == 0) p.counters[t] = 0u;  // ready for the next launch
+      if (!last) continue;
+      ws_stream_k_fixup<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blocks, ctid);
       KT_WS_TRACE(4);
     }
 
-    // ---- accumulators (features x tokens) -> shared fp32 tile [kEpiRows tokens][TileN + 4], kEpiRows at a time
-    // (a cluster rank: its own rows [e_lo, e_lo + e_rows) at once); int8: times the row scale. Split-K: every
-    // consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous chunk's epilogue has read sC. ----
-    constexpr int kEpiRows = ws_epilogue_rows(C), kLd = TileN + 4;
-    // The epilogue's load batch (finish_tile): 8 items, or 1 for packed weights with 2 atoms of 96+ tokens, whose
-    // 96-128 accumulator registers plus the decode's left no room (int4 / int8 variants spilled 16-216 bytes).
-    constexpr int kEpiBatch = !kWide && kAtoms == 2 && TileM >= 96 ? 1 : 8;
-    float rs[kAtoms][2];
-#pragma unroll
-    for (int a = 0; a < kAtoms; ++a)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int f = n0 + row_lo0 + 64 * a + 8 * h;
-        rs[a][h] = gemv_scale_mode(F) != kScaleRow ? 1.f
-                   : f < N                         ? __ldg(static_cast<const float*>(p.w_scales) + f)
-                                                   : 0.f;
-      }
-    if (kPre) ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
-#pragma unroll
-    for (int c0 = 0; c0 < TileM; c0 += kEpiRows) {
-      const int lo = ClusterK > 1 ? e_lo : c0, rows = ClusterK > 1 ? e_rows : kEpiRows;
-      if (rows == 0 || m0 + lo >= p.m) break;  // no tokens left for this block (uniform over the block)
-      ptx::named_barrier(1, kCThreads);
-#pragma unroll
-      for (int a = 0; a < kAtoms; ++a)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int i = 0; i < kGroups; ++i) {
-            if (8 * i < lo || 8 * i >= lo + rows) continue;  // compile-time except for a cluster rank's range
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              sC[(8 * i - lo + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
-          }
-      ptx::named_barrier(1, kCThreads);
-      KT_WS_TRACE(9);
-      finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(
-          p, sC, m0 + lo, n0, s_pre_bias2, s_pre_pos + lo, s_pre_turns, rows);
-      if (ClusterK > 1) break;
-    }
+    // ---- the epilogue: accumulators -> shared fp32 tile -> finish_tile ----
+    ws_epilogue<DT, F, D, HasBias, Rope, TileM, TileN, kAtoms, kCThreads, ClusterK, ws_epilogue_rows(C), kWide, kPre>(
+        acc, p, sC, n0, m0, N, row_lo0, q, e_lo, e_rows, s_pre_bias2, s_pre_pos, s_pre_turns);
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }
 #ifdef KT_WS_TRACE_ON

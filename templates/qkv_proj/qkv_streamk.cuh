@@ -1,0 +1,110 @@
+// Stream-K reduction of the warp-specialized Hopper mainloop (qkv_wgmma_ws.cuh, WsSplit::stream_k): a tile whose K
+// steps are split over several blocks is reduced through the workspace.
+//
+//   Units (tile, K step), tile-major, nk K steps per tile. The first dp_units units are whole tiles (the data-parallel
+//   rounds); block b of the G blocks owns units [dp_units + units b / G, dp_units + units (b + 1) / G) of the rest.
+//   A tile covered by several blocks: each of them stores its fp32 partial sums (the accumulator layout: float4 v of
+//   consumer thread ctid at v kCThreads + ctid, TileM x TileN floats in all) into its own workspace slot and counts
+//   them on the tile's counter (ws_stream_k_publish); the block that counts last adds every block's partials in block
+//   order -- the sum does not depend on which block came last -- and resets the counter for the next launch
+//   (ws_stream_k_fixup).
+//   Workspace: 2 slots per block (slot 2 b for the tile b's range starts in, 2 b + 1 for the one it ends in), TileM x
+//   TileN fp32 each. Counters: one unsigned per tile, 0 between launches.
+// Compiled by NVRTC only. No standard headers.
+#pragma once
+#include "common/ptx.cuh"
+#include "qkv_proj/qkv_epilogue.cuh"
+#include "qkv_proj/qkv_proj_config.h"
+
+namespace kt {
+namespace qkv {
+
+/// Block of the range split that holds unit u (counted from the split's first unit): the largest b with
+/// floor(units b / G) <= u.
+__device__ __forceinline__ int ws_block_of(int u, int units, int G) { return int(((u + 1LL) * G - 1) / units); }
+
+/// Stream-K geometry of one launch: nk K steps per tile, dp_units units of whole tiles before the split, units of the
+/// split over G blocks.
+struct WsStreamK {
+  int nk, dp_units, units, G;
+  /// Workspace slot of block b's partials of tile t: 2 b, or 2 b + 1 for a range that ends in another tile.
+  __device__ __forceinline__ long long slot(int b, int t) const {
+    return 2LL * b + ((dp_units + int((long long)units * b / G)) / nk == t ? 0 : 1);
+  }
+};
+
+/// The blocks b_first .. b_last whose ranges cover tile t.
+struct WsTileBlocks {
+  int first, last;
+};
+
+/// Stores this block's partial sums of tile t (acc: kAtoms m64 atoms x TileM / 2 accumulators per thread, kCThreads
+/// consumer threads) into its workspace slot and counts them on the tile's counter. Returns true in the block that
+/// counted last (it adds the tile up: ws_stream_k_fixup); `blocks` gets the tile's blocks. s_reduce: a shared int.
+template <int kAtoms, int TileM, int TileN, int kCThreads>
+__device__ __forceinline__ bool ws_stream_k_publish(const float (&acc)[kAtoms][TileM / 2], const QkvParams& p,
+                                                    const WsStreamK& sk, int t, int blk, int ctid, WsTileBlocks& blocks,
+                                                    int& s_reduce) {
+  auto acc4 = [&](int v) -> const float* { return &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)]; };
+  constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread; element (v, c) at [(v kCThreads + ctid) 4 + c]
+  constexpr long long kSlot = (long long)TileM * TileN;
+  float4* mine = reinterpret_cast<float4*>(p.workspace + sk.slot(blk, t) * kSlot);
+#pragma unroll
+  for (int v = 0; v < kVec; ++v)
+    __stcg(mine + v * kCThreads + ctid, make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]));
+  __threadfence();
+  ptx::named_barrier(1, kCThreads);
+  blocks.first = ws_block_of(t * sk.nk - sk.dp_units, sk.units, sk.G);
+  blocks.last = ws_block_of((t + 1) * sk.nk - 1 - sk.dp_units, sk.units, sk.G);
+  if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(blocks.last - blocks.first);
+  ptx::named_barrier(1, kCThreads);
+  return s_reduce != 0;
+}
+
+/// The last block of tile t: acc = the sum of the partials of blocks `blocks` in block order; resets the counter.
+template <int kAtoms, int TileM, int TileN, int kCThreads>
+__device__ __forceinline__ void ws_stream_k_fixup(float (&acc)[kAtoms][TileM / 2], const QkvParams& p,
+                                                  const WsStreamK& sk, int t, const WsTileBlocks& blocks, int ctid) {
+  auto acc4 = [&](int v) -> float* { return &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)]; };
+  constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread
+  constexpr long long kSlot = (long long)TileM * TileN;
+  const int b_first = blocks.first, b_last = blocks.last;
+  __threadfence();
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+    for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
+  // Block order (the sum does not depend on which block came last). At most 16 float4 loads in flight (64
+  // registers beside up to 128 accumulators: no spills at 232 registers): small partials (kVec < 16) are read
+  // kPer blocks at a time, so their L2 round trips overlap; large ones 16 loads at a time.
+  constexpr int kPer = kVec >= 16 ? 1 : 16 / kVec;
+  for (int b0 = b_first; b0 <= b_last; b0 += kPer) {
+    if (kPer == 1) {
+      const float4* part = reinterpret_cast<const float4*>(p.workspace + sk.slot(b0, t) * kSlot);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) {
+        if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
+        add_f4(acc4(v), __ldcg(part + v * kCThreads + ctid));
+      }
+    } else {
+      float4 xv[kPer][kVec];
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const float4* part = reinterpret_cast<const float4*>(p.workspace + sk.slot(min(b0 + u, b_last), t) * kSlot);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v)
+          xv[u][v] = b0 + u <= b_last ? __ldcg(part + v * kCThreads + ctid) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        if (b0 + u > b_last) break;
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) add_f4(acc4(v), xv[u][v]);
+      }
+    }
+  }
+  if (ctid == 0) p.counters[t] = 0u;  // ready for the next launch
+}
+
+}  // namespace qkv
+}  // namespace kt
