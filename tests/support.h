@@ -2,9 +2,13 @@
 #pragma once
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -40,6 +44,69 @@ inline std::vector<Skip>& skipped_tests() {
 inline void skip(const std::string& reason) {
   skipped_tests().push_back({Catch::getResultCapture().getCurrentTestName(), reason});
   WARN("skipped: " << reason);
+}
+
+/// A fresh folder under the system temp folder (mode 0755, a name unique to the process, the call and a random
+/// draw: "<prefix>_<pid>_<n>_<random>"), removed with everything in it at the end of the scope, also where a test
+/// made a sub-folder read-only.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix = "kt_test") {
+    namespace fs = std::filesystem;
+    static std::atomic<int> n{0};
+    std::random_device rd;
+    path = fs::temp_directory_path() /
+           (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + std::to_string(rd()));
+    fs::create_directories(path);
+    fs::permissions(path, fs::perms(0755));
+  }
+  ~TempDir() {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::permissions(path, fs::perms(0755), ec);
+    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
+      if (it->is_directory(ec)) fs::permissions(it->path(), fs::perms(0755), ec);
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  /// The path of `name` inside the folder (nothing is created).
+  std::string at(const std::string& name) const { return (path / name).string(); }
+  /// Writes `text` to `name` inside the folder and returns the file's path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string p = (path / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+};
+
+/// Sets an environment variable for a scope, restoring (or removing) it at the end.
+struct ScopedEnv {
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const std::string& v) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    setenv(n, v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+
+/// Regular files below `dir` (0 when it does not exist).
+inline size_t count_files(const std::filesystem::path& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) ++n;
+  return n;
 }
 
 }  // namespace kt_test

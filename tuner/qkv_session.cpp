@@ -34,26 +34,24 @@ class Measure : public MeasureSession {
     rot_copies_ = int(3 * l2 / std::max<size_t>(wb, 1) + 1);
   }
   Outcome measure(const LoadedKernel& k, const nlohmann::json& config, CUstream stream, double budget_ms) override {
-    Outcome out;
     const auto c = qkv::config_from_json(config);
-    check_->poison();
-    qkv::launch(k, in_.problem, c, check_->params(0, c), stream);
-    cuda::check(cuda::api().cuStreamSynchronize(stream), "cuStreamSynchronize");
-    std::vector<uint16_t> q, kk, v;
-    check_->download(q, kk, v);
-    const auto vd = qkv::verify(in_, ref_, q, kk, v);
-    out.rel_err = vd.rel_l2;
-    if (!vd.pass) {
-      out.status = db::Status::wrong_result;
-      out.error = vd.message;
-      return out;
-    }
-    if (!rot_) rot_ = std::make_unique<qkv::DeviceInputs>(in_, rot_copies_);
-    std::vector<qkv::QkvParams> params;
-    for (int r = 0; r < rot_->copies(); ++r) params.push_back(rot_->params(r, c));
-    out.timing = time_launches([&](int n) { qkv::launch(k, in_.problem, c, params[n % params.size()], stream); },
-                               stream, budget_ms, std::min(20.0, budget_ms / 2));
-    return out;
+    const auto check = [&] {
+      check_->poison();
+      qkv::launch(k, in_.problem, c, check_->params(0, c), stream);
+      cuda::check(cuda::api().cuStreamSynchronize(stream), "cuStreamSynchronize");
+      std::vector<uint16_t> q, kk, v;
+      check_->download(q, kk, v);
+      return qkv::verify(in_, ref_, q, kk, v);
+    };
+    const auto timed = [&] {
+      if (!rot_) rot_ = std::make_unique<qkv::DeviceInputs>(in_, rot_copies_);
+      std::vector<qkv::QkvParams> params;
+      for (int r = 0; r < rot_->copies(); ++r) params.push_back(rot_->params(r, c));
+      return [&k, &c, this, params, stream](int n) {
+        qkv::launch(k, in_.problem, c, params[size_t(n) % params.size()], stream);
+      };
+    };
+    return verify_then_time(stream, budget_ms, std::min(20.0, budget_ms / 2), check, timed);
   }
 
  private:
@@ -67,20 +65,9 @@ class Measure : public MeasureSession {
 }  // namespace
 
 TunerFamily tuner_family() {
-  TunerFamily f;
-  f.family = &family_type();
-  f.problems = [](const ShapesFile& shapes) {
-    std::vector<nlohmann::json> out;
-    for (const auto& p : qkv_proj_problems(shapes)) out.push_back(problem_to_json(p));
-    return out;
-  };
-  f.ref_rows = 48;  // a row costs n x k
-  f.tolerance = [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); };
-  f.session = [](const nlohmann::json& p, uint64_t seed, size_t ref_rows,
-                 size_t l2_bytes) -> std::unique_ptr<MeasureSession> {
-    return std::make_unique<Measure>(problem_from_json(p), seed, ref_rows, l2_bytes);
-  };
-  return f;
+  // a row costs n x k
+  return make_tuner_family<Measure>(family_type(), &qkv_proj_problems, &problem_to_json, &problem_from_json, 48,
+                                    [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); });
 }
 
 }  // namespace qkv

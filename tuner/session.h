@@ -29,6 +29,24 @@ class MeasureSession {
                           double budget_ms) = 0;
 };
 
+/// The measuring rule every family's session follows: `check()` poisons the outputs, launches the candidate once,
+/// synchronizes and returns its verdict (any type with `pass`, `rel_l2` and `message`). A failing candidate is
+/// wrong_result and is never timed; a passing one is timed over budget_ms with `timed()`'s launch function
+/// (time_launches: launch n of the timing loop, inputs rotated by the caller to defeat the L2).
+template <class Check, class Timed>
+Outcome verify_then_time(CUstream stream, double budget_ms, double warmup_ms, Check&& check, Timed&& timed) {
+  Outcome out;
+  const auto verdict = check();
+  out.rel_err = verdict.rel_l2;
+  if (!verdict.pass) {
+    out.status = db::Status::wrong_result;
+    out.error = verdict.message;
+    return out;
+  }
+  out.timing = time_launches(timed(), stream, budget_ms, warmup_ms);
+  return out;
+}
+
 /// Creates the session for a family ("attention_prefill", "qkv_proj") from the problem JSON.
 /// Requires a current context. Throws ProblemError / std::invalid_argument for unknown families or problems.
 std::unique_ptr<MeasureSession> make_session(const std::string& family, const nlohmann::json& problem, uint64_t seed,

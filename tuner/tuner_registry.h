@@ -30,6 +30,29 @@ struct TunerFamily {
       session;
 };
 
+/// A family's registration from its typed pieces: `problems(shapes)` gives typed problems (each written with
+/// `to_json`), `tolerance(problem)` reads the problem JSON, and `Session(problem, seed, ref_rows, l2_bytes)` is the
+/// family's MeasureSession built from the typed problem (`from_json`).
+template <class Session, class Problem>
+TunerFamily make_tuner_family(const Family& family, std::vector<Problem> (*problems)(const ShapesFile&),
+                              nlohmann::json (*to_json)(const Problem&), Problem (*from_json)(const nlohmann::json&),
+                              size_t ref_rows, std::function<double(const nlohmann::json&)> tolerance) {
+  TunerFamily f;
+  f.family = &family;
+  f.problems = [problems, to_json](const ShapesFile& shapes) {
+    std::vector<nlohmann::json> out;
+    for (const auto& p : problems(shapes)) out.push_back(to_json(p));
+    return out;
+  };
+  f.ref_rows = ref_rows;
+  f.tolerance = std::move(tolerance);
+  f.session = [from_json](const nlohmann::json& p, uint64_t seed, size_t rows,
+                          size_t l2_bytes) -> std::unique_ptr<MeasureSession> {
+    return std::make_unique<Session>(from_json(p), seed, rows, l2_bytes);
+  };
+  return f;
+}
+
 /// Every family the tuner can tune, in the generator registry's order.
 const std::vector<TunerFamily>& tuner_families();
 

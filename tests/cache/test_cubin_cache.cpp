@@ -15,6 +15,7 @@
 
 #include "cache/cubin_cache.h"
 #include "cache/hash.h"
+#include "tests/support.h"
 
 #define XXH_INLINE_ALL  // independent reference for the hash format checks
 #include <xxhash.h>
@@ -26,21 +27,9 @@ using kt::CubinEntry;
 
 namespace {
 
+using kt_test::TempDir;
+
 // A fresh directory under the system temp dir, removed (recursively) at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> n{0};
-    std::random_device rd;
-    path = fs::temp_directory_path() /
-           ("kt_cache_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string random_bytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -22,6 +22,7 @@
 #include "generator/attention_family.h"
 #include "generator/compiler.h"
 #include "runtime/loaded_kernel.h"
+#include "tests/support.h"
 #include "unprivileged.h"
 
 namespace fs = std::filesystem;
@@ -29,23 +30,7 @@ using namespace kt;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> n{0};
-    std::random_device rd;
-    path = fs::temp_directory_path() /
-           ("kt_cubin_trust_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + std::to_string(rd()));
-    fs::create_directories(path);
-    fs::permissions(path, fs::perms(0755));
-  }
-  ~TempDir() {
-    std::error_code ec;
-    for (auto& p : fs::recursive_directory_iterator(path, ec))
-      if (p.is_directory(ec)) fs::permissions(p.path(), fs::perms(0755), ec);
-    fs::remove_all(path, ec);
-  }
-};
+using kt_test::TempDir;
 
 void put_le(std::string& s, size_t off, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) s[off + i] = static_cast<char>((v >> (8 * i)) & 0xff);

@@ -22,6 +22,7 @@
 #include "../support.h"
 #include "cache/tuning_db.h"
 #include "runtime/runtime.h"
+#include "tests/support.h"
 #include "unprivileged.h"
 
 namespace fs = std::filesystem;
@@ -29,25 +30,10 @@ using namespace kt::db;
 
 namespace {
 
+using kt_test::TempDir;
+
 // A fresh folder under the system temp dir (mode 0755, so the unprivileged child can read it), removed
 // with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path = fs::temp_directory_path() /
-           ("kt_db_open_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + "_" + std::to_string(rd()));
-    fs::create_directories(path);
-    fs::permissions(path, fs::perms(0755));
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms(0755), ec);
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -129,7 +115,7 @@ std::pair<int, std::string> run_autotune(const std::string& args) {
 
 TEST_CASE("a closed database is left in rollback-journal mode; read-only opens create no -wal / -shm", "[db]") {
   TempDir dir;
-  const std::string db = dir.file("k.db");
+  const std::string db = dir.at("k.db");
   {
     TuningDb w(db);
     populate(db, 3);                                  // a second writer connection while the first is open
@@ -211,17 +197,17 @@ TEST_CASE("a database in a folder that cannot be written opens read-only, WAL or
 
 TEST_CASE("bad database files are refused at open, naming the file and what is wrong", "[db]") {
   TempDir dir;
-  const std::string good = dir.file("good.db");
+  const std::string good = dir.at("good.db");
   populate(good, 40);
   const std::string good_bytes = bytes_of(good);
 
   auto make = [&](const std::string& name, const std::string& bytes) {
-    const std::string p = dir.file(name);
+    const std::string p = dir.at(name);
     std::ofstream(p, std::ios::binary) << bytes;
     return p;
   };
   auto copy = [&](const std::string& name) {
-    const std::string p = dir.file(name);
+    const std::string p = dir.at(name);
     fs::copy_file(good, p);
     return p;
   };
@@ -240,10 +226,10 @@ TEST_CASE("bad database files are refused at open, naming the file and what is w
   cases.push_back({make("tpage.db", good_bytes.substr(0, 4096)), false, "its header says"});
   cases.push_back({make("text.db", std::string(300, 'x')), true, "not a SQLite database"});
   fs::create_directories(dir.path / "adir.db");
-  cases.push_back({dir.file("adir.db"), true, "is a directory"});
-  cases.push_back({dir.file("adir.db"), false, "is a directory"});
-  cases.push_back({dir.file("missing.db"), true, "no such file"});
-  cases.push_back({dir.file("no_folder/x.db"), false, "folder '" + dir.file("no_folder") + "' does not exist"});
+  cases.push_back({dir.at("adir.db"), true, "is a directory"});
+  cases.push_back({dir.at("adir.db"), false, "is a directory"});
+  cases.push_back({dir.at("missing.db"), true, "no such file"});
+  cases.push_back({dir.at("no_folder/x.db"), false, "folder '" + dir.at("no_folder") + "' does not exist"});
 
   const std::string v0 = copy("v0.db");
   raw_exec(v0, "PRAGMA user_version = 0");
@@ -253,7 +239,7 @@ TEST_CASE("bad database files are refused at open, naming the file and what is w
   raw_exec(vneg, "PRAGMA user_version = -1");
   cases.push_back({vneg, true, "schema version -1 is not one kerntune writes"});
   cases.push_back({vneg, false, "schema version -1 is not one kerntune writes"});
-  const std::string empty_sqlite = dir.file("empty_sqlite.db");
+  const std::string empty_sqlite = dir.at("empty_sqlite.db");
   {
     SQLite::Database raw(empty_sqlite, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
     raw.exec("CREATE TABLE t(x); DROP TABLE t");  // a valid SQLite file with no tables and user_version 0
@@ -284,7 +270,7 @@ TEST_CASE("bad database files are refused at open, naming the file and what is w
   cases.push_back({damaged, false, "table 'measurements' is damaged"});
   // A later page damaged, the root intact: the right-most child pointer of the measurements table's
   // interior root page points past the end of the file, so the first row still reads.
-  const std::string deep = dir.file("deep_damaged.db");
+  const std::string deep = dir.at("deep_damaged.db");
   populate(deep, 400);
   {
     long long root = 0, page = 0;
@@ -323,8 +309,8 @@ TEST_CASE("bad database files are refused at open, naming the file and what is w
     CHECK_FALSE(has(c.path + "-wal"));
     CHECK_FALSE(has(c.path + "-shm"));
   }
-  CHECK_FALSE(fs::exists(dir.file("missing.db")));
-  CHECK_FALSE(fs::exists(dir.file("no_folder")));
+  CHECK_FALSE(fs::exists(dir.at("missing.db")));
+  CHECK_FALSE(fs::exists(dir.at("no_folder")));
 
   // A 0-byte file opened read-write becomes a new database (what `touch x.db; autotune --db x.db` expects).
   {
@@ -338,10 +324,10 @@ TEST_CASE("bad database files are refused at open, naming the file and what is w
 
 TEST_CASE("the runtime reports a damaged database as a DbError before looking for a GPU", "[db][runtime]") {
   TempDir dir;
-  const std::string no_view = dir.file("no_view.db");
+  const std::string no_view = dir.at("no_view.db");
   populate(no_view, 2);
   raw_exec(no_view, "DROP VIEW winners");
-  const std::string zero = dir.file("zero.db");
+  const std::string zero = dir.at("zero.db");
   std::ofstream(zero).close();
   for (const std::string& path : {no_view, zero}) {
     std::string what;
@@ -359,13 +345,13 @@ TEST_CASE("the runtime reports a damaged database as a DbError before looking fo
 
 TEST_CASE("merge: sources are checked first; several inputs are all or nothing; counts are rows inserted", "[db]") {
   TempDir dir;
-  const std::string a = dir.file("a.db"), b = dir.file("b.db"), out = dir.file("out.db");
+  const std::string a = dir.at("a.db"), b = dir.at("b.db"), out = dir.at("out.db");
   populate(a, 10, "GPU-a", 100);
   populate(b, 7, "GPU-b", 200);
 
   // A source with a row that the schema forbids (status outside the CHECK list): it opens, but copying fails
   // half-way through the inputs.
-  const std::string bad = dir.file("bad.db");
+  const std::string bad = dir.at("bad.db");
   populate(bad, 3, "GPU-bad", 300);
   raw_exec(bad, "PRAGMA ignore_check_constraints = 1; UPDATE measurements SET status = 'bogus' WHERE id = 2");
 
@@ -399,7 +385,7 @@ TEST_CASE("merge: sources are checked first; several inputs are all or nothing; 
   }
 
   // A newer source is refused as newer (never "open it with this build first").
-  const std::string newer = dir.file("newer.db");
+  const std::string newer = dir.at("newer.db");
   populate(newer, 1, "GPU-n", 400);
   raw_exec(newer, "PRAGMA user_version = " + std::to_string(TuningDb::kSchemaVersion + 1));
   const std::string e = error_of([&] { TuningDb(out).merge_from(newer); });
@@ -409,7 +395,7 @@ TEST_CASE("merge: sources are checked first; several inputs are all or nothing; 
   CHECK(e.find("open it with this build") == std::string::npos);
 
   // Concurrent merges of one source: each reports the rows it inserted, so the counts add up to the rows.
-  const std::string conc = dir.file("conc.db");
+  const std::string conc = dir.at("conc.db");
   { TuningDb init(conc); }
   std::vector<long long> added(4, -1);
   std::vector<std::string> errors(4);
@@ -435,7 +421,7 @@ TEST_CASE("merge: sources are checked first; several inputs are all or nothing; 
 
 TEST_CASE("autotune show / merge on bad files: clear errors, exit 2, no output file created", "[db][cli]") {
   TempDir dir;
-  const std::string good = dir.file("good.db"), zero = dir.file("zero.db"), out = dir.file("out.db");
+  const std::string good = dir.at("good.db"), zero = dir.at("zero.db"), out = dir.at("out.db");
   populate(good, 3);
   std::ofstream(zero).close();
 
@@ -443,10 +429,10 @@ TEST_CASE("autotune show / merge on bad files: clear errors, exit 2, no output f
   CHECK(rc == 2);
   CHECK_THAT(text, Catch::Contains(zero) && Catch::Contains("empty (0 bytes)"));
 
-  std::tie(rc, text) = run_autotune("merge " + out + " " + good + " " + dir.file("missing.db"));
+  std::tie(rc, text) = run_autotune("merge " + out + " " + good + " " + dir.at("missing.db"));
   CHECK(rc == 2);
-  CHECK_THAT(text, Catch::Contains(dir.file("missing.db")) && Catch::Contains("no such file") &&
-                       Catch::Contains("not created"));
+  CHECK_THAT(
+      text, Catch::Contains(dir.at("missing.db")) && Catch::Contains("no such file") && Catch::Contains("not created"));
   CHECK_FALSE(has(out));
 
   std::tie(rc, text) = run_autotune("merge " + out + " " + good + " " + zero);

@@ -10,21 +10,15 @@
 #include "generator/arch.h"
 #include "generator/attention_family.h"
 #include "generator/compiler.h"
+#include "tests/support.h"
 #include "tuner/attention_problems.h"
 #include "tuner/shapes_file.h"
 
 using namespace kt;
 
 namespace {
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() /
-           ("kt_nvrtc_" + std::to_string(::getpid()) + "_" + std::to_string(rand()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
+
+using kt_test::TempDir;
 }  // namespace
 
 TEST_CASE("every valid variant of the qwen7b attention problems compiles for sm_90a", "[nvrtc]") {

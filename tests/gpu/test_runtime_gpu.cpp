@@ -18,6 +18,7 @@
 #include "generator/compiler.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
+#include "tests/support.h"
 #include "tuner/attention_harness.h"
 
 using namespace kt;
@@ -25,6 +26,9 @@ using namespace kt::attn;
 namespace fs = std::filesystem;
 
 namespace {
+
+using kt_test::count_files;
+using kt_test::ScopedEnv;
 
 Problem qwen(int seqlen, int head_dim = 128) {
   Problem p;
@@ -71,30 +75,6 @@ kt_attention_args c_args(const FwdParams& f) {
   a.o_stride_head = f.o_head_stride;
   a.softmax_scale = 0.f;
   return a;
-}
-
-/// Sets an environment variable for a scope.
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const std::string& v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    setenv(n, v.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-};
-
-size_t count_files(const fs::path& dir) {
-  size_t n = 0;
-  if (!fs::exists(dir)) return 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) ++n;
-  return n;
 }
 
 /// Launches p through `launch` on fresh random inputs and checks against the float64 reference.

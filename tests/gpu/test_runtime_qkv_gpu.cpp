@@ -16,6 +16,7 @@
 #include "generator/qkv_family.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
+#include "tests/support.h"
 #include "tuner/qkv_harness.h"
 
 using namespace kt;
@@ -23,6 +24,9 @@ using namespace kt::qkv;
 namespace fs = std::filesystem;
 
 namespace {
+
+using kt_test::count_files;
+using kt_test::ScopedEnv;
 
 /// A small Llama-like class: k 1024, 8 query / 2 key-value heads of 128, bias, RoPE.
 Problem small(int m, quant::Format f = quant::Format::nf4, DType dt = DType::bf16) {
@@ -37,29 +41,6 @@ Problem small(int m, quant::Format f = quant::Format::nf4, DType dt = DType::bf1
   p.has_bias = true;
   p.rope = true;
   return p;
-}
-
-struct QkvEnv {
-  std::string name, old;
-  bool had;
-  QkvEnv(const char* n, const std::string& v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    setenv(n, v.c_str(), 1);
-  }
-  ~QkvEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-};
-
-size_t files_in(const fs::path& dir) {
-  size_t n = 0;
-  if (!fs::exists(dir)) return 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) ++n;
-  return n;
 }
 
 kt_qkv_problem c_problem(const Problem& p) {
@@ -137,7 +118,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
   fs::create_directories(tmp);
   const std::string db_path = (tmp / "tuned.db").string();
   const fs::path cache_dir = tmp / "cubins";
-  QkvEnv env_cache("KERNTUNE_CACHE_DIR", cache_dir.string());
+  ScopedEnv env_cache("KERNTUNE_CACHE_DIR", cache_dir.string());
 
   // M = 16: a 4-way split-K variant; M = 256: an unsplit one; M = 64: the M = 16 binary without split-K (one
   // binary, two variants: the binary row carries the split-K variant's name). None is a default.
@@ -211,7 +192,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     tdb.end_run(run_id, 1700000002);
     REQUIRE(tdb.winners(info.name, kFamily).size() == 3);
   }
-  REQUIRE(files_in(cache_dir) == 0);
+  REQUIRE(count_files(cache_dir) == 0);
 
   Runtime rt(db_path);
   REQUIRE(rt.device_name() == info.name);
@@ -239,7 +220,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     CHECK(rt.resolved_qkv_problems() == 4);
     CHECK(rt.resolved_problems() == 0);
     // Every kernel came from the database (M = 64's through the shared binary): nothing compiled.
-    CHECK(files_in(cache_dir) == 0);
+    CHECK(count_files(cache_dir) == 0);
 
     // Another format and an M with no rows: the default, compiled by NVRTC into the disk cache.
     const Problem other = small(37, quant::Format::int4, DType::f16);
@@ -251,7 +232,7 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
         other, [&](const QkvParams& a, double) { rt.qkv_proj(other, a, stream.get()); }, 5);
     run_and_verify(
         other, [&](const QkvParams& a, double) { rt.qkv_proj(other, a, stream.get()); }, 6);
-    CHECK(files_in(cache_dir) == 1);
+    CHECK(count_files(cache_dir) == 1);
     CHECK(rt.resolved_qkv_problems() == 5);
 
     // Decode sizes default to the gemv kernel; with stages 1 its shared memory grows with K (above 48 KB here for

@@ -19,6 +19,7 @@
 #include "../support.h"
 #include "cache/tuning_db.h"
 #include "cuda/driver.h"
+#include "tests/support.h"
 #include "tuner/cli_checks.h"
 
 using kt::cli::CliError;
@@ -26,6 +27,8 @@ using kt::cli::TuneOptions;
 namespace fs = std::filesystem;
 
 namespace {
+
+using kt_test::TempDir;
 
 std::string error_of(const TuneOptions& o) {
   try {
@@ -53,24 +56,6 @@ std::pair<int, std::string> run(const std::string& args) {
   const int st = pclose(f);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("kt_cli_test_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name, const std::string& text) const {
-    const std::string p = (path / name).string();
-    std::ofstream(p) << text;
-    return p;
-  }
-};
 
 const char* kPrefill = R"({"model":"tiny","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,
   "head_dim":128,"dtypes":["bf16"],"workloads":{"attention_prefill":[{"batch":1,"seqlen":512}]}})";
@@ -143,7 +128,7 @@ TEST_CASE("check_tune_options: contradicting options and unusable paths are refu
   CHECK(error_of(o) == "--db '" + o.db + "' is a directory; give a file name");
   o.db = (t.path / "x.db").string();
   CHECK(error_of(o) == "");
-  o.json_out = t.file("afile", "x") + "/r.json";
+  o.json_out = t.write("afile", "x") + "/r.json";
   CHECK_THAT(error_of(o), Catch::StartsWith("--json '" + o.json_out + "':") && Catch::Contains("is not a folder"));
 }
 
@@ -185,7 +170,7 @@ TEST_CASE("arch_for_gpu and compile_estimate", "[tuner][cli]") {
 
 TEST_CASE("autotune: every argument error exits 2 and names the option", "[tuner][cli]") {
   TempDir t;
-  const std::string shapes = t.file("s.json", kPrefill);
+  const std::string shapes = t.write("s.json", kPrefill);
   const std::string base = "--arch sm_90a --compile-only --shapes " + shapes + " ";
   const std::pair<const char*, const char*> cases[] = {
       {"--budget-ms nan", "--budget-ms must be"},
@@ -233,17 +218,17 @@ TEST_CASE("autotune: every argument error exits 2 and names the option", "[tuner
 
 TEST_CASE("autotune: shapes files without tunable work, and Hugging Face configs, say so", "[tuner][cli]") {
   TempDir t;
-  auto [rc, out] = run("--arch sm_90a --compile-only --families qkv_proj --shapes " + t.file("p.json", kPrefill));
+  auto [rc, out] = run("--arch sm_90a --compile-only --families qkv_proj --shapes " + t.write("p.json", kPrefill));
   CHECK(rc == 2);
   CHECK_THAT(out,
              Catch::Contains("--families qkv_proj: " + (t.path / "p.json").string() + " has no qkv_proj workloads"));
-  const std::string decode = t.file("d.json", R"({"model":"tiny","hidden_size":3584,"num_attention_heads":28,
+  const std::string decode = t.write("d.json", R"({"model":"tiny","hidden_size":3584,"num_attention_heads":28,
     "num_key_value_heads":4,"head_dim":128,"workloads":{"attention_decode":[{"batch":1,"kv_len":512}]}})");
   std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + decode);
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("has only attention_decode workloads") && Catch::Contains("nothing to tune"));
   // A Hugging Face config is announced (this one then fails on head_dim 96, before compiling anything).
-  const std::string hf = t.file("config.json", R"({"architectures":["PhiForCausalLM"],"hidden_size":3072,
+  const std::string hf = t.write("config.json", R"({"architectures":["PhiForCausalLM"],"hidden_size":3072,
     "num_attention_heads":32,"num_key_value_heads":8,"head_dim":96})");
   std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + hf);
   CHECK(rc == 2);
@@ -252,7 +237,7 @@ TEST_CASE("autotune: shapes files without tunable work, and Hugging Face configs
   // A misspelt "workloads" in a kerntune file is an error, not a Hugging Face config.
   std::string misspelt = kPrefill;
   misspelt.replace(misspelt.find("\"workloads\""), 11, "\"workload\"");
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + t.file("m.json", misspelt));
+  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + t.write("m.json", misspelt));
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown field 'workload'"));
   CHECK_THAT(out, !Catch::Contains("Hugging Face config.json ("));
@@ -265,7 +250,7 @@ TEST_CASE("autotune without a GPU: --db gets the binaries, --json a compile repo
     return;
   }
   TempDir t;
-  const std::string shapes = t.file("s.json", kPrefill);
+  const std::string shapes = t.write("s.json", kPrefill);
   const std::string db = (t.path / "k.db").string(), json = (t.path / "r.json").string();
   auto [rc, out] = run("--shapes " + shapes + " --db " + db);
   CHECK(rc == 2);
@@ -339,7 +324,7 @@ TEST_CASE("autotune: SIGINT and SIGTERM during compilation stop cleanly with exi
 
 TEST_CASE("example_attention_prefill checks its database before the GPU", "[tuner][cli]") {
   TempDir t;
-  const std::string bad = t.file("notsqlite.db", std::string(4096, 'x'));
+  const std::string bad = t.write("notsqlite.db", std::string(4096, 'x'));
   // $KT_EXAMPLE_PREFILL, else the build's, else next to this test binary (scripts/stage_gpu.sh's layout).
   std::string exe = KT_EXAMPLE_PREFILL_PATH;
   if (const char* e = std::getenv("KT_EXAMPLE_PREFILL"); e && *e) exe = e;
