@@ -87,9 +87,7 @@ void check_problem(const Problem& p) {
   if (p.kv_layout == KvLayout::contiguous && p.page_size != 0)
     fail("page_size must be 0 for a contiguous cache, got " + std::to_string(p.page_size));
   if (p.batch > 65535) fail("batch must be <= 65535 (grid z), got " + std::to_string(p.batch));
-  // The smallest row block (16) gives the most row blocks.
-  if (static_cast<long long>(p.num_kv_heads) * ((packed_rows(p) + 15) / 16) > 65535)
-    fail("num_kv_heads x row blocks of 16 packed rows must be <= 65535 (grid y)");
+  if (p.num_kv_heads > 65535) fail("num_kv_heads must be <= 65535 (grid y), got " + std::to_string(p.num_kv_heads));
 }
 
 std::vector<Config> config_space() {
@@ -190,8 +188,8 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
 
 LaunchDims launch_dims(const Problem& p, const Config& c) {
   LaunchDims d;
-  d.grid_x = static_cast<unsigned>(num_splits(c, p.kv_len));
-  d.grid_y = static_cast<unsigned>(p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len));
+  d.grid_x = static_cast<unsigned>(num_splits(c, p.kv_len) * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len));
+  d.grid_y = static_cast<unsigned>(p.num_kv_heads);
   d.grid_z = static_cast<unsigned>(p.batch);
   d.block_x = static_cast<unsigned>(c.warps * 32);
   d.smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));

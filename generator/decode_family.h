@@ -58,8 +58,8 @@ struct Problem {
 
 /// Throws ProblemError naming the field when no variant can support the problem: dtype fp16/bf16; batch,
 /// num_heads, num_kv_heads, kv_len >= 1; q_len 1..16 (kMaxQLen); num_heads % num_kv_heads == 0; head_dim 64 or 128;
-/// page_size a power of two 16..256 for paged, 0 for contiguous; grid limits (batch <= 65535, num_kv_heads x row
-/// blocks <= 65535).
+/// page_size a power of two 16..256 for paged, 0 for contiguous; grid limits (batch and num_kv_heads
+/// <= 65535).
 void check_problem(const Problem& p);
 
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
@@ -92,7 +92,7 @@ std::string name_expression(const Problem& p, const Config& c);
 /// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 
-/// Grid (num_splits(c, kv_len), num_kv_heads * row_blocks, batch); block warps * 32 threads; dynamic smem
+/// Grid (row_blocks * num_splits(c, kv_len), num_kv_heads, batch); block warps * 32 threads; dynamic smem
 /// smem_bytes(c, head_dim); no cluster.
 LaunchDims launch_dims(const Problem& p, const Config& c);
 

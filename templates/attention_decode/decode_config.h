@@ -12,10 +12,12 @@
 // Work decomposition. The query rows of one KV head are packed into the rows of one mma tile (GQA packing): row
 // r of the group's rows is query token r / group of query head kv_head * group + r % group, with group =
 // num_heads / num_kv_heads, so the K/V of a head is read once for all its query heads and tokens. rows =
-// group * q_len; a block owns tile_m of them (row block rb = rows [rb tile_m, (rb + 1) tile_m)). The KV length is
+// group * q_len; a block owns tile_m of them (row block rb = rows [rb tile_m, (rb + 1) tile_m)), 16 per warp of a
+// key group, the key groups splitting every K/V tile's tokens between them. The KV length is
 // split into chunks of kv_chunk tokens, one block per chunk (flash decoding); the blocks of one
 // (batch, kv head, row block) store fp32 partials (O normalized, LSE) in the workspace and the last one to arrive
-// combines them in split order. Grid: (splits, num_kv_heads * row_blocks, batch).
+// combines them in split order. Grid: (row_blocks * splits, num_kv_heads, batch), blockIdx.x = split * row_blocks +
+// rb: the row blocks of one split are neighbours, so the second and later ones read their K/V from L2.
 #pragma once
 #include "common/kt_types.h"
 
@@ -34,7 +36,8 @@ enum class KvLayout : int { contiguous = 0, paged = 1 };
 struct Config {
   int tile_m;    ///< packed query rows (group x q_len) per block: 16, 32 or 64 (mma M fragments of 16)
   int tile_n;    ///< KV tokens per tile (one cp.async ring slot holds the tile's K and V)
-  int warps;     ///< warps per block; each warp owns tile_n / warps consecutive tokens of every tile
+  int warps;     ///< warps per block: tile_m / 16 row groups x key groups; a warp owns 16 rows and
+                 ///< tile_n / key_groups consecutive tokens of every tile
   int stages;    ///< cp.async ring depth: K/V tiles in flight (2..6)
   int kv_chunk;  ///< KV tokens per split block, a multiple of tile_n; 0 = no split (one block per sequence)
 };
@@ -82,7 +85,8 @@ struct DecodeParams {
   /// keys [s kv_chunk, (s + 1) kv_chunk), the last of the gridDim.x splits up to L. Unused when gridDim.x == 1.
   int kv_chunk;
   /// Split partials (null when the launch has one split): O [batch, num_kv_heads, row_blocks, splits, tile_m,
-  /// head_dim] fp32 (normalized per split) and LSE [batch, num_kv_heads, row_blocks, splits, tile_m] fp32 (log2).
+  /// head_dim] fp32 (normalized per split) and LSE [batch, num_kv_heads, row_blocks, splits, tile_m] fp32 (log2);
+  /// only the rows a row block holds (< group * q_len) are written and read.
   float* partial_o;
   float* partial_lse;
   /// One counter per (batch, kv head, row block), zero before the first launch; the combining block resets its
@@ -93,10 +97,12 @@ struct DecodeParams {
 /// Largest q_len (speculative / multi-token decode) the family supports.
 constexpr int kMaxQLen = 16;
 
-/// mma M fragments (16 rows) of a block.
-KT_HD constexpr int m_frags(const Config& c) { return c.tile_m / 16; }
+/// Row groups of a block: m16 fragments of packed rows, one per warp of a key group.
+KT_HD constexpr int row_groups(const Config& c) { return c.tile_m / 16; }
+/// Key groups of a block: the warps that share a row group, each with its own slice of every tile's tokens.
+KT_HD constexpr int key_groups(const Config& c) { return c.warps / row_groups(c); }
 /// KV tokens of every tile each warp owns.
-KT_HD constexpr int warp_keys(const Config& c) { return c.tile_n / c.warps; }
+KT_HD constexpr int warp_keys(const Config& c) { return c.tile_n / key_groups(c); }
 
 /// Number of row blocks for a problem: ceil(group * q_len / tile_m).
 KT_HD constexpr int row_blocks(const Config& c, int num_heads, int num_kv_heads, int q_len) {
@@ -112,10 +118,13 @@ KT_HD constexpr int num_splits(const Config& c, int kv_len) {
 KT_HD constexpr int ring_bytes(const Config& c, int head_dim) {
   return (c.stages * 2 * c.tile_n + c.tile_m) * head_dim * 2;
 }
-/// Bytes of the warps' combine area (it reuses the ring once the mainloop is done): per warp [tile_m, D] fp32
-/// O plus [tile_m] fp32 max and sum.
+/// Fp32 row stride of a warp's O in the combine area: D + 8 floats, so that the accumulator-layout float2 stores
+/// of a warp (rows g, columns 2t) fall on distinct banks.
+KT_HD constexpr int combine_ld(int head_dim) { return head_dim + 8; }
+/// Bytes of the warps' combine area (it reuses the ring and Q tile once the mainloop is done): per key group
+/// [tile_m, combine_ld] fp32 O and [tile_m] fp32 max and sum, then the block's [tile_m] fp32 LSE.
 KT_HD constexpr int combine_bytes(const Config& c, int head_dim) {
-  return c.warps * c.tile_m * (head_dim + 2) * 4;
+  return (key_groups(c) * c.tile_m * combine_ld(head_dim) + (2 * key_groups(c) + 1) * c.tile_m) * 4;
 }
 /// Dynamic shared memory of a block in bytes.
 KT_HD constexpr int smem_bytes(const Config& c, int head_dim) {
@@ -142,12 +151,10 @@ KT_HD constexpr long long counter_count(const Config& c, int batch, int num_head
                                     : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len);
 }
 
-/// Fp32 registers a thread holds for the output accumulator and the score tile, plus the Q fragments when they
-/// are kept in registers (one m-fragment; more are read from shared memory per tile). Used to prune variants that
-/// would spill.
+/// Registers a thread holds for the output accumulator [16, D], the score tile [16, warp_keys] and the Q fragments
+/// [16, D] (each warp owns one m16 fragment). Used to prune variants that would spill.
 KT_HD constexpr int accumulator_registers(const Config& c, int head_dim) {
-  return m_frags(c) * (head_dim / 8) * 4 + m_frags(c) * (warp_keys(c) / 8) * 4 +
-         (m_frags(c) == 1 ? (head_dim / 16) * 4 : 0);
+  return (head_dim / 8) * 4 + (warp_keys(c) / 8) * 4 + (head_dim / 16) * 4;
 }
 
 /// nullptr if (kernel class, config, arch) is a valid variant, otherwise the rule it breaks.
@@ -163,11 +170,13 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, KvLayout l
   if (arch.sm < 80) return "mma.sync needs sm_80 or newer";
   // tile_m: 1, 2 or 4 m16 fragments of packed rows.
   if (c.tile_m != 16 && c.tile_m != 32 && c.tile_m != 64) return "tile_m must be 16, 32 or 64";
-  // warps: 2, 4 or 8 warps per block.
+  // warps: 2, 4 or 8 warps per block, a whole number of key groups of tile_m / 16 warps.
   if (c.warps != 2 && c.warps != 4 && c.warps != 8) return "warps must be 2, 4 or 8";
-  // tile_n: 32..256, each warp owning a multiple of 16 tokens (the P.V product steps over keys 16 at a time).
-  if (c.tile_n < 32 || c.tile_n > 256 || c.tile_n % (16 * c.warps) != 0)
-    return "tile_n must be 32..256 and a multiple of 16 * warps";
+  if (c.warps % row_groups(c) != 0) return "warps must be a multiple of tile_m / 16";
+  // tile_n: a power of two 32..256 (a tile then never straddles a page of a page size >= tile_n), each warp owning
+  // a multiple of 16 tokens (the P.V product steps over keys 16 at a time).
+  if (c.tile_n != 32 && c.tile_n != 64 && c.tile_n != 128 && c.tile_n != 256) return "tile_n must be 32, 64, 128 or 256";
+  if (c.tile_n % (16 * key_groups(c)) != 0) return "tile_n must be a multiple of 16 * warps / (tile_m / 16)";
   // stages: 2..6 K/V tiles in the cp.async ring.
   if (c.stages < 2 || c.stages > 6) return "stages must be 2..6";
   // kv_chunk: 0 (no split) or a whole number of tiles, at most 65536 tokens.
