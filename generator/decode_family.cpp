@@ -142,9 +142,9 @@ Config default_config(ArchId arch, const Problem& p) {
   while (c.stages > 2 && invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) --c.stages;
   const long long base =
       static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len);
-  const long long want = 2LL * std::max(1, device.sm_count);
-  if (base < want) {
-    const long long splits = (want + base - 1) / base;
+  const long long sms = std::max(1, device.sm_count);
+  if (base < sms) {  // fewer blocks than SMs: split until about two blocks per SM
+    const long long splits = (2 * sms + base - 1) / base;
     long long chunk = (p.kv_len + splits - 1) / splits;
     chunk = (chunk + c.tile_n - 1) / c.tile_n * c.tile_n;
     if (chunk < p.kv_len && chunk <= 65536) c.kv_chunk = static_cast<int>(chunk);

@@ -72,9 +72,9 @@ std::vector<Config> config_space();
 /// tile, and a split only when it leaves at least one tile per split and at most 256 splits.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
-/// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 4
-/// stages, and kv_chunk the smallest multiple of tile_n for which batch x num_kv_heads x row blocks x splits
-/// fills about two blocks per SM of device_model(arch) (0 when one block per sequence already does).
+/// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3
+/// stages (fewer where the ring does not fit the arch), and no split when batch x num_kv_heads x row blocks gives
+/// every SM of device_model(arch) a block; else kv_chunk the multiple of tile_n that makes about two blocks per SM.
 Config default_config(ArchId arch, const Problem& p);
 
 bool same_config(const Config& a, const Config& b);

@@ -78,7 +78,7 @@ TEST_CASE("attention_decode: the template rejects a config that invalid_reason r
   CHECK_FALSE(r.ok);
   CHECK_THAT(r.error, Catch::Contains("invalid attention_decode variant"));
   // A ring over the sm_86 limit (99 KB): valid on sm_90a, rejected when compiled for sm_86.
-  const Config big{16, 128, 4, 4, 0};
+  const Config big{16, 128, 4, 3, 0};
   REQUIRE(smem_bytes(big, 128) > max_smem_per_block(86));
   CHECK(compiler.compile(kernel_source(p, big, parse_arch("sm_90a"))).ok);
   CHECK_FALSE(compiler.compile(kernel_source(p, big, parse_arch("sm_86"))).ok);
