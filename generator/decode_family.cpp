@@ -279,7 +279,7 @@ DecodeParams paged_params(const Problem& p, const void* q, const void* k_pages, 
   return a;
 }
 
-void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
+void check_args(const Problem& p, const DecodeParams& a) {
   check_problem(p);
   auto mismatch = [](const char* field, long long got, long long want) {
     fail(std::string("kernel argument ") + field + " = " + std::to_string(got) + " does not match the problem's " +
@@ -331,12 +331,18 @@ void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
            std::to_string(a.block_table_stride) + " pages of " + std::to_string(p.page_size) + " tokens");
   }
   if (!(a.softmax_scale > 0.f) || !std::isfinite(a.softmax_scale)) fail("softmax_scale must be positive and finite");
-  if (a.kv_chunk != c.kv_chunk) mismatch("kv_chunk (bind_config not applied?)", a.kv_chunk, c.kv_chunk);
+}
+
+void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
+  check_args(p, a);
+  if (a.kv_chunk != c.kv_chunk)
+    fail("kernel argument kv_chunk = " + std::to_string(a.kv_chunk) + " does not match the config's " +
+         std::to_string(c.kv_chunk) + " (bind_config sets it)");
   if (uses_workspace(p, c)) {
     if (!a.partial_o || !a.partial_lse || !a.counters)
       fail("a split launch (kv_chunk " + std::to_string(c.kv_chunk) + " < kv_len " + std::to_string(p.kv_len) +
            ") needs the workspace and counters (bind_config)");
-    if (!aligned(a.partial_o, 16)) fail("the workspace must be 16-byte aligned");
+    if (reinterpret_cast<std::uintptr_t>(a.partial_o) % 16 != 0) fail("the workspace must be 16-byte aligned");
   }
 }
 

@@ -330,8 +330,9 @@ TEST_CASE("attention_decode: check_params rejects bad arguments naming them", "[
   a = bound();
   a.softmax_scale = -1.f;
   fails_with(a, "softmax_scale");
-  a = fake_params(p);  // bind_config not applied
-  fails_with(a, "kv_chunk");
+  a = fake_params(p);  // bind_config not applied: the arguments are fine, the config's part is missing
+  CHECK_NOTHROW(check_args(p, a));
+  fails_with(a, "kv_chunk = 0 does not match the config's 256");
   a = bound();
   a.counters = nullptr;
   fails_with(a, "needs the workspace and counters");
