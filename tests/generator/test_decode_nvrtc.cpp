@@ -1,5 +1,5 @@
 // NVRTC compile checks of the attention_decode family (CPU only): a handful of variants across the axes compile for
-// sm_80 and sm_90a without spills; the template rejects a config invalid_reason refuses.
+// sm_80 and sm_90a (no spill beyond a stack word or two); the template rejects a config invalid_reason refuses.
 #include <catch2/catch.hpp>
 
 #include <iostream>
