@@ -142,9 +142,9 @@ Config default_config(ArchId arch, const Problem& p) {
   while (c.stages > 2 && invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) --c.stages;
   const long long base =
       static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len);
-  const long long want = 2LL * std::max(1, device.sm_count);
-  if (base < want) {
-    const long long splits = (want + base - 1) / base;
+  const long long sms = std::max(1, device.sm_count);
+  if (base < sms) {  // fewer blocks than SMs: split until about two blocks per SM
+    const long long splits = (2 * sms + base - 1) / base;
     long long chunk = (p.kv_len + splits - 1) / splits;
     chunk = (chunk + c.tile_n - 1) / c.tile_n * c.tile_n;
     if (chunk < p.kv_len && chunk <= 65536) c.kv_chunk = static_cast<int>(chunk);
@@ -279,7 +279,7 @@ DecodeParams paged_params(const Problem& p, const void* q, const void* k_pages, 
   return a;
 }
 
-void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
+void check_args(const Problem& p, const DecodeParams& a) {
   check_problem(p);
   auto mismatch = [](const char* field, long long got, long long want) {
     fail(std::string("kernel argument ") + field + " = " + std::to_string(got) + " does not match the problem's " +
@@ -331,12 +331,18 @@ void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
            std::to_string(a.block_table_stride) + " pages of " + std::to_string(p.page_size) + " tokens");
   }
   if (!(a.softmax_scale > 0.f) || !std::isfinite(a.softmax_scale)) fail("softmax_scale must be positive and finite");
-  if (a.kv_chunk != c.kv_chunk) mismatch("kv_chunk (bind_config not applied?)", a.kv_chunk, c.kv_chunk);
+}
+
+void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
+  check_args(p, a);
+  if (a.kv_chunk != c.kv_chunk)
+    fail("kernel argument kv_chunk = " + std::to_string(a.kv_chunk) + " does not match the config's " +
+         std::to_string(c.kv_chunk) + " (bind_config sets it)");
   if (uses_workspace(p, c)) {
     if (!a.partial_o || !a.partial_lse || !a.counters)
       fail("a split launch (kv_chunk " + std::to_string(c.kv_chunk) + " < kv_len " + std::to_string(p.kv_len) +
            ") needs the workspace and counters (bind_config)");
-    if (!aligned(a.partial_o, 16)) fail("the workspace must be 16-byte aligned");
+    if (reinterpret_cast<std::uintptr_t>(a.partial_o) % 16 != 0) fail("the workspace must be 16-byte aligned");
   }
 }
 

@@ -72,9 +72,9 @@ std::vector<Config> config_space();
 /// tile, and a split only when it leaves at least one tile per split and at most 256 splits.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
-/// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 4
-/// stages, and kv_chunk the smallest multiple of tile_n for which batch x num_kv_heads x row blocks x splits
-/// fills about two blocks per SM of device_model(arch) (0 when one block per sequence already does).
+/// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3
+/// stages (fewer where the ring does not fit the arch), and no split when batch x num_kv_heads x row blocks gives
+/// every SM of device_model(arch) a block; else kv_chunk the multiple of tile_n that makes about two blocks per SM.
 Config default_config(ArchId arch, const Problem& p);
 
 bool same_config(const Config& a, const Config& b);
@@ -120,10 +120,14 @@ DecodeParams paged_params(const Problem& p, const void* q, const void* k_pages, 
                           float* lse, const int* seqlens_k, const int* block_table, int num_pages,
                           int max_pages_per_seq, float softmax_scale = 0.f);
 
-/// Throws ProblemError naming the argument if the kernel cannot run with these arguments: sizes must match the
-/// problem (batch, q_len, heads, kv_len, page_size); q, k, v, o, seqlens_k (and block_table for paged) non-null;
-/// q, k, v, o 16-byte aligned; every stride a multiple of 8 elements; kv_capacity >= 1; page size a power of two
-/// 16..256 for paged; softmax_scale positive and finite; workspace and counters present when uses_workspace.
+/// Throws ProblemError naming the argument if the kernel cannot run with these arguments, whatever the config:
+/// sizes must match the problem (batch, q_len, heads, kv_len, page_size, causal); q, k, v, o, seqlens_k (and
+/// block_table for paged) non-null; q, k, v, o 16-byte aligned; every stride a multiple of 8 elements;
+/// kv_capacity >= 1 (paged: within the block table's pages); num_pages >= 1 (paged); softmax_scale positive and
+/// finite. What the host cannot see (device-resident lengths and block-table entries) is DecodeParams' contract.
+void check_args(const Problem& p, const DecodeParams& params);
+/// check_args, plus the config's part: kv_chunk bound (bind_config applied), and the workspace and counters present
+/// (16-byte aligned) when uses_workspace.
 void check_params(const Problem& p, const Config& c, const DecodeParams& params);
 
 /// JSON forms stored in the tuning database:

@@ -318,21 +318,23 @@ __device__ __forceinline__ void merged_row(const float* smem, int r, int ch, flo
   }
 }
 
-/// Stores 8 output columns of packed row pr (token pr / group, head kvh * group + pr % group) as the dtype, and its
-/// LSE (natural log) when ch == 0 and lse is requested.
-template <DType DT>
-__device__ __forceinline__ void store_row(const DecodeParams& p, const BlockWork& w, int pr, int ch,
-                                          const float (&v)[8], float lse2) {
+/// Stores N consecutive output columns [col0, col0 + N) of packed row pr (token pr / group, head kvh * group +
+/// pr % group) as the dtype (N = 2, 4 or 8: one 4-, 8- or 16-byte store), and, when with_lse, the row's LSE (lse2
+/// in log2 units, stored as the natural log) if the caller asked for LSE.
+template <DType DT, int N>
+__device__ __forceinline__ void store_cols(const DecodeParams& p, const BlockWork& w, int pr, int col0,
+                                           const float (&v)[N], float lse2, bool with_lse) {
+  static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 columns per store");
   const int qi = pr / w.group, head = w.kvh * w.group + pr % w.group;
-  uint4 packed;
-  packed.x = ptx::pack2<DT>(v[0], v[1]);
-  packed.y = ptx::pack2<DT>(v[2], v[3]);
-  packed.z = ptx::pack2<DT>(v[4], v[5]);
-  packed.w = ptx::pack2<DT>(v[6], v[7]);
+  unsigned packed[N / 2];
+#pragma unroll
+  for (int e = 0; e < N / 2; ++e) packed[e] = ptx::pack2<DT>(v[2 * e], v[2 * e + 1]);
   unsigned short* o = static_cast<unsigned short*>(p.o) + w.b * p.o_batch_stride + qi * p.o_row_stride +
-                      head * p.o_head_stride + ch * 8;
-  *reinterpret_cast<uint4*>(o) = packed;
-  if (p.lse != nullptr && ch == 0)
+                      head * p.o_head_stride + col0;
+  if constexpr (N == 8) *reinterpret_cast<uint4*>(o) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  else if constexpr (N == 4) *reinterpret_cast<uint2*>(o) = make_uint2(packed[0], packed[1]);
+  else *reinterpret_cast<unsigned*>(o) = packed[0];
+  if (with_lse && p.lse != nullptr)
     p.lse[((long long)w.b * p.num_heads + head) * p.q_len + qi] =
         lse2 == ptx::neg_inf() ? lse2 : lse2 * 0.6931471805599453f;
 }
@@ -343,33 +345,67 @@ __device__ __forceinline__ long long partial_group(const BlockWork& w, const Dec
   return ((long long)w.b * p.num_kv_heads + w.kvh) * w.row_blocks + w.rb;
 }
 
-/// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows: per row,
-/// M = max_s lse_s, o = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), lse = M + log2(sum_s 2^(lse_s - M)), reading
-/// the splits in split order (deterministic), then stores o and lse.
-template <DType DT, int D, int TileM, int Threads>
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+/// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows, one warp per row: per row
+/// M = max_s lse_s, weights 2^(lse_s - M) / sum_s 2^(lse_s - M), o = sum_s weight_s o_s with lane l owning columns
+/// [l D / 32, (l + 1) D / 32), lse = M + log2(sum). The lanes read 32 splits' LSE at a time, and the O loads of those
+/// 32 splits are independent (the weights come by shuffle), so they overlap. Every sum runs in a fixed order
+/// (split order; the same shuffle tree), so the result has the same bits whichever block arrives last.
+template <DType DT, int D, int TileM, int Warps>
 __device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows) {
+  constexpr int CPL = D / 32;  // columns per lane
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long long grp = partial_group(w, p) * w.grid_splits;  // first split slot of the group
-  for (int it = threadIdx.x; it < valid_rows * (D / 8); it += Threads) {
-    const int r = it / (D / 8), ch = it % (D / 8);
+  const int S = w.splits;
+  for (int r = warp; r < valid_rows; r += Warps) {
+    const float* lse_r = p.partial_lse + grp * TileM + r;                   // split s: lse_r[s TileM]
+    const float* o_r = p.partial_o + (grp * TileM + r) * D + lane * CPL;   // split s: o_r[s TileM D]
     float M = ptx::neg_inf();
-    for (int s = 0; s < w.splits; ++s) M = fmaxf(M, __ldcg(p.partial_lse + (grp + s) * TileM + r));
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    float wsum = 0.f;
-    if (M != ptx::neg_inf()) {
-      for (int s = 0; s < w.splits; ++s) {
-        const float ls = __ldcg(p.partial_lse + (grp + s) * TileM + r);
-        const float f = ls == ptx::neg_inf() ? 0.f : ptx::exp2_approx(ls - M);
-        const float4* src = reinterpret_cast<const float4*>(p.partial_o + ((grp + s) * TileM + r) * D + ch * 8);
-        const float4 a = __ldcg(src), b = __ldcg(src + 1);
-        acc[0] += f * a.x, acc[1] += f * a.y, acc[2] += f * a.z, acc[3] += f * a.w;
-        acc[4] += f * b.x, acc[5] += f * b.y, acc[6] += f * b.z, acc[7] += f * b.w;
-        wsum += f;
+    for (int s0 = 0; s0 < S; s0 += 32)
+      if (s0 + lane < S) M = fmaxf(M, __ldcg(lse_r + (long long)(s0 + lane) * TileM));
+    M = warp_max(M);
+    float sum = 0.f;
+    if (M != ptx::neg_inf())
+      for (int s0 = 0; s0 < S; s0 += 32)
+        if (s0 + lane < S) {
+          const float l = __ldcg(lse_r + (long long)(s0 + lane) * TileM);
+          sum += l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M);
+        }
+    sum = warp_sum(sum);
+    float acc[CPL];
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) acc[e] = 0.f;
+    if (sum > 0.f) {
+      const float inv = 1.f / sum;
+      for (int s0 = 0; s0 < S; s0 += 32) {
+        const float l = s0 + lane < S ? __ldcg(lse_r + (long long)(s0 + lane) * TileM) : ptx::neg_inf();
+        const float wl = l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M) * inv;  // weight of split s0 + lane
+        const int n = min(32, S - s0);
+#pragma unroll 8
+        for (int j = 0; j < n; ++j) {
+          const float wj = __shfl_sync(0xffffffffu, wl, j);
+          const float* src = o_r + (long long)(s0 + j) * TileM * D;
+          if constexpr (CPL == 4) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
+            acc[0] += wj * v.x, acc[1] += wj * v.y, acc[2] += wj * v.z, acc[3] += wj * v.w;
+          } else {
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
+            acc[0] += wj * v.x, acc[1] += wj * v.y;
+          }
+        }
       }
     }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    store_row<DT>(p, w, w.r0 + r, ch, acc, wsum > 0.f ? M + __log2f(wsum) : ptx::neg_inf());
+    store_cols<DT, CPL>(p, w, w.r0 + r, lane * CPL, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), lane == 0);
   }
 }
 
@@ -463,7 +499,7 @@ __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParam
       const int r = it / (D / 8), ch = it % (D / 8);
       float v[8];
       merged_row<D, TileM, KG>(smem, r, ch, v);
-      store_row<DT>(p, w, w.r0 + r, ch, v, sLse[r]);
+      store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, v, sLse[r], ch == 0);
     }
     return;
   }
@@ -488,7 +524,7 @@ __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParam
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  combine_splits<DT, D, TileM, kThreads>(p, w, valid_rows);
+  combine_splits<DT, D, TileM, Warps>(p, w, valid_rows);
   if (tid == 0) *counter = 0u;  // ready for the next launch
 }
 

@@ -83,6 +83,7 @@ struct Case {
   int capacity = 0;
   float scale = 0.f;
   uint64_t seed = 1;
+  int bad_entry = -1;  ///< paged: this entry of the flattened block table points past num_pages on the device
 };
 
 Problem make(DType dt, int b, int q_len, int hq, int hkv, int d, int kv_len, KvLayout layout, int page_size,
@@ -106,13 +107,23 @@ struct HostCase {
   Case c;
   int max_pages = 0, num_pages = 0;
   std::vector<uint16_t> q, k, v;  // q [B, q_len, Hq, D]; k/v [B, capacity, Hkv, D] or [num_pages, ps, Hkv, D]
-  std::vector<int> table;         // [B, max_pages] (paged)
+  std::vector<int> table;         // [B, max_pages] (paged), as the reference reads it
+  std::vector<int> device_table;  // as the kernel reads it (differs at bad_entry)
   std::vector<std::array<int, 3>> rows;  // reference rows (b, i, h)
   std::vector<double> ref_out;           // [rows, D]
   std::vector<double> ref_lse;           // [rows]
 };
 
 constexpr uint16_t kNaN16 = 0xFFFF;  // NaN in fp16 and bf16
+
+/// A pool page no block-table entry names (the pool has 3 spare pages).
+int perm_spare(const HostCase& h) {
+  std::vector<bool> used(size_t(h.num_pages), false);
+  for (int e : h.table) used[size_t(e)] = true;
+  for (int i = 0; i < h.num_pages; ++i)
+    if (!used[size_t(i)]) return i;
+  return -1;
+}
 
 HostCase make_host(const Case& c, size_t max_rows) {
   HostCase h;
@@ -148,6 +159,15 @@ HostCase make_host(const Case& c, size_t max_rows) {
       fill_random(p.dtype, tok.data(), row, rng());
       std::copy(tok.begin(), tok.end(), h.v.begin() + slot * row);
     }
+  // A block-table entry past num_pages reads as zeros: the reference reads a spare page of zeros there instead.
+  h.device_table = h.table;
+  if (c.bad_entry >= 0) {
+    const int spare = perm_spare(h);
+    std::fill_n(h.k.begin() + size_t(spare) * p.page_size * row, size_t(p.page_size) * row, uint16_t(0));
+    std::fill_n(h.v.begin() + size_t(spare) * p.page_size * row, size_t(p.page_size) * row, uint16_t(0));
+    h.table[size_t(c.bad_entry)] = spare;
+    h.device_table[size_t(c.bad_entry)] = h.num_pages + 7;
+  }
   // Reference rows: all of them, or max_rows drawn at random.
   for (int b = 0; b < p.batch; ++b)
     for (int i = 0; i < p.q_len; ++i)
@@ -191,13 +211,13 @@ struct DeviceCase {
         o(h.q.size() * 2),
         lse(h.q.size() / h.c.p.head_dim * 4),
         lens(h.c.lens.size() * 4),
-        table(std::max<size_t>(1, h.table.size()) * 4) {
+        table(std::max<size_t>(1, h.device_table.size()) * 4) {
     const Problem& p = h.c.p;
     q.upload(h.q.data(), h.q.size() * 2);
     k.upload(h.k.data(), h.k.size() * 2);
     v.upload(h.v.data(), h.v.size() * 2);
     lens.upload(h.c.lens.data(), h.c.lens.size() * 4);
-    if (!h.table.empty()) table.upload(h.table.data(), h.table.size() * 4);
+    if (!h.device_table.empty()) table.upload(h.device_table.data(), h.device_table.size() * 4);
     base = p.kv_layout == KvLayout::paged
                ? paged_params(p, as<void>(q), as<void>(k), as<void>(v), as<void>(o), as<float>(lse), as<int>(lens),
                               as<int>(table), h.num_pages, h.max_pages, h.c.scale)
@@ -354,6 +374,19 @@ TEST_CASE("attention_decode: broad problem sweep with a few variants", "[gpu][at
           }
           check_case(make_host(c, 512), it->second);
         }
+}
+
+TEST_CASE("attention_decode: a block-table entry past num_pages reads as zeros, never out of bounds",
+          "[gpu][attention_decode]") {
+  auto& env = GpuEnv::get();
+  for (int d : {64, 128}) {
+    const Problem p = make(DType::bf16, 2, 1, 8, 2, d, 100, KvLayout::paged, 16);
+    Case c{p, {100, 70}, 112, 0.f, 91};
+    c.bad_entry = 7 + 2;  // sequence 1, its third page (tokens 32..47)
+    const HostCase h = make_host(c, 1 << 12);
+    std::vector<Config> cs = {default_config(env.arch, p), Config{16, 32, 2, 2, 32}, Config{16, 64, 4, 3, 0}};
+    check_case(h, load_variants(p, cs));
+  }
 }
 
 TEST_CASE("attention_decode: strided views (Q inside a fused QKV buffer, K and V interleaved in one cache)",
