@@ -10,20 +10,12 @@ namespace {
 
 }  // namespace
 
-void check_args(const Problem& p, const DecodeParams& a) {
-  check_problem(p);
-  // The argument rules of the kernel, with the config's run-time part cleared: the runtime binds its own.
-  DecodeParams unbound = a;
-  unbound.kv_chunk = 0;
-  unbound.partial_o = nullptr;
-  unbound.partial_lse = nullptr;
-  unbound.counters = nullptr;
-  const Config unsplit{16, 64, 4, 2, 0};
-  check_params(p, unsplit, unbound);
+void check_call(const Problem& p, const DecodeParams& a) {
+  check_args(p, a);
   if (p.kv_len > a.kv_capacity)
     fail("kv_len (max_seqlen_k) " + std::to_string(p.kv_len) + " exceeds the cache's capacity of " +
          std::to_string(a.kv_capacity) + " tokens" +
-         (p.kv_layout == KvLayout::paged ? " (max_pages_per_seq " + std::to_string(a.block_table_stride) +
+         (p.kv_layout == KvLayout::paged ? " (max_pages_per_seq " + std::to_string(a.kv_capacity / p.page_size) +
                                                " x page_size " + std::to_string(p.page_size) + ")"
                                          : std::string(" (S_max)")));
 }
@@ -55,7 +47,7 @@ void check_tables(const Problem& p, const int* seqlens_k, const int* block_table
 
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const DecodeParams& params,
             float* workspace, unsigned* counters, CUstream stream) {
-  check_args(problem, params);
+  check_call(problem, params);
   DecodeParams a = params;
   bind_config(a, problem, config, workspace, counters);
   check_params(problem, config, a);

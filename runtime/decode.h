@@ -6,19 +6,17 @@
 namespace kt {
 namespace decode {
 
-/// The host-side checks of one decode call before anything is resolved or launched: check_problem (q_len 1..16,
-/// page size 16..256, head counts, head_dim, dtype) and the kernel arguments against the problem (check_params
-/// with an unsplit config: sizes, non-null and 16-byte aligned pointers, strides multiples of 8 elements, the
-/// block table of a paged cache), plus the rules only the caller's sizes show:
-///  * kv_len (the grid's sizing length, FlashAttention's max_seqlen_k) <= kv_capacity (S_max, or
-///    max_pages_per_seq x page_size): a longer length cannot be held by the cache;
-///  * paged: num_pages x page_size >= 1 page (num_pages >= 1).
-/// Throws ProblemError naming the argument.
+/// The host-side checks of one decode call before anything is resolved or launched: check_args
+/// (generator/decode_family.h: the problem, i.e. q_len 1..16, page size 16..256, head counts, head_dim, dtype; the
+/// kernel arguments against it: sizes, non-null and 16-byte aligned pointers, strides multiples of 8 elements, the
+/// block table of a paged cache), plus the rule only the caller's sizes show: kv_len (the grid's sizing length,
+/// FlashAttention's max_seqlen_k) <= kv_capacity (S_max, or max_pages_per_seq x page_size), since a longer length
+/// cannot be held by the cache. Throws ProblemError naming the argument.
 ///
 /// Not checked (device-resident, trusted as the kernel documents in DecodeParams): the values of seqlens_k (in
 /// [0, kv_capacity]) and of the block table (the entries a length reaches in [0, num_pages)). A caller whose
 /// tables are on the host checks them with check_tables.
-void check_args(const Problem& p, const DecodeParams& a);
+void check_call(const Problem& p, const DecodeParams& a);
 
 /// Checks host copies of the device-resident tables before they are uploaded: seqlens_k[b] (batch values) in
 /// [0, kv_capacity], and for a paged cache every block-table entry a sequence's length reaches
@@ -28,7 +26,7 @@ void check_args(const Problem& p, const DecodeParams& a);
 void check_tables(const Problem& p, const int* seqlens_k, const int* block_table, int max_pages_per_seq,
                   int num_pages, int kv_capacity);
 
-/// Checks `params` (check_args, then check_params for `config`), writes the config's run-time part into a copy
+/// Checks `params` (check_call, then check_params for `config`), writes the config's run-time part into a copy
 /// (bind_config with `workspace` and `counters`) and launches variant `config` of `kernel` on `stream`.
 /// `workspace` (workspace_bytes(problem, config) bytes) and `counters` (counter_bytes, zero before the first
 /// launch; every launch leaves them zero) may be null when the launch has one split.
@@ -61,7 +59,7 @@ struct RuntimeAdapter {
                                p.causal ? 1 : 0};
     for (int i = 0; i < kKeyFields; ++i) f[i] = v[i];
   }
-  static void check_args(const Problem& p, const Params& a) { decode::check_args(p, a); }
+  static void check_args(const Problem& p, const Params& a) { check_call(p, a); }
   /// A config with a kv_chunk may split (whether it does depends on the problem's kv_len: workspace_bytes is 0
   /// when it does not, and bind_config then passes null buffers).
   static bool uses_workspace(const Config& c) { return c.kv_chunk != 0; }

@@ -172,7 +172,7 @@ kt_status to_decode_problem(const kt_attention_decode_problem* in, kt::decode::P
 }
 
 /// The kernel arguments of a decode call (pointers and strides as given; the runtime binds the split buffers).
-/// Throws ProblemError naming the argument (decode::check_args).
+/// Throws ProblemError naming the argument (decode::check_call).
 kt::decode::DecodeParams to_decode_params(const kt::decode::Problem& p, const kt_attention_decode_args& a) {
   const bool paged = p.kv_layout == kt::decode::KvLayout::paged;
   kt::decode::DecodeParams d =
@@ -203,7 +203,7 @@ kt::decode::DecodeParams to_decode_params(const kt::decode::Problem& p, const kt
     throw kt::ProblemError("attention_decode: s_max must be >= 1 for a contiguous cache, got " +
                            std::to_string(a.s_max));
   }
-  kt::decode::check_args(p, d);
+  kt::decode::check_call(p, d);
   return d;
 }
 

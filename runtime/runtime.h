@@ -183,7 +183,7 @@ class Runtime {
   /// (templates/attention_decode/decode_config.h) describes, built with decode::contiguous_params /
   /// decode::paged_params (generator/decode_family.h) or by hand. p.kv_len is the length the grid is sized for (the
   /// batch's maximum, or a bucket above it): each distinct value is one resolved problem.
-  /// Checked on the host before anything is resolved or launched (decode::check_args): the problem (q_len 1..16,
+  /// Checked on the host before anything is resolved or launched (decode::check_call): the problem (q_len 1..16,
   /// page size 16..256, head counts, head_dim, dtype), the pointers, alignment and strides, kv_len <= the cache's
   /// capacity. Trusted (device-resident; decode::check_tables checks host copies): seqlens_k in [0, capacity] and the
   /// block-table entries the lengths reach in [0, num_pages).

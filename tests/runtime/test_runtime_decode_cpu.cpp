@@ -42,7 +42,7 @@ DecodeParams paged_args(const Problem& p, int num_pages = 40, int max_pages = 8)
 
 std::string error_of(const Problem& p, const DecodeParams& a) {
   try {
-    check_args(p, a);
+    check_call(p, a);
   } catch (const ProblemError& e) {
     return e.what();
   }
@@ -53,7 +53,7 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 
 }  // namespace
 
-TEST_CASE("decode check_args: valid arguments pass; every bad input names the argument", "[runtime][decode]") {
+TEST_CASE("decode check_call: valid arguments pass; every bad input names the argument", "[runtime][decode]") {
   const Problem p = paged_problem();
   CHECK(error_of(p, paged_args(p)).empty());
   Problem c = p;
