@@ -358,8 +358,8 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 /// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows, one warp per row: per row
 /// M = max_s lse_s, weights 2^(lse_s - M) / sum_s 2^(lse_s - M), o = sum_s weight_s o_s with lane l owning columns
-/// [l D / 32, (l + 1) D / 32), lse = M + log2(sum). The lanes read 32 splits' LSE at a time, and the O loads of those
-/// 32 splits are independent (the weights come by shuffle), so they overlap. Every sum runs in a fixed order
+/// [l D / 32, (l + 1) D / 32), lse = M + log2(sum). The lanes read 32 splits' LSE at a time (one pass for max and
+/// sum), and the O loads of those 32 splits are independent (the weights come by shuffle), so they overlap. Every sum runs in a fixed order
 /// (split order; the same shuffle tree), so the result has the same bits whichever block arrives last.
 template <DType DT, int D, int TileM, int Warps>
 __device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows) {
@@ -370,18 +370,19 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
   for (int r = warp; r < valid_rows; r += Warps) {
     const float* lse_r = p.partial_lse + grp * TileM + r;                   // split s: lse_r[s TileM]
     const float* o_r = p.partial_o + (grp * TileM + r) * D + lane * CPL;   // split s: o_r[s TileM D]
-    float M = ptx::neg_inf();
-    for (int s0 = 0; s0 < S; s0 += 32)
-      if (s0 + lane < S) M = fmaxf(M, __ldcg(lse_r + (long long)(s0 + lane) * TileM));
-    M = warp_max(M);
-    float sum = 0.f;
-    if (M != ptx::neg_inf())
-      for (int s0 = 0; s0 < S; s0 += 32)
-        if (s0 + lane < S) {
-          const float l = __ldcg(lse_r + (long long)(s0 + lane) * TileM);
-          sum += l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M);
-        }
-    sum = warp_sum(sum);
+    // Max and sum in one pass: each lane keeps a running (max, sum of 2^(lse - max)) over its splits, then the warp
+    // rescales the lanes' sums to the common max.
+    float m_l = ptx::neg_inf(), s_l = 0.f;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+      const float l = s0 + lane < S ? __ldcg(lse_r + (long long)(s0 + lane) * TileM) : ptx::neg_inf();
+      if (l != ptx::neg_inf()) {
+        const float mn = fmaxf(m_l, l);
+        s_l = s_l * ptx::exp2_approx(m_l - mn) + ptx::exp2_approx(l - mn);
+        m_l = mn;
+      }
+    }
+    const float M = warp_max(m_l);
+    const float sum = warp_sum(m_l == ptx::neg_inf() ? 0.f : s_l * ptx::exp2_approx(m_l - M));
     float acc[CPL];
 #pragma unroll
     for (int e = 0; e < CPL; ++e) acc[e] = 0.f;
@@ -391,8 +392,8 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
         const float l = s0 + lane < S ? __ldcg(lse_r + (long long)(s0 + lane) * TileM) : ptx::neg_inf();
         const float wl = l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M) * inv;  // weight of split s0 + lane
         const int n = min(32, S - s0);
-#pragma unroll 8
-        for (int j = 0; j < n; ++j) {
+#pragma unroll 16
+        for (int j = 0; j < n; ++j) {  // 16 splits' loads in flight per lane
           const float wj = __shfl_sync(0xffffffffu, wl, j);
           const float* src = o_r + (long long)(s0 + j) * TileM * D;
           if constexpr (CPL == 4) {

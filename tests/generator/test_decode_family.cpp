@@ -135,6 +135,22 @@ TEST_CASE("attention_decode: the default config is valid and splits to fill the 
   CHECK(default_config(arch, qwen(1, 1)).kv_chunk == 0);      // one key: nothing to split
   Problem p = qwen(4, 4096, KvLayout::contiguous, 16);        // 112 rows: tile_m 64
   CHECK(default_config(arch, p).tile_m == 64);
+  // Every arch, head dim, row count and layout has a valid default.
+  for (const char* name : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
+    for (int d : {64, 128})
+      for (int q_len : {1, 4, 16})
+        for (auto [hq, hkv] : {std::pair{32, 32}, {28, 4}, {32, 1}})
+          for (KvLayout l : {KvLayout::contiguous, KvLayout::paged}) {
+            Problem x = qwen(2, 3000, l, q_len);
+            x.head_dim = d;
+            x.num_heads = hq;
+            x.num_kv_heads = hkv;
+            INFO(name << " " << x.key());
+            const ArchId a = parse_arch(name);
+            Config c{};
+            REQUIRE_NOTHROW(c = default_config(a, x));
+            CHECK(invalid_reason(x.dtype, d, l, c, a) == nullptr);
+          }
 }
 
 TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the binary", "[generator]") {
