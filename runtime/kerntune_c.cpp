@@ -175,6 +175,8 @@ kt_status to_decode_problem(const kt_attention_decode_problem* in, kt::decode::P
 /// Throws ProblemError naming the argument (decode::check_call).
 kt::decode::DecodeParams to_decode_params(const kt::decode::Problem& p, const kt_attention_decode_args& a) {
   const bool paged = p.kv_layout == kt::decode::KvLayout::paged;
+  if (std::isnan(a.softmax_scale))  // NaN is neither a scale nor "<= 0 = the default"
+    throw kt::ProblemError("attention_decode: softmax_scale is NaN (give a positive scale, or <= 0 for 1/sqrt(D))");
   kt::decode::DecodeParams d =
       paged ? kt::decode::paged_params(p, a.q, a.k, a.v, a.o, a.lse, a.seqlens_k, a.block_table, a.num_pages,
                                        a.max_pages_per_seq, a.softmax_scale)

@@ -1,14 +1,17 @@
 // attention_decode's runtime wiring without a GPU: the host-side argument checks (every bad input names the
 // argument), the checks of host copies of the device tables, the runtime adapter's key and workspace rule, and the
-// lookup chain's nearest step over a tuned bucket grid.
+// lookup chain's nearest step over a tuned bucket grid, and the C ABI's checks before the runtime handle.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
-#include "generator/decode_family.h"
 #include "generator/arch.h"
+#include "generator/decode_family.h"
+#include "kerntune/kerntune.h"
 #include "runtime/decode.h"
 #include "runtime/runtime.h"
 
@@ -248,4 +251,82 @@ TEST_CASE("decode lookup: the nearest tuned bucket answers for lengths and batch
   q.page_size = 64;
   q.q_len = 4;
   CHECK(resolve(f, winners, "GPU", arch, problem_to_json(q)).step == "default");
+}
+
+TEST_CASE("C ABI kt_attention_decode: the problem and the arguments are checked before the runtime handle",
+          "[runtime][decode]") {
+  const kt_attention_decode_problem good_p{KT_DTYPE_BF16, 2, 4, 28, 4, 128, 300, 1, 64, 1};
+  kt_attention_decode_args good_a{};
+  good_a.q = addr(0);
+  good_a.k = addr(1);
+  good_a.v = addr(2);
+  good_a.o = const_cast<void*>(addr(3));
+  good_a.seqlens_k = static_cast<const int32_t*>(addr(4));
+  good_a.block_table = static_cast<const int32_t*>(addr(5));
+  good_a.q_stride_head = 128, good_a.q_stride_row = 28 * 128, good_a.q_stride_batch = 4 * 28 * 128;
+  good_a.o_stride_head = 128, good_a.o_stride_row = 28 * 128, good_a.o_stride_batch = 4 * 28 * 128;
+  good_a.k_stride_head = good_a.v_stride_head = 128;
+  good_a.k_stride_row = good_a.v_stride_row = 4 * 128;
+  good_a.k_stride_batch = good_a.v_stride_batch = 64 * 4 * 128;
+  good_a.block_table_stride = 8;
+  good_a.num_pages = 40;
+  good_a.max_pages_per_seq = 8;
+  auto call = [](const kt_attention_decode_problem* p, const kt_attention_decode_args* a) {
+    const kt_status s = kt_attention_decode(nullptr, p, a, nullptr);
+    return std::make_pair(s, std::string(kt_last_error()));
+  };
+  auto [s, msg] = call(&good_p, &good_a);
+  CHECK(s == KT_ERROR_INVALID_ARGUMENT);
+  CHECK(msg == "kt_attention_decode: rt is NULL");
+  std::tie(s, msg) = call(nullptr, &good_a);
+  CHECK((s == KT_ERROR_INVALID_ARGUMENT && has(msg, "problem is NULL")));
+  std::tie(s, msg) = call(&good_p, nullptr);
+  CHECK((s == KT_ERROR_INVALID_ARGUMENT && has(msg, "args is NULL")));
+
+  struct ProblemCase {
+    void (*edit)(kt_attention_decode_problem&);
+    kt_status status;
+    const char* word;
+  };
+  const ProblemCase pcases[] = {
+      {[](kt_attention_decode_problem& p) { p.q_len = 17; }, KT_ERROR_UNSUPPORTED, "q_len must be 1..16"},
+      {[](kt_attention_decode_problem& p) { p.page_size = 48; }, KT_ERROR_UNSUPPORTED, "page_size 48"},
+      {[](kt_attention_decode_problem& p) { p.num_kv_heads = 3; }, KT_ERROR_UNSUPPORTED, "num_kv_heads (3)"},
+      {[](kt_attention_decode_problem& p) { p.dtype = 9; }, KT_ERROR_INVALID_ARGUMENT, "unknown dtype 9"},
+      {[](kt_attention_decode_problem& p) { p.q_len = 0; }, KT_ERROR_INVALID_ARGUMENT, "q_len must be >= 1"},
+      {[](kt_attention_decode_problem& p) { p.kv_len = 513; }, KT_ERROR_INVALID_ARGUMENT, "capacity of 512"},
+      {[](kt_attention_decode_problem& p) { p.paged = 0; }, KT_ERROR_UNSUPPORTED, "page_size must be 0"},
+  };
+  for (const auto& c : pcases) {
+    kt_attention_decode_problem p = good_p;
+    c.edit(p);
+    std::tie(s, msg) = call(&p, &good_a);
+    INFO(msg);
+    CHECK(s == c.status);
+    CHECK(has(msg, c.word));
+  }
+  struct ArgCase {
+    void (*edit)(kt_attention_decode_args&);
+    const char* word;
+  };
+  const ArgCase acases[] = {
+      {[](kt_attention_decode_args& a) { a.block_table = nullptr; }, "block_table must be a non-null"},
+      {[](kt_attention_decode_args& a) { a.seqlens_k = nullptr; }, "seqlens_k must be a non-null"},
+      {[](kt_attention_decode_args& a) { a.o = nullptr; }, "o must be non-null"},
+      {[](kt_attention_decode_args& a) { a.k = static_cast<const char*>(a.k) + 8; }, "k must be 16-byte aligned"},
+      {[](kt_attention_decode_args& a) { a.q_stride_row += 4; }, "q_row_stride must be a multiple of 8"},
+      {[](kt_attention_decode_args& a) { a.k_stride_batch += 4; }, "k_page_stride must be a multiple of 8"},
+      {[](kt_attention_decode_args& a) { a.num_pages = 0; }, "num_pages must be >= 1"},
+      {[](kt_attention_decode_args& a) { a.max_pages_per_seq = 0; }, "max_pages_per_seq must be >= 1"},
+      {[](kt_attention_decode_args& a) { a.block_table_stride = 7; }, "block_table_stride 7 is smaller"},
+      {[](kt_attention_decode_args& a) { a.softmax_scale = std::nanf(""); }, "softmax_scale"},
+  };
+  for (const auto& c : acases) {
+    kt_attention_decode_args a = good_a;
+    c.edit(a);
+    std::tie(s, msg) = call(&good_p, &a);
+    INFO(msg);
+    CHECK(s == KT_ERROR_INVALID_ARGUMENT);
+    CHECK(has(msg, c.word));
+  }
 }
