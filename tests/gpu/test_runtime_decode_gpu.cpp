@@ -1,7 +1,8 @@
 // [gpu] kt::Runtime::attention_decode and the C ABI's kt_attention_decode on a real device: a tuning database holding
 // one compiled split variant, the lookup chain's steps (exact, nearest bucket, default), the runtime's own split
 // partials and counters, outputs checked against the float64 reference on poisoned buffers: paged caches over a
-// shuffled block table, ragged lengths including 0 and the capacity, kv_len a bucket above the longest sequence.
+// shuffled block table, ragged lengths including 0 and the capacity, kv_len a bucket above the longest sequence;
+// and the tuner's measuring session on a few candidates.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "runtime/runtime.h"
 #include "tests/support.h"
 #include "tuner/decode_harness.h"
+#include "tuner/tuner_registry.h"
 
 using namespace kt;
 using namespace kt::decode;
@@ -279,5 +281,34 @@ TEST_CASE("Runtime::attention_decode: tuned split variant (exact, nearest), defa
       CHECK(cpp == c);
     }
     kt_runtime_destroy(crt);
+  }
+}
+
+TEST_CASE("attention_decode tuner session: split and unsplit candidates verify on poisoned outputs, then time",
+          "[gpu][tuner][decode]") {
+  cuda::Context ctx(0);
+  cuda::Stream stream;
+  const cuda::DeviceInfo info = cuda::device_info(0);
+  const ArchId arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
+  const TunerFamily& tf = find_tuner_family(kFamily);
+  Compiler compiler(nullptr);
+  for (const Problem& p : {qwen(16, 4096, 1), qwen(2, 1000, 4, KvLayout::contiguous)}) {
+    auto session = tf.session(problem_to_json(p), 17, 128, info.l2_bytes);
+    std::vector<Config> configs = {default_config(arch, p)};
+    for (const auto& c : valid_configs(p, arch, device_model(arch)))
+      if (configs.size() < 3 && !same_config(c, configs[0])) configs.push_back(c);
+    for (const auto& c : configs) {
+      const KernelSource src = kernel_source(p, c, arch);
+      const CompileResult r = compiler.compile(src);
+      INFO(src.variant_name << ": " << r.error);
+      REQUIRE(r.ok);
+      const LoadedKernel k(r.cubin, r.report.lowered_name, src.dynamic_smem_bytes);
+      const Outcome o = session->measure(k, config_to_json(c), stream.get(), 50);
+      INFO(o.error);
+      CHECK(o.status == db::Status::ok);
+      CHECK(o.rel_err >= 0);
+      CHECK(o.rel_err <= tolerance(p.dtype));
+      CHECK(o.timing.median_us > 0);
+    }
   }
 }
