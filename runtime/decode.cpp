@@ -20,8 +20,8 @@ void check_call(const Problem& p, const DecodeParams& a) {
                                          : std::string(" (S_max)")));
 }
 
-void check_tables(const Problem& p, const int* seqlens_k, const int* block_table, int max_pages_per_seq,
-                  int num_pages, int kv_capacity) {
+void check_tables(const Problem& p, const int* seqlens_k, const int* block_table, int max_pages_per_seq, int num_pages,
+                  int kv_capacity) {
   if (!seqlens_k) fail("seqlens_k is null");
   const bool paged = p.kv_layout == KvLayout::paged;
   if (paged && !block_table) fail("block_table is null for a paged cache");
@@ -39,8 +39,8 @@ void check_tables(const Problem& p, const int* seqlens_k, const int* block_table
       const int e = block_table[static_cast<long long>(b) * max_pages_per_seq + j];
       if (e < 0 || e >= num_pages)
         fail("block_table[" + std::to_string(b) + "][" + std::to_string(j) + "] = " + std::to_string(e) +
-             (e < 0 ? " is negative" : " addresses past num_pages " + std::to_string(num_pages)) +
-             " (sequence " + std::to_string(b) + " holds " + std::to_string(len) + " tokens)");
+             (e < 0 ? " is negative" : " addresses past num_pages " + std::to_string(num_pages)) + " (sequence " +
+             std::to_string(b) + " holds " + std::to_string(len) + " tokens)");
     }
   }
 }

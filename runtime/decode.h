@@ -23,8 +23,8 @@ void check_call(const Problem& p, const DecodeParams& a);
 /// (block_table[b * max_pages_per_seq + j], j < ceil(seqlens_k[b] / page_size)) in [0, num_pages).
 /// block_table may be null for a contiguous cache. Throws ProblemError naming the argument, the sequence and the
 /// value, e.g. "attention_decode: block_table[1][3] = 40 addresses past num_pages 32".
-void check_tables(const Problem& p, const int* seqlens_k, const int* block_table, int max_pages_per_seq,
-                  int num_pages, int kv_capacity);
+void check_tables(const Problem& p, const int* seqlens_k, const int* block_table, int max_pages_per_seq, int num_pages,
+                  int kv_capacity);
 
 /// Checks `params` (check_call, then check_params for `config`), writes the config's run-time part into a copy
 /// (bind_config with `workspace` and `counters`) and launches variant `config` of `kernel` on `stream`.
@@ -47,16 +47,9 @@ struct RuntimeAdapter {
   static Config config_from_json(const nlohmann::json& j) { return decode::config_from_json(j); }
   static constexpr int kKeyFields = 10;
   static void pod_key(const Problem& p, int* f) {
-    const int v[kKeyFields] = {static_cast<int>(p.dtype),
-                               p.batch,
-                               p.q_len,
-                               p.num_heads,
-                               p.num_kv_heads,
-                               p.head_dim,
-                               p.kv_len,
-                               static_cast<int>(p.kv_layout),
-                               p.page_size,
-                               p.causal ? 1 : 0};
+    const int v[kKeyFields] = {
+        static_cast<int>(p.dtype),     p.batch,     p.q_len,         p.num_heads, p.num_kv_heads, p.head_dim, p.kv_len,
+        static_cast<int>(p.kv_layout), p.page_size, p.causal ? 1 : 0};
     for (int i = 0; i < kKeyFields; ++i) f[i] = v[i];
   }
   static void check_args(const Problem& p, const Params& a) { check_call(p, a); }

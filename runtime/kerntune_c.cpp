@@ -145,8 +145,9 @@ kt_status to_decode_problem(const kt_attention_decode_problem* in, kt::decode::P
   const struct {
     const char* name;
     int32_t v;
-  } sizes[] = {{"batch", in->batch},         {"q_len", in->q_len},   {"num_heads", in->num_heads},
-               {"num_kv_heads", in->num_kv_heads}, {"head_dim", in->head_dim}, {"kv_len", in->kv_len}};
+  } sizes[] = {{"batch", in->batch},         {"q_len", in->q_len},
+               {"num_heads", in->num_heads}, {"num_kv_heads", in->num_kv_heads},
+               {"head_dim", in->head_dim},   {"kv_len", in->kv_len}};
   for (const auto& s : sizes)
     if (s.v < 1) return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
   kt::decode::Problem p;

@@ -73,9 +73,9 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, i
   in.v.assign(slots * row, kNaN16);
   for (int b = 0; b < p.batch; ++b)
     for (int t = 0; t < lens[b]; ++t) {
-      const size_t slot = paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size +
-                                      t % p.page_size
-                                : size_t(b) * capacity + t;
+      const size_t slot =
+          paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
+                : size_t(b) * capacity + t;
       const uint64_t token = uint64_t(b) * capacity + t;
       std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
       std::memcpy(&in.v[slot * row], &pool[window(token, seed * 2 + 2, row)], row * 2);
@@ -117,9 +117,9 @@ RefRows reference_rows(const HostInputs& in, double scale, size_t max_rows, uint
     const size_t qn = size_t(p.q_len) * p.num_heads * D;
     for (size_t e = 0; e < qn; ++e) qf[n * qn + e] = dtype_to_float(p.dtype, in.q[b * qn + e]);
     for (int t = 0; t < in.lens[b]; ++t) {
-      const size_t slot = paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size +
-                                      t % p.page_size
-                                : size_t(b) * in.capacity + t;
+      const size_t slot =
+          paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
+                : size_t(b) * in.capacity + t;
       for (size_t e = 0; e < kv_row; ++e) {
         kf[(size_t(n) * cap + t) * kv_row + e] = dtype_to_float(p.dtype, in.k[slot * kv_row + e]);
         vf[(size_t(n) * cap + t) * kv_row + e] = dtype_to_float(p.dtype, in.v[slot * kv_row + e]);
@@ -217,8 +217,7 @@ DecodeParams DeviceProblem::params(int copy, float scale) const {
   if (p_.kv_layout == KvLayout::paged)
     return paged_params(p_, ptr(q_[copy]), ptr(k_[copy]), ptr(v_[copy]), ptr(o_[copy]), lse, lens,
                         static_cast<const int*>(ptr(table_[copy])), num_pages_, max_pages_, scale);
-  return contiguous_params(p_, ptr(q_[copy]), ptr(k_[copy]), ptr(v_[copy]), ptr(o_[copy]), lse, lens, capacity_,
-                           scale);
+  return contiguous_params(p_, ptr(q_[copy]), ptr(k_[copy]), ptr(v_[copy]), ptr(o_[copy]), lse, lens, capacity_, scale);
 }
 
 void DeviceProblem::poison() {

@@ -21,7 +21,7 @@ namespace decode {
 struct HostInputs {
   Problem problem;
   std::vector<int> lens;
-  int capacity = 0;                // tokens a sequence may hold (S_max, or max_pages x page_size)
+  int capacity = 0;                  // tokens a sequence may hold (S_max, or max_pages x page_size)
   int max_pages = 0, num_pages = 0;  // paged only
   std::vector<uint16_t> q, k, v;
   std::vector<int> table;  // [B, max_pages] (paged)

@@ -42,7 +42,8 @@ class Measure : public MeasureSession {
       return verify(in_, ref_, o, lse);
     };
     const auto timed = [&] {
-      if (!rotation_) rotation_ = std::make_unique<DeviceProblem>(in_, cold_l2_copies(set_bytes(in_), l2_bytes_), false);
+      if (!rotation_)
+        rotation_ = std::make_unique<DeviceProblem>(in_, cold_l2_copies(set_bytes(in_), l2_bytes_), false);
       std::vector<DecodeParams> params;
       for (int r = 0; r < rotation_->copies(); ++r) params.push_back(rotation_->params(r, scale_));
       return [&kernel, &config, this, params, ws, cnt, stream](int n) {

@@ -239,8 +239,8 @@ class Parser {
             const DecodeWorkload dw{b, kv, q_len, page_size, causal};
             for (size_t k = 0; k < out.decode.size(); ++k) {
               const DecodeWorkload& o = out.decode[k];
-              if (o.batch == dw.batch && o.kv_len == dw.kv_len && o.q_len == dw.q_len &&
-                  o.page_size == dw.page_size && o.causal == dw.causal)
+              if (o.batch == dw.batch && o.kv_len == dw.kv_len && o.q_len == dw.q_len && o.page_size == dw.page_size &&
+                  o.causal == dw.causal)
                 fail_field(p, (entry_of[k] == i ? std::string("lists batch ") + std::to_string(b) + " x kv_len " +
                                                       std::to_string(kv) + " twice"
                                                 : "duplicates " + index(field, entry_of[k])) +

@@ -79,7 +79,7 @@ constexpr int kMaxBatch = 65535;                   ///< batch (a CUDA grid dimen
 constexpr int kMaxSeqlen = 1 << 20;                ///< seqlen, seqlen_k, kv_len
 constexpr int kMaxTokens = 1 << 20;                ///< qkv_proj tokens
 constexpr long long kMaxTensorBytes = 64LL << 30;  ///< any one tensor of a workload, at 2 bytes an element
-constexpr int kMaxDecodeQLen = 1024;              ///< attention_decode q_len (the family supports fewer)
+constexpr int kMaxDecodeQLen = 1024;               ///< attention_decode q_len (the family supports fewer)
 constexpr int kMaxDecodePageSize = 65536;          ///< attention_decode page_size (the family supports fewer)
 constexpr int kMaxJsonDepth = 64;                  ///< JSON nesting (a shapes file needs 4)
 

@@ -250,18 +250,18 @@ typedef struct {
   const void* k;
   const void* v;
   void* o;
-  float* lse;                   /**< may be NULL: the log-sum-exp is then not written */
-  const int32_t* seqlens_k;     /**< [batch] tokens of each sequence in the cache, new tokens included */
-  const int32_t* block_table;   /**< paged: [batch, max_pages_per_seq] (row stride block_table_stride); else NULL */
+  float* lse;                 /**< may be NULL: the log-sum-exp is then not written */
+  const int32_t* seqlens_k;   /**< [batch] tokens of each sequence in the cache, new tokens included */
+  const int32_t* block_table; /**< paged: [batch, max_pages_per_seq] (row stride block_table_stride); else NULL */
   int64_t q_stride_batch, q_stride_row, q_stride_head;
   int64_t k_stride_batch, k_stride_row, k_stride_head;
   int64_t v_stride_batch, v_stride_row, v_stride_head;
   int64_t o_stride_batch, o_stride_row, o_stride_head;
-  int64_t block_table_stride;   /**< paged: elements between block-table rows (>= max_pages_per_seq) */
-  int32_t s_max;                /**< contiguous: token slots per sequence (>= kv_len); ignored when paged */
-  int32_t num_pages;            /**< paged: pages in the K and V caches; ignored when contiguous */
-  int32_t max_pages_per_seq;    /**< paged: block-table entries per sequence (capacity / page_size); ignored else */
-  float softmax_scale;          /**< multiplies q k^T before the softmax; <= 0 selects 1/sqrt(head_dim) */
+  int64_t block_table_stride; /**< paged: elements between block-table rows (>= max_pages_per_seq) */
+  int32_t s_max;              /**< contiguous: token slots per sequence (>= kv_len); ignored when paged */
+  int32_t num_pages;          /**< paged: pages in the K and V caches; ignored when contiguous */
+  int32_t max_pages_per_seq;  /**< paged: block-table entries per sequence (capacity / page_size); ignored else */
+  float softmax_scale;        /**< multiplies q k^T before the softmax; <= 0 selects 1/sqrt(head_dim) */
 } kt_attention_decode_args;
 
 /** Decode attention for problem p on cu_stream (a CUstream; NULL = the legacy default stream): split-KV flash

@@ -208,9 +208,10 @@ TEST_CASE("Runtime::attention_decode: tuned split variant (exact, nearest), defa
     const auto o2 = run_and_verify(tuned, lens4, 2048, launch_t, 3);
     CHECK(o1 == o2);  // deterministic combine; the counters were reset by the first launch
     const std::vector<int> lens3 = {4096, 1000, 17};
-    run_and_verify(near, lens3, 4096, [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 4);
-    run_and_verify(near, {0, 0, 3000}, 4096,
-                   [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 5);
+    run_and_verify(
+        near, lens3, 4096, [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 4);
+    run_and_verify(
+        near, {0, 0, 3000}, 4096, [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 5);
     CHECK(rt.resolved_problems(kFamily) == 2);
     CHECK(count_files(cache_dir) == 0);  // both from the database's binary
   }
@@ -232,14 +233,12 @@ TEST_CASE("Runtime::attention_decode: tuned split variant (exact, nearest), defa
     mha.num_heads = mha.num_kv_heads = 4;
     std::vector<int> spec_lens(16);
     for (int b = 0; b < 16; ++b) spec_lens[b] = b == 3 ? 0 : 4096 - 97 * b;
-    const std::vector<Case> cases = {{spec, spec_lens, 4096},
-                                     {contig, {4097, 5}, 4100},
-                                     {mqa, {300, 0, 129}, 320},
-                                     {mha, {777, 16}, 1024}};
+    const std::vector<Case> cases = {
+        {spec, spec_lens, 4096}, {contig, {4097, 5}, 4100}, {mqa, {300, 0, 129}, 320}, {mha, {777, 16}, 1024}};
     for (const auto& c : cases) {
       CHECK(rt.explain(kFamily, problem_to_json(c.p)).step == "default");
-      run_and_verify(c.p, c.lens, c.capacity,
-                     [&](const DecodeParams& a) { rt.attention_decode(c.p, a, stream.get()); }, 7);
+      run_and_verify(
+          c.p, c.lens, c.capacity, [&](const DecodeParams& a) { rt.attention_decode(c.p, a, stream.get()); }, 7);
     }
   }
 
@@ -266,8 +265,8 @@ TEST_CASE("Runtime::attention_decode: tuned split variant (exact, nearest), defa
     for (const Problem& p : {tuned, qwen(3, 300, 3, KvLayout::contiguous)}) {
       const std::vector<int> lens = p.batch == 4 ? std::vector<int>{2048, 0, 65, 1} : std::vector<int>{300, 7, 0};
       const int cap = p.batch == 4 ? 2048 : 304;
-      const auto cpp = run_and_verify(p, lens, cap,
-                                      [&](const DecodeParams& a) { rt.attention_decode(p, a, stream.get()); }, 21);
+      const auto cpp = run_and_verify(
+          p, lens, cap, [&](const DecodeParams& a) { rt.attention_decode(p, a, stream.get()); }, 21);
       const auto c = run_and_verify(
           p, lens, cap,
           [&](const DecodeParams& a) {

@@ -87,8 +87,9 @@ TEST_CASE("decode check_call: valid arguments pass; every bad input names the ar
   // kv_len past the cache's capacity: 8 pages of 64 tokens hold 512.
   bad = p;
   bad.kv_len = 513;
-  CHECK(has(error_of(bad, paged_args(bad)),
-            "kv_len (max_seqlen_k) 513 exceeds the cache's capacity of 512 tokens (max_pages_per_seq 8 x page_size 64)"));
+  CHECK(
+      has(error_of(bad, paged_args(bad)),
+          "kv_len (max_seqlen_k) 513 exceeds the cache's capacity of 512 tokens (max_pages_per_seq 8 x page_size 64)"));
   Problem cb = c;
   cb.kv_len = 301;
   const DecodeParams cba = contiguous_params(cb, addr(0), addr(1), addr(2), const_cast<void*>(addr(3)), nullptr,

@@ -104,9 +104,8 @@ TEST_CASE("decode harness: inputs in the kernel's layouts, NaN outside the seque
     CHECK(in.q.size() == size_t(5 * 3 * 8 * 64));
     const size_t row = 2 * 64;
     auto slot = [&](int b, int t) {
-      return layout == decode::KvLayout::paged
-                 ? size_t(in.table[size_t(b) * in.max_pages + t / 16]) * 16 + t % 16
-                 : size_t(b) * in.capacity + t;
+      return layout == decode::KvLayout::paged ? size_t(in.table[size_t(b) * in.max_pages + t / 16]) * 16 + t % 16
+                                               : size_t(b) * in.capacity + t;
     };
     std::set<size_t> used;
     for (int b = 0; b < 5; ++b)

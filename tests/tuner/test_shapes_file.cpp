@@ -128,8 +128,8 @@ TEST_CASE("shapes file: attention_decode entries expand batch x kv_len lists, wi
     CHECK(s.decode[i].page_size == 0);  // default: contiguous
     CHECK(s.decode[i].causal);          // default
   }
-  CHECK((s.decode[6].batch == 2 && s.decode[6].kv_len == 64 && s.decode[6].q_len == 5 &&
-         s.decode[6].page_size == 16 && !s.decode[6].causal));
+  CHECK((s.decode[6].batch == 2 && s.decode[6].kv_len == 64 && s.decode[6].q_len == 5 && s.decode[6].page_size == 16 &&
+         !s.decode[6].causal));
   CHECK((s.decode[7].q_len == 5 && s.decode[7].page_size == 0 && s.decode[7].causal));
 
   auto bad = [&](const char* entry) {
@@ -143,8 +143,9 @@ TEST_CASE("shapes file: attention_decode entries expand batch x kv_len lists, wi
     FAIL("expected a ShapesError for " << entry);
     return std::string();
   };
-  CHECK(contains(bad(R"([{"batch": [], "kv_len": 5}])"),
-                 "x.json: field 'workloads.attention_decode[0].batch': expected a positive integer or a non-empty array"));
+  CHECK(contains(
+      bad(R"([{"batch": [], "kv_len": 5}])"),
+      "x.json: field 'workloads.attention_decode[0].batch': expected a positive integer or a non-empty array"));
   CHECK(contains(bad(R"([{"batch": [1, 0], "kv_len": 5}])"),
                  "field 'workloads.attention_decode[0].batch[1]': expected a positive integer"));
   CHECK(contains(bad(R"([{"batch": 1, "kv_len": [5, 5]}])"),
@@ -155,8 +156,7 @@ TEST_CASE("shapes file: attention_decode entries expand batch x kv_len lists, wi
                  "field 'workloads.attention_decode[0].q_len': expected a positive integer"));
   CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "page_size": -16}])"),
                  "field 'workloads.attention_decode[0].page_size': expected a positive integer"));
-  CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "causal": 1}])"),
-                 "field 'workloads.attention_decode[0].causal'"));
+  CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "causal": 1}])"), "field 'workloads.attention_decode[0].causal'"));
   CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "pages": 16}])"),
                  "unknown field 'workloads.attention_decode[0].pages'"));
   // The same sizes in another layout, q_len or mask are other problems.
