@@ -82,7 +82,7 @@ struct DecodeParams {
   float scale_log2;     ///< softmax_scale * log2(e): the kernel works with exp2
   int num_pages;        ///< pages of the paged cache: a block-table entry outside [0, num_pages) reads as zeros
   /// Config::kv_chunk (set by bind_config, generator/decode_family.h): split s of a sequence of length L covers
-  /// keys [s kv_chunk, (s + 1) kv_chunk), the last of the gridDim.x splits up to L. Unused when gridDim.x == 1.
+  /// keys [s kv_chunk, (s + 1) kv_chunk), the last of the grid's splits up to L. Unused when the grid has one split.
   int kv_chunk;
   /// Split partials (null when the launch has one split): O [batch, num_kv_heads, row_blocks, splits, tile_m,
   /// head_dim] fp32 (normalized per split) and LSE [batch, num_kv_heads, row_blocks, splits, tile_m] fp32 (log2);
@@ -90,7 +90,8 @@ struct DecodeParams {
   float* partial_o;
   float* partial_lse;
   /// One counter per (batch, kv head, row block), zero before the first launch; the combining block resets its
-  /// counter, so they stay zero between launches.
+  /// counter, so they stay zero between launches. A workspace and its counters serve one launch at a time (launches
+  /// on one stream, or otherwise ordered).
   unsigned* counters;
 };
 
