@@ -119,8 +119,8 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     if (c.kv_chunk != 0 && c.kv_chunk < c.tile_n) continue;
     const int splits = num_splits(c, p.kv_len);
     if (c.kv_chunk != 0 && (splits == 1 || splits > 256)) continue;  // no split: the kv_chunk 0 config is the same
-    const long long blocks = static_cast<long long>(p.batch) * p.num_kv_heads *
-                             row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len) * splits;
+    const long long blocks =
+        static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len) * splits;
     if (splits > 1 && blocks > 16 * sms) continue;  // more splits than 16 blocks per SM only add combine work
     ranked.push_back({c, std::fabs(std::log(double(blocks) / (2.0 * sms)))});
   }
@@ -170,8 +170,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   s << "kt::decode::attention_decode<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim
-    << ", kt::decode::KvLayout::" << layout_name(p.kv_layout) << ", " << c.tile_m << ", " << c.tile_n << ", "
-    << c.warps << ", " << c.stages << ">";
+    << ", kt::decode::KvLayout::" << layout_name(p.kv_layout) << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps
+    << ", " << c.stages << ">";
   return s.str();
 }
 
@@ -392,8 +392,8 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"warps", c.warps}, {"stages", c.stages},
-          {"kv_chunk", c.kv_chunk}};
+  return {
+      {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"warps", c.warps}, {"stages", c.stages}, {"kv_chunk", c.kv_chunk}};
 }
 
 Config config_from_json(const nlohmann::json& j) {

@@ -149,8 +149,8 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const BlockWork& w
     const bool in = pr < w.rows;
     const int qi = in ? pr / w.group : 0;
     const int head = w.kvh * w.group + (in ? pr % w.group : 0);
-    const unsigned short* src = static_cast<const unsigned short*>(p.q) + w.b * p.q_batch_stride +
-                                qi * p.q_row_stride + head * p.q_head_stride + ch * 8;
+    const unsigned short* src = static_cast<const unsigned short*>(p.q) + w.b * p.q_batch_stride + qi * p.q_row_stride +
+                                head * p.q_head_stride + ch * 8;
     ptx::cp_async_16(sQ + swz<D>(row, ch) * 2, src, in ? 16u : 0u);
   }
 }
@@ -261,7 +261,7 @@ template <int D, int TileM, int KG>
 __device__ __forceinline__ void block_merge(const WarpState<D>& st, float* smem, float scale_log2) {
   constexpr int RG = TileM / 16;
   constexpr int LD = combine_ld(D);
-  float* sO = smem;                   // [KG][TileM][LD]
+  float* sO = smem;                    // [KG][TileM][LD]
   float* sMax = sO + KG * TileM * LD;  // [KG][TileM], log2 units (-inf: no key)
   float* sSum = sMax + KG * TileM;     // [KG][TileM]
   float* sLse = sSum + KG * TileM;     // [TileM]
@@ -329,8 +329,8 @@ __device__ __forceinline__ void store_cols(const DecodeParams& p, const BlockWor
   unsigned packed[N / 2];
 #pragma unroll
   for (int e = 0; e < N / 2; ++e) packed[e] = ptx::pack2<DT>(v[2 * e], v[2 * e + 1]);
-  unsigned short* o = static_cast<unsigned short*>(p.o) + w.b * p.o_batch_stride + qi * p.o_row_stride +
-                      head * p.o_head_stride + col0;
+  unsigned short* o =
+      static_cast<unsigned short*>(p.o) + w.b * p.o_batch_stride + qi * p.o_row_stride + head * p.o_head_stride + col0;
   if constexpr (N == 8) *reinterpret_cast<uint4*>(o) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   else if constexpr (N == 4) *reinterpret_cast<uint2*>(o) = make_uint2(packed[0], packed[1]);
   else *reinterpret_cast<unsigned*>(o) = packed[0];
@@ -368,8 +368,8 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
   const long long grp = partial_group(w, p) * w.grid_splits;  // first split slot of the group
   const int S = w.splits;
   for (int r = warp; r < valid_rows; r += Warps) {
-    const float* lse_r = p.partial_lse + grp * TileM + r;                   // split s: lse_r[s TileM]
-    const float* o_r = p.partial_o + (grp * TileM + r) * D + lane * CPL;   // split s: o_r[s TileM D]
+    const float* lse_r = p.partial_lse + grp * TileM + r;                 // split s: lse_r[s TileM]
+    const float* o_r = p.partial_o + (grp * TileM + r) * D + lane * CPL;  // split s: o_r[s TileM D]
     // Max and sum in one pass: each lane keeps a running (max, sum of 2^(lse - max)) over its splits, then the warp
     // rescales the lanes' sums to the common max.
     float m_l = ptx::neg_inf(), s_l = 0.f;
@@ -417,8 +417,8 @@ __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParam
                                ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_decode variant: see invalid_reason() in decode_config.h");
   constexpr int kThreads = Warps * 32;
-  constexpr int RG = TileM / 16;    // row groups: warp w owns rows [16 (w % RG), + 16)
-  constexpr int KG = Warps / RG;    // key groups: warp w owns keys [WK (w / RG), + WK) of every tile
+  constexpr int RG = TileM / 16;  // row groups: warp w owns rows [16 (w % RG), + 16)
+  constexpr int KG = Warps / RG;  // key groups: warp w owns keys [WK (w / RG), + WK) of every tile
   constexpr int WK = TileN / KG;
   constexpr unsigned kTileBytes = TileN * D * 2;
 

@@ -74,15 +74,15 @@ struct DecodeParams {
   long long o_batch_stride, o_row_stride, o_head_stride;
   long long block_table_stride;  ///< elements between block-table rows (paged)
   int batch, q_len, num_heads, num_kv_heads;
-  int kv_len;       ///< the length the grid is sized for (splits = ceil(kv_len / kv_chunk)); host value
-  int kv_capacity;  ///< tokens a sequence may hold: S_max (contiguous) or max_pages_per_seq * page_size (paged)
-  int page_size;    ///< tokens per page, a power of two 16..256 (paged); 0 for contiguous
-  int causal;       ///< 1: new tokens causal among themselves (see above); 0: every row sees the whole sequence
+  int kv_len;           ///< the length the grid is sized for (splits = ceil(kv_len / kv_chunk)); host value
+  int kv_capacity;      ///< tokens a sequence may hold: S_max (contiguous) or max_pages_per_seq * page_size (paged)
+  int page_size;        ///< tokens per page, a power of two 16..256 (paged); 0 for contiguous
+  int causal;           ///< 1: new tokens causal among themselves (see above); 0: every row sees the whole sequence
   float softmax_scale;  ///< multiplies Q K^T before the softmax (default 1/sqrt(head_dim))
   float scale_log2;     ///< softmax_scale * log2(e): the kernel works with exp2
   int num_pages;        ///< pages of the paged cache: a block-table entry outside [0, num_pages) reads as zeros
   /// Config::kv_chunk (set by bind_config, generator/decode_family.h): split s of a sequence of length L covers
-  /// keys [s kv_chunk, (s + 1) kv_chunk), the last of the gridDim.x splits up to L. Unused when gridDim.x == 1.
+  /// keys [s kv_chunk, (s + 1) kv_chunk), the last of the grid's splits up to L. Unused when the grid has one split.
   int kv_chunk;
   /// Split partials (null when the launch has one split): O [batch, num_kv_heads, row_blocks, splits, tile_m,
   /// head_dim] fp32 (normalized per split) and LSE [batch, num_kv_heads, row_blocks, splits, tile_m] fp32 (log2);
@@ -90,7 +90,8 @@ struct DecodeParams {
   float* partial_o;
   float* partial_lse;
   /// One counter per (batch, kv head, row block), zero before the first launch; the combining block resets its
-  /// counter, so they stay zero between launches.
+  /// counter, so they stay zero between launches. A workspace and its counters serve one launch at a time (launches
+  /// on one stream, or otherwise ordered).
   unsigned* counters;
 };
 
@@ -175,7 +176,8 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, KvLayout l
   if (c.warps % row_groups(c) != 0) return "warps must be a multiple of tile_m / 16";
   // tile_n: a power of two 32..256 (a tile then never straddles a page of a page size >= tile_n), each warp owning
   // a multiple of 16 tokens (the P.V product steps over keys 16 at a time).
-  if (c.tile_n != 32 && c.tile_n != 64 && c.tile_n != 128 && c.tile_n != 256) return "tile_n must be 32, 64, 128 or 256";
+  if (c.tile_n != 32 && c.tile_n != 64 && c.tile_n != 128 && c.tile_n != 256)
+    return "tile_n must be 32, 64, 128 or 256";
   if (c.tile_n % (16 * key_groups(c)) != 0) return "tile_n must be a multiple of 16 * warps / (tile_m / 16)";
   // stages: 2..6 K/V tiles in the cp.async ring.
   if (c.stages < 2 || c.stages > 6) return "stages must be 2..6";

@@ -87,8 +87,12 @@ TEST_CASE("attention_decode: pruning keeps valid configs that fit the problem an
     const ArchId arch = parse_arch(arch_name);
     const DeviceModel dev = device_model(arch);
     for (int d : {64, 128})
-      for (auto [b, kv, q_len, hq, hkv] : {std::tuple{1, 4096, 1, 28, 4}, {16, 4096, 1, 28, 4}, {64, 2048, 1, 28, 4},
-                                           {1, 32768, 1, 28, 4}, {16, 4096, 4, 28, 4}, {2, 100, 16, 32, 1}}) {
+      for (auto [b, kv, q_len, hq, hkv] : {std::tuple{1, 4096, 1, 28, 4},
+                                           {16, 4096, 1, 28, 4},
+                                           {64, 2048, 1, 28, 4},
+                                           {1, 32768, 1, 28, 4},
+                                           {16, 4096, 4, 28, 4},
+                                           {2, 100, 16, 32, 1}}) {
         Problem p = qwen(b, kv);
         p.head_dim = d;
         p.q_len = q_len;
@@ -177,7 +181,8 @@ TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the bina
   std::set<std::string> names;
   for (const auto& x : config_space()) names.insert(variant_name(p, x, arch));
   CHECK(names.size() == config_space().size());
-  const std::regex re("attention_decode__(bf16|fp16)_d(64|128)_(paged|contiguous)__m\\d+_n\\d+_w\\d_s\\d_c\\d+__sm_\\d+a?");
+  const std::regex re(
+      "attention_decode__(bf16|fp16)_d(64|128)_(paged|contiguous)__m\\d+_n\\d+_w\\d_s\\d_c\\d+__sm_\\d+a?");
   CHECK(std::regex_match(variant_name(p, c, arch), re));
   const KernelSource k = kernel_source(p, c, arch);
   CHECK(k.source.find("attention_decode/attention_decode.cuh") != std::string::npos);
@@ -261,7 +266,7 @@ TEST_CASE("attention_decode: unsupported problems are rejected naming the field"
 
 TEST_CASE("attention_decode: launch dims, workspace sizes and bind_config", "[generator]") {
   const Problem p = qwen(2, 1000, KvLayout::paged, 5);  // 35 rows: 3 row blocks of 16
-  const Config c{16, 64, 4, 3, 256};                   // 4 splits
+  const Config c{16, 64, 4, 3, 256};                    // 4 splits
   const LaunchDims d = launch_dims(p, c);
   CHECK(d.grid_x == 3u * 4u);
   CHECK(d.grid_y == 4u);

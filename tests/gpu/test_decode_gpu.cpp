@@ -106,9 +106,9 @@ Problem make(DType dt, int b, int q_len, int hq, int hkv, int d, int kv_len, KvL
 struct HostCase {
   Case c;
   int max_pages = 0, num_pages = 0;
-  std::vector<uint16_t> q, k, v;  // q [B, q_len, Hq, D]; k/v [B, capacity, Hkv, D] or [num_pages, ps, Hkv, D]
-  std::vector<int> table;         // [B, max_pages] (paged), as the reference reads it
-  std::vector<int> device_table;  // as the kernel reads it (differs at bad_entry)
+  std::vector<uint16_t> q, k, v;         // q [B, q_len, Hq, D]; k/v [B, capacity, Hkv, D] or [num_pages, ps, Hkv, D]
+  std::vector<int> table;                // [B, max_pages] (paged), as the reference reads it
+  std::vector<int> device_table;         // as the kernel reads it (differs at bad_entry)
   std::vector<std::array<int, 3>> rows;  // reference rows (b, i, h)
   std::vector<double> ref_out;           // [rows, D]
   std::vector<double> ref_lse;           // [rows]
@@ -151,9 +151,9 @@ HostCase make_host(const Case& c, size_t max_rows) {
   std::vector<uint16_t> tok(row);
   for (int b = 0; b < p.batch; ++b)
     for (int t = 0; t < c.lens[b]; ++t) {
-      const size_t slot = paged ? size_t(h.table[size_t(b) * h.max_pages + t / p.page_size]) * p.page_size +
-                                      t % p.page_size
-                                : size_t(b) * c.capacity + t;
+      const size_t slot =
+          paged ? size_t(h.table[size_t(b) * h.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
+                : size_t(b) * c.capacity + t;
       fill_random(p.dtype, tok.data(), row, rng());
       std::copy(tok.begin(), tok.end(), h.k.begin() + slot * row);
       fill_random(p.dtype, tok.data(), row, rng());
@@ -184,8 +184,8 @@ HostCase make_host(const Case& c, size_t max_rows) {
   const auto qf = to_f(h.q), kf = to_f(h.k), vf = to_f(h.v);
   const double scale = c.scale > 0.f ? c.scale : 1.0 / std::sqrt(double(D));
   const ref::DecodeShape shape{p.batch, p.q_len, p.num_heads, p.num_kv_heads, D, p.causal, scale};
-  const ref::KvCacheView view{kf.data(), vf.data(), paged,  c.capacity, p.page_size, h.num_pages, h.max_pages,
-                              paged ? h.table.data() : nullptr};
+  const ref::KvCacheView view{kf.data(),   vf.data(),   paged,       c.capacity,
+                              p.page_size, h.num_pages, h.max_pages, paged ? h.table.data() : nullptr};
   h.ref_out.resize(h.rows.size() * D);
   for (size_t n = 0; n < h.rows.size(); ++n)
     h.ref_lse.push_back(ref::attention_decode_row(shape, qf.data(), view, c.lens.data(), h.rows[n][0], h.rows[n][1],
@@ -221,8 +221,8 @@ struct DeviceCase {
     base = p.kv_layout == KvLayout::paged
                ? paged_params(p, as<void>(q), as<void>(k), as<void>(v), as<void>(o), as<float>(lse), as<int>(lens),
                               as<int>(table), h.num_pages, h.max_pages, h.c.scale)
-               : contiguous_params(p, as<void>(q), as<void>(k), as<void>(v), as<void>(o), as<float>(lse),
-                                   as<int>(lens), h.c.capacity, h.c.scale);
+               : contiguous_params(p, as<void>(q), as<void>(k), as<void>(v), as<void>(o), as<float>(lse), as<int>(lens),
+                                   h.c.capacity, h.c.scale);
   }
 };
 

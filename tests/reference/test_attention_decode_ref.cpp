@@ -138,8 +138,7 @@ TEST_CASE("decode reference: causal multi-token decode equals bottom-right causa
   CHECK(out[0] != out[static_cast<size_t>(s.num_heads) * s.head_dim]);
 }
 
-TEST_CASE("decode reference: empty sequences and rows with no visible key give o = 0 and lse = -inf",
-          "[reference]") {
+TEST_CASE("decode reference: empty sequences and rows with no visible key give o = 0 and lse = -inf", "[reference]") {
   const DecodeShape s{2, 4, 2, 1, 64, true, 0.125};
   const Caches c = make_caches(s, 16, 16, 41);
   const std::vector<int> lens = {0, 2};  // sequence 1: tokens 0 and 1 see keys {0} and {0, 1}; 2 and 3 none
@@ -155,8 +154,7 @@ TEST_CASE("decode reference: empty sequences and rows with no visible key give o
       CHECK(std::isfinite(lse[(static_cast<size_t>(s.num_heads) + h) * s.q_len + i]) == sees);
       for (int d = 0; d < D; ++d) CHECK(out[((static_cast<size_t>(i)) * s.num_heads + h) * D + d] == 0.0);
       if (!sees)
-        for (int d = 0; d < D; ++d)
-          CHECK(out[((static_cast<size_t>(s.q_len) + i) * s.num_heads + h) * D + d] == 0.0);
+        for (int d = 0; d < D; ++d) CHECK(out[((static_cast<size_t>(s.q_len) + i) * s.num_heads + h) * D + d] == 0.0);
     }
   // Token 2 of sequence 1 sees key 0 alone: its output is V row 0 of its KV head exactly.
   for (int d = 0; d < D; ++d)
