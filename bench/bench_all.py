@@ -17,10 +17,17 @@ Sections (each row of each section is one JSON row; nothing is skipped silently:
            enable_gqa=True. Unit: TFLOP/s, FLOPs = 4 * B * Hq * Sq * Sk * D, halved when causal (for Sq = Sk this is
            the usual 4*B*Hq*S^2*D/2 of FlashAttention's benchmarks; the diagonal is not counted separately).
            Ratio = kerntune TFLOP/s / anchor TFLOP/s (> 1: kerntune faster).
-  decode   workloads.attention_decode (batch, kv_len) x "dtypes": one query token, non-causal (it sees the whole
-           cache). kerntune has no decode family yet: its row says "not implemented (no decode family yet)".
-           Anchors: SDPA FLASH and CUDNN (a backend that refuses the shape is a row with its error text).
-           Units: us and GB/s, bytes = K + V cache read + q read + o written = (2*B*kv_len*Hkv*D + 2*B*Hq*D) * elt.
+  decode   DECODE_POINTS (B 1 / 16 / 64, kv_len 4096 / 2048 / 32768, q_len 1; B 16 kv_len 4096 q_len 4 and 8), each
+           with a contiguous and a paged (64-token pages, shuffled block table) cache, x "dtypes" (--decode-all: every
+           attention_decode entry of the shapes file instead, lists expanded). kerntune rt.attention_decode(q, k_cache,
+           v_cache, seqlens_k (all kv_len, on the device), block_table, causal=True, max_seqlen_k=kv_len); the new
+           tokens causal among themselves. Anchors on the contiguous cache: SDPA FLASH and CUDNN with the equivalent
+           mask (none for q_len 1; torch.nn.attention.bias.causal_lower_right for q_len > 1; a backend that refuses
+           it is a row with its error text); paged rows are compared with them. read_ceiling: torch.sum over the
+           same K+V bytes (one pure-read kernel, timed the same way) = the read bandwidth this GPU reaches for that
+           size. Units: us and GB/s, bytes = K + V cache read + q read + o written = (2*B*kv_len*Hkv*D +
+           2*B*q_len*Hq*D) * elt (the ceiling: the K+V bytes). Rows with B <= 16 and q_len 1 also carry the
+           do_bench-style number (flush_us, see below).
   qkv      workloads.qkv_proj tokens M x formats: kerntune rt.qkv_proj (one kernel: GEMM with the packed weight,
            + bias, + RoPE on the Q and K heads at positions arange(M), split into Q/K/V) vs the anchors, GEMM only:
            three F.linear calls (q, k, v, with bias), one fused F.linear on the concatenated weight (cuBLAS, with
@@ -44,7 +51,8 @@ Timing: the same for kerntune and for every anchor.
   - Replays are timed with torch.cuda.Event pairs; per-launch time = replay time / L; the row gives the median over
     the replays (p20/p80 too), after --warmup-replays untimed replays. Replays: --samples, fewer when a replay
     would overrun --budget-ms (never fewer than 5).
-  - Projection rows with M <= --flush-max-m (default 16: the decode sizes) are also timed the way published decode
+  - Projection rows with M <= --flush-max-m (default 16: the decode sizes), and the decode rows named above, are also
+    timed the way published decode
     numbers usually are: triton.testing.do_bench's method, a
     256 MB buffer zeroed before each call (L2 flushed), then (--flush-sleep-us, default 300) a GPU spin so that a
     call's host side cannot outlast the GPU's head start (kerntune's Python path takes ~100 us per call, longer than
@@ -85,7 +93,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "kerntune-bench/1"
 ATTN_TOL = {"fp16": 5e-3, "bf16": 1e-2}
 QKV_TOL = {"fp16": 3e-3, "bf16": 1e-2}
-DECODE_NOT_IMPLEMENTED = "not implemented (no decode family yet)"
 
 torch = None  # imported in main(), so that --help works anywhere
 F = None
@@ -487,56 +494,151 @@ def run_prefill(ctx, cfg, timer, l2, rows):
     print_prefill_table(out_rows)
 
 
-def run_decode(ctx, cfg, timer, l2, rows):
+#: The decode workloads benchmarked (batch, kv_len, q_len), each contiguous and paged (DECODE_PAGE tokens per page):
+#: the issue's speed targets. The shapes file's attention_decode entries are a tuning grid; with --decode-all every
+#: expanded entry is a row instead.
+DECODE_POINTS = ((1, 4096, 1), (16, 4096, 1), (64, 2048, 1), (1, 32768, 1), (16, 4096, 4), (16, 4096, 8))
+DECODE_PAGE = 64
+
+
+def decode_workloads(cfg, every=False):
+    """The attention_decode workloads of a shapes file as (batch, kv_len, q_len, page_size, causal) tuples, entries
+    expanded as tuner/shapes_file.h says (batch / kv_len may be lists: batch outer); without `every`, the
+    DECODE_POINTS, contiguous and paged, in that order (the file's entries do not restrict them)."""
+    if not every:
+        return [(b, kv, q, page, True) for (b, kv, q) in DECODE_POINTS for page in (0, DECODE_PAGE)]
+    out = []
+    for w in cfg["workloads"].get("attention_decode", []):
+        bs = w["batch"] if isinstance(w["batch"], list) else [w["batch"]]
+        kvs = w["kv_len"] if isinstance(w["kv_len"], list) else [w["kv_len"]]
+        for b in bs:
+            for kv in kvs:
+                out.append((int(b), int(kv), int(w.get("q_len", 1)), int(w.get("page_size", 0)),
+                            bool(w.get("causal", True))))
+    return out
+
+
+def paged_copy(k, v, page, gen):
+    """K/V [B, S, Hkv, D] as a paged cache: pages [B * S / page, page, Hkv, D] in a shuffled order and the block
+    table [B, S / page] int32 that gathers them back (same values, so the contiguous reference holds)."""
+    b, s, hkv, d = k.shape
+    per = s // page
+    perm = torch.randperm(b * per, generator=gen).to(k.device)
+    table = perm.view(b, per).to(torch.int32)
+    kp = torch.empty((b * per, page, hkv, d), dtype=k.dtype, device=k.device)
+    vp = torch.empty_like(kp)
+    kp[perm] = k.reshape(b * per, page, hkv, d)
+    vp[perm] = v.reshape(b * per, page, hkv, d)
+    return kp, vp, table
+
+
+def run_decode(ctx, cfg, timer, l2, rows, every=False):
     from torch.nn.attention import sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
     hq, hkv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     dev = "cuda"
     out_rows = []
     for dname in cfg.get("dtypes", ["bf16", "fp16"]):
         dt = dtype_of(dname)
         elt = torch.finfo(dt).bits // 8
-        for wi, w in enumerate(cfg["workloads"].get("attention_decode", [])):
-            b, kv = int(w["batch"]), int(w["kv_len"])
-            nbytes = (2 * b * kv * hkv * d + 2 * b * hq * d) * elt
-            base = dict(section="decode", dtype=dname, batch=b, kv_len=kv, bytes=nbytes, num_heads=hq,
-                        num_kv_heads=hkv, head_dim=d)
-            out_rows.append(dict(base, impl="kerntune", not_implemented=DECODE_NOT_IMPLEMENTED))
-            tag = f"decode {dname} B={b} kv={kv}"
+        for wi, (b, kv, ql, page, causal) in enumerate(decode_workloads(cfg, every)):
+            kv_bytes = 2 * b * kv * hkv * d * elt
+            nbytes = kv_bytes + 2 * b * ql * hq * d * elt
+            layout = f"paged{page}" if page else "contiguous"
+            base = dict(section="decode", dtype=dname, batch=b, kv_len=kv, q_len=ql, page_size=page, layout=layout,
+                        causal=causal, bytes=nbytes, num_heads=hq, num_kv_heads=hkv, head_dim=d)
+            tag = f"decode {dname} B={b} kv={kv} q_len={ql} {layout}"
             cnt = n_copies(nbytes, l2)
+            impls = ("kerntune", "read_ceiling") + (() if page else tuple(i for i, _ in sdpa_backends()))
             try:
                 torch.manual_seed(2000 + wi)
-                qs = [torch.randn(b, 1, hq, d, device=dev, dtype=dt) for _ in range(cnt)]
-                ks = [torch.randn(b, kv, hkv, d, device=dev, dtype=dt) for _ in range(cnt)]
-                vs = [torch.randn(b, kv, hkv, d, device=dev, dtype=dt) for _ in range(cnt)]
-                ref = attention_ref_rows(qs[0], ks[0], vs[0], torch.zeros(1, dtype=torch.long, device=dev), False)
+                gen = torch.Generator().manual_seed(3000 + wi)
+                qs = [torch.randn(b, ql, hq, d, device=dev, dtype=dt) for _ in range(cnt)]
+                # K and V of one copy in one buffer [2, B, kv, Hkv, D]: the read ceiling reads exactly those bytes.
+                kvs = [torch.randn(2, b, kv, hkv, d, device=dev, dtype=dt) for _ in range(cnt)]
+                ks, vs = [t[0] for t in kvs], [t[1] for t in kvs]
+                pages = [paged_copy(ks[i], vs[i], page, gen) for i in range(cnt)] if page else None
+                lens = torch.full((b,), kv, dtype=torch.int32, device=dev)
+                o = torch.empty_like(qs[0])
+                ref = attention_ref_rows(qs[0], ks[0], vs[0], torch.arange(ql, device=dev), causal)
             except Exception as e:
                 msg = f"setup failed: {err_text(e)}"
-                for impl, _ in sdpa_backends():
+                for impl in impls:
                     out_rows.append(dict(base, impl=impl, error=msg))
                 log(f"  .. {tag}: {msg}")
-                qs = ks = vs = ref = None
+                qs = kvs = ks = vs = pages = ref = None
                 gc.collect()
                 torch.cuda.empty_cache()
                 continue
-            for impl, backend in sdpa_backends():
+            # kerntune
+            r = dict(base, impl="kerntune", tol=ATTN_TOL[dname])
+            if ctx.rt is None:
+                r["error"] = ctx.kt_error
+            else:
+                try:
+                    if page:
+                        call = lambda i: ctx.rt.attention_decode(qs[i], pages[i][0], pages[i][1], lens, pages[i][2],
+                                                                 causal=causal, max_seqlen_k=kv, out=o)
+                    else:
+                        call = lambda i: ctx.rt.attention_decode(qs[i], ks[i], vs[i], lens, causal=causal,
+                                                                 max_seqlen_k=kv, out=o)
+                    prob = dict(dtype=dname, batch=b, q_len=ql, num_heads=hq, num_kv_heads=hkv, head_dim=d, kv_len=kv,
+                                kv_layout="paged" if page else "contiguous", page_size=page, causal=causal)
+                    r["explain"] = ctx.rt.explain("attention_decode", prob)
+                    o.fill_(float("nan"))
+                    call(0)
+                    torch.cuda.synchronize()
+                    e = rel_err(o, ref)
+                    r["rel_err"] = e
+                    if not math.isfinite(e) or e > ATTN_TOL[dname]:
+                        r["error"] = f"wrong result: rel err {e:.3g} > tol {ATTN_TOL[dname]:g} (not timed)"
+                    else:
+                        r.update(timer.measure([(lambda i=i: call(i)) for i in range(cnt)]))
+                        r["gbps"] = nbytes / (r["us"] * 1e-6) / 1e9
+                        if b <= 16 and ql == 1:  # the do_bench-style number beside the graph one
+                            r.update(timer.measure_flush(lambda: call(0)))
+                except Exception as e:
+                    r["error"] = err_text(e)
+                    r["traceback"] = traceback.format_exc(limit=3)
+            out_rows.append(r)
+            log(f"  .. {tag} kerntune: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s, rel err {r['rel_err']:.2e}"
+                                            if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            # the read ceiling: one reduction over the same K and V bytes (a pure-read kernel, timed the same way)
+            r = dict(base, impl="read_ceiling", bytes=kv_bytes)
+            try:
+                sink = torch.empty((), dtype=torch.float32, device=dev)
+                r.update(timer.measure([(lambda i=i: torch.sum(kvs[i].view(-1), 0, dtype=torch.float32, out=sink))
+                                        for i in range(cnt)]))
+                r["gbps"] = kv_bytes / (r["us"] * 1e-6) / 1e9
+            except Exception as e:
+                r["error"] = err_text(e)
+            out_rows.append(r)
+            log(f"  .. {tag} read ceiling: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s" if "us" in r
+                                                else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            # anchors (contiguous layouts only: SDPA has no paged cache; paged rows compare with the contiguous ones)
+            for impl, backend in (() if page else sdpa_backends()):
                 r = dict(base, impl=impl)
                 try:
+                    # the equivalent mask: the new tokens causal among themselves, bottom-right aligned
+                    mask = causal_lower_right(ql, kv) if (causal and ql > 1) else None
                     fns = [(lambda i=i: F.scaled_dot_product_attention(
                         qs[i].transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2),
-                        is_causal=False, enable_gqa=True)) for i in range(cnt)]
+                        attn_mask=mask, enable_gqa=True)) for i in range(cnt)]
                     with sdpa_kernel([backend]):
                         out = fns[0]()
                         torch.cuda.synchronize()
                         r["rel_err"] = rel_err(out.transpose(1, 2), ref)
                         del out
                         r.update(timer.measure(fns))
+                        if b <= 16 and ql == 1:
+                            r.update(timer.measure_flush(fns[0]))
                     r["gbps"] = nbytes / (r["us"] * 1e-6) / 1e9
                 except Exception as e:
                     r["error"] = err_text(e)
                 out_rows.append(r)
                 log(f"  .. {tag} {impl}: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s"
                                               if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
-            qs = ks = vs = ref = None
+            qs = kvs = ks = vs = pages = ref = o = None
             gc.collect()
             torch.cuda.empty_cache()
     rows.extend(out_rows)
@@ -794,14 +896,25 @@ def print_prefill_table(rows):
 def print_decode_table(rows):
     idx = {}
     for r in rows:
-        idx.setdefault((r["dtype"], r["batch"], r["kv_len"]), {})[r["impl"]] = r
-    log("\nattention decode (one query token; us and GB/s = (K+V cache + q + o bytes) / time)")
-    log(f"{'dtype':5} {'B':>3} {'kv_len':>7} {'MB':>7} {'flash_us':>9} {'GB/s':>6} {'cudnn_us':>9} {'GB/s':>6}  kerntune")
-    for (dt, b, kv), by in idx.items():
-        fl, cu = by.get("sdpa_flash", {}), by.get("sdpa_cudnn", {})
+        idx.setdefault((r["dtype"], r["batch"], r["kv_len"], r.get("q_len", 1), r.get("page_size", 0)), {})[r["impl"]] = r
+    contig = {k[:4]: by for k, by in idx.items() if k[4] == 0}
+    log("\nattention decode (us and GB/s = (K+V cache + q + o bytes) / time; ceiling = a pure read of the K+V bytes;"
+        " ratio = anchor time / kerntune time, > 1 = kerntune faster; paged rows against the contiguous anchors)")
+    log(f"{'dtype':5} {'B':>3} {'kv_len':>7} {'q':>2} {'layout':10} {'MB':>7} {'kerntune':>9} {'GB/s':>6}"
+        f" {'%ceil':>6} {'flash_us':>9} {'cudnn_us':>9} {'vs_flash':>8} {'vs_cudnn':>8} {'do_bench':>8}  kerntune kernel")
+    for (dt, b, kv, ql, page), by in idx.items():
+        anchors = contig.get((dt, b, kv, ql), {})
+        fl, cu = anchors.get("sdpa_flash", {}).get("us"), anchors.get("sdpa_cudnn", {}).get("us")
+        ktr, ceil = by.get("kerntune", {}), by.get("read_ceiling", {})
+        kt_us = ktr.get("us")
+        pct = 100.0 * ktr["gbps"] / ceil["gbps"] if kt_us and ceil.get("gbps") else None
         mb = next(iter(by.values()))["bytes"] / 1e6
-        log(f"{dt:5} {b:3} {kv:7} {mb:7.1f} {_fmt(fl.get('us'), '.1f', 9)} {_fmt(fl.get('gbps'), '.0f', 6)}"
-            f" {_fmt(cu.get('us'), '.1f', 9)} {_fmt(cu.get('gbps'), '.0f', 6)}  {DECODE_NOT_IMPLEMENTED}")
+        layout = f"paged{page}" if page else "contiguous"
+        ex = ktr.get("explain") or ""
+        log(f"{dt:5} {b:3} {kv:7} {ql:2} {layout:10} {mb:7.1f} {_fmt(kt_us, '.1f', 9)} {_fmt(ktr.get('gbps'), '.0f', 6)}"
+            f" {_fmt(pct, '.0f', 6)} {_fmt(fl, '.1f', 9)} {_fmt(cu, '.1f', 9)} {_rfmt(_ratio(fl, kt_us), 8)}"
+            f" {_rfmt(_ratio(cu, kt_us), 8)} {_fmt(ktr.get('flush_us'), '.1f', 8)}"
+            f"  {short(ex, 80) if kt_us else 'FAILED: ' + short(ktr.get('error'), 80)}")
     print_errors(rows)
 
 
@@ -955,6 +1068,9 @@ def main():
     ap.add_argument("--out", help="results JSON (default bench/results/<gpu>.json)")
     ap.add_argument("--plots-dir", default=os.path.join(REPO, "bench", "results"), help="PNG folder (default bench/results)")
     ap.add_argument("--sections", default="prefill,decode,qkv", help="comma list of prefill,decode,qkv")
+    ap.add_argument("--decode-all", action="store_true",
+                    help="decode: every attention_decode entry of the shapes file (the tuning grid) instead of the "
+                         "DECODE_POINTS")
     ap.add_argument("--quick", action="store_true", help="fewer replays and shorter budgets (smoke run)")
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of the OTHER sections already in --out (same GPU), e.g. to run the sections "
@@ -1090,6 +1206,8 @@ def main():
         try:
             if sec == "qkv":
                 fn(ctx, cfg, timer, l2, results["rows"], args.quant_act_dtype, args.flush_max_m)
+            elif sec == "decode":
+                fn(ctx, cfg, timer, l2, results["rows"], args.decode_all)
             else:
                 fn(ctx, cfg, timer, l2, results["rows"])
         except Exception as e:  # a section that dies is recorded; the others still run

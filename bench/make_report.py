@@ -16,7 +16,10 @@ relative to the README's folder.
 
 Tables and ratios (all from the JSON's raw times; "x" ratios > 1 mean kerntune is faster):
   - attention prefill: TFLOP/s of kerntune, SDPA flash, SDPA cuDNN; ratio = kerntune TFLOP/s / anchor TFLOP/s.
-  - attention decode: SDPA flash / cuDNN us and GB/s; kerntune has no decode kernel yet (said in every row).
+  - attention decode: kerntune us and GB/s, its share of the read ceiling (a pure read of the same K + V bytes in
+    the same run), SDPA flash / cuDNN us on the contiguous cache (paged rows compared with those), ratio = anchor us /
+    kerntune us, and the do_bench-style times where measured. A results file from before the decode family (kerntune
+    rows marked not_implemented) says "no kerntune decode kernel yet".
   - Q/K/V projection: us of kerntune (bias + RoPE + split fused) and of cuBLAS (one F.linear + bias),
     3x F.linear, tinygemm int4 (bf16, g128, no bias) in the kerntune row's activation dtype;
     ratio = anchor us / kerntune us. tinygemm is compared with the 4-bit formats only.
@@ -164,35 +167,50 @@ def decode_section(rows):
         return []
     groups = {}
     for r in dec:
-        groups.setdefault((r["dtype"], r["batch"], r["kv_len"]), {})[r["impl"]] = r
+        key = (r["dtype"], r["batch"], r["kv_len"], r.get("q_len", 1), r.get("page_size", 0))
+        groups.setdefault(key, {})[r["impl"]] = r
+    contig = {k[:4]: by for k, by in groups.items() if k[4] == 0}
     out = ["### Attention decode", "",
-           "One query token against a KV cache of kv_len tokens (non-causal). GB/s = (K + V cache + q + o bytes) / "
-           "time. kerntune has no decode kernel yet: the anchors are what a decode family must beat.", "",
-           "| dtype | B | KV len | bytes (MB) | kerntune | SDPA flash us | flash GB/s | SDPA cuDNN us | cuDNN GB/s | note |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for (dt, b, kv), by in groups.items():
+           "q_len new tokens per sequence (causal among themselves) against a KV cache of kv_len tokens, contiguous or "
+           "paged (shuffled block table). GB/s = (K + V cache + q + o bytes) / time; read ceiling = the GB/s a pure "
+           "read of the same K + V bytes reaches on this GPU (one `torch.sum`), measured in the same run. Anchors "
+           "(SDPA with the equivalent mask) run on the contiguous cache; a paged row is compared with them. vs = "
+           "anchor time / kerntune time; do_bench = one call with the L2 flushed.", "",
+           "| dtype | B | KV len | q_len | layout | bytes (MB) | kerntune | % of read ceiling | SDPA flash us | "
+           "SDPA cuDNN us | vs flash | vs cuDNN | do_bench kerntune / cuDNN us | note |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (dt, b, kv, ql, page), by in groups.items():
         any_row = next(iter(by.values()))
         mb = any_row.get("bytes", 0) / 1e6
         kt = by.get("kerntune")
         kt_us = kt.get("us") if good(kt) else None
+        anchor_rows = contig.get((dt, b, kv, ql), {})
         cells, anchors = [], []
         for impl in ("sdpa_flash", "sdpa_cudnn"):
-            a = by.get(impl)
+            a = anchor_rows.get(impl)
             a_us = a.get("us") if good(a) else None
-            anchors.append((LABEL[impl], a, ratio(a_us, kt_us)))
-            if a_us is not None:
-                cells += [num(a_us), num(a.get("gbps"), 0)]
-            else:
-                cells += ["failed" if a and a.get("error") else "-", "-"]
-        note, _ = notes_for(kt if kt_us is not None else None, anchors)
-        if kt_us is None:  # no decode family yet (or it failed: its error is named too)
-            kt_cell = "not implemented"
-            note = NO_DECODE + ("; kerntune failed: %s" % short(kt["error"]) if kt and kt.get("error") else "") + \
-                ("; " + note if note else "")
+            r = ratio(a_us, kt_us)
+            anchors.append((LABEL[impl], a, r))
+            cells.append(num(a_us) if a_us is not None else ("failed" if a and a.get("error") else "-"))
+        note, _ = notes_for(kt if kt else None, anchors)
+        ceil = by.get("read_ceiling")
+        pct = "-"
+        if kt_us is not None and good(ceil) and ceil.get("gbps") and kt.get("gbps"):
+            pct = "%.0f%%" % (100.0 * kt["gbps"] / ceil["gbps"])
+        if kt_us is None:
+            kt_cell = "failed" if kt and kt.get("error") else "not measured"
+            if kt and kt.get("not_implemented"):
+                kt_cell = "not implemented"
+                note = NO_DECODE + ("; " + note if note else "")
         else:
             kt_cell = "%s us (%s GB/s)" % (num(kt_us), num(kt.get("gbps"), 0))
-        out.append("| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s |" % (
-            dt, b, kv, mb, kt_cell, cells[0], cells[1], cells[2], cells[3], cell(note)))
+        cu = anchor_rows.get("sdpa_cudnn") or {}
+        flush = "%s / %s" % (num(kt.get("flush_us")) if kt and kt.get("flush_us") else "-",
+                             num(cu.get("flush_us")) if cu.get("flush_us") else "-")
+        out.append("| %s | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            dt, b, kv, ql, "paged %d" % page if page else "contiguous", mb, kt_cell, pct, cells[0], cells[1],
+            ratio_text(anchors[0][2]) if anchors[0][2] is not None else "-",
+            ratio_text(anchors[1][2]) if anchors[1][2] is not None else "-", flush, cell(note)))
     out.append("")
     return out
 

@@ -4,6 +4,7 @@
 
 #include "generator/arch.h"
 #include "generator/attention_family.h"
+#include "generator/decode_family.h"
 #include "generator/qkv_family.h"
 
 namespace kt {
@@ -13,6 +14,7 @@ const std::vector<const Family*>& families() {
   static const std::vector<const Family*> f = {
       &attn::family_type(),
       &qkv::family_type(),
+      &decode::family_type(),
   };
   return f;
 }

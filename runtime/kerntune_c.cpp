@@ -13,6 +13,7 @@
 #include "cuda/driver.h"
 #include "generator/registry.h"
 #include "quant/quant.h"
+#include "runtime/decode.h"
 #include "runtime/runtime.h"
 #include "runtime/version.h"
 
@@ -133,6 +134,82 @@ kt_status to_qkv_problem(const kt_qkv_problem* in, kt::qkv::Problem* out, const 
   return KT_OK;
 }
 
+/// As to_problem, for attention_decode: malformed (null, unknown dtype, size < 1) -> INVALID_ARGUMENT; unsupported
+/// (check_problem: q_len above 16, page size, head_dim, head counts) -> UNSUPPORTED.
+kt_status to_decode_problem(const kt_attention_decode_problem* in, kt::decode::Problem* out, const char* fn) {
+  const std::string where = std::string(fn) + ": ";
+  if (!in) return fail(KT_ERROR_INVALID_ARGUMENT, where + "problem is NULL");
+  if (in->dtype != KT_DTYPE_FP16 && in->dtype != KT_DTYPE_BF16)
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                where + "unknown dtype " + std::to_string(in->dtype) + " (KT_DTYPE_FP16 = 0, KT_DTYPE_BF16 = 1)");
+  const struct {
+    const char* name;
+    int32_t v;
+  } sizes[] = {{"batch", in->batch},         {"q_len", in->q_len},
+               {"num_heads", in->num_heads}, {"num_kv_heads", in->num_kv_heads},
+               {"head_dim", in->head_dim},   {"kv_len", in->kv_len}};
+  for (const auto& s : sizes)
+    if (s.v < 1) return fail(KT_ERROR_INVALID_ARGUMENT, where + s.name + " must be >= 1, got " + std::to_string(s.v));
+  kt::decode::Problem p;
+  p.dtype = in->dtype == KT_DTYPE_FP16 ? kt::DType::f16 : kt::DType::bf16;
+  p.batch = in->batch;
+  p.q_len = in->q_len;
+  p.num_heads = in->num_heads;
+  p.num_kv_heads = in->num_kv_heads;
+  p.head_dim = in->head_dim;
+  p.kv_len = in->kv_len;
+  p.kv_layout = in->paged ? kt::decode::KvLayout::paged : kt::decode::KvLayout::contiguous;
+  p.page_size = in->page_size;
+  p.causal = in->causal != 0;
+  try {
+    kt::decode::check_problem(p);
+  } catch (const kt::ProblemError& e) {
+    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
+  } catch (...) {
+    return from_exception(fn);
+  }
+  *out = p;
+  return KT_OK;
+}
+
+/// The kernel arguments of a decode call (pointers and strides as given; the runtime binds the split buffers).
+/// Throws ProblemError naming the argument (decode::check_call).
+kt::decode::DecodeParams to_decode_params(const kt::decode::Problem& p, const kt_attention_decode_args& a) {
+  const bool paged = p.kv_layout == kt::decode::KvLayout::paged;
+  if (std::isnan(a.softmax_scale))  // NaN is neither a scale nor "<= 0 = the default"
+    throw kt::ProblemError("attention_decode: softmax_scale is NaN (give a positive scale, or <= 0 for 1/sqrt(D))");
+  kt::decode::DecodeParams d =
+      paged ? kt::decode::paged_params(p, a.q, a.k, a.v, a.o, a.lse, a.seqlens_k, a.block_table, a.num_pages,
+                                       a.max_pages_per_seq, a.softmax_scale)
+            : kt::decode::contiguous_params(p, a.q, a.k, a.v, a.o, a.lse, a.seqlens_k, a.s_max, a.softmax_scale);
+  d.q_batch_stride = a.q_stride_batch;
+  d.q_row_stride = a.q_stride_row;
+  d.q_head_stride = a.q_stride_head;
+  (paged ? d.k_page_stride : d.k_batch_stride) = a.k_stride_batch;
+  d.k_row_stride = a.k_stride_row;
+  d.k_head_stride = a.k_stride_head;
+  (paged ? d.v_page_stride : d.v_batch_stride) = a.v_stride_batch;
+  d.v_row_stride = a.v_stride_row;
+  d.v_head_stride = a.v_stride_head;
+  d.o_batch_stride = a.o_stride_batch;
+  d.o_row_stride = a.o_stride_row;
+  d.o_head_stride = a.o_stride_head;
+  if (paged) {
+    if (a.max_pages_per_seq < 1)
+      throw kt::ProblemError("attention_decode: max_pages_per_seq must be >= 1 for a paged cache, got " +
+                             std::to_string(a.max_pages_per_seq));
+    if (a.block_table_stride < a.max_pages_per_seq)
+      throw kt::ProblemError("attention_decode: block_table_stride " + std::to_string(a.block_table_stride) +
+                             " is smaller than max_pages_per_seq " + std::to_string(a.max_pages_per_seq));
+    d.block_table_stride = a.block_table_stride;
+  } else if (a.s_max < 1) {
+    throw kt::ProblemError("attention_decode: s_max must be >= 1 for a contiguous cache, got " +
+                           std::to_string(a.s_max));
+  }
+  kt::decode::check_call(p, d);
+  return d;
+}
+
 // The C enums mirror the C++ ones.
 static_assert(KT_WEIGHT_FP16 == int(kt::quant::Format::fp16) && KT_WEIGHT_BF16 == int(kt::quant::Format::bf16) &&
                   KT_WEIGHT_INT8 == int(kt::quant::Format::int8) && KT_WEIGHT_INT4 == int(kt::quant::Format::int4) &&
@@ -147,6 +224,9 @@ static_assert(KT_WEIGHT_FP16 == int(kt::quant::Format::fp16) && KT_WEIGHT_BF16 =
                   KT_WEIGHT_NVFP4_KB128 == int(kt::quant::Format::nvfp4_kb128) && kt::quant::kFormatCount == 14,
               "kt_weight_format must equal kt::quant::Format");
 static_assert(sizeof(int32_t) == sizeof(int), "positions are passed to the kernel as int");
+// The layouts python/kerntune/_lib.py mirrors with ctypes (no padding on LP64).
+static_assert(sizeof(kt_attention_decode_problem) == 40, "kt_attention_decode_problem: ten int32 fields");
+static_assert(sizeof(kt_attention_decode_args) == 176, "kt_attention_decode_args: 7 pointers, 13 int64, 4 x 4 bytes");
 
 /// Writes "<step>: <variant>: <why>" into buf (truncated, NUL-terminated; buf_len >= 1).
 void write_line(const std::string& line, char* buf, size_t buf_len) {
@@ -369,6 +449,22 @@ kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, siz
   try {
     const kt::QkvChoice c = rt->rt.explain_qkv(prob);
     write_line(c.step + ": " + c.variant_name + ": " + c.why, buf, buf_len);
+    return KT_OK;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
+kt_status kt_attention_decode(kt_runtime* rt, const kt_attention_decode_problem* p, const kt_attention_decode_args* a,
+                              void* cu_stream) {
+  const char* fn = "kt_attention_decode";
+  kt::decode::Problem prob;
+  if (kt_status s = to_decode_problem(p, &prob, fn)) return s;
+  if (!a) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_decode: args is NULL");
+  try {
+    const kt::decode::DecodeParams d = to_decode_params(prob, *a);
+    if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_attention_decode: rt is NULL");
+    rt->rt.attention_decode(prob, d, static_cast<CUstream>(cu_stream));
     return KT_OK;
   } catch (...) {
     return from_exception(fn);

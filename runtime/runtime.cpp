@@ -19,6 +19,7 @@
 #include "generator/compiler.h"
 #include "generator/registry.h"
 #include "runtime/attention.h"
+#include "runtime/decode.h"
 #include "runtime/loaded_kernel.h"
 #include "runtime/qkv.h"
 
@@ -421,6 +422,10 @@ QkvChoice Runtime::explain_qkv(const qkv::Problem& p) const {
 
 void Runtime::qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUstream stream) {
   impl_->run<qkv::RuntimeAdapter>(p, params, stream);
+}
+
+void Runtime::attention_decode(const decode::Problem& p, const decode::DecodeParams& params, CUstream stream) {
+  impl_->run<decode::RuntimeAdapter>(p, params, stream);
 }
 
 const std::string& Runtime::device_name() const { return impl_->device_name; }

@@ -12,6 +12,7 @@
 
 #include "cache/tuning_db.h"
 #include "generator/attention_family.h"
+#include "generator/decode_family.h"
 #include "generator/family.h"
 #include "generator/qkv_family.h"
 
@@ -174,6 +175,27 @@ class Runtime {
   /// Throws ProblemError (unsupported problem or bad params), cuda::CudaError (allocation, load or launch
   /// failure, or another context current), std::runtime_error (no cubin and NVRTC unavailable). Thread-safe.
   void qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUstream stream);
+
+  /// Decode attention over a KV cache (split-KV flash decoding): for each sequence b, new token i and query head h,
+  /// o[b, i, h] = softmax(scale * q[b, i, h] K_b^T [causal among the new tokens]) V_b over the first seqlens_k[b]
+  /// cached tokens of KV head h / (num_heads / num_kv_heads); tensors, layouts (contiguous [B, S_max, Hkv, D] or
+  /// paged [num_pages, page_size, Hkv, D] + block table) and masking as decode::DecodeParams
+  /// (templates/attention_decode/decode_config.h) describes, built with decode::contiguous_params /
+  /// decode::paged_params (generator/decode_family.h) or by hand. p.kv_len is the length the grid is sized for (the
+  /// batch's maximum, or a bucket above it): each distinct value is one resolved problem.
+  /// Checked on the host before anything is resolved or launched (decode::check_call): the problem (q_len 1..16,
+  /// page size 16..256, head counts, head_dim, dtype), the pointers, alignment and strides, kv_len <= the cache's
+  /// capacity. Trusted (device-resident; decode::check_tables checks host copies): seqlens_k in [0, capacity] and the
+  /// block-table entries the lengths reach in [0, num_pages).
+  /// The first call for a problem resolves it (explain("attention_decode", ...)), loads its kernel and, when the
+  /// config splits the KV length, allocates the fp32 split partials and the zero-filled counters for that problem
+  /// (the combining block of every launch resets its counter). params.kv_chunk, partial_o, partial_lse and
+  /// counters are ignored: the runtime sets them. Split ownership is qkv_proj's: launches of one split problem on
+  /// one stream are ordered and safe; concurrent launches of the SAME problem on different streams must be ordered
+  /// by the caller. Asynchronous on `stream`; the context rules of attention_prefill.
+  /// Throws ProblemError (unsupported problem or bad arguments, naming the argument), cuda::CudaError (allocation,
+  /// load or launch failure), std::runtime_error (no cubin and NVRTC unavailable). Thread-safe.
+  void attention_decode(const decode::Problem& p, const decode::DecodeParams& params, CUstream stream);
 
   /// Device class name, e.g. "NVIDIA H100 80GB HBM3".
   const std::string& device_name() const;

@@ -87,6 +87,15 @@ class Parser {
     return static_cast<int>(x);
   }
 
+  // A positive integer, or a non-empty array of them (each no larger than `max`).
+  std::vector<int> int_or_list(const json& v, const std::string& field, int max) const {
+    if (!v.is_array()) return {positive_int(v, field, max)};
+    if (v.empty()) fail_field(field, "expected a positive integer or a non-empty array of them");
+    std::vector<int> out;
+    for (size_t i = 0; i < v.size(); ++i) out.push_back(positive_int(v[i], index(field, i), max));
+    return out;
+  }
+
   int positive_int_at(const json& obj, const std::string& prefix, const char* key, int max) const {
     return positive_int(get(obj, prefix, key), join(prefix, key), max);
   }
@@ -208,18 +217,38 @@ class Parser {
     if (auto it = w.find("attention_decode"); it != w.end()) {
       const std::string field = join(wp, "attention_decode");
       array(*it, field);
+      std::vector<size_t> entry_of;  // the entry each expanded workload came from
       for (size_t i = 0; i < it->size(); ++i) {
         const std::string p = index(field, i);
         const json& e = (*it)[i];
         require_object(e, p);
-        reject_unknown(e, p, {"batch", "kv_len"});
-        DecodeWorkload dw{};
-        dw.batch = positive_int_at(e, p, "batch", kMaxBatch);
-        dw.kv_len = positive_int_at(e, p, "kv_len", kMaxSeqlen);
-        for (size_t k = 0; k < out.decode.size(); ++k)
-          if (out.decode[k].batch == dw.batch && out.decode[k].kv_len == dw.kv_len)
-            fail_field(p, "duplicates " + index(field, k) + " (the same problem would be tuned twice)");
-        out.decode.push_back(dw);
+        reject_unknown(e, p, {"batch", "kv_len", "q_len", "page_size", "causal"});
+        const std::vector<int> batches = int_or_list(get(e, p, "batch"), join(p, "batch"), kMaxBatch);
+        const std::vector<int> kv_lens = int_or_list(get(e, p, "kv_len"), join(p, "kv_len"), kMaxSeqlen);
+        const int q_len = e.contains("q_len") ? positive_int(e["q_len"], join(p, "q_len"), kMaxDecodeQLen) : 1;
+        int page_size = 0;
+        if (e.contains("page_size")) {
+          const json& v = e["page_size"];
+          page_size = v.is_number_integer() && v.get<long long>() == 0
+                          ? 0
+                          : positive_int(v, join(p, "page_size"), kMaxDecodePageSize);
+        }
+        const bool causal = e.contains("causal") ? boolean(e["causal"], join(p, "causal")) : true;
+        for (int b : batches)
+          for (int kv : kv_lens) {
+            const DecodeWorkload dw{b, kv, q_len, page_size, causal};
+            for (size_t k = 0; k < out.decode.size(); ++k) {
+              const DecodeWorkload& o = out.decode[k];
+              if (o.batch == dw.batch && o.kv_len == dw.kv_len && o.q_len == dw.q_len && o.page_size == dw.page_size &&
+                  o.causal == dw.causal)
+                fail_field(p, (entry_of[k] == i ? std::string("lists batch ") + std::to_string(b) + " x kv_len " +
+                                                      std::to_string(kv) + " twice"
+                                                : "duplicates " + index(field, entry_of[k])) +
+                                  " (the same problem would be tuned twice)");
+            }
+            out.decode.push_back(dw);
+            entry_of.push_back(i);
+          }
       }
     }
 
@@ -374,7 +403,7 @@ class Parser {
     out.qkv_tokens = {1, 16, 64, 256, 1024, 4096, 16384};
     out.qkv_formats = {"fp16", "fp16_kb64", "int8",  "int8_kb64",   "int4",  "int4_kb128",
                        "nf4",  "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"};
-    out.decode = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
+    out.decode = default_decode_workloads();
     check_workload_sizes(out);
     return out;
   }
@@ -384,6 +413,18 @@ class Parser {
 };
 
 }  // namespace
+
+std::vector<DecodeWorkload> default_decode_workloads() {
+  std::vector<DecodeWorkload> out;
+  for (int page : {0, 64}) {  // shapes/qwen7b.json's entries, in its order
+    for (int b : {1, 4, 16, 64})
+      for (int kv : {512, 2048, 4096, 8192, 32768}) out.push_back({b, kv, 1, page, true});
+    for (int b : {1, 16, 64})
+      for (int kv : {1024, 4096, 16384}) out.push_back({b, kv, 4, page, true});
+    out.push_back({16, 4096, 8, page, true});
+  }
+  return out;
+}
 
 const std::vector<std::string>& known_weight_formats() {
   static const std::vector<std::string> formats = [] {

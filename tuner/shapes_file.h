@@ -18,7 +18,10 @@
 //         {"batch": 4, "seqlen": 128, "seqlen_k": 1024, "causal": false}
 //       ],
 //       "qkv_proj": {"tokens": [1, 16, 64], "formats": ["fp16", "int4"]},
-//       "attention_decode": [{"batch": 1, "kv_len": 4096}]
+//       "attention_decode": [
+//         {"batch": 1, "kv_len": 4096},
+//         {"batch": [1, 16], "kv_len": [2048, 8192], "q_len": 4, "page_size": 64, "causal": true}
+//       ]
 //     }
 //   }
 //
@@ -39,8 +42,13 @@
 //                         fp16, bf16, int8, int4, nf4, mxfp4, nvfp4, fp16_kb64, bf16_kb64, int8_kb64, int4_kb128,
 //                         nf4_kb128, mxfp4_kb128, nvfp4_kb128 (templates/qkv_proj/quant_format.h), no
 //                         duplicates}
-//     attention_decode    optional list of {batch 1..kMaxBatch, kv_len 1..kMaxSeqlen} (one query token per
-//                         sequence), no two entries equal
+//     attention_decode    optional list of {batch 1..kMaxBatch and kv_len 1..kMaxSeqlen, required, each an
+//                         integer or a non-empty array of them (the entry is then every batch x kv_len pair,
+//                         batch outer: a bucket grid); q_len 1..kMaxDecodeQLen, default 1 (new tokens per
+//                         sequence); page_size, default 0 = a contiguous cache, else the tokens per page of a
+//                         paged cache (1..kMaxDecodePageSize here; the family supports 16..256 powers of two);
+//                         causal, default true (the new tokens causal among themselves)}; no two expanded
+//                         workloads equal
 //
 // No tensor of a workload (Q, K/V, the fp16 Q/K/V weight, the projection's input and output, at 2 bytes an
 // element) may exceed kMaxTensorBytes. Unknown keys are rejected with their name (top level, inside
@@ -71,6 +79,8 @@ constexpr int kMaxBatch = 65535;                   ///< batch (a CUDA grid dimen
 constexpr int kMaxSeqlen = 1 << 20;                ///< seqlen, seqlen_k, kv_len
 constexpr int kMaxTokens = 1 << 20;                ///< qkv_proj tokens
 constexpr long long kMaxTensorBytes = 64LL << 30;  ///< any one tensor of a workload, at 2 bytes an element
+constexpr int kMaxDecodeQLen = 1024;               ///< attention_decode q_len (the family supports fewer)
+constexpr int kMaxDecodePageSize = 65536;          ///< attention_decode page_size (the family supports fewer)
 constexpr int kMaxJsonDepth = 64;                  ///< JSON nesting (a shapes file needs 4)
 
 /// Attention geometry of a model (one transformer layer; all layers are equal).
@@ -92,11 +102,21 @@ struct PrefillWorkload {
   bool causal;  ///< bottom-right aligned causal mask (FlashAttention 2.1+ convention)
 };
 
-/// One decode attention problem: one query token per sequence against kv_len cached keys.
+/// One decode attention problem: q_len new tokens per sequence against kv_len cached keys (the new ones
+/// included), in a contiguous (page_size 0) or paged KV cache.
 struct DecodeWorkload {
   int batch;
   int kv_len;
+  int q_len = 1;
+  int page_size = 0;  ///< 0: contiguous cache; else tokens per page
+  bool causal = true;
 };
+
+/// The attention_decode workloads of shapes/qwen7b.json (also those of a Hugging Face config.json): a bucket grid
+/// batch {1, 4, 16, 64} x kv_len {512, 2048, 4096, 8192, 32768} for q_len 1, contiguous and paged (page 64), so the
+/// runtime's nearest step is within a factor 2 of every length in 512..32768; and speculative decode, q_len 4 on
+/// batch {1, 16, 64} x kv_len {1024, 4096, 16384} and q_len 8 at batch 16, kv_len 4096, both layouts.
+std::vector<DecodeWorkload> default_decode_workloads();
 
 /// A parsed shapes file. Lists keep the file's order.
 struct ShapesFile {

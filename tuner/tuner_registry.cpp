@@ -4,6 +4,7 @@
 
 #include "generator/registry.h"
 #include "tuner/attention_session.h"
+#include "tuner/decode_session.h"
 #include "tuner/qkv_session.h"
 
 namespace kt {
@@ -13,6 +14,7 @@ const std::vector<TunerFamily>& tuner_families() {
   static const std::vector<TunerFamily> f = {
       attn::tuner_family(),
       qkv::tuner_family(),
+      decode::tuner_family(),
   };
   return f;
 }

@@ -7,7 +7,9 @@ Builds a small fake bench_all.py results file and a README with the perf markers
 make_report.py as a subprocess (as CI would) and checks: the section between the markers is replaced and the text
 outside them is untouched; a second run leaves the file byte-identical; a "slower than <anchor> (<ratio>x)" note
 appears in exactly the table cells whose ratio (anchor time / kerntune time) is below 1, including a ratio of
-0.996 that would round to 1.00; decode rows say there is no kerntune decode kernel; failures are named; image
+0.996 that would round to 1.00; decode rows give kerntune's share of the read ceiling and compare paged rows with
+the contiguous anchors (rows of a results file from before the decode family say there is no kerntune decode
+kernel); failures are named; image
 links are relative to the README; --stdout writes nothing; a README without the markers (or with them reversed)
 gives exit status 2, a message naming both markers, and an unchanged file.
 """
@@ -36,6 +38,16 @@ QKV_ANC = {("cublas_fused", "fp16", 1): 22.0, ("cublas_fused", "fp16", 256): 26.
            ("cublas_fused", "bf16", 1): 21.0, ("cublas_fused", "bf16", 256): 27.0,
            ("linear_x3", "bf16", 1): 37.0, ("linear_x3", "bf16", 256): 45.0,
            ("tinygemm_int4", "bf16", 1): 8.0, ("tinygemm_int4", "bf16", 256): 296.0}
+
+# Decode rows of the family: (B, kv_len, q_len, page_size) -> (kerntune us or None, read ceiling GB/s);
+# anchors per (B, kv_len, q_len) on the contiguous cache.
+DECODE_KT = {(16, 4096, 1, 0): (20.0, None), (16, 4096, 1, 64): (21.0, None), (16, 4096, 4, 0): (None, 4000.0)}
+DECODE_ANC = {(16, 4096, 1): {"sdpa_flash": 30.0, "sdpa_cudnn": 18.0}, (16, 4096, 4): {"sdpa_flash": 90.0,
+                                                                                        "sdpa_cudnn": 80.0}}
+_DEC_BYTES = (2 * 16 * 4096 * 4 * 128 + 2 * 16 * 28 * 128) * 2
+# ceilings chosen so that kerntune reaches 80% (contiguous) and 95% (paged) of them
+DECODE_KT[(16, 4096, 1, 0)] = (20.0, _DEC_BYTES / 20e-6 / 1e9 / 0.80)
+DECODE_KT[(16, 4096, 1, 64)] = (21.0, _DEC_BYTES / 21e-6 / 1e9 / 0.95)
 
 FAILURES = []
 
@@ -69,6 +81,20 @@ def fake_results():
                 rows.append(dict(base, impl="sdpa_cudnn", error="RuntimeError: cuDNN refuses this shape"))
             else:
                 rows.append(dict(base, impl="sdpa_cudnn", us=15.0, gbps=nbytes / 15e-6 / 1e9))
+    # Rows of the decode family (fp16): kerntune timed with its read ceiling; paged rows carry no anchors (they are
+    # compared with the contiguous ones); q_len 4's kerntune row failed.
+    for (b, kv, ql, page), (kt_us, ceil_gbps) in DECODE_KT.items():
+        nbytes = (2 * b * kv * 4 * 128 + 2 * b * ql * 28 * 128) * 2
+        base = dict(section="decode", dtype="fp16", batch=b, kv_len=kv, q_len=ql, page_size=page,
+                    layout="paged%d" % page if page else "contiguous", causal=True, bytes=nbytes, **geo)
+        if kt_us is None:
+            rows.append(dict(base, impl="kerntune", error="wrong result: rel err 0.5 > tol 0.005 (not timed)"))
+        else:
+            rows.append(dict(base, impl="kerntune", us=kt_us, gbps=nbytes / (kt_us * 1e-6) / 1e9, flush_us=kt_us + 3))
+        rows.append(dict(base, impl="read_ceiling", us=1.0, gbps=ceil_gbps))
+        if not page:
+            for impl, us in DECODE_ANC[(b, kv, ql)].items():
+                rows.append(dict(base, impl=impl, us=us, gbps=nbytes / (us * 1e-6) / 1e9, flush_us=us + 4))
     qgeo = dict(section="qkv", n=4608, k=3584, bias=True, **geo)
     for (impl, dt, m), us in QKV_ANC.items():
         rows.append(dict(qgeo, impl=impl, dtype=dt, format="int4" if impl == "tinygemm_int4" else dt, m=m, us=us))
@@ -182,8 +208,25 @@ def main():
 
         # 4. decode rows
         dec = table_rows(section, "| dtype | B | KV len |")
-        check(dec is not None and len(dec) == 2, "decode table has 2 rows")
-        for row in dec or []:
+        check(dec is not None and len(dec) == 2 + len(DECODE_KT), "decode table has one row per workload")
+        fam = {(int(r["B"]), int(r["KV len"]), int(r["q_len"]), r["layout"]): r for r in dec or []
+               if r["dtype"] == "fp16"}
+        c1, p1, c4 = fam.get((16, 4096, 1, "contiguous")), fam.get((16, 4096, 1, "paged 64")), \
+            fam.get((16, 4096, 4, "contiguous"))
+        check(None not in (c1, p1, c4), "decode rows per q_len and layout: %r" % sorted(fam))
+        if None not in (c1, p1, c4):
+            check(c1["kerntune"].startswith("20.0 us (") and c1["% of read ceiling"] == "80%", "kerntune and ceiling")
+            check(p1["% of read ceiling"] == "95%", "paged ceiling share")
+            check(c1["vs flash"] == "1.50x" and c1["vs cuDNN"] == "0.90x", "decode ratios: %r" % c1)
+            check(slower_notes(c1["note"]) == {"SDPA cuDNN": "0.90"}, "decode note names the slower anchor only")
+            # the paged row is compared with the contiguous anchors of its size
+            check(p1["SDPA flash us"] == "30.0" and p1["vs cuDNN"] == "0.86x", "paged row uses contiguous anchors")
+            check("slower than SDPA cuDNN (0.86x)" in p1["note"], "paged slower-than note")
+            check(c1["do_bench kerntune / cuDNN us"] == "23.0 / 22.0", "do_bench cell")
+            check(c4["kerntune"] == "failed" and "kerntune failed: wrong result" in c4["note"], "failed kerntune named")
+            check(c4["% of read ceiling"] == "-" and c4["vs flash"] == "-", "no ratio without a kerntune time")
+            check("no kerntune decode kernel" not in c1["note"], "measured rows do not say not implemented")
+        for row in [r for r in dec or [] if r["dtype"] == "bf16"]:
             check("no kerntune decode kernel yet" in row["note"], "decode row says no kerntune decode kernel")
             check(row["kerntune"] == "not implemented", "decode kerntune cell")
             check("slower than" not in row["note"], "no slower-than note without a kerntune time")

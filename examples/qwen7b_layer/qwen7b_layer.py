@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""One Qwen2.5-7B attention layer (prefill) through kerntune, checked against float32 PyTorch, per weight format.
+"""One Qwen2.5-7B attention layer (prefill, then a decode step) through kerntune, checked against float32 PyTorch,
+per weight format.
 
     python3 examples/qwen7b_layer/qwen7b_layer.py --db qwen7b-h100.db [--seqlen 2048] [--dtype bf16|fp16]
                                                  [--formats fp16,fp16_kb64,int8,int4,nf4,mxfp4,nvfp4] [--iters 20]
+                                                 [--decode-batch 16] [--decode-kv 4096] [--page-size 64]
 
 Needs a CUDA GPU, torch, and the kerntune Python package (python/kerntune, ctypes over libkerntune.so).
 
@@ -35,6 +37,17 @@ divided by --reps; warm L2, inputs reused; at S >= 512 the GPU work outlasts Pyt
 the numbers include it): kerntune projection (bias + RoPE fused) vs the PyTorch projection (F.linear with bias on
 the dtype weight + torch RoPE on q and k, cos/sin precomputed); kerntune attention vs SDPA FLASH_ATTENTION
 (FlashAttention-2) on transposed views. "x" = PyTorch time / kerntune time (> 1: kerntune faster).
+
+Decode step (per format, after the prefill checks; --decode-batch 0 skips it): B sequences, each holding kv - 1
+earlier tokens (random K/V, rounded to dtype) in a paged cache (--page-size tokens per page, pages shuffled), one new
+token each at position kv - 1:
+    kerntune: rt.qkv_proj(x [B, 3584]) -> q [B, 28, 128], k/v [B, 4, 128] (quantized GEMM + bias + RoPE, one kernel);
+              K/V written into the cache with torch indexing (slot = block_table[b, t // page] * page + t % page);
+              rt.attention_decode(q, k_pages, v_pages, seqlens_k, block_table)
+    PyTorch:  F.linear + torch RoPE, K/V written into a contiguous [B, kv, 4, 128] cache, SDPA (its default backend
+              choice) over it
+Checked: the decode output against an fp32 step with the dequantized weight (tol = the e2e one); timed (same method
+as above): the kerntune step vs the PyTorch step.
 
 16-bit weights must match the activation dtype: with --dtype bf16 the "fp16" format runs as "bf16" (said in the
 output), and the other way round; likewise "fp16_kb64" / "bf16_kb64" (the K-blocked 16-bit layout).
@@ -129,6 +142,72 @@ def time_us(fn, iters, warmup, reps):
     return statistics.median(samples)
 
 
+def decode_step(rt, a, dt, tol, pwc, wdq, b_act):
+    """The decode step of the docstring for one format: returns dict(err, t_kt, t_torch) or raises."""
+    import torch
+    import torch.nn.functional as F
+    dev = "cuda"
+    B, kv, page = a.decode_batch, a.decode_kv, a.page_size
+    gen = torch.Generator().manual_seed(a.seed + 1)
+    per = (kv + page - 1) // page
+    # history: kv - 1 earlier tokens per sequence; the new token goes to position kv - 1
+    hist_k = torch.randn(B, per * page, HKV, D, generator=gen).to(dev, dt)
+    hist_v = torch.randn(B, per * page, HKV, D, generator=gen).to(dev, dt)
+    x = torch.randn(B, HIDDEN, generator=gen).to(dev, dt)
+    pos = torch.full((B,), kv - 1, dtype=torch.int32, device=dev)
+    lens = torch.full((B,), kv, dtype=torch.int32, device=dev)
+    perm = torch.randperm(B * per, generator=gen).to(dev)
+    table = perm.view(B, per).to(torch.int32)
+    k_pages = torch.empty(B * per, page, HKV, D, dtype=dt, device=dev)
+    v_pages = torch.empty_like(k_pages)
+    k_pages[perm] = hist_k.view(B * per, page, HKV, D)
+    v_pages[perm] = hist_v.view(B * per, page, HKV, D)
+    slots = (table[:, (kv - 1) // page].long() * page + (kv - 1) % page)  # [B]
+    b_idx = torch.arange(B, device=dev)
+    qkv_kw = dict(bias=b_act, positions=pos, num_heads=HQ, num_kv_heads=HKV, head_dim=D, rope_theta=THETA)
+    outs = (torch.empty(B, HQ, D, dtype=dt, device=dev), torch.empty(B, HKV, D, dtype=dt, device=dev),
+            torch.empty(B, HKV, D, dtype=dt, device=dev))
+    o = torch.empty(B, 1, HQ, D, dtype=dt, device=dev)
+
+    def kt_step():
+        q, k, v = rt.qkv_proj(x, pwc, out=outs, **qkv_kw)
+        k_pages.view(-1, HKV, D)[slots] = k
+        v_pages.view(-1, HKV, D)[slots] = v
+        return rt.attention_decode(q.view(B, 1, HQ, D), k_pages, v_pages, lens, table, max_seqlen_k=kv, out=o)
+
+    out = kt_step()
+    torch.cuda.synchronize()
+    # fp32 reference with the dequantized weight, on the contiguous history
+    y = F.linear(x.float(), wdq.to(dev, torch.float32), b_act.float())
+    cos, sin = rope_cos_sin(pos, torch.float32)
+    q32 = apply_rope(y[:, :NQ].view(B, HQ, D), cos, sin)
+    k32 = apply_rope(y[:, NQ:NQ + NKV].view(B, HKV, D), cos, sin)
+    v32 = y[:, NQ + NKV:].view(B, HKV, D)
+    kc, vc = hist_k[:, :kv].float().clone(), hist_v[:, :kv].float().clone()
+    kc[:, kv - 1], vc[:, kv - 1] = k32, v32
+    ref = F.scaled_dot_product_attention(q32[:, :, None], kc.transpose(1, 2), vc.transpose(1, 2), enable_gqa=True)
+    err = rel(out[:, 0], ref[:, :, 0])
+    r = dict(err=err)
+    if not (err <= tol["e2e"]):
+        return r
+    # PyTorch step on a contiguous cache
+    w_act = wdq.to(dev, dt)
+    t_k, t_v = hist_k[:, :kv].clone(), hist_v[:, :kv].clone()
+    cos_a, sin_a = rope_cos_sin(pos, dt)
+
+    def torch_step():
+        yy = F.linear(x, w_act, b_act)
+        q = apply_rope(yy[:, :NQ].view(B, HQ, D), cos_a, sin_a)
+        t_k[b_idx, kv - 1] = apply_rope(yy[:, NQ:NQ + NKV].view(B, HKV, D), cos_a, sin_a)
+        t_v[b_idx, kv - 1] = yy[:, NQ + NKV:].view(B, HKV, D)
+        return F.scaled_dot_product_attention(q[:, :, None], t_k.transpose(1, 2), t_v.transpose(1, 2),
+                                              enable_gqa=True)
+
+    r["t_kt"] = time_us(kt_step, a.iters, a.warmup, a.reps)
+    r["t_torch"] = time_us(torch_step, a.iters, a.warmup, a.reps)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", default=os.environ.get("KERNTUNE_DB", ""),
@@ -141,6 +220,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
     ap.add_argument("--reps", type=int, default=5, help="calls per timing sample (default 5)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--decode-batch", type=int, default=16, help="decode step: sequences (default 16; 0 skips it)")
+    ap.add_argument("--decode-kv", type=int, default=4096, help="decode step: tokens per sequence after the step "
+                                                                 "(default 4096)")
+    ap.add_argument("--page-size", type=int, default=64, help="decode step: tokens per cache page (default 64)")
     a = ap.parse_args()
     formats = [f for item in a.formats for f in item.split(",") if f]
     bad = [f for f in formats if f not in ALL_FORMATS + ["bf16", "bf16_kb64"]]
@@ -150,6 +233,10 @@ def main():
         return 2
     if a.seqlen < 1:
         print("error: --seqlen must be >= 1", file=sys.stderr)
+        return 2
+    if a.decode_batch < 0 or a.decode_kv < 1 or a.page_size not in (16, 32, 64, 128, 256):
+        print("error: --decode-batch must be >= 0, --decode-kv >= 1, --page-size 16, 32, 64, 128 or 256",
+              file=sys.stderr)
         return 2
 
     import torch
@@ -244,6 +331,11 @@ def main():
                 r["t_proj"] = time_us(lambda: rt.qkv_proj(x_act, pwc, out=outs, **qkv_kw), a.iters, a.warmup, a.reps)
                 r["t_attn"] = time_us(lambda: rt.attention(q4, k4, v4, causal=True, out=o_buf), a.iters, a.warmup,
                                       a.reps)
+                if a.decode_batch:
+                    d = decode_step(rt, a, dt, tol, pwc, wdq, b_act)
+                    r.update({"dec_" + key: val for key, val in d.items()})
+                    if not (d["err"] <= tol["e2e"]):
+                        r["fail"] = "decode step above tolerance: %.2e > %.0e" % (d["err"], tol["e2e"])
         except Exception as e:  # reported per format; the others still run
             r["fail"] = "%s: %s" % (type(e).__name__, e)
         failed |= "fail" in r
@@ -275,6 +367,17 @@ def main():
         print("%-6s %12.1f %12.1f %6.2fx %12.1f %12.1f %6.2fx %10.1f %10.1f %6.2fx" % (
             r["format"], r["t_proj"], t_torch_proj, t_torch_proj / r["t_proj"], r["t_attn"], t_torch_attn,
             t_torch_attn / r["t_attn"], kt_tot, th_tot, th_tot / kt_tot))
+    if a.decode_batch:
+        print("\ndecode step (B %d, kv %d, paged %d): kerntune qkv_proj + cache write + attention_decode vs PyTorch "
+              "F.linear + RoPE + cache write + SDPA; us, x = PyTorch / kerntune" % (a.decode_batch, a.decode_kv,
+                                                                                   a.page_size))
+        print("%-6s %10s %10s %10s %7s" % ("format", "rel err", "kerntune", "PyTorch", "x"))
+        for r in results:
+            if "dec_t_kt" in r:
+                print("%-6s %10.2e %10.1f %10.1f %6.2fx" % (r["format"], r["dec_err"], r["dec_t_kt"], r["dec_t_torch"],
+                                                         r["dec_t_torch"] / r["dec_t_kt"]))
+            else:
+                print("%-6s %10s %s" % (r["format"], f(r, "dec_err", ".2e"), "not timed"))
     for r in results:
         if "fail" in r:
             print("FAIL %s: %s" % (r["format"], r["fail"]))

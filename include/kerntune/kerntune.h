@@ -16,6 +16,7 @@
  * row that sees no key gets o = 0 and lse = -inf.
  *
  * Q/K/V projection (kt_qkv_proj): see the comments at kt_qkv_problem and kt_qkv_args.
+ * Decode attention over a KV cache (kt_attention_decode): see kt_attention_decode_problem and _args.
  * Host-side weight quantization (kt_quantize_sizes, kt_quantize, kt_dequantize): see their comments; they
  * need neither a runtime nor a GPU.
  *
@@ -206,6 +207,78 @@ KT_API kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_q
  *  Does not touch the GPU. Errors: INVALID_ARGUMENT (rt, p or buf NULL, buf_len 0, malformed
  *  problem), UNSUPPORTED. */
 KT_API kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, size_t buf_len);
+
+/** Decode attention over a KV cache (kt_attention_decode): what defines the result (the tuning database key).
+ *    q   [batch, q_len, num_heads, head_dim]                          dtype
+ *    K,V contiguous (paged = 0): [batch, s_max, num_kv_heads, head_dim] with per-sequence lengths seqlens_k [batch]
+ *        paged (paged != 0):     [num_pages, page_size, num_kv_heads, head_dim] with a block table
+ *                                [batch, max_pages_per_seq] int32: token t of sequence b lies in page
+ *                                block_table[b][t / page_size], row t % page_size (the vLLM / FlashInfer layout)
+ *    o   [batch, q_len, num_heads, head_dim]                          dtype (written)
+ *    lse [batch, num_heads, q_len] float32, contiguous, natural log  (written; optional)
+ *  dtype: a kt_dtype. batch, num_heads, num_kv_heads >= 1; q_len 1..16 (new tokens per sequence: 1 for decode,
+ *  2..16 for speculative / multi-token decode); head_dim 64 or 128; num_heads a multiple of num_kv_heads.
+ *  kv_len >= 1: the length the launch grid is sized for (FlashAttention's max_seqlen_k: the batch's longest
+ *  sequence, or a bucket above it, at most the cache's capacity); each distinct value is one resolved problem.
+ *  page_size: 16, 32, 64, 128 or 256 when paged, 0 otherwise. causal != 0: the q_len new tokens are the last
+ *  q_len tokens of each sequence, causal among themselves (query i of sequence b sees keys
+ *  [0, seqlens_k[b] - q_len + i]); causal = 0: every query sees keys [0, seqlens_k[b]). A query that sees no key
+ *  (a sequence of length 0) gets o = 0 and lse = -inf. */
+typedef struct {
+  int32_t dtype;
+  int32_t batch;
+  int32_t q_len;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t kv_len;
+  int32_t paged;
+  int32_t page_size;
+  int32_t causal;
+} kt_attention_decode_problem;
+
+/** Device pointers, strides (in ELEMENTS, multiples of 8; head_dim contiguous) and cache sizes of one decode call.
+ *  q, k, v, o 16-byte aligned; lse, seqlens_k, block_table 4-byte aligned. k_stride_batch / v_stride_batch:
+ *  elements between sequences (contiguous) or between pages (paged). For contiguous tensors:
+ *  q/o: stride_head = head_dim, stride_row = num_heads * head_dim, stride_batch = q_len * stride_row;
+ *  k/v: stride_head = head_dim, stride_row = num_kv_heads * head_dim, stride_batch = s_max (contiguous) or
+ *  page_size (paged) * stride_row.
+ *  Trusted, not checked (device memory): seqlens_k[b] in [0, capacity] (capacity = s_max, or
+ *  max_pages_per_seq * page_size) and the block-table entries a sequence's length reaches in [0, num_pages). */
+typedef struct {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;                 /**< may be NULL: the log-sum-exp is then not written */
+  const int32_t* seqlens_k;   /**< [batch] tokens of each sequence in the cache, new tokens included */
+  const int32_t* block_table; /**< paged: [batch, max_pages_per_seq] (row stride block_table_stride); else NULL */
+  int64_t q_stride_batch, q_stride_row, q_stride_head;
+  int64_t k_stride_batch, k_stride_row, k_stride_head;
+  int64_t v_stride_batch, v_stride_row, v_stride_head;
+  int64_t o_stride_batch, o_stride_row, o_stride_head;
+  int64_t block_table_stride; /**< paged: elements between block-table rows (>= max_pages_per_seq) */
+  int32_t s_max;              /**< contiguous: token slots per sequence (>= kv_len); ignored when paged */
+  int32_t num_pages;          /**< paged: pages in the K and V caches; ignored when contiguous */
+  int32_t max_pages_per_seq;  /**< paged: block-table entries per sequence (capacity / page_size); ignored else */
+  float softmax_scale;        /**< multiplies q k^T before the softmax; <= 0 selects 1/sqrt(head_dim) */
+} kt_attention_decode_args;
+
+/** Decode attention for problem p on cu_stream (a CUstream; NULL = the legacy default stream): split-KV flash
+ *  decoding with the query heads of one KV head packed into one tile. The problem and the arguments are checked
+ *  on the host first (before rt, so that a caller can check them without a GPU), then the call is asynchronous
+ *  like kt_attention_prefill: the first call for a problem chooses the kernel (kt_explain with family
+ *  "attention_decode"), loads it and, for a split kernel, allocates its fp32 partials and counters (that first
+ *  call may synchronize the context); later calls only launch. The split buffers belong to the runtime's entry
+ *  for the problem, as kt_qkv_proj's: concurrent calls for the SAME problem on different streams must be ordered
+ *  by the caller.
+ *  Errors (the message names the argument): INVALID_ARGUMENT (p, a or rt NULL; unknown dtype; a size < 1; q, k, v,
+ *  o, seqlens_k NULL, or block_table NULL when paged; a misaligned pointer; a stride not a multiple of 8; kv_len
+ *  above the cache's capacity; num_pages or max_pages_per_seq < 1 when paged), UNSUPPORTED (q_len above 16,
+ *  head_dim not 64/128, num_heads not a multiple of num_kv_heads, a page size other than 16..256 powers of two,
+ *  a page size with a contiguous cache), CUDA, INTERNAL. */
+KT_API kt_status kt_attention_decode(kt_runtime* rt, const kt_attention_decode_problem* p,
+                                     const kt_attention_decode_args* a, void* cu_stream);
 
 /** Writes which kernel the runtime would use for a problem of any registered family, and why, as one
  *  NUL-terminated line "<step>: <variant>: <why>" (as kt_attention_explain), truncated to buf_len - 1 bytes.

@@ -186,6 +186,53 @@ class kt_qkv_args(ctypes.Structure):
     ]
 
 
+class kt_attention_decode_problem(ctypes.Structure):
+    """include/kerntune/kerntune.h: kt_attention_decode_problem (10 x int32, 40 bytes)."""
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("q_len", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("kv_len", ctypes.c_int32),
+        ("paged", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("causal", ctypes.c_int32),
+    ]
+
+
+class kt_attention_decode_args(ctypes.Structure):
+    """include/kerntune/kerntune.h: kt_attention_decode_args (device pointers, strides in elements, cache sizes,
+    176 bytes)."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),  # float*
+        ("seqlens_k", ctypes.c_void_p),  # const int32_t*
+        ("block_table", ctypes.c_void_p),  # const int32_t*
+        ("q_stride_batch", ctypes.c_int64),
+        ("q_stride_row", ctypes.c_int64),
+        ("q_stride_head", ctypes.c_int64),
+        ("k_stride_batch", ctypes.c_int64),
+        ("k_stride_row", ctypes.c_int64),
+        ("k_stride_head", ctypes.c_int64),
+        ("v_stride_batch", ctypes.c_int64),
+        ("v_stride_row", ctypes.c_int64),
+        ("v_stride_head", ctypes.c_int64),
+        ("o_stride_batch", ctypes.c_int64),
+        ("o_stride_row", ctypes.c_int64),
+        ("o_stride_head", ctypes.c_int64),
+        ("block_table_stride", ctypes.c_int64),
+        ("s_max", ctypes.c_int32),
+        ("num_pages", ctypes.c_int32),
+        ("max_pages_per_seq", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+    ]
+
+
 _STRUCT_CODES = {ctypes.c_int32: "i", ctypes.c_int64: "q", ctypes.c_void_p: "Q", ctypes.c_float: "f",
                  ctypes.c_double: "d"}
 
@@ -230,6 +277,8 @@ _PROTOTYPES = {
                              ctypes.c_void_p]),
     "kt_qkv_explain": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_qkv_problem), ctypes.POINTER(ctypes.c_char),
                                 ctypes.c_size_t]),
+    "kt_attention_decode": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_attention_decode_problem),
+                                     ctypes.POINTER(kt_attention_decode_args), ctypes.c_void_p]),
     "kt_explain": (_c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char),
                             ctypes.c_size_t]),
     "kt_quantize_sizes": (_c_int, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_size_t),

@@ -1,4 +1,4 @@
-"""kt.Runtime: attention prefill and the fused Q/K/V projection on torch CUDA tensors (torch imported lazily)."""
+"""kt.Runtime: attention prefill, decode attention and the fused Q/K/V projection on torch CUDA tensors (torch imported lazily)."""
 
 import atexit
 import ctypes
@@ -10,11 +10,12 @@ import weakref
 
 from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_ERROR_DATABASE, KT_OK,
                    QKV_ARGS_PACK as _QKV_ARGS_PACK, QKV_PROBLEM_PACK as _QKV_PROBLEM_PACK, KerntuneError, check,
-                   format_id, import_torch, kt_attention_args, kt_attention_problem, kt_qkv_problem, library,
+                   format_id, import_torch, kt_attention_args, kt_attention_decode_args,
+                   kt_attention_decode_problem, kt_attention_problem, kt_qkv_problem, library,
                    raw_function, TorchNotInstalledError, WEIGHT_ELEMENT_DTYPES)
 from ._quant import PackedWeight
 
-__all__ = ["Runtime", "default_runtime", "attention", "qkv_proj", "explain_attention", "explain_qkv"]
+__all__ = ["Runtime", "default_runtime", "attention", "attention_decode", "qkv_proj", "explain_attention", "explain_qkv"]
 
 _EXPLAIN_BUF = 4096
 
@@ -448,6 +449,186 @@ class Runtime:
         check(self._lib, self._lib.kt_attention_explain(h, ctypes.byref(p), buf, _EXPLAIN_BUF))
         return buf.value.decode("utf-8", "replace")
 
+    # ---- decode attention over a KV cache ----
+
+    def attention_decode(self, q, k_cache, v_cache, seqlens_k, block_table=None, causal=True, softmax_scale=None,
+                         return_lse=False, max_seqlen_k=None, out=None):
+        """Decode attention over a KV cache (split-KV flash decoding, the query heads of one KV head packed into one
+        tile), launched on torch.cuda.current_stream(); asynchronous.
+
+        For sequence b, new token i and query head h: o[b, i, h] = softmax(scale * q[b, i, h] K_b^T) V_b over the
+        first seqlens_k[b] tokens of KV head h // (H_q // H_kv) of sequence b's cache.
+
+        Args:
+            q: [B, q_len, H_q, D] torch.float16 / torch.bfloat16 on the runtime's device; q_len 1..16 (1 for
+                decode, 2..16 for speculative / multi-token decode); D 64 or 128; H_q a multiple of H_kv.
+            k_cache, v_cache: q's dtype and device, one shape:
+                contiguous (block_table None): [B, S_max, H_kv, D];
+                paged: [num_pages, page_size, H_kv, D], page_size 16, 32, 64, 128 or 256 (the vLLM / FlashInfer
+                layout).
+            seqlens_k: [B] int32 (int64 is converted): tokens of each sequence in the cache, the q_len new tokens
+                included. On the device it is trusted (each value in [0, capacity], capacity = S_max or
+                max_pages_per_seq * page_size); on the CPU it is checked here, then copied to the device.
+            block_table: None (contiguous) or [B, max_pages_per_seq] int32 (int64 is converted): token t of sequence
+                b lies in page block_table[b, t // page_size]. On the device its entries are trusted (those a
+                length reaches in [0, num_pages)); on the CPU they are checked (with seqlens_k on the CPU too),
+                then copied.
+            causal: the q_len new tokens are the last q_len tokens of each sequence, causal among themselves
+                (query i sees keys [0, seqlens_k[b] - q_len + i]); False: every query sees the whole sequence.
+                A query that sees no key (a sequence of length 0) gets o = 0 and lse = -inf.
+            softmax_scale: finite and > 0; None -> 1 / sqrt(D).
+            return_lse: also return lse, float32 [B, H_q, q_len] (natural log).
+            max_seqlen_k: the longest sequence (an int, at most the capacity), or None: the maximum of seqlens_k
+                when it is on the CPU, else the capacity. The launch grid is sized for it rounded up to a power of
+                two (at most the capacity), so that growing lengths resolve at most log2(capacity) problems.
+            out: optional preallocated output [B, q_len, H_q, D] in q's dtype on the device.
+            Layout of q, k_cache, v_cache, out: the last dimension contiguous, every other stride a multiple of 8
+            elements, data pointers 16-byte aligned. seqlens_k and block_table: last dimension contiguous.
+
+        Returns:
+            o [B, q_len, H_q, D] (`out` when given), or (o, lse) when return_lse.
+
+        Raises:
+            TypeError: a tensor argument not a tensor; q's dtype not fp16/bf16; q, k_cache, v_cache, out of
+                different dtypes; seqlens_k / block_table not int32 or int64.
+            ValueError (naming the argument): a tensor not on the runtime's device (seqlens_k and block_table may
+                be on the CPU); wrong rank or shape; q_len outside 1..16; head counts; an unsupported page size;
+                a layout rule; softmax_scale not finite and > 0; max_seqlen_k outside [1, capacity]; a CPU
+                seqlens_k value outside [0, capacity] or a CPU block-table entry outside [0, num_pages); closed
+                runtime.
+            KerntuneError: refused or failed in the library (KT_ERROR_UNSUPPORTED head_dim, KT_ERROR_CUDA, ...).
+        """
+        torch = _torch()
+        h = self._live()
+        dev = self.device
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            _check_tensor(torch, name, t, dev)
+        dtype = _kt_dtype(torch, "q.dtype", q.dtype)
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.dtype != q.dtype:
+                raise TypeError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}: q and the caches must share "
+                                f"one dtype")
+        paged = block_table is not None
+        cache_desc = "[num_pages, page_size, H_kv, D]" if paged else "[B, S_max, H_kv, D]"
+        for name, t, desc in (("q", q, "[B, q_len, H_q, D]"), ("k_cache", k_cache, cache_desc),
+                              ("v_cache", v_cache, cache_desc)):
+            if t.dim() != 4:
+                raise ValueError(f"{name} must be 4-D {desc}, got shape {tuple(t.shape)}")
+        B, Lq, Hq, D = (int(s) for s in q.shape)
+        C0, C1, Hkv, Dk = (int(s) for s in k_cache.shape)
+        if tuple(v_cache.shape) != tuple(k_cache.shape):
+            raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+        if Dk != D:
+            raise ValueError(f"k_cache has head_dim {Dk} but q has head_dim {D}")
+        for name, val in (("batch (q.shape[0])", B), ("q_len (q.shape[1])", Lq), ("num_heads (q.shape[2])", Hq),
+                          ("head_dim", D), ("num_kv_heads (k_cache.shape[2])", Hkv), ("k_cache.shape[0]", C0),
+                          ("k_cache.shape[1]", C1)):
+            _i32(val, name)
+        if Lq > 16:
+            raise ValueError(f"q_len (q.shape[1]) must be 1..16 (new tokens per sequence), got {Lq}")
+        if Hq % Hkv != 0:
+            raise ValueError(f"q's {Hq} heads must be a multiple of the cache's {Hkv} KV heads (grouped-query "
+                             f"attention)")
+        if paged:
+            num_pages, page_size = C0, C1
+            if page_size not in (16, 32, 64, 128, 256):
+                raise ValueError(f"page_size (k_cache.shape[1]) must be 16, 32, 64, 128 or 256, got {page_size}")
+        else:
+            if C0 != B:
+                raise ValueError(f"k_cache has batch {C0} but q has batch {B} (a contiguous cache is "
+                                 f"[B, S_max, H_kv, D]; pass block_table for a paged one)")
+            num_pages, page_size = 0, 0
+
+        def index_tensor(name, t, ndim, shape):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"{name} must be torch.int32 or torch.int64, got {t.dtype}")
+            if t.dim() != ndim or int(t.shape[0]) != B:
+                raise ValueError(f"{name} must be {shape}, got shape {tuple(t.shape)}")
+            if t.device.type == "cuda" and t.device != dev:
+                raise ValueError(f"{name} is on {t.device}, but the runtime is on {dev}")
+            if t.device.type not in ("cuda", "cpu"):
+                raise ValueError(f"{name} must be a CPU or CUDA tensor, got {t.device}")
+            return t
+
+        index_tensor("seqlens_k", seqlens_k, 1, f"[B] = [{B}]")
+        if paged:
+            index_tensor("block_table", block_table, 2, f"[B, max_pages_per_seq] = [{B}, ...]")
+            max_pages = _i32(int(block_table.shape[1]), "max_pages_per_seq (block_table.shape[1])")
+            capacity = max_pages * page_size
+        else:
+            max_pages = 0
+            capacity = C1
+        if capacity >= _I32_LIMIT:
+            raise ValueError(f"the cache's capacity {capacity} tokens must be < 2^31")
+
+        host_lengths = seqlens_k.device.type == "cpu"
+        if host_lengths:
+            lens = seqlens_k.to(torch.int64)
+            bad = ((lens < 0) | (lens > capacity)).nonzero()
+            if bad.numel():
+                b = int(bad[0, 0])
+                raise ValueError(f"seqlens_k[{b}] = {int(lens[b])} is outside [0, {capacity}], the cache's capacity")
+            if paged and block_table.device.type == "cpu":
+                need = (lens + page_size - 1) // page_size  # pages each sequence's length reaches
+                cols = torch.arange(max_pages).unsqueeze(0)
+                reached = cols < need.unsqueeze(1)
+                bt = block_table.to(torch.int64)
+                bad = (reached & ((bt < 0) | (bt >= num_pages))).nonzero()
+                if bad.numel():
+                    b, j = int(bad[0, 0]), int(bad[0, 1])
+                    raise ValueError(f"block_table[{b}][{j}] = {int(bt[b, j])} is outside [0, num_pages = {num_pages})"
+                                     f" (sequence {b} holds {int(lens[b])} tokens)")
+        if max_seqlen_k is None:
+            longest = max(1, int(seqlens_k.max())) if host_lengths else capacity
+        else:
+            longest = _i32(max_seqlen_k, "max_seqlen_k")
+            if longest > capacity:
+                raise ValueError(f"max_seqlen_k {longest} exceeds the cache's capacity of {capacity} tokens")
+        kv_len = min(capacity, 1 << (longest - 1).bit_length())
+
+        seq32 = seqlens_k
+        if seq32.dtype is not torch.int32 or seq32.device != dev or not seq32.is_contiguous():
+            seq32 = seq32.to(device=dev, dtype=torch.int32).contiguous()  # kept alive until the launch is queued
+        bt32, bt_stride = None, 0
+        if paged:
+            bt32 = block_table
+            if bt32.dtype is not torch.int32 or bt32.device != dev or bt32.stride(-1) != 1:
+                bt32 = bt32.to(device=dev, dtype=torch.int32).contiguous()
+            bt_stride = bt32.stride(0) if B > 1 else max_pages
+
+        if softmax_scale is None:
+            scale = 0.0  # the library's 1 / sqrt(head_dim)
+        else:
+            scale = float(softmax_scale)
+            if not (math.isfinite(scale) and scale > 0):
+                raise ValueError(f"softmax_scale must be finite and > 0 (or None for 1/sqrt(D)), got {softmax_scale}")
+        if out is None:
+            out = torch.empty((B, Lq, Hq, D), dtype=q.dtype, device=dev)
+        else:
+            _check_tensor(torch, "out", out, dev)
+            if out.dtype != q.dtype:
+                raise TypeError(f"out.dtype is {out.dtype} but q.dtype is {q.dtype}")
+            if tuple(out.shape) != (B, Lq, Hq, D):
+                raise ValueError(f"out must have q's shape {(B, Lq, Hq, D)}, got {tuple(out.shape)}")
+        sq = _check_layout("q", q)
+        sk = _check_layout("k_cache", k_cache)
+        sv = _check_layout("v_cache", v_cache)
+        so = _check_layout("out", out, written=True)
+        lse = torch.empty((B, Hq, Lq), dtype=torch.float32, device=dev) if return_lse else None
+
+        p = kt_attention_decode_problem(dtype, B, Lq, Hq, Hkv, D, kv_len, 1 if paged else 0, page_size,
+                                        1 if causal else 0)
+        a = kt_attention_decode_args(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                                     lse.data_ptr() if lse is not None else None, seq32.data_ptr(),
+                                     bt32.data_ptr() if paged else None,
+                                     sq[0], sq[1], sq[2], sk[0], sk[1], sk[2], sv[0], sv[1], sv[2], so[0], so[1], so[2],
+                                     bt_stride, 0 if paged else C1, num_pages, max_pages, scale)
+        st = self._launch(torch, self._lib.kt_attention_decode, h, ctypes.byref(p), ctypes.byref(a))
+        check(self._lib, st)
+        return (out, lse) if return_lse else out
+
     # ---- fused Q/K/V projection ----
 
     def qkv_proj(self, x, weight, bias=None, positions=None, *, num_heads, num_kv_heads, head_dim, rope_theta=None,
@@ -662,6 +843,11 @@ def default_runtime():
 def attention(q, k, v, causal=False, scale=None, out=None, return_lse=False):
     """default_runtime().attention(...): see Runtime.attention."""
     return default_runtime().attention(q, k, v, causal=causal, scale=scale, out=out, return_lse=return_lse)
+
+
+def attention_decode(q, k_cache, v_cache, seqlens_k, block_table=None, **kwargs):
+    """default_runtime().attention_decode(...): see Runtime.attention_decode."""
+    return default_runtime().attention_decode(q, k_cache, v_cache, seqlens_k, block_table, **kwargs)
 
 
 def qkv_proj(x, weight, bias=None, positions=None, **kwargs):

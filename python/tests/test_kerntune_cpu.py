@@ -436,8 +436,10 @@ def layout(fields):
 
 def test_structs_match_header():
     structs = header_structs()
-    assert set(structs) == {"kt_attention_problem", "kt_attention_args", "kt_qkv_problem", "kt_qkv_args"}, set(structs)
-    expected_sizes = {"kt_attention_problem": 32, "kt_attention_args": 144, "kt_qkv_problem": 36, "kt_qkv_args": 120}
+    assert set(structs) == {"kt_attention_problem", "kt_attention_args", "kt_qkv_problem", "kt_qkv_args",
+                            "kt_attention_decode_problem", "kt_attention_decode_args"}, set(structs)
+    expected_sizes = {"kt_attention_problem": 32, "kt_attention_args": 144, "kt_qkv_problem": 36, "kt_qkv_args": 120,
+                      "kt_attention_decode_problem": 40, "kt_attention_decode_args": 176}
     for name, fields in structs.items():
         cls = getattr(kt, name)
         offsets, size, align = layout(fields)
@@ -452,7 +454,8 @@ def test_structs_match_header():
 def test_struct_packers_give_the_structs_bytes():
     """The launch path packs kt_qkv_problem / kt_qkv_args with struct_packer instead of building the Structures:
     the bytes must be the Structure's, padding included, with distinct values in every field (NULL as 0)."""
-    for cls in (kt.kt_qkv_problem, kt.kt_qkv_args, kt.kt_attention_problem, kt.kt_attention_args):
+    for cls in (kt.kt_qkv_problem, kt.kt_qkv_args, kt.kt_attention_problem, kt.kt_attention_args,
+                kt.kt_attention_decode_problem, kt.kt_attention_decode_args):
         packer = _lib.struct_packer(cls)
         vals = []
         for i, (name, ctype) in enumerate(cls._fields_):
@@ -527,6 +530,77 @@ def test_every_api_function_is_declared():
         assert got == want, (n, got, want)
     # The loader's probe tells this build (byte lengths in kt_quantize / kt_dequantize) from an older one.
     assert _lib._has_buffer_lengths(LIB)
+
+
+def _decode_call(problem=None, args=None, **changes):
+    """kt_attention_decode with rt NULL on a valid paged bf16 problem (B 2, q_len 4, 28/4 heads, D 128, kv_len 300,
+    page 64) whose fields `changes` override (problem or args fields by name); returns (status, message). The
+    problem and the arguments are checked before the runtime handle, so no GPU is needed."""
+    p = problem or kt.kt_attention_decode_problem(kt.KT_DTYPE_BF16, 2, 4, 28, 4, 128, 300, 1, 64, 1)
+    base = 0x7f0000000000
+    a = args or kt.kt_attention_decode_args(base, base + 0x100000, base + 0x200000, base + 0x300000, None,
+                                            base + 0x400000, base + 0x500000,
+                                            4 * 28 * 128, 28 * 128, 128, 64 * 4 * 128, 4 * 128, 128,
+                                            64 * 4 * 128, 4 * 128, 128, 4 * 28 * 128, 28 * 128, 128,
+                                            8, 0, 40, 8, 0.0)
+    for k, v in changes.items():
+        setattr(p if hasattr(p, k) and k not in ("q", "k", "v", "o") else a, k, v)
+    st = LIB.kt_attention_decode(None, ctypes.byref(p), ctypes.byref(a), None)
+    return st, LIB.kt_last_error().decode()
+
+
+def test_attention_decode_c_abi_names_the_bad_argument():
+    """Every bad input of a decode call is refused before launch with a message naming the argument: q_len above
+    16, an unsupported page size, head counts, an unknown dtype, null and misaligned pointers, strides, kv_len past
+    the cache's capacity, the block table's geometry. A valid call reaches the runtime check (rt is NULL)."""
+    st, msg = _decode_call()
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT and "rt is NULL" in msg, (st, msg)
+    cases = [
+        (dict(q_len=17), kt.KT_ERROR_UNSUPPORTED, "q_len"),
+        (dict(page_size=48), kt.KT_ERROR_UNSUPPORTED, "page_size"),
+        (dict(page_size=512), kt.KT_ERROR_UNSUPPORTED, "page_size"),
+        (dict(num_kv_heads=5), kt.KT_ERROR_UNSUPPORTED, "num_kv_heads"),
+        (dict(head_dim=96), kt.KT_ERROR_UNSUPPORTED, "head_dim"),
+        (dict(dtype=7), kt.KT_ERROR_INVALID_ARGUMENT, "dtype"),
+        (dict(batch=0), kt.KT_ERROR_INVALID_ARGUMENT, "batch"),
+        (dict(kv_len=0), kt.KT_ERROR_INVALID_ARGUMENT, "kv_len"),
+        (dict(kv_len=8 * 64 + 1), kt.KT_ERROR_INVALID_ARGUMENT, "capacity"),
+        (dict(seqlens_k=None), kt.KT_ERROR_INVALID_ARGUMENT, "seqlens_k"),
+        (dict(block_table=None), kt.KT_ERROR_INVALID_ARGUMENT, "block_table"),
+        (dict(q=None), kt.KT_ERROR_INVALID_ARGUMENT, "q"),
+        (dict(max_pages_per_seq=0), kt.KT_ERROR_INVALID_ARGUMENT, "max_pages_per_seq"),
+        (dict(block_table_stride=4), kt.KT_ERROR_INVALID_ARGUMENT, "block_table_stride"),
+        (dict(num_pages=0), kt.KT_ERROR_INVALID_ARGUMENT, "num_pages"),
+        (dict(k_stride_row=4 * 128 + 4), kt.KT_ERROR_INVALID_ARGUMENT, "k_row_stride"),
+        (dict(softmax_scale=float("inf")), kt.KT_ERROR_INVALID_ARGUMENT, "softmax_scale"),
+    ]
+    for change, want_status, word in cases:
+        st, msg = _decode_call(**change)
+        assert st == want_status and word in msg, (change, st, msg)
+    # a misaligned pointer is named
+    p = kt.kt_attention_decode_problem(kt.KT_DTYPE_BF16, 2, 4, 28, 4, 128, 300, 1, 64, 1)
+    st0, _ = _decode_call(problem=p)
+    assert st0 == kt.KT_ERROR_INVALID_ARGUMENT
+    a = kt.kt_attention_decode_args(0x7f0000000008, 0x7f0000100000, 0x7f0000200000, 0x7f0000300000, None,
+                                    0x7f0000400000, 0x7f0000500000, 4 * 28 * 128, 28 * 128, 128, 64 * 4 * 128,
+                                    4 * 128, 128, 64 * 4 * 128, 4 * 128, 128, 4 * 28 * 128, 28 * 128, 128, 8, 0, 40, 8,
+                                    0.0)
+    st, msg = _decode_call(problem=p, args=a)
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT and "q must be 16-byte aligned" in msg, (st, msg)
+    # contiguous: a page size is refused, and kv_len past S_max names the capacity
+    p = kt.kt_attention_decode_problem(kt.KT_DTYPE_FP16, 2, 1, 8, 8, 64, 100, 0, 16, 0)
+    st, msg = _decode_call(problem=p)
+    assert st == kt.KT_ERROR_UNSUPPORTED and "page_size" in msg, (st, msg)
+    p.page_size = 0
+    a = kt.kt_attention_decode_args(0x7f0000000000, 0x7f0000100000, 0x7f0000200000, 0x7f0000300000, None,
+                                    0x7f0000400000, None, 8 * 64, 8 * 64, 64, 64 * 8 * 64, 8 * 64, 64,
+                                    64 * 8 * 64, 8 * 64, 64, 8 * 64, 8 * 64, 64, 0, 64, 0, 0, 0.0)
+    st, msg = _decode_call(problem=p, args=a)
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT and "capacity" in msg and "S_max" in msg, (st, msg)
+    a.s_max = 100
+    a.k_stride_batch = a.v_stride_batch = 100 * 8 * 64
+    st, msg = _decode_call(problem=p, args=a)
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT and "rt is NULL" in msg, (st, msg)
 
 
 # ---- runner -------------------------------------------------------------------------------------------------

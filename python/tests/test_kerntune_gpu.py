@@ -10,6 +10,9 @@ kept in the disk cache, so a second run is much faster).
   Qwen2.5-7B heads (28 / 4, head_dim 128) among the shapes, output poisoned with NaN first, LSE checked;
 - qkv_proj for every weight format vs a float64 reference built from pw.dequantize() (x W^T + b, RoPE
   rotate-half with theta 1e6 on the q and k heads), M in {1, 16, 37}, rel err <= 2e-3 (fp16) / 1e-2 (bf16);
+- attention_decode vs a float64 reference: paged (shuffled block table, NaN in the spare pages and past every
+  length) and contiguous caches, ragged lengths incl. 0, q_len 1 / 2 / 4 / 16, GQA 7, MQA, MHA, o and lse; host
+  (CPU) tables checked and giving the same bits; capture in a CUDA graph; max_seqlen_k buckets;
 - each refusal raises before any launch (the NaN-poisoned output is left untouched).
 """
 
@@ -444,3 +447,156 @@ def test_closed_runtime_refuses():
     with pytest.raises(ValueError, match="closed"):
         r.attention(q, k, v)
     r.close()  # idempotent
+
+
+# ---- decode attention over a KV cache -------------------------------------------------------------------------
+
+def decode_reference(q, k, v, lens, causal, scale):
+    """float64 decode attention per sequence: o [B, q_len, Hq, D], lse [B, Hq, q_len]. Query i of sequence b sees keys
+    [0, lens[b] - q_len + i] (causal) or [0, lens[b]); rows that see no key: o = 0, lse = -inf."""
+    B, L, Hq, D = q.shape
+    Hkv = k.shape[2]
+    o = torch.zeros(B, L, Hq, D, dtype=torch.float64, device=q.device)
+    lse = torch.full((B, Hq, L), float("-inf"), dtype=torch.float64, device=q.device)
+    for b in range(B):
+        n = int(lens[b])
+        if n == 0:
+            continue
+        kk = k[b, :n].double().repeat_interleave(Hq // Hkv, dim=1)  # [n, Hq, D]
+        vv = v[b, :n].double().repeat_interleave(Hq // Hkv, dim=1)
+        s = torch.einsum("ihd,jhd->hij", q[b].double(), kk) * scale  # [Hq, L, n]
+        if causal:
+            hidden = torch.arange(n, device=q.device)[None, :] > (torch.arange(L, device=q.device) + n - L)[:, None]
+            s = s.masked_fill(hidden, float("-inf"))
+        l = torch.logsumexp(s, dim=-1)  # [Hq, L]
+        p = torch.nan_to_num(torch.exp(s - l[..., None]), nan=0.0)
+        o[b] = torch.einsum("hij,jhd->ihd", p, vv)
+        lse[b] = l
+    return o, lse
+
+
+def to_pages(k, v, page, gen):
+    """Contiguous K/V [B, S, Hkv, D] (S a multiple of page) as shuffled pages + the block table, plus 3 spare pages of
+    NaN that no table entry names."""
+    B, S, Hkv, D = k.shape
+    per = S // page
+    perm = torch.randperm(B * per + 3, generator=gen)
+    table = perm[: B * per].view(B, per).to(torch.int32)
+    kp = torch.full((B * per + 3, page, Hkv, D), float("nan"), dtype=k.dtype, device=k.device)
+    vp = kp.clone()
+    kp[perm[: B * per].to(k.device)] = k.reshape(B * per, page, Hkv, D)
+    vp[perm[: B * per].to(k.device)] = v.reshape(B * per, page, Hkv, D)
+    return kp, vp, table
+
+
+@pytest.mark.parametrize("B,L,Hq,Hkv,D,S,page,dtype", [
+    (4, 1, 28, 4, 128, 4160, 64, torch.bfloat16),    # Qwen2.5-7B heads, paged
+    (4, 1, 28, 4, 128, 4100, 0, torch.bfloat16),     # contiguous
+    (3, 4, 28, 4, 128, 1024, 16, torch.float16),     # speculative decode, small pages
+    (2, 16, 8, 1, 64, 512, 256, torch.float16),      # MQA, q_len 16
+    (5, 2, 4, 4, 64, 300, 0, torch.bfloat16),        # MHA
+])
+def test_attention_decode_matches_reference(rt, B, L, Hq, Hkv, D, S, page, dtype):
+    """Ragged lengths (0, 1, a page boundary crossed by one token, the capacity), cache slots past each length NaN,
+    a shuffled block table; o and lse against float64; the output poisoned first."""
+    torch.manual_seed(7)
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(B, L, Hq, D, dtype=dtype, device=DEV)
+    k = torch.randn(B, S, Hkv, D, dtype=dtype, device=DEV)
+    v = torch.randn(B, S, Hkv, D, dtype=dtype, device=DEV)
+    lens_list = [S, 0, (page or 64) + 1, 1, S - 7][:B]
+    lens_list = [n if n == 0 or n >= L else L for n in lens_list]
+    lens = torch.tensor(lens_list, dtype=torch.int32)
+    for b, n in enumerate(lens_list):  # nothing past a sequence's length may be read
+        k[b, n:] = float("nan")
+        v[b, n:] = float("nan")
+    scale = 1 / math.sqrt(D)
+    ref_o, ref_lse = decode_reference(q, k, v, lens_list, True, scale)
+    out = poisoned((B, L, Hq, D), dtype)
+    if page:
+        kp, vp, table = to_pages(k, v, page, gen)
+        o, lse = rt.attention_decode(q, kp, vp, lens.to(DEV), table.to(DEV), out=out, return_lse=True)
+    else:
+        o, lse = rt.attention_decode(q, k, v, lens.to(DEV), out=out, return_lse=True)
+    torch.cuda.synchronize()
+    assert o is out
+    assert torch.isfinite(o).all()
+    assert rel_err(o, ref_o) <= TOL[dtype] * 1.5
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), seen)  # -inf exactly where a row sees no key
+    assert (lse[seen].double() - ref_lse[seen]).abs().max().item() < 1e-3
+    assert (o[1] == 0).all() if B > 1 and lens_list[1] == 0 else True
+    # Host tables (CPU tensors) are checked, copied and give the same bits.
+    o2 = rt.attention_decode(q, kp, vp, lens, table) if page else rt.attention_decode(q, k, v, lens)
+    torch.cuda.synchronize()
+    assert torch.equal(o2, o)
+
+
+def test_attention_decode_cuda_graph_and_bucket(rt):
+    """Captured in a CUDA graph after one eager call (device-resident lengths: no host sync), replays give the eager
+    bits; max_seqlen_k between buckets rounds up to the same resolved problem."""
+    torch.manual_seed(3)
+    q = torch.randn(16, 1, 28, 128, dtype=torch.bfloat16, device=DEV)
+    k = torch.randn(16, 2048, 4, 128, dtype=torch.bfloat16, device=DEV)
+    v = torch.randn_like(k)
+    lens = torch.randint(1, 2049, (16,), dtype=torch.int32, device=DEV)
+    out = torch.empty_like(q)
+    rt.attention_decode(q, k, v, lens, max_seqlen_k=2048, out=out)
+    eager = out.clone()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        rt.attention_decode(q, k, v, lens, max_seqlen_k=2048, out=out)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        rt.attention_decode(q, k, v, lens, max_seqlen_k=2048, out=out)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    o1 = rt.attention_decode(q, k, v, lens, max_seqlen_k=1500)  # rounds up to 2048: same problem, same bits
+    assert torch.equal(o1, eager)
+
+
+@pytest.mark.parametrize("case", ["q_len", "page_size", "heads", "dtype", "capacity", "block_table", "seqlens",
+                                  "table_device_shape"])
+def test_attention_decode_refusals(rt, case):
+    """Every bad input of a decode call raises naming the argument, before any launch (the poisoned output stays)."""
+    q = torch.randn(2, 1, 8, 64, dtype=torch.float16, device=DEV)
+    kp = torch.randn(10, 16, 2, 64, dtype=torch.float16, device=DEV)
+    vp = torch.randn_like(kp)
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+    lens = torch.tensor([40, 48], dtype=torch.int32)
+    out = poisoned((2, 1, 8, 64), torch.float16)
+    kwargs = dict(out=out)
+    args = [q, kp, vp, lens, table]
+    word = case
+    if case == "q_len":
+        args[0] = torch.randn(2, 17, 8, 64, dtype=torch.float16, device=DEV)
+        kwargs = {}
+    elif case == "page_size":
+        args[1] = torch.randn(10, 48, 2, 64, dtype=torch.float16, device=DEV)
+        args[2] = torch.randn_like(args[1])
+    elif case == "heads":
+        args[0] = torch.randn(2, 1, 7, 64, dtype=torch.float16, device=DEV)
+        kwargs = {}
+    elif case == "dtype":
+        args[1] = kp.to(torch.bfloat16)
+        word = "k_cache.dtype"
+    elif case == "capacity":
+        kwargs["max_seqlen_k"] = 49  # 3 pages of 16 hold 48
+        word = "max_seqlen_k"
+    elif case == "block_table":
+        args[4] = torch.tensor([[0, 1, 2], [3, 10, 5]], dtype=torch.int32)  # page 10 of 10
+        word = "block_table[1][1]"
+    elif case == "seqlens":
+        args[3] = torch.tensor([40, 49], dtype=torch.int32)
+        word = "seqlens_k[1]"
+    elif case == "table_device_shape":
+        args[4] = table[:, :2].to(DEV).contiguous()[:1]
+        word = "block_table"
+    with pytest.raises((ValueError, TypeError, kt.KerntuneError)) as e:
+        rt.attention_decode(*args, **kwargs)
+    assert word in str(e.value), str(e.value)
+    assert torch.isnan(out).all()

@@ -7,6 +7,7 @@
 
 #include "generator/arch.h"
 #include "generator/attention_family.h"
+#include "generator/decode_family.h"
 #include "generator/qkv_family.h"
 #include "generator/registry.h"
 #include "kerntune/kerntune.h"
@@ -195,7 +196,7 @@ TEST_CASE("the work-item builder covers every registered family of a shapes file
   WorkOptions none;
   none.keep = [](const std::string&) { return false; };
   for (const auto& it : build_work(problems, kSm90a, device_model(kSm90a), none).items) {
-    CHECK(it.configs.size() == 1);
+    REQUIRE(it.configs.size() == 1);  // variants[0] below needs it
     CHECK(it.variants[0] == it.default_variant);
   }
 }
@@ -222,6 +223,11 @@ TEST_CASE("the work-item builder enumerates what each family's own valid_configs
       for (const auto& c :
            default_first(qkv::valid_configs(p, kSm90a), qkv::default_config(kSm90a, p), qkv::same_config))
         want.push_back(qkv::variant_name(p, c, kSm90a));
+    } else if (it.family == decode::kFamily) {
+      const auto p = decode::problem_from_json(it.problem);
+      for (const auto& c : default_first(decode::valid_configs(p, kSm90a, device_model(kSm90a)),
+                                         decode::default_config(kSm90a, p), decode::same_config))
+        want.push_back(decode::variant_name(p, c, kSm90a));
     } else {
       continue;
     }

@@ -85,12 +85,85 @@ TEST_CASE("shapes/qwen7b.json loads with the exact values", "[shapes]") {
   CHECK(s.qkv_tokens == std::vector<int>{1, 16, 64, 256, 1024, 4096, 16384});
   CHECK(s.qkv_formats == std::vector<std::string>{"fp16", "fp16_kb64", "int8", "int8_kb64", "int4", "int4_kb128", "nf4",
                                                   "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"});
-  const int decode[][2] = {{1, 4096}, {16, 4096}, {64, 2048}, {1, 32768}};
-  REQUIRE(s.decode.size() == 4);
-  for (size_t i = 0; i < 4; ++i) {
-    CHECK(s.decode[i].batch == decode[i][0]);
-    CHECK(s.decode[i].kv_len == decode[i][1]);
+  // attention_decode: the bucket grids, both layouts (contiguous, then paged with 64-token pages).
+  REQUIRE(s.decode.size() == 60);
+  size_t n = 0;
+  for (int page : {0, 64}) {
+    for (int b : {1, 4, 16, 64})
+      for (int kv : {512, 2048, 4096, 8192, 32768}) {
+        const auto& w = s.decode[n++];
+        CHECK((w.batch == b && w.kv_len == kv && w.q_len == 1 && w.page_size == page && w.causal));
+      }
+    for (int b : {1, 16, 64})
+      for (int kv : {1024, 4096, 16384}) {
+        const auto& w = s.decode[n++];
+        CHECK((w.batch == b && w.kv_len == kv && w.q_len == 4 && w.page_size == page && w.causal));
+      }
+    const auto& w = s.decode[n++];
+    CHECK((w.batch == 16 && w.kv_len == 4096 && w.q_len == 8 && w.page_size == page && w.causal));
   }
+  // The shipped file is what a Hugging Face config.json gets by default.
+  const auto def = kt::default_decode_workloads();
+  REQUIRE(def.size() == s.decode.size());
+  for (size_t i = 0; i < def.size(); ++i)
+    CHECK((def[i].batch == s.decode[i].batch && def[i].kv_len == s.decode[i].kv_len &&
+           def[i].q_len == s.decode[i].q_len && def[i].page_size == s.decode[i].page_size &&
+           def[i].causal == s.decode[i].causal));
+}
+
+TEST_CASE("shapes file: attention_decode entries expand batch x kv_len lists, with q_len, page_size, causal",
+          "[shapes]") {
+  auto j = nlohmann::json::parse(kValid);
+  j["workloads"]["attention_decode"] = nlohmann::json::parse(
+      R"([{"batch": [1, 7], "kv_len": [17, 4097, 300]},
+          {"batch": 2, "kv_len": [64], "q_len": 5, "page_size": 16, "causal": false},
+          {"batch": 2, "kv_len": 64, "q_len": 5, "page_size": 0}])");
+  const kt::ShapesFile s = kt::parse_shapes(j, "inline");
+  REQUIRE(s.decode.size() == 8);
+  const int grid[][2] = {{1, 17}, {1, 4097}, {1, 300}, {7, 17}, {7, 4097}, {7, 300}};  // batch outer
+  for (size_t i = 0; i < 6; ++i) {
+    CHECK(s.decode[i].batch == grid[i][0]);
+    CHECK(s.decode[i].kv_len == grid[i][1]);
+    CHECK(s.decode[i].q_len == 1);      // default
+    CHECK(s.decode[i].page_size == 0);  // default: contiguous
+    CHECK(s.decode[i].causal);          // default
+  }
+  CHECK((s.decode[6].batch == 2 && s.decode[6].kv_len == 64 && s.decode[6].q_len == 5 && s.decode[6].page_size == 16 &&
+         !s.decode[6].causal));
+  CHECK((s.decode[7].q_len == 5 && s.decode[7].page_size == 0 && s.decode[7].causal));
+
+  auto bad = [&](const char* entry) {
+    auto k = j;
+    k["workloads"]["attention_decode"] = nlohmann::json::parse(entry);
+    try {
+      kt::parse_shapes(k, "x.json");
+    } catch (const kt::ShapesError& e) {
+      return std::string(e.what());
+    }
+    FAIL("expected a ShapesError for " << entry);
+    return std::string();
+  };
+  CHECK(contains(
+      bad(R"([{"batch": [], "kv_len": 5}])"),
+      "x.json: field 'workloads.attention_decode[0].batch': expected a positive integer or a non-empty array"));
+  CHECK(contains(bad(R"([{"batch": [1, 0], "kv_len": 5}])"),
+                 "field 'workloads.attention_decode[0].batch[1]': expected a positive integer"));
+  CHECK(contains(bad(R"([{"batch": 1, "kv_len": [5, 5]}])"),
+                 "field 'workloads.attention_decode[0]': lists batch 1 x kv_len 5 twice"));
+  CHECK(contains(bad(R"([{"batch": [1, 2], "kv_len": 5}, {"batch": 2, "kv_len": 5}])"),
+                 "field 'workloads.attention_decode[1]': duplicates workloads.attention_decode[0]"));
+  CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "q_len": 0}])"),
+                 "field 'workloads.attention_decode[0].q_len': expected a positive integer"));
+  CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "page_size": -16}])"),
+                 "field 'workloads.attention_decode[0].page_size': expected a positive integer"));
+  CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "causal": 1}])"), "field 'workloads.attention_decode[0].causal'"));
+  CHECK(contains(bad(R"([{"batch": 1, "kv_len": 5, "pages": 16}])"),
+                 "unknown field 'workloads.attention_decode[0].pages'"));
+  // The same sizes in another layout, q_len or mask are other problems.
+  j["workloads"]["attention_decode"] = nlohmann::json::parse(
+      R"([{"batch": 1, "kv_len": 5}, {"batch": 1, "kv_len": 5, "page_size": 16}, {"batch": 1, "kv_len": 5, "q_len": 2},
+          {"batch": 1, "kv_len": 5, "causal": false}])");
+  CHECK(kt::parse_shapes(j, "inline").decode.size() == 4);
 }
 
 TEST_CASE("shapes file: optional fields and defaults", "[shapes]") {
@@ -164,6 +237,8 @@ TEST_CASE("shapes file: Hugging Face config.json fills defaults", "[shapes]") {
   for (size_t i = 0; i < s.decode.size(); ++i) {
     CHECK(s.decode[i].batch == ref.decode[i].batch);
     CHECK(s.decode[i].kv_len == ref.decode[i].kv_len);
+    CHECK(s.decode[i].q_len == ref.decode[i].q_len);
+    CHECK(s.decode[i].page_size == ref.decode[i].page_size);
   }
 
   // Llama-style: explicit head_dim and attention_bias false; no num_key_value_heads -> MHA;

@@ -1,0 +1,410 @@
+#include "generator/decode_family.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <type_traits>
+
+#include "generator/arch.h"
+
+namespace kt {
+namespace decode {
+namespace {
+
+const char* dtype_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
+
+[[noreturn]] void fail(const std::string& msg) { throw ProblemError(std::string(kFamily) + ": " + msg); }
+
+bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+int packed_rows(const Problem& p) { return p.num_heads / p.num_kv_heads * p.q_len; }
+
+/// The largest tile_m of {16, 32, 64} no larger than the packed rows rounded up to 16 (fewest row blocks, so the
+/// fewest re-reads of K/V) that `valid` accepts, or 16.
+template <class Valid>
+int pick_tile_m(const Problem& p, Valid valid) {
+  const int need = (packed_rows(p) + 15) / 16 * 16;
+  int best = 16;
+  for (int m : {16, 32, 64})
+    if (m <= need && valid(m)) best = m;
+  return best;
+}
+
+}  // namespace
+
+const char* layout_name(KvLayout l) { return l == KvLayout::paged ? "paged" : "contiguous"; }
+
+KvLayout parse_layout(const std::string& s) {
+  if (s == "contiguous") return KvLayout::contiguous;
+  if (s == "paged") return KvLayout::paged;
+  fail("unknown kv_layout '" + s + "' (expected contiguous or paged)");
+}
+
+std::string Problem::key() const {
+  std::ostringstream s;
+  s << kFamily << '/' << dtype_tag(dtype) << "/b" << batch << "/q" << q_len << "/h" << num_heads << "/kv"
+    << num_kv_heads << "/d" << head_dim << "/sk" << kv_len << '/';
+  if (kv_layout == KvLayout::paged) s << "paged" << page_size;
+  else s << "contig";
+  s << '/' << (causal ? "causal" : "full");
+  return s.str();
+}
+
+double Problem::flops() const {
+  double pairs = static_cast<double>(q_len) * kv_len;
+  if (causal) {
+    pairs = 0;
+    for (int i = 0; i < q_len; ++i) pairs += std::max(0, std::min(kv_len, kv_len - q_len + i + 1));
+  }
+  return 4.0 * batch * num_heads * pairs * head_dim;
+}
+
+double Problem::min_bytes() const {
+  const double kv = 2.0 * batch * kv_len * num_kv_heads * head_dim;
+  const double qo = 2.0 * batch * q_len * num_heads * head_dim;
+  return (kv + qo) * dtype_bytes(dtype);
+}
+
+void check_problem(const Problem& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) fail("unknown dtype (expected fp16 or bf16)");
+  if (p.batch < 1) fail("batch must be >= 1, got " + std::to_string(p.batch));
+  if (p.q_len < 1 || p.q_len > kMaxQLen)
+    fail("q_len must be 1.." + std::to_string(kMaxQLen) + ", got " + std::to_string(p.q_len));
+  if (p.num_heads < 1) fail("num_heads must be >= 1, got " + std::to_string(p.num_heads));
+  if (p.num_kv_heads < 1) fail("num_kv_heads must be >= 1, got " + std::to_string(p.num_kv_heads));
+  if (p.num_heads % p.num_kv_heads != 0)
+    fail("num_heads (" + std::to_string(p.num_heads) + ") must be a multiple of num_kv_heads (" +
+         std::to_string(p.num_kv_heads) + ") for GQA/MQA");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    fail("head_dim " + std::to_string(p.head_dim) + " is not supported: head_dim must be 64 or 128");
+  if (p.kv_len < 1) fail("kv_len must be >= 1, got " + std::to_string(p.kv_len));
+  if (p.kv_layout != KvLayout::contiguous && p.kv_layout != KvLayout::paged)
+    fail("kv_layout must be contiguous or paged");
+  if (p.kv_layout == KvLayout::paged &&
+      (!power_of_two(p.page_size) || p.page_size < kMinPageSize || p.page_size > kMaxPageSize))
+    fail("page_size " + std::to_string(p.page_size) + " is not supported: paged needs 16, 32, 64, 128 or 256");
+  if (p.kv_layout == KvLayout::contiguous && p.page_size != 0)
+    fail("page_size must be 0 for a contiguous cache, got " + std::to_string(p.page_size));
+  if (p.batch > 65535) fail("batch must be <= 65535 (grid z), got " + std::to_string(p.batch));
+  if (p.num_kv_heads > 65535) fail("num_kv_heads must be <= 65535 (grid y), got " + std::to_string(p.num_kv_heads));
+}
+
+std::vector<Config> config_space() {
+  std::vector<Config> out;
+  for (int tile_m : {16, 32, 64})
+    for (int tile_n : {32, 64, 128, 256})
+      for (int warps : {2, 4, 8})
+        for (int stages : {2, 3, 4, 6})
+          for (int chunk : {0, 64, 128, 256, 512, 1024, 2048, 4096, 8192})
+            out.push_back(Config{tile_m, tile_n, warps, stages, chunk});
+  return out;
+}
+
+std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device) {
+  const int tile_m = pick_tile_m(p, [&](int m) {
+    for (const auto& c : config_space())
+      if (c.tile_m == m && invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) == nullptr) return true;
+    return false;
+  });
+  const long long sms = std::max(1, device.sm_count);
+  struct Ranked {
+    Config c;
+    double waves;
+  };
+  std::vector<Ranked> ranked;
+  for (const auto& c : config_space()) {
+    if (c.tile_m != tile_m) continue;
+    if (invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) continue;
+    if (c.kv_chunk != 0 && c.kv_chunk < c.tile_n) continue;
+    const int splits = num_splits(c, p.kv_len);
+    if (c.kv_chunk != 0 && (splits == 1 || splits > 256)) continue;  // no split: the kv_chunk 0 config is the same
+    const long long blocks =
+        static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len) * splits;
+    if (splits > 1 && blocks > 16 * sms) continue;  // more splits than 16 blocks per SM only add combine work
+    ranked.push_back({c, std::fabs(std::log(double(blocks) / (2.0 * sms)))});
+  }
+  // Candidate order: grids nearest two blocks per SM first (what --max-candidates keeps).
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) { return a.waves < b.waves; });
+  std::vector<Config> out;
+  for (const auto& r : ranked) out.push_back(r.c);
+  return out;
+}
+
+Config default_config(ArchId arch, const Problem& p) {
+  const DeviceModel device = device_model(arch);
+  Config c{16, 64, 4, 3, 0};
+  c.tile_m = pick_tile_m(p, [&](int m) {
+    Config t = c;
+    t.tile_m = m;
+    return invalid_reason(p.dtype, p.head_dim, p.kv_layout, t, arch) == nullptr;
+  });
+  while (c.stages > 2 && invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) --c.stages;
+  const long long base =
+      static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len);
+  const long long sms = std::max(1, device.sm_count);
+  if (base < sms) {  // fewer blocks than SMs: split until about two blocks per SM
+    const long long splits = (2 * sms + base - 1) / base;
+    long long chunk = (p.kv_len + splits - 1) / splits;
+    chunk = (chunk + c.tile_n - 1) / c.tile_n * c.tile_n;
+    if (chunk < p.kv_len && chunk <= 65536) c.kv_chunk = static_cast<int>(chunk);
+  }
+  if (const char* why = invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch))
+    fail(std::string("no default config for ") + arch_name(arch) + ": " + why);
+  return c;
+}
+
+bool same_config(const Config& a, const Config& b) {
+  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages &&
+         a.kv_chunk == b.kv_chunk;
+}
+
+std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
+  std::ostringstream s;
+  s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << layout_name(p.kv_layout) << "__m"
+    << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk << "__"
+    << arch_name(arch);
+  return s.str();
+}
+
+std::string name_expression(const Problem& p, const Config& c) {
+  std::ostringstream s;
+  s << "kt::decode::attention_decode<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim
+    << ", kt::decode::KvLayout::" << layout_name(p.kv_layout) << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps
+    << ", " << c.stages << ">";
+  return s.str();
+}
+
+KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
+  KernelSource k;
+  k.family = kFamily;
+  k.variant_name = variant_name(p, c, arch);
+  k.name_expression = name_expression(p, c);
+  k.source = "#include \"attention_decode/attention_decode.cuh\"\n";
+  k.arch = arch;
+  k.dynamic_smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
+  return k;
+}
+
+LaunchDims launch_dims(const Problem& p, const Config& c) {
+  LaunchDims d;
+  d.grid_x = static_cast<unsigned>(num_splits(c, p.kv_len) * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len));
+  d.grid_y = static_cast<unsigned>(p.num_kv_heads);
+  d.grid_z = static_cast<unsigned>(p.batch);
+  d.block_x = static_cast<unsigned>(c.warps * 32);
+  d.smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
+  return d;
+}
+
+bool uses_workspace(const Problem& p, const Config& c) { return num_splits(c, p.kv_len) > 1; }
+
+size_t workspace_bytes(const Problem& p, const Config& c) {
+  const long long o = partial_o_floats(c, p.batch, p.num_heads, p.num_kv_heads, p.q_len, p.head_dim, p.kv_len);
+  const long long l = partial_lse_floats(c, p.batch, p.num_heads, p.num_kv_heads, p.q_len, p.kv_len);
+  return static_cast<size_t>(o + l) * 4;
+}
+
+size_t counter_bytes(const Problem& p, const Config& c) {
+  return static_cast<size_t>(counter_count(c, p.batch, p.num_heads, p.num_kv_heads, p.q_len, p.kv_len)) * 4;
+}
+
+void bind_config(DecodeParams& a, const Problem& p, const Config& c, float* workspace, unsigned* counters) {
+  a.kv_chunk = c.kv_chunk;
+  if (!uses_workspace(p, c)) {
+    a.partial_o = nullptr;
+    a.partial_lse = nullptr;
+    a.counters = nullptr;
+    return;
+  }
+  a.partial_o = workspace;
+  a.partial_lse =
+      workspace ? workspace + partial_o_floats(c, p.batch, p.num_heads, p.num_kv_heads, p.q_len, p.head_dim, p.kv_len)
+                : nullptr;
+  a.counters = counters;
+}
+
+namespace {
+DecodeParams common_params(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                           const int* seqlens_k, float softmax_scale) {
+  DecodeParams a{};
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  a.seqlens_k = seqlens_k;
+  const long long d = p.head_dim;
+  a.q_head_stride = d;
+  a.q_row_stride = d * p.num_heads;
+  a.q_batch_stride = a.q_row_stride * p.q_len;
+  a.o_head_stride = a.q_head_stride;
+  a.o_row_stride = a.q_row_stride;
+  a.o_batch_stride = a.q_batch_stride;
+  a.k_head_stride = d;
+  a.k_row_stride = d * p.num_kv_heads;
+  a.v_head_stride = d;
+  a.v_row_stride = a.k_row_stride;
+  a.batch = p.batch;
+  a.q_len = p.q_len;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.kv_len = p.kv_len;
+  a.page_size = p.page_size;
+  a.causal = p.causal ? 1 : 0;
+  a.softmax_scale = softmax_scale > 0.f ? softmax_scale : static_cast<float>(1.0 / std::sqrt(double(p.head_dim)));
+  a.scale_log2 = static_cast<float>(a.softmax_scale * 1.4426950408889634);
+  return a;
+}
+}  // namespace
+
+DecodeParams contiguous_params(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                               const int* seqlens_k, int s_max, float softmax_scale) {
+  DecodeParams a = common_params(p, q, k, v, o, lse, seqlens_k, softmax_scale);
+  a.k_batch_stride = a.k_row_stride * s_max;
+  a.v_batch_stride = a.v_row_stride * s_max;
+  a.kv_capacity = s_max;
+  return a;
+}
+
+DecodeParams paged_params(const Problem& p, const void* q, const void* k_pages, const void* v_pages, void* o,
+                          float* lse, const int* seqlens_k, const int* block_table, int num_pages,
+                          int max_pages_per_seq, float softmax_scale) {
+  DecodeParams a = common_params(p, q, k_pages, v_pages, o, lse, seqlens_k, softmax_scale);
+  a.k_page_stride = a.k_row_stride * p.page_size;
+  a.v_page_stride = a.v_row_stride * p.page_size;
+  a.block_table = block_table;
+  a.block_table_stride = max_pages_per_seq;
+  a.num_pages = num_pages;
+  a.kv_capacity = max_pages_per_seq * p.page_size;
+  return a;
+}
+
+void check_args(const Problem& p, const DecodeParams& a) {
+  check_problem(p);
+  auto mismatch = [](const char* field, long long got, long long want) {
+    fail(std::string("kernel argument ") + field + " = " + std::to_string(got) + " does not match the problem's " +
+         std::to_string(want));
+  };
+  if (a.batch != p.batch) mismatch("batch", a.batch, p.batch);
+  if (a.q_len != p.q_len) mismatch("q_len", a.q_len, p.q_len);
+  if (a.num_heads != p.num_heads) mismatch("num_heads", a.num_heads, p.num_heads);
+  if (a.num_kv_heads != p.num_kv_heads) mismatch("num_kv_heads", a.num_kv_heads, p.num_kv_heads);
+  if (a.kv_len != p.kv_len) mismatch("kv_len", a.kv_len, p.kv_len);
+  if (a.page_size != p.page_size) mismatch("page_size", a.page_size, p.page_size);
+  if (a.causal != (p.causal ? 1 : 0)) mismatch("causal", a.causal, p.causal ? 1 : 0);
+  if (!a.q || !a.k || !a.v || !a.o) fail("q, k, v and o must be non-null device pointers");
+  if (!a.seqlens_k) fail("seqlens_k must be a non-null device pointer (int32 [batch])");
+  auto aligned = [](const void* ptr, unsigned n) { return reinterpret_cast<std::uintptr_t>(ptr) % n == 0; };
+  if (!aligned(a.q, 16)) fail("q must be 16-byte aligned");
+  if (!aligned(a.k, 16)) fail("k must be 16-byte aligned");
+  if (!aligned(a.v, 16)) fail("v must be 16-byte aligned");
+  if (!aligned(a.o, 16)) fail("o must be 16-byte aligned");
+  if (a.lse && !aligned(a.lse, 4)) fail("lse must be 4-byte aligned");
+  if (!aligned(a.seqlens_k, 4)) fail("seqlens_k must be 4-byte aligned");
+  const bool paged = p.kv_layout == KvLayout::paged;
+  const struct {
+    const char* name;
+    long long v;
+  } strides[] = {{"q_batch_stride", a.q_batch_stride},
+                 {"q_row_stride", a.q_row_stride},
+                 {"q_head_stride", a.q_head_stride},
+                 {paged ? "k_page_stride" : "k_batch_stride", paged ? a.k_page_stride : a.k_batch_stride},
+                 {"k_row_stride", a.k_row_stride},
+                 {"k_head_stride", a.k_head_stride},
+                 {paged ? "v_page_stride" : "v_batch_stride", paged ? a.v_page_stride : a.v_batch_stride},
+                 {"v_row_stride", a.v_row_stride},
+                 {"v_head_stride", a.v_head_stride},
+                 {"o_batch_stride", a.o_batch_stride},
+                 {"o_row_stride", a.o_row_stride},
+                 {"o_head_stride", a.o_head_stride}};
+  for (const auto& s : strides)
+    if (s.v % 8 != 0)
+      fail(std::string(s.name) + " must be a multiple of 8 elements (16-byte loads), got " + std::to_string(s.v));
+  if (a.kv_capacity < 1) fail("kv_capacity must be >= 1, got " + std::to_string(a.kv_capacity));
+  if (paged) {
+    if (!a.block_table) fail("block_table must be a non-null device pointer for a paged cache");
+    if (!aligned(a.block_table, 4)) fail("block_table must be 4-byte aligned");
+    if (a.num_pages < 1) fail("num_pages must be >= 1, got " + std::to_string(a.num_pages));
+    if (a.block_table_stride < 1) fail("block_table_stride must be >= 1");
+    if (a.kv_capacity > a.block_table_stride * p.page_size)
+      fail("kv_capacity " + std::to_string(a.kv_capacity) + " exceeds the block table's " +
+           std::to_string(a.block_table_stride) + " pages of " + std::to_string(p.page_size) + " tokens");
+  }
+  if (!(a.softmax_scale > 0.f) || !std::isfinite(a.softmax_scale)) fail("softmax_scale must be positive and finite");
+}
+
+void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
+  check_args(p, a);
+  if (a.kv_chunk != c.kv_chunk)
+    fail("kernel argument kv_chunk = " + std::to_string(a.kv_chunk) + " does not match the config's " +
+         std::to_string(c.kv_chunk) + " (bind_config sets it)");
+  if (uses_workspace(p, c)) {
+    if (!a.partial_o || !a.partial_lse || !a.counters)
+      fail("a split launch (kv_chunk " + std::to_string(c.kv_chunk) + " < kv_len " + std::to_string(p.kv_len) +
+           ") needs the workspace and counters (bind_config)");
+    if (reinterpret_cast<std::uintptr_t>(a.partial_o) % 16 != 0) fail("the workspace must be 16-byte aligned");
+  }
+}
+
+nlohmann::json problem_to_json(const Problem& p) {
+  return {{"dtype", dtype_tag(p.dtype)},
+          {"batch", p.batch},
+          {"q_len", p.q_len},
+          {"num_heads", p.num_heads},
+          {"num_kv_heads", p.num_kv_heads},
+          {"head_dim", p.head_dim},
+          {"kv_len", p.kv_len},
+          {"kv_layout", layout_name(p.kv_layout)},
+          {"page_size", p.page_size},
+          {"causal", p.causal}};
+}
+
+namespace {
+template <class T>
+T field(const nlohmann::json& j, const char* name, const char* what) {
+  if (!j.is_object() || !j.contains(name)) fail(std::string(what) + " JSON lacks field '" + name + "'");
+  const auto& v = j.at(name);
+  bool ok;
+  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+  else if constexpr (std::is_same_v<T, int>) ok = v.is_number_integer();
+  else ok = v.is_string();
+  if (!ok) fail(std::string(what) + " JSON field '" + name + "' has the wrong type");
+  return v.get<T>();
+}
+}  // namespace
+
+Problem problem_from_json(const nlohmann::json& j) {
+  Problem p;
+  const auto dt = field<std::string>(j, "dtype", "problem");
+  if (dt == "fp16") p.dtype = DType::f16;
+  else if (dt == "bf16") p.dtype = DType::bf16;
+  else fail("problem JSON field 'dtype': unknown dtype '" + dt + "'");
+  p.batch = field<int>(j, "batch", "problem");
+  p.q_len = field<int>(j, "q_len", "problem");
+  p.num_heads = field<int>(j, "num_heads", "problem");
+  p.num_kv_heads = field<int>(j, "num_kv_heads", "problem");
+  p.head_dim = field<int>(j, "head_dim", "problem");
+  p.kv_len = field<int>(j, "kv_len", "problem");
+  p.kv_layout = parse_layout(field<std::string>(j, "kv_layout", "problem"));
+  p.page_size = field<int>(j, "page_size", "problem");
+  p.causal = field<bool>(j, "causal", "problem");
+  return p;
+}
+
+nlohmann::json config_to_json(const Config& c) {
+  return {
+      {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"warps", c.warps}, {"stages", c.stages}, {"kv_chunk", c.kv_chunk}};
+}
+
+Config config_from_json(const nlohmann::json& j) {
+  Config c{};
+  c.tile_m = field<int>(j, "tile_m", "config");
+  c.tile_n = field<int>(j, "tile_n", "config");
+  c.warps = field<int>(j, "warps", "config");
+  c.stages = field<int>(j, "stages", "config");
+  c.kv_chunk = field<int>(j, "kv_chunk", "config");
+  return c;
+}
+
+}  // namespace decode
+}  // namespace kt

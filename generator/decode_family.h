@@ -1,0 +1,151 @@
+// The attention_decode kernel family, host side: Problem (result-defining key), Config space, pruning with
+// invalid_reason(), canonical variant names, NVRTC source + name expression, launch dims, workspace, argument
+// checks. Device side: templates/attention_decode/attention_decode.cuh; shared rules and kernel arguments:
+// templates/attention_decode/decode_config.h.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attention_decode/decode_config.h"
+#include "generator/compiler.h"
+#include "generator/family.h"  // ProblemError, LaunchDims, DeviceModel
+
+namespace kt {
+namespace decode {
+
+constexpr const char* kFamily = "attention_decode";
+
+/// Page sizes the paged layout supports (tokens per page; powers of two).
+constexpr int kMinPageSize = 16;
+constexpr int kMaxPageSize = 256;
+
+/// Result-defining key of one decode call (the database key). Tensors as in DecodeParams:
+/// q [batch, q_len, num_heads, head_dim]; K/V cache contiguous [batch, S_max, num_kv_heads, head_dim] or paged
+/// [num_pages, page_size, num_kv_heads, head_dim] + block table [batch, max_pages_per_seq]; seqlens_k [batch];
+/// out [batch, q_len, num_heads, head_dim]; lse [batch, num_heads, q_len] (optional: a null pointer, not a key
+/// field, since it does not change o).
+///
+/// kv_len is the caller's maximum KV length (as FlashAttention's max_seqlen_k, a host int): the grid is sized for
+/// it, while the per-sequence lengths (seqlens_k) stay on the device. The tuner tunes per (batch, kv_len) bucket;
+/// the runtime's nearest step covers the lengths in between.
+/// causal: the q_len new tokens are causal among themselves, bottom-right aligned as FlashAttention: query i of
+/// sequence b sees keys [0, seqlens_k[b] - q_len + i]. Without it every query sees keys [0, seqlens_k[b]).
+struct Problem {
+  DType dtype = DType::bf16;
+  int batch = 1;
+  int q_len = 1;
+  int num_heads = 1;
+  int num_kv_heads = 1;
+  int head_dim = 128;
+  int kv_len = 1;
+  KvLayout kv_layout = KvLayout::contiguous;
+  int page_size = 0;  ///< tokens per page: 16, 32, 64, 128 or 256 (paged); 0 (contiguous)
+  bool causal = true;
+
+  /// "attention_decode/bf16/b16/q1/h28/kv4/d128/sk4096/paged64/causal" (contiguous: ".../sk4096/contig/causal";
+  /// not causal: ".../full") — canonical and greppable.
+  std::string key() const;
+  /// FLOPs of the two matmuls at kv_len: 4 * batch * num_heads * (visible (query, key) pairs) * head_dim, the
+  /// pairs being q_len * kv_len, or with causal sum_i (kv_len - q_len + i + 1) over the visible ones.
+  double flops() const;
+  /// Bytes a call must move at least at kv_len: K and V once (2 * batch * kv_len * num_kv_heads * head_dim
+  /// elements), q and o once.
+  double min_bytes() const;
+};
+
+/// Throws ProblemError naming the field when no variant can support the problem: dtype fp16/bf16; batch,
+/// num_heads, num_kv_heads, kv_len >= 1; q_len 1..16 (kMaxQLen); num_heads % num_kv_heads == 0; head_dim 64 or 128;
+/// page_size a power of two 16..256 for paged, 0 for contiguous; grid limits (batch and num_kv_heads
+/// <= 65535).
+void check_problem(const Problem& p);
+
+/// The raw Cartesian space of the family's axes (before pruning), in declaration order:
+/// tile_m {16, 32, 64} x tile_n {32, 64, 128, 256} x warps {2, 4, 8} x stages {2, 3, 4, 6} x kv_chunk {0, 128, 256,
+/// 512, 1024, 2048, 4096, 8192}.
+std::vector<Config> config_space();
+
+/// Configs of config_space() valid for the problem on `arch` (invalid_reason null), also pruned for speed on
+/// `device`: tile_m no larger than the problem's packed rows need (rounded up to 16), kv_chunk no smaller than one
+/// tile, and a split only when it leaves at least one tile per split and at most 256 splits.
+std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
+
+/// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3
+/// stages (fewer where the ring does not fit the arch), and no split when batch x num_kv_heads x row blocks gives
+/// every SM of device_model(arch) a block; else kv_chunk the multiple of tile_n that makes about two blocks per SM.
+Config default_config(ArchId arch, const Problem& p);
+
+bool same_config(const Config& a, const Config& b);
+
+/// "attention_decode__bf16_d128_paged__m16_n64_w4_s4_c512__sm_90a": the kernel class (dtype, head_dim, layout),
+/// then every config field in declaration order (c0 = no split), then the arch. Not in the name: batch, q_len,
+/// heads, kv_len, page_size and causal, run-time arguments of one binary.
+std::string variant_name(const Problem& p, const Config& c, ArchId arch);
+
+/// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 4>". kv_chunk is a
+/// run-time argument (DecodeParams::kv_chunk, set by bind_config) and gridDim.x the split count, so configs that
+/// differ only in kv_chunk share one binary.
+std::string name_expression(const Problem& p, const Config& c);
+
+/// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
+KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
+
+/// Grid (row_blocks * num_splits(c, kv_len), num_kv_heads, batch); block warps * 32 threads; dynamic smem
+/// smem_bytes(c, head_dim); no cluster.
+LaunchDims launch_dims(const Problem& p, const Config& c);
+
+/// Whether the launch has more than one split (then it needs the workspace and counters below).
+bool uses_workspace(const Problem& p, const Config& c);
+/// Split partials in bytes (fp32 O then LSE, DecodeParams::partial_o / partial_lse); 0 without split.
+size_t workspace_bytes(const Problem& p, const Config& c);
+/// Counters in bytes (one unsigned per (batch, kv head, row block)); 0 without split. The caller zeroes them once
+/// when it allocates them; each launch leaves them zero again.
+size_t counter_bytes(const Problem& p, const Config& c);
+/// Writes the config's run-time part into the kernel arguments (every launch path calls it; the caller's values of
+/// these fields are ignored): params.kv_chunk = c.kv_chunk, params.partial_o / partial_lse into `workspace`
+/// (workspace_bytes(p, c) bytes, 16-byte aligned) and params.counters = `counters`; the three pointers null when the
+/// launch has no split (workspace and counters may then be null).
+void bind_config(DecodeParams& params, const Problem& p, const Config& c, float* workspace, unsigned* counters);
+
+/// Kernel arguments for a contiguous cache in the layouts of DecodeParams, strides derived from the shape:
+/// q/o [batch, q_len, num_heads, head_dim], k/v [batch, s_max, num_kv_heads, head_dim]. softmax_scale <= 0 selects
+/// 1/sqrt(head_dim). bind_config not yet applied.
+DecodeParams contiguous_params(const Problem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                               const int* seqlens_k, int s_max, float softmax_scale = 0.f);
+/// Kernel arguments for a paged cache: k/v pages [num_pages, page_size, num_kv_heads, head_dim], block_table
+/// [batch, max_pages_per_seq] int32 (row stride max_pages_per_seq). bind_config not yet applied.
+DecodeParams paged_params(const Problem& p, const void* q, const void* k_pages, const void* v_pages, void* o,
+                          float* lse, const int* seqlens_k, const int* block_table, int num_pages,
+                          int max_pages_per_seq, float softmax_scale = 0.f);
+
+/// Throws ProblemError naming the argument if the kernel cannot run with these arguments, whatever the config:
+/// sizes must match the problem (batch, q_len, heads, kv_len, page_size, causal); q, k, v, o, seqlens_k (and
+/// block_table for paged) non-null; q, k, v, o 16-byte aligned; every stride a multiple of 8 elements;
+/// kv_capacity >= 1 (paged: within the block table's pages); num_pages >= 1 (paged); softmax_scale positive and
+/// finite. What the host cannot see (device-resident lengths and block-table entries) is DecodeParams' contract.
+void check_args(const Problem& p, const DecodeParams& params);
+/// check_args, plus the config's part: kv_chunk bound (bind_config applied), and the workspace and counters present
+/// (16-byte aligned) when uses_workspace.
+void check_params(const Problem& p, const Config& c, const DecodeParams& params);
+
+/// JSON forms stored in the tuning database:
+///   problem {"dtype":"bf16","batch":16,"q_len":1,"num_heads":28,"num_kv_heads":4,"head_dim":128,"kv_len":4096,
+///            "kv_layout":"paged","page_size":64,"causal":true}
+///   config  {"tile_m":16,"tile_n":64,"warps":4,"stages":4,"kv_chunk":512}
+/// from_json throws ProblemError naming a missing or mistyped field.
+nlohmann::json problem_to_json(const Problem& p);
+Problem problem_from_json(const nlohmann::json& j);
+nlohmann::json config_to_json(const Config& c);
+Config config_from_json(const nlohmann::json& j);
+
+/// "contiguous" / "paged"; and back (throws ProblemError naming the value).
+const char* layout_name(KvLayout l);
+KvLayout parse_layout(const std::string& s);
+
+/// This family as a kt::Family (generator/decode_type.cpp; listed in generator/registry.cpp).
+const Family& family_type();
+
+}  // namespace decode
+}  // namespace kt

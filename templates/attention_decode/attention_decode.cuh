@@ -1,0 +1,533 @@
+// Split-KV flash decoding (Dao et al., "Flash-Decoding for long-context inference", 2023) with GQA packing, over a
+// contiguous or paged KV cache. Work decomposition, layouts and kernel arguments: decode_config.h.
+//
+// One block: the tile_m packed query rows of row block rb of KV head kvh of sequence b (row r = query token
+// r / group of query head kvh * group + r % group), against keys [split * kv_chunk, ...) of that sequence.
+//  * Q tile [TileM, D] in shared memory (zero rows past the group's rows); K/V tiles [TileN, D] stream through a
+//    cp.async ring of `Stages` slots, 16-byte chunks, XOR-swizzled rows (chunk ^ row % 8: ldmatrix and cp.async
+//    bank-conflict free), rows addressed per token (paged: through the block table, so a tile may span pages).
+//  * Warps form TileM / 16 row groups x KG key groups: a warp owns 16 packed rows (its Q A-fragments stay in
+//    registers) and TileN / KG consecutive keys of every tile, and runs its own online softmax over them (exp2,
+//    softmax scale folded into the exponent): S = Q K^T and O += P V with mma.sync m16n8k16, P kept in registers.
+//  * Epilogue: the key groups' (max, sum, O) are merged through shared memory (block_merge). With one split the block
+//    writes o and lse; otherwise it writes an fp32 partial (O normalized, LSE in log2) to the workspace, counts
+//    itself on its (b, kvh, rb) counter, and the last block to arrive merges the splits' partials in split order
+//    (combine_splits: the same bits whichever block is last) and resets the counter.
+#pragma once
+#include "attention_decode/decode_config.h"
+#include "common/ptx.cuh"
+
+namespace kt {
+namespace decode {
+
+/// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, D] tile.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+/// What one block computes: sequence b, KV head kvh, row block rb (of row_blocks), keys [key0, key_end) of a
+/// sequence of len keys, which the sequence splits into `splits` blocks (this one is `split`; the grid holds
+/// grid_splits per sequence).
+struct BlockWork {
+  int b, kvh, rb, row_blocks, split, splits, grid_splits;
+  int len, key0, key_end;
+  int group, rows, r0;  // query heads per KV head, packed rows of the group, this block's first row
+};
+
+/// The block's work from its indices (grid: decode_config.h), or splits == 0 when the block has nothing to do (its
+/// split lies past the end of the sequence). A sequence of length 0 keeps split 0 (which writes o = 0, lse = -inf).
+template <int TileM>
+__device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
+  BlockWork w;
+  w.group = p.num_heads / p.num_kv_heads;
+  w.rows = w.group * p.q_len;
+  w.row_blocks = (w.rows + TileM - 1) / TileM;
+  w.grid_splits = gridDim.x / w.row_blocks;
+  w.split = blockIdx.x / w.row_blocks;
+  w.rb = blockIdx.x % w.row_blocks;
+  w.r0 = w.rb * TileM;
+  w.kvh = blockIdx.y;
+  w.b = blockIdx.z;
+  w.len = min(max(p.seqlens_k[w.b], 0), p.kv_capacity);
+  if (w.grid_splits == 1) {
+    w.splits = 1;
+    w.key0 = 0;
+    w.key_end = w.len;
+  } else {
+    const int need = w.len == 0 ? 1 : (w.len + p.kv_chunk - 1) / p.kv_chunk;
+    w.splits = min(w.grid_splits, need);
+    w.key0 = min(w.split * p.kv_chunk, w.len);
+    w.key_end = w.split == w.splits - 1 ? w.len : min(w.key0 + p.kv_chunk, w.len);
+    if (w.split >= w.splits) w.splits = 0;
+  }
+  return w;
+}
+
+/// Per-thread part of the K/V tile loader: each thread moves 16-byte chunk `ch` of rows r, r + kRowsPerPass, ... of
+/// a [Rows, D] K tile and V tile. Rows whose token is at or past `end` (or, paged, whose page lies outside
+/// [0, num_pages)) are zero-filled without a read.
+template <KvLayout Layout, int D, int Threads, int Rows>
+struct KvLoader {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = Threads / kChunks;
+  static_assert(Threads % kChunks == 0 && Rows % kRowsPerPass == 0, "K/V chunks must divide evenly over the threads");
+  const unsigned short* k;  // chunk ch of head kvh in token 0 (contiguous: of sequence b; paged: of page 0)
+  const unsigned short* v;
+  const int* table;  // paged: sequence b's block-table row
+  long long k_row, v_row, k_page, v_page;
+  int r, ch, page_shift, num_pages;
+
+  __device__ __forceinline__ KvLoader(const DecodeParams& p, int b, int kvh, int tid) {
+    r = tid / kChunks;
+    ch = tid % kChunks;
+    k_row = p.k_row_stride;
+    v_row = p.v_row_stride;
+    const long long k_base = Layout == KvLayout::paged ? 0 : b * p.k_batch_stride;
+    const long long v_base = Layout == KvLayout::paged ? 0 : b * p.v_batch_stride;
+    k = static_cast<const unsigned short*>(p.k) + k_base + kvh * p.k_head_stride + ch * 8;
+    v = static_cast<const unsigned short*>(p.v) + v_base + kvh * p.v_head_stride + ch * 8;
+    k_page = p.k_page_stride;
+    v_page = p.v_page_stride;
+    table = Layout == KvLayout::paged ? p.block_table + b * p.block_table_stride : nullptr;
+    page_shift = Layout == KvLayout::paged ? __ffs(p.page_size) - 1 : 0;
+    num_pages = p.num_pages;
+  }
+
+  /// Tokens [n0, n0 + Rows) into the K tile at sK and the V tile at sV (shared addresses). n0 is a multiple of Rows
+  /// (a power of two), so with page_size >= Rows the tile lies in one page: one block-table read per tile.
+  __device__ __forceinline__ void load(unsigned sK, unsigned sV, int n0, int end) const {
+    if (Layout == KvLayout::paged && (1 << page_shift) < Rows) {
+      load_rows(sK, sV, n0, end);
+      return;
+    }
+    bool tile_in = true;
+    long long ko = (long long)(n0 + r) * k_row, vo = (long long)(n0 + r) * v_row;
+    if (Layout == KvLayout::paged) {
+      const int page = __ldg(table + (n0 >> page_shift));
+      tile_in = page >= 0 && page < num_pages;
+      const int off = (n0 & ((1 << page_shift) - 1)) + r;
+      ko = (long long)page * k_page + (long long)off * k_row;
+      vo = (long long)page * v_page + (long long)off * v_row;
+    }
+    const unsigned short* ks = k + ko;
+    const unsigned short* vs = v + vo;
+#pragma unroll
+    for (int i = 0; i < Rows / kRowsPerPass; ++i) {
+      const int row = r + i * kRowsPerPass;
+      const bool in = tile_in && n0 + row < end;
+      const unsigned dst = swz<D>(row, ch) * 2;
+      ptx::cp_async_16(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u);
+      ptx::cp_async_16(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u);
+    }
+  }
+
+  /// load() for pages smaller than the tile: each row through its own block-table entry.
+  __device__ __forceinline__ void load_rows(unsigned sK, unsigned sV, int n0, int end) const {
+#pragma unroll
+    for (int i = 0; i < Rows / kRowsPerPass; ++i) {
+      const int row = r + i * kRowsPerPass;
+      const int t = n0 + row;
+      const int page = t < end ? __ldg(table + (t >> page_shift)) : -1;
+      const bool in = page >= 0 && page < num_pages;
+      const long long off = t & ((1 << page_shift) - 1);
+      const unsigned dst = swz<D>(row, ch) * 2;
+      ptx::cp_async_16(sK + dst, in ? k + (long long)page * k_page + off * k_row : k, in ? 16u : 0u);
+      ptx::cp_async_16(sV + dst, in ? v + (long long)page * v_page + off * v_row : v, in ? 16u : 0u);
+    }
+  }
+};
+
+/// Loads the block's Q tile [TileM, D] (swizzled) by cp.async: packed row r0 + r is query token (r0 + r) / group of
+/// head kvh * group + (r0 + r) % group; rows past the group's rows are zero-filled.
+template <int D, int TileM, int Threads>
+__device__ __forceinline__ void load_q(const DecodeParams& p, const BlockWork& w, unsigned sQ, int tid) {
+  constexpr int kChunks = D / 8;
+  for (int c = tid; c < TileM * kChunks; c += Threads) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const int pr = w.r0 + row;
+    const bool in = pr < w.rows;
+    const int qi = in ? pr / w.group : 0;
+    const int head = w.kvh * w.group + (in ? pr % w.group : 0);
+    const unsigned short* src = static_cast<const unsigned short*>(p.q) + w.b * p.q_batch_stride + qi * p.q_row_stride +
+                                head * p.q_head_stride + ch * 8;
+    ptx::cp_async_16(sQ + swz<D>(row, ch) * 2, src, in ? 16u : 0u);
+  }
+}
+
+/// A warp's online-softmax state over its keys: O [16, D] in the mma accumulator layout, and per row (rows g and
+/// g + 8 of the warp's m16 fragment) the raw-score max and this thread's partial sum of exp2.
+template <int D>
+struct WarpState {
+  float o[D / 8][4];
+  float row_max[2];
+  float row_sum[2];
+};
+
+/// One K/V tile for one warp: S = Q K^T over the warp's WK keys [key0_w, key0_w + WK), mask, online softmax,
+/// O += P V. q: the warp's Q A-fragments; sK / sV: the tile's shared addresses already offset to the warp's first
+/// key; row_last[h]: the last key rows g and g + 8 see (inclusive); key_end: the block's key range end; mask: whether
+/// any key of the tile may be masked.
+template <DType DT, int D, int WK>
+__device__ __forceinline__ void warp_tile(WarpState<D>& st, const unsigned (&q)[D / 16][4], unsigned sK, unsigned sV,
+                                          int key0_w, int key_end, const int (&row_last)[2], bool mask,
+                                          float scale_log2) {
+  constexpr int NT = WK / 8;  // n8 tiles of the warp's scores
+  const int lane = threadIdx.x % 32;
+  const int t = lane % 4;
+  // ldmatrix lanes: B operand (keys x d) for K, transposed B (keys x d) for V; tiles start on 256-byte boundaries,
+  // so the k-step s address is the lane base XOR (s * 32), and 16-key steps are additive.
+  const unsigned k_lane = sK + swz<D>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2) * 2;
+  const unsigned v_lane = sV + swz<D>(lane % 8 + ((lane / 8) % 2) * 8, lane / 16) * 2;
+
+  // ---- S = Q K^T : [16, WK] ----
+  float s[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      unsigned b0, b1, b2, b3;  // keys [16np, 16np+8) and [16np+8, 16np+16), d [16ks, 16ks+16)
+      ptx::ldmatrix_x4((k_lane ^ (ks * 32)) + np * 16 * D * 2, b0, b1, b2, b3);
+      ptx::mma_16816<DT>(s[2 * np], q[ks], b0, b1);
+      ptx::mma_16816<DT>(s[2 * np + 1], q[ks], b2, b3);
+    }
+  }
+
+  // ---- mask: keys past the block's range, and keys past each row's last visible key ----
+  if (mask) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = key0_w + n * 8 + 2 * t + (e % 2);
+        if (col >= key_end || col > row_last[e / 2]) s[n][e] = ptx::neg_inf();
+      }
+  }
+
+  // ---- online softmax (a row is spread over the 4 lanes of a quad) ----
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = st.row_max[h];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    // A row with no visible key yet keeps max -inf and uses 0 as the base.
+    const float base = mx == ptx::neg_inf() ? 0.f : mx * scale_log2;
+    const float prev = st.row_max[h] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[h] * scale_log2;
+    const float corr = ptx::exp2_approx(prev - base);
+    st.row_max[h] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      s[n][2 * h] = ptx::exp2_approx(fmaf(s[n][2 * h], scale_log2, -base));
+      s[n][2 * h + 1] = ptx::exp2_approx(fmaf(s[n][2 * h + 1], scale_log2, -base));
+      sum += s[n][2 * h] + s[n][2 * h + 1];
+    }
+    st.row_sum[h] = st.row_sum[h] * corr + sum;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      st.o[d][2 * h] *= corr;
+      st.o[d][2 * h + 1] *= corr;
+    }
+  }
+
+  // ---- O += P V : P from registers (score accumulator layout == A fragment layout) ----
+#pragma unroll
+  for (int kk = 0; kk < WK / 16; ++kk) {
+    const unsigned pa[4] = {ptx::pack2<DT>(s[2 * kk][0], s[2 * kk][1]), ptx::pack2<DT>(s[2 * kk][2], s[2 * kk][3]),
+                            ptx::pack2<DT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            ptx::pack2<DT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      unsigned b0, b1, b2, b3;  // keys [16kk, 16kk+16), d [16dp, 16dp+8) and [16dp+8, 16dp+16)
+      ptx::ldmatrix_x4_trans((v_lane ^ (dp * 32)) + kk * 16 * D * 2, b0, b1, b2, b3);
+      ptx::mma_16816<DT>(st.o[2 * dp], pa, b0, b1);
+      ptx::mma_16816<DT>(st.o[2 * dp + 1], pa, b2, b3);
+    }
+  }
+}
+
+/// Merges the key groups' states through the combine area at `smem` (the ring must be idle: the caller has waited
+/// for every cp.async and passed a block barrier). Warp `warp` is key group warp / RG of row group warp % RG. Row r
+/// of the tile has M = max_kg m_kg (log2 units) and L = sum_kg l_kg 2^(m_kg - M); afterwards key group kg's slice
+/// sO[kg][r] holds O_kg 2^(m_kg - M) / L (merged_row sums the slices in key-group order) and sLse[r] = M + log2(L),
+/// or -inf for a row that saw no key. Ends with a block barrier.
+template <int D, int TileM, int KG>
+__device__ __forceinline__ void block_merge(const WarpState<D>& st, float* smem, float scale_log2) {
+  constexpr int RG = TileM / 16;
+  constexpr int LD = combine_ld(D);
+  float* sO = smem;                    // [KG][TileM][LD]
+  float* sMax = sO + KG * TileM * LD;  // [KG][TileM], log2 units (-inf: no key)
+  float* sSum = sMax + KG * TileM;     // [KG][TileM]
+  float* sLse = sSum + KG * TileM;     // [TileM]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int kg = warp / RG, rg = warp % RG;
+  const float mine[2] = {st.row_max[0] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[0] * scale_log2,
+                         st.row_max[1] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[1] * scale_log2};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t == 0) {
+      const int r = rg * 16 + g + 8 * h;
+      sMax[kg * TileM + r] = mine[h];
+      sSum[kg * TileM + r] = l;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = rg * 16 + g + 8 * h;
+    float M = ptx::neg_inf();
+#pragma unroll
+    for (int k = 0; k < KG; ++k) M = fmaxf(M, sMax[k * TileM + r]);
+    float L = 0.f;
+#pragma unroll
+    for (int k = 0; k < KG; ++k) {
+      const float mk = sMax[k * TileM + r];
+      L += mk == ptx::neg_inf() ? 0.f : sSum[k * TileM + r] * ptx::exp2_approx(mk - M);
+    }
+    const float f = L > 0.f && mine[h] != ptx::neg_inf() ? ptx::exp2_approx(mine[h] - M) / L : 0.f;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<float2*>(sO + (kg * TileM + r) * LD + d * 8 + 2 * t) =
+          make_float2(st.o[d][2 * h] * f, st.o[d][2 * h + 1] * f);
+    if (kg == 0 && t == 0) sLse[r] = L > 0.f ? M + __log2f(L) : ptx::neg_inf();
+  }
+  __syncthreads();
+}
+
+/// The merged O of row r, columns [8 ch, 8 ch + 8), summed over the key groups in order.
+template <int D, int TileM, int KG>
+__device__ __forceinline__ void merged_row(const float* smem, int r, int ch, float (&out)[8]) {
+  constexpr int LD = combine_ld(D);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = 0.f;
+#pragma unroll
+  for (int k = 0; k < KG; ++k) {
+    const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8);
+    const float4 b = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8 + 4);
+    out[0] += a.x, out[1] += a.y, out[2] += a.z, out[3] += a.w;
+    out[4] += b.x, out[5] += b.y, out[6] += b.z, out[7] += b.w;
+  }
+}
+
+/// Stores N consecutive output columns [col0, col0 + N) of packed row pr (token pr / group, head kvh * group +
+/// pr % group) as the dtype (N = 2, 4 or 8: one 4-, 8- or 16-byte store), and, when with_lse, the row's LSE (lse2
+/// in log2 units, stored as the natural log) if the caller asked for LSE.
+template <DType DT, int N>
+__device__ __forceinline__ void store_cols(const DecodeParams& p, const BlockWork& w, int pr, int col0,
+                                           const float (&v)[N], float lse2, bool with_lse) {
+  static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 columns per store");
+  const int qi = pr / w.group, head = w.kvh * w.group + pr % w.group;
+  unsigned packed[N / 2];
+#pragma unroll
+  for (int e = 0; e < N / 2; ++e) packed[e] = ptx::pack2<DT>(v[2 * e], v[2 * e + 1]);
+  unsigned short* o =
+      static_cast<unsigned short*>(p.o) + w.b * p.o_batch_stride + qi * p.o_row_stride + head * p.o_head_stride + col0;
+  if constexpr (N == 8) *reinterpret_cast<uint4*>(o) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  else if constexpr (N == 4) *reinterpret_cast<uint2*>(o) = make_uint2(packed[0], packed[1]);
+  else *reinterpret_cast<unsigned*>(o) = packed[0];
+  if (with_lse && p.lse != nullptr)
+    p.lse[((long long)w.b * p.num_heads + head) * p.q_len + qi] =
+        lse2 == ptx::neg_inf() ? lse2 : lse2 * 0.6931471805599453f;
+}
+
+/// Index of (b, kvh, rb) among the counters; its partials are slots [group * grid_splits, + grid_splits) of
+/// [TileM, D] O and [TileM] LSE.
+__device__ __forceinline__ long long partial_group(const BlockWork& w, const DecodeParams& p) {
+  return ((long long)w.b * p.num_kv_heads + w.kvh) * w.row_blocks + w.rb;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+/// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows, one warp per row: per row
+/// M = max_s lse_s, weights 2^(lse_s - M) / sum_s 2^(lse_s - M), o = sum_s weight_s o_s with lane l owning columns
+/// [l D / 32, (l + 1) D / 32), lse = M + log2(sum). The lanes read 32 splits' LSE at a time (one pass for max and
+/// sum), and the O loads of those 32 splits are independent (the weights come by shuffle), so they overlap. Every sum runs in a fixed order
+/// (split order; the same shuffle tree), so the result has the same bits whichever block arrives last.
+template <DType DT, int D, int TileM, int Warps>
+__device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows) {
+  constexpr int CPL = D / 32;  // columns per lane
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long grp = partial_group(w, p) * w.grid_splits;  // first split slot of the group
+  const int S = w.splits;
+  for (int r = warp; r < valid_rows; r += Warps) {
+    const float* lse_r = p.partial_lse + grp * TileM + r;                 // split s: lse_r[s TileM]
+    const float* o_r = p.partial_o + (grp * TileM + r) * D + lane * CPL;  // split s: o_r[s TileM D]
+    // Max and sum in one pass: each lane keeps a running (max, sum of 2^(lse - max)) over its splits, then the warp
+    // rescales the lanes' sums to the common max.
+    float m_l = ptx::neg_inf(), s_l = 0.f;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+      const float l = s0 + lane < S ? __ldcg(lse_r + (long long)(s0 + lane) * TileM) : ptx::neg_inf();
+      if (l != ptx::neg_inf()) {
+        const float mn = fmaxf(m_l, l);
+        s_l = s_l * ptx::exp2_approx(m_l - mn) + ptx::exp2_approx(l - mn);
+        m_l = mn;
+      }
+    }
+    const float M = warp_max(m_l);
+    const float sum = warp_sum(m_l == ptx::neg_inf() ? 0.f : s_l * ptx::exp2_approx(m_l - M));
+    float acc[CPL];
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) acc[e] = 0.f;
+    if (sum > 0.f) {
+      const float inv = 1.f / sum;
+      for (int s0 = 0; s0 < S; s0 += 32) {
+        const float l = s0 + lane < S ? __ldcg(lse_r + (long long)(s0 + lane) * TileM) : ptx::neg_inf();
+        const float wl = l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M) * inv;  // weight of split s0 + lane
+        const int n = min(32, S - s0);
+#pragma unroll 16
+        for (int j = 0; j < n; ++j) {  // 16 splits' loads in flight per lane
+          const float wj = __shfl_sync(0xffffffffu, wl, j);
+          const float* src = o_r + (long long)(s0 + j) * TileM * D;
+          if constexpr (CPL == 4) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
+            acc[0] += wj * v.x, acc[1] += wj * v.y, acc[2] += wj * v.z, acc[3] += wj * v.w;
+          } else {
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
+            acc[0] += wj * v.x, acc[1] += wj * v.y;
+          }
+        }
+      }
+    }
+    store_cols<DT, CPL>(p, w, w.r0 + r, lane * CPL, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), lane == 0);
+  }
+}
+
+template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages>
+__global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParams p) {
+  // ---- preconditions: the family's single validity rule set ----
+  static_assert(invalid_reason(DT, D, Layout, Config{TileM, TileN, Warps, Stages, 0},
+                               ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
+                "invalid attention_decode variant: see invalid_reason() in decode_config.h");
+  constexpr int kThreads = Warps * 32;
+  constexpr int RG = TileM / 16;  // row groups: warp w owns rows [16 (w % RG), + 16)
+  constexpr int KG = Warps / RG;  // key groups: warp w owns keys [WK (w / RG), + WK) of every tile
+  constexpr int WK = TileN / KG;
+  constexpr unsigned kTileBytes = TileN * D * 2;
+
+  const BlockWork w = block_work<TileM>(p);
+  if (w.splits == 0) return;  // this split lies past the end of its sequence
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned sQ = ptx::smem_u32(smem_raw);  // [TileM, D] swizzled
+  const unsigned sKV = sQ + TileM * D * 2;      // Stages x ([TileN, D] K, [TileN, D] V) swizzled
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
+  const int rg = warp % RG, kg = warp / RG;
+
+  // Last key rows g and g + 8 of the warp see (inclusive): causal rows stop at their diagonal.
+  int row_last[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int pr = w.r0 + rg * 16 + g + 8 * h;
+    row_last[h] = p.causal && pr < w.rows ? w.len - p.q_len + pr / w.group : w.len - 1;
+  }
+
+  WarpState<D> st;
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[d][e] = 0.f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    st.row_max[h] = ptx::neg_inf();
+    st.row_sum[h] = 0.f;
+  }
+
+  const int n_tiles = (w.key_end - w.key0 + TileN - 1) / TileN;
+  if (n_tiles > 0) {
+    const KvLoader<Layout, D, kThreads, TileN> loader(p, w.b, w.kvh, tid);
+    // ---- prologue: Q with tile 0, then tiles 1 .. Stages-2: one cp.async group per tile ----
+    load_q<D, TileM, kThreads>(p, w, sQ, tid);
+#pragma unroll
+    for (int s = 0; s < Stages - 1; ++s) {
+      if (s < n_tiles)
+        loader.load(sKV + 2 * s * kTileBytes, sKV + (2 * s + 1) * kTileBytes, w.key0 + s * TileN, w.key_end);
+      ptx::cp_async_commit();
+    }
+    unsigned q_frag[D / 16][4];  // A fragments of the warp's 16 rows
+    // Keys any row may not see start here: past the block's range, or (causal) past the first token's diagonal.
+    const int first_masked = min(w.key_end, p.causal ? w.len - p.q_len + 1 : w.len);
+
+    for (int j = 0; j < n_tiles; ++j) {
+      ptx::cp_async_wait<Stages - 2>();  // tile j (and Q) landed; later tiles may be in flight
+      __syncthreads();
+      {
+        // Prefetch tile j + Stages - 1 into the slot consumed in iteration j - 1 (every warp is past it).
+        const int jn = j + Stages - 1;
+        const unsigned slot = sKV + 2 * (jn % Stages) * kTileBytes;
+        if (jn < n_tiles) loader.load(slot, slot + kTileBytes, w.key0 + jn * TileN, w.key_end);
+        ptx::cp_async_commit();
+      }
+      if (j == 0) {
+        const unsigned q_lane = sQ + swz<D>(rg * 16 + lane % 16, lane / 16) * 2;  // rows, k chunk
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks)
+          ptx::ldmatrix_x4(q_lane ^ (ks * 32), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2], q_frag[ks][3]);
+      }
+      const int n0 = w.key0 + j * TileN;
+      const unsigned sK = sKV + 2 * (j % Stages) * kTileBytes + kg * WK * D * 2;
+      warp_tile<DT, D, WK>(st, q_frag, sK, sK + kTileBytes, n0 + kg * WK, w.key_end, row_last,
+                           n0 + TileN > first_masked, p.scale_log2);
+    }
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();  // the ring and the Q tile are idle: the combine area reuses them
+
+  float* smem = reinterpret_cast<float*>(smem_raw);
+  block_merge<D, TileM, KG>(st, smem, p.scale_log2);
+  const float* sLse = smem + KG * TileM * combine_ld(D) + 2 * KG * TileM;
+  const int valid_rows = min(TileM, w.rows - w.r0);
+
+  if (w.splits == 1) {
+    for (int it = tid; it < valid_rows * (D / 8); it += kThreads) {
+      const int r = it / (D / 8), ch = it % (D / 8);
+      float v[8];
+      merged_row<D, TileM, KG>(smem, r, ch, v);
+      store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, v, sLse[r], ch == 0);
+    }
+    return;
+  }
+
+  // ---- split: fp32 partial to the workspace, then the last block of the group merges the splits ----
+  const long long slot = partial_group(w, p) * w.grid_splits + w.split;
+  for (int it = tid; it < valid_rows * (D / 8); it += kThreads) {
+    const int r = it / (D / 8), ch = it % (D / 8);
+    float v[8];
+    merged_row<D, TileM, KG>(smem, r, ch, v);
+    float4* dst = reinterpret_cast<float4*>(p.partial_o + (slot * TileM + r) * D + ch * 8);
+    __stcg(dst, make_float4(v[0], v[1], v[2], v[3]));
+    __stcg(dst + 1, make_float4(v[4], v[5], v[6], v[7]));
+    if (ch == 0) __stcg(p.partial_lse + slot * TileM + r, sLse[r]);
+  }
+  __threadfence();
+  __syncthreads();
+  // The flag lies in the warps' max area of the combine area, which nothing reads any more.
+  int& s_last = *reinterpret_cast<int*>(smem + KG * TileM * combine_ld(D));
+  unsigned* counter = p.counters + partial_group(w, p);
+  if (tid == 0) s_last = atomicAdd(counter, 1u) == unsigned(w.splits - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  combine_splits<DT, D, TileM, Warps>(p, w, valid_rows);
+  if (tid == 0) *counter = 0u;  // ready for the next launch
+}
+
+}  // namespace decode
+}  // namespace kt

@@ -1,0 +1,398 @@
+// attention_decode family (CPU): space enumeration and pruning, invalid_reason rules, names, JSON round trips,
+// problem and argument errors naming the field, launch dims and workspace, the Family adapter.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <regex>
+#include <set>
+#include <tuple>
+
+#include "generator/arch.h"
+#include "generator/decode_family.h"
+#include "generator/registry.h"
+
+using namespace kt;
+using namespace kt::decode;
+
+namespace {
+Problem qwen(int batch = 16, int kv_len = 4096, KvLayout layout = KvLayout::paged, int q_len = 1) {
+  Problem p;
+  p.dtype = DType::bf16;
+  p.batch = batch;
+  p.q_len = q_len;
+  p.num_heads = 28;
+  p.num_kv_heads = 4;
+  p.head_dim = 128;
+  p.kv_len = kv_len;
+  p.kv_layout = layout;
+  p.page_size = layout == KvLayout::paged ? 64 : 0;
+  return p;
+}
+
+long long blocks(const Problem& p, const Config& c) {
+  const LaunchDims d = launch_dims(p, c);
+  return (long long)d.grid_x * d.grid_y * d.grid_z;
+}
+
+/// Kernel arguments for p with 16-byte aligned fake device pointers (never dereferenced on the host).
+DecodeParams fake_params(const Problem& p) {
+  auto ptr = [](uintptr_t a) { return reinterpret_cast<void*>(a); };
+  const int* lens = static_cast<const int*>(ptr(0x20000));
+  if (p.kv_layout == KvLayout::paged)
+    return paged_params(p, ptr(0x10000), ptr(0x30000), ptr(0x40000), ptr(0x50000), nullptr, lens,
+                        static_cast<const int*>(ptr(0x60000)), 1000, (p.kv_len + p.page_size - 1) / p.page_size);
+  return contiguous_params(p, ptr(0x10000), ptr(0x30000), ptr(0x40000), ptr(0x50000), nullptr, lens, p.kv_len);
+}
+}  // namespace
+
+TEST_CASE("attention_decode: config space is the Cartesian product of the declared axes", "[generator]") {
+  const auto space = config_space();
+  CHECK(space.size() == 3 * 4 * 3 * 4 * 9);
+  std::set<std::tuple<int, int, int, int, int>> seen;
+  for (const auto& c : space) seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.kv_chunk});
+  CHECK(seen.size() == space.size());
+}
+
+TEST_CASE("attention_decode: invalid_reason names each broken rule", "[generator]") {
+  const ArchId a90 = parse_arch("sm_90a");
+  auto why = [&](const Config& c, int d = 128, ArchId arch = parse_arch("sm_90a")) {
+    const char* r = invalid_reason(DType::bf16, d, KvLayout::paged, c, arch);
+    return std::string(r ? r : "");
+  };
+  CHECK(why({16, 64, 4, 3, 0}).empty());
+  CHECK(why({16, 64, 4, 3, 512}).empty());
+  CHECK_THAT(why({48, 64, 4, 3, 0}), Catch::Contains("tile_m"));
+  CHECK_THAT(why({16, 64, 3, 3, 0}), Catch::Contains("warps"));
+  CHECK_THAT(why({64, 64, 2, 3, 0}), Catch::Contains("multiple of tile_m / 16"));  // 4 row groups, 2 warps
+  CHECK_THAT(why({16, 96, 2, 3, 0}), Catch::Contains("tile_n must be 32, 64, 128 or 256"));
+  CHECK_THAT(why({16, 32, 4, 3, 0}), Catch::Contains("multiple of 16 * warps"));  // 4 key groups x 16 > 32
+  CHECK_THAT(why({16, 64, 4, 1, 0}), Catch::Contains("stages"));
+  CHECK_THAT(why({16, 64, 4, 7, 0}), Catch::Contains("stages"));
+  CHECK_THAT(why({16, 64, 4, 3, 100}), Catch::Contains("kv_chunk"));
+  CHECK_THAT(why({16, 64, 4, 3, -64}), Catch::Contains("kv_chunk"));
+  CHECK_THAT(why({16, 256, 4, 6, 0}), Catch::Contains("shared memory"));  // 6 x 128 KB ring
+  CHECK_THAT(why({16, 64, 4, 3, 0}, 96), Catch::Contains("head_dim"));
+  CHECK_THAT(why({16, 64, 4, 3, 0}, 128, ArchId{75, false}), Catch::Contains("sm_80"));
+  CHECK(std::string(invalid_reason(DType(7), 128, KvLayout::paged, {16, 64, 4, 3, 0}, a90)).find("dtype") !=
+        std::string::npos);
+  CHECK(std::string(invalid_reason(DType::bf16, 128, KvLayout(5), {16, 64, 4, 3, 0}, a90)).find("kv_layout") !=
+        std::string::npos);
+  // The same ring fits sm_90 but not sm_86's 99 KB.
+  CHECK(why({16, 128, 4, 3, 0}).empty());
+  CHECK_THAT(why({16, 128, 4, 3, 0}, 128, parse_arch("sm_86")), Catch::Contains("shared memory"));
+}
+
+TEST_CASE("attention_decode: pruning keeps valid configs that fit the problem and the GPU", "[generator]") {
+  for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
+    const ArchId arch = parse_arch(arch_name);
+    const DeviceModel dev = device_model(arch);
+    for (int d : {64, 128})
+      for (auto [b, kv, q_len, hq, hkv] : {std::tuple{1, 4096, 1, 28, 4},
+                                           {16, 4096, 1, 28, 4},
+                                           {64, 2048, 1, 28, 4},
+                                           {1, 32768, 1, 28, 4},
+                                           {16, 4096, 4, 28, 4},
+                                           {2, 100, 16, 32, 1}}) {
+        Problem p = qwen(b, kv);
+        p.head_dim = d;
+        p.q_len = q_len;
+        p.num_heads = hq;
+        p.num_kv_heads = hkv;
+        const auto valid = valid_configs(p, arch, dev);
+        INFO(arch_name << " " << p.key());
+        REQUIRE(!valid.empty());
+        const int rows = hq / hkv * q_len;
+        std::set<int> tile_ms;
+        for (const auto& c : valid) {
+          CHECK(invalid_reason(p.dtype, d, p.kv_layout, c, arch) == nullptr);
+          CHECK(smem_bytes(c, d) <= max_smem_per_block(arch.sm));
+          CHECK(c.tile_m <= (rows + 15) / 16 * 16);
+          tile_ms.insert(c.tile_m);
+          const int splits = num_splits(c, kv);
+          CHECK(splits <= 256);
+          if (c.kv_chunk != 0) {
+            CHECK(splits > 1);  // a chunk as long as the sequence is the kv_chunk 0 config
+            CHECK(blocks(p, c) <= 16LL * dev.sm_count);
+          }
+        }
+        CHECK(tile_ms.size() == 1);  // one tile_m: the fewest row blocks
+        // The first candidates are the grids nearest two blocks per SM.
+        const double first = std::fabs(std::log(double(blocks(p, valid.front())) / (2.0 * dev.sm_count)));
+        for (const auto& c : valid) CHECK(std::fabs(std::log(double(blocks(p, c)) / (2.0 * dev.sm_count))) >= first);
+      }
+  }
+}
+
+TEST_CASE("attention_decode: the default config is valid and splits to fill the GPU", "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  const int sms = device_model(arch).sm_count;
+  for (auto [b, kv] : {std::pair{1, 4096}, {1, 32768}, {16, 4096}, {64, 2048}, {1, 1}, {3, 17}}) {
+    const Problem p = qwen(b, kv);
+    const Config c = default_config(arch, p);
+    INFO(p.key());
+    CHECK(invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) == nullptr);
+    CHECK(c.tile_m == 16);  // 7 packed rows
+    if (b * p.num_kv_heads >= sms) CHECK(c.kv_chunk == 0);
+    if (kv >= 4096) CHECK(blocks(p, c) >= sms);  // B 1 and 16 at 4096: split until every SM has a block
+  }
+  CHECK(default_config(arch, qwen(64, 2048)).kv_chunk == 0);  // 256 blocks without split: every SM has one
+  CHECK(default_config(arch, qwen(1, 1)).kv_chunk == 0);      // one key: nothing to split
+  Problem p = qwen(4, 4096, KvLayout::contiguous, 16);        // 112 rows: tile_m 64
+  CHECK(default_config(arch, p).tile_m == 64);
+  // Every arch, head dim, row count and layout has a valid default.
+  for (const char* name : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
+    for (int d : {64, 128})
+      for (int q_len : {1, 4, 16})
+        for (auto [hq, hkv] : {std::pair{32, 32}, {28, 4}, {32, 1}})
+          for (KvLayout l : {KvLayout::contiguous, KvLayout::paged}) {
+            Problem x = qwen(2, 3000, l, q_len);
+            x.head_dim = d;
+            x.num_heads = hq;
+            x.num_kv_heads = hkv;
+            INFO(name << " " << x.key());
+            const ArchId a = parse_arch(name);
+            Config c{};
+            REQUIRE_NOTHROW(c = default_config(a, x));
+            CHECK(invalid_reason(x.dtype, d, l, c, a) == nullptr);
+          }
+}
+
+TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the binary", "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  const Problem p = qwen();
+  const Config c{16, 64, 4, 3, 512};
+  CHECK(variant_name(p, c, arch) == "attention_decode__bf16_d128_paged__m16_n64_w4_s3_c512__sm_90a");
+  CHECK(name_expression(p, c) ==
+        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 3>");
+  Config c0 = c;
+  c0.kv_chunk = 0;
+  CHECK(name_expression(p, c0) == name_expression(p, c));
+  CHECK(variant_name(p, c0, arch) != variant_name(p, c, arch));
+  // Batch, q_len, heads, kv_len, page size and causal are run-time arguments of one binary.
+  Problem other = qwen(3, 100, KvLayout::paged, 5);
+  other.page_size = 16;
+  other.causal = false;
+  other.num_heads = 8;
+  other.num_kv_heads = 8;
+  CHECK(variant_name(other, c, arch) == variant_name(p, c, arch));
+  Problem contig = qwen(16, 4096, KvLayout::contiguous);
+  CHECK(name_expression(contig, c).find("KvLayout::contiguous") != std::string::npos);
+  // Every config of the space has its own name.
+  std::set<std::string> names;
+  for (const auto& x : config_space()) names.insert(variant_name(p, x, arch));
+  CHECK(names.size() == config_space().size());
+  const std::regex re(
+      "attention_decode__(bf16|fp16)_d(64|128)_(paged|contiguous)__m\\d+_n\\d+_w\\d_s\\d_c\\d+__sm_\\d+a?");
+  CHECK(std::regex_match(variant_name(p, c, arch), re));
+  const KernelSource k = kernel_source(p, c, arch);
+  CHECK(k.source.find("attention_decode/attention_decode.cuh") != std::string::npos);
+  CHECK(k.dynamic_smem_bytes == unsigned(smem_bytes(c, 128)));
+}
+
+TEST_CASE("attention_decode: problem and config JSON round trip; bad JSON names the field", "[generator]") {
+  Problem p = qwen(5, 777, KvLayout::paged, 3);
+  p.dtype = DType::f16;
+  p.page_size = 32;
+  p.causal = false;
+  const Problem back = problem_from_json(problem_to_json(p));
+  CHECK(back.key() == p.key());
+  CHECK(problem_to_json(back) == problem_to_json(p));
+  CHECK(p.key() == "attention_decode/fp16/b5/q3/h28/kv4/d128/sk777/paged32/full");
+  CHECK(qwen(1, 64, KvLayout::contiguous).key() == "attention_decode/bf16/b1/q1/h28/kv4/d128/sk64/contig/causal");
+  const Config c{32, 128, 8, 6, 2048};
+  CHECK(same_config(config_from_json(config_to_json(c)), c));
+  CHECK_FALSE(same_config(c, Config{32, 128, 8, 6, 1024}));
+
+  auto j = problem_to_json(p);
+  j.erase("kv_len");
+  CHECK_THROWS_WITH(problem_from_json(j), Catch::Contains("'kv_len'"));
+  j = problem_to_json(p);
+  j["kv_layout"] = "blocked";
+  CHECK_THROWS_AS(problem_from_json(j), ProblemError);
+  CHECK_THROWS_WITH(problem_from_json(j), Catch::Contains("kv_layout"));
+  j = problem_to_json(p);
+  j["causal"] = 1;
+  CHECK_THROWS_WITH(problem_from_json(j), Catch::Contains("'causal' has the wrong type"));
+  j = problem_to_json(p);
+  j["q_len"] = "1";
+  CHECK_THROWS_WITH(problem_from_json(j), Catch::Contains("'q_len'"));
+  auto cj = config_to_json(c);
+  cj.erase("kv_chunk");
+  CHECK_THROWS_WITH(config_from_json(cj), Catch::Contains("'kv_chunk'"));
+}
+
+TEST_CASE("attention_decode: unsupported problems are rejected naming the field", "[generator]") {
+  CHECK_NOTHROW(check_problem(qwen()));
+  auto fails_with = [](Problem p, const char* what) {
+    INFO(what);
+    CHECK_THROWS_AS(check_problem(p), ProblemError);
+    CHECK_THROWS_WITH(check_problem(p), Catch::Contains(what));
+  };
+  Problem p = qwen();
+  p.q_len = 17;
+  fails_with(p, "q_len must be 1..16");
+  p = qwen();
+  p.q_len = 0;
+  fails_with(p, "q_len");
+  p = qwen();
+  p.page_size = 48;
+  fails_with(p, "page_size 48");
+  p.page_size = 512;
+  fails_with(p, "page_size 512");
+  p.page_size = 0;
+  fails_with(p, "page_size 0");
+  p = qwen(16, 4096, KvLayout::contiguous);
+  p.page_size = 16;
+  fails_with(p, "page_size must be 0 for a contiguous cache");
+  p = qwen();
+  p.num_heads = 30;
+  fails_with(p, "num_heads (30) must be a multiple of num_kv_heads (4)");
+  p = qwen();
+  p.head_dim = 96;
+  fails_with(p, "head_dim 96");
+  p = qwen();
+  p.batch = 0;
+  fails_with(p, "batch must be >= 1");
+  p = qwen();
+  p.kv_len = 0;
+  fails_with(p, "kv_len must be >= 1");
+  p = qwen();
+  p.batch = 70000;
+  fails_with(p, "batch must be <= 65535");
+  p = qwen();
+  p.dtype = DType(9);
+  fails_with(p, "dtype");
+}
+
+TEST_CASE("attention_decode: launch dims, workspace sizes and bind_config", "[generator]") {
+  const Problem p = qwen(2, 1000, KvLayout::paged, 5);  // 35 rows: 3 row blocks of 16
+  const Config c{16, 64, 4, 3, 256};                    // 4 splits
+  const LaunchDims d = launch_dims(p, c);
+  CHECK(d.grid_x == 3u * 4u);
+  CHECK(d.grid_y == 4u);
+  CHECK(d.grid_z == 2u);
+  CHECK(d.block_x == 128u);
+  CHECK(d.smem_bytes == unsigned(smem_bytes(c, 128)));
+  CHECK(uses_workspace(p, c));
+  const size_t slots = size_t(2) * 4 * 3 * 4;  // batch x kv heads x row blocks x splits
+  CHECK(workspace_bytes(p, c) == slots * 16 * (128 + 1) * 4);
+  CHECK(counter_bytes(p, c) == size_t(2) * 4 * 3 * 4);
+  DecodeParams a = fake_params(p);
+  float* ws = reinterpret_cast<float*>(uintptr_t(0x100000));
+  unsigned* cnt = reinterpret_cast<unsigned*>(uintptr_t(0x200000));
+  bind_config(a, p, c, ws, cnt);
+  CHECK(a.kv_chunk == 256);
+  CHECK(a.partial_o == ws);
+  CHECK(a.partial_lse == ws + slots * 16 * 128);
+  CHECK(a.counters == cnt);
+  CHECK_NOTHROW(check_params(p, c, a));
+  // A chunk as long as kv_len: one split, no workspace, the pointers cleared.
+  const Config whole{16, 64, 4, 3, 1024};
+  CHECK(launch_dims(p, whole).grid_x == 3u);
+  CHECK_FALSE(uses_workspace(p, whole));
+  CHECK(workspace_bytes(p, whole) == 0);
+  CHECK(counter_bytes(p, whole) == 0);
+  bind_config(a, p, whole, ws, cnt);
+  CHECK(a.partial_o == nullptr);
+  CHECK(a.partial_lse == nullptr);
+  CHECK(a.counters == nullptr);
+  CHECK_NOTHROW(check_params(p, whole, a));
+  // FLOPs: causal pairs of 5 new tokens at kv_len 1000 are 996 + ... + 1000.
+  CHECK(p.flops() == Approx(4.0 * 2 * 28 * (996 + 997 + 998 + 999 + 1000) * 128));
+  CHECK(p.min_bytes() == Approx((2.0 * 2 * 1000 * 4 * 128 + 2.0 * 2 * 5 * 28 * 128) * 2));
+}
+
+TEST_CASE("attention_decode: check_params rejects bad arguments naming them", "[generator]") {
+  const Problem p = qwen(2, 1000, KvLayout::paged, 1);
+  const Config c{16, 64, 4, 3, 256};
+  float* ws = reinterpret_cast<float*>(uintptr_t(0x100000));
+  unsigned* cnt = reinterpret_cast<unsigned*>(uintptr_t(0x200000));
+  auto bound = [&]() {
+    DecodeParams a = fake_params(p);
+    bind_config(a, p, c, ws, cnt);
+    return a;
+  };
+  auto fails_with = [&](const DecodeParams& a, const char* what) {
+    INFO(what);
+    CHECK_THROWS_AS(check_params(p, c, a), ProblemError);
+    CHECK_THROWS_WITH(check_params(p, c, a), Catch::Contains(what));
+  };
+  CHECK_NOTHROW(check_params(p, c, bound()));
+  DecodeParams a = bound();
+  a.num_kv_heads = 8;
+  fails_with(a, "num_kv_heads = 8");
+  a = bound();
+  a.kv_len = 999;
+  fails_with(a, "kv_len = 999");
+  a = bound();
+  a.page_size = 32;
+  fails_with(a, "page_size = 32");
+  a = bound();
+  a.seqlens_k = nullptr;
+  fails_with(a, "seqlens_k must be a non-null");
+  a = bound();
+  a.block_table = nullptr;
+  fails_with(a, "block_table must be a non-null");
+  a = bound();
+  a.q = reinterpret_cast<const void*>(uintptr_t(0x10008));
+  fails_with(a, "q must be 16-byte aligned");
+  a = bound();
+  a.k_row_stride = 4 * 128 + 4;
+  fails_with(a, "k_row_stride must be a multiple of 8");
+  a = bound();
+  a.v_page_stride = 12;
+  fails_with(a, "v_page_stride");
+  a = bound();
+  a.num_pages = 0;
+  fails_with(a, "num_pages must be >= 1");
+  a = bound();
+  a.kv_capacity = a.block_table_stride * p.page_size + 1;
+  fails_with(a, "exceeds the block table's");
+  a = bound();
+  a.softmax_scale = -1.f;
+  fails_with(a, "softmax_scale");
+  a = fake_params(p);  // bind_config not applied: the arguments are fine, the config's part is missing
+  CHECK_NOTHROW(check_args(p, a));
+  fails_with(a, "kv_chunk = 0 does not match the config's 256");
+  a = bound();
+  a.counters = nullptr;
+  fails_with(a, "needs the workspace and counters");
+  // Contiguous: the batch stride is checked, a block table is not needed.
+  const Problem pc = qwen(2, 1000, KvLayout::contiguous, 1);
+  DecodeParams b = fake_params(pc);
+  bind_config(b, pc, c, ws, cnt);
+  CHECK_NOTHROW(check_params(pc, c, b));
+  b.k_batch_stride = 1001;
+  CHECK_THROWS_WITH(check_params(pc, c, b), Catch::Contains("k_batch_stride"));
+}
+
+TEST_CASE("attention_decode: the Family adapter and the registry", "[generator]") {
+  const Family& f = find_family(kFamily);
+  CHECK(&f == &family_type());
+  const Problem p = qwen(16, 4096);
+  const auto j = problem_to_json(p);
+  CHECK(f.canonical_problem(j) == j);
+  CHECK(f.problem_key(j) == p.key());
+  // The class key is the key less batch and kv_len.
+  CHECK(f.class_key(j) == "attention_decode/bf16/q1/h28/kv4/d128/paged64/causal");
+  CHECK(f.class_key(problem_to_json(qwen(1, 100))) == f.class_key(j));
+  CHECK(f.class_key(problem_to_json(qwen(16, 4096, KvLayout::contiguous))) != f.class_key(j));
+  CHECK(f.class_key(problem_to_json(qwen(16, 4096, KvLayout::paged, 4))) != f.class_key(j));
+  // Nearness: log distance over batch and kv_len.
+  const auto n = f.nearness(problem_to_json(qwen(8, 2048)), j);
+  CHECK(n.distance == Approx(std::log(2.0) + std::log(2.0)));
+  CHECK(f.nearness(j, j).distance == 0.0);
+  CHECK(f.flops(j) == Approx(p.flops()));
+  CHECK(f.min_bytes(j) == Approx(p.min_bytes()));
+  const ArchId arch = parse_arch("sm_90a");
+  const auto configs = f.enumerate(j, arch, device_model(arch));
+  REQUIRE(!configs.empty());
+  for (const auto& c : configs) CHECK(f.unusable(j, c, arch) == nullptr);
+  const auto def = f.default_config(j, arch);
+  CHECK(f.unusable(j, def, arch) == nullptr);
+  CHECK(f.workspace_bytes(j, def, device_model(arch)) ==
+        workspace_bytes(p, config_from_json(def)) + counter_bytes(p, config_from_json(def)));
+  auto bad = j;
+  bad["q_len"] = 40;
+  CHECK_THROWS_AS(f.canonical_problem(bad), ProblemError);
+}
