@@ -331,8 +331,8 @@ kt_status qkv_proj(const char* fn, kt_runtime* rt, const kt_qkv_problem* p, cons
   for (size_t i = 0; i < n_required; ++i)
     if (!required[i].ptr) return fail(KT_ERROR_INVALID_ARGUMENT, where + "args->" + required[i].name + " is NULL");
   if (prob.rope && !(std::isfinite(a->rope_theta) && a->rope_theta > 0))
-    return fail(KT_ERROR_INVALID_ARGUMENT, where + "rope_theta must be finite and > 0 when rope is set, got " +
-                                               std::to_string(a->rope_theta));
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                where + "rope_theta must be finite and > 0 when rope is set, got " + std::to_string(a->rope_theta));
   if (kv) {
     const struct {
       const char* name;

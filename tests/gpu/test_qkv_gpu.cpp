@@ -2,15 +2,16 @@
 // RoPE), outputs poisoned with NaN before every launch.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
-#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -363,9 +364,8 @@ TEST_CASE("qkv_proj KV-cache write: every mainloop writes K (after RoPE) and V t
       for (int m : {37, 300}) {
         for (int split : {1, 16, 0}) {  // unsplit, split (split_k / clusters), stream-K / balanced tail
           auto cs = split == 0 ? configs_of(qwen(f, d, m), ml, 0)
-                               : configs_of(qwen(f, d, m), ml, split, [&](const Config& c) {
-                                   return split == 1 || split_of(c) > 1;
-                                 });
+                               : configs_of(qwen(f, d, m), ml, split,
+                                            [&](const Config& c) { return split == 1 || split_of(c) > 1; });
           for (const auto& c : spread(cs, 2))
             if (seen.insert(variant_name(in.problem, c, Env::get().arch)).second) configs.push_back(c);
         }
