@@ -71,7 +71,7 @@ namespace qkv {
 
 /// Head `head` (counted over [Q | K | V]) in Q, K or V (16-bit elements): its D outputs of token 0 (null when that
 /// output is null: K and V may be with a slot mapping), in `row_stride` the elements between tokens, and in `kv` the
-/// head's KV-cache code, 2 kv_head + (1 for V), or -1 for a Q head (wp_cache_out).
+/// head's KV-cache code, 2 kv_head + (1 for V), or -1 for a Q head (the store loop's kv_cache_head arguments).
 template <int D>
 __device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int head, long long& row_stride, int& kv) {
   void* base = p.v;
