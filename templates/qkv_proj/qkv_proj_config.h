@@ -611,10 +611,11 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
 /// 20 (register_ring) or, for units read from shared memory, 12 for one row tile and 28 each for two; nvfp4 (two
 /// scales per unit) on the register ring with two row tiles 16 more, and its balanced stages-2 variants with 2 or 4 warp
-/// columns 24 more (fitted to ptxas: both held 80 registers only just). Not covered: with fp16
-/// activations, 7 nvfp4 (row-major) register_ring variants of tile_m 16 without the balanced tail spill 8 bytes at 128
-/// registers (the ring carries raw scale bits); their bf16 twins, the same
-/// configs, do not spill, and the model has no dtype, so they stay valid (tma_x is M = 16's winner). Likewise 4
+/// columns 24 more (fitted to ptxas: both held 80 registers only just). Not covered: 8 nvfp4 (row-major)
+/// register_ring variants of tile_m 16, tile_n 16 (warps_k 2, 4, 14, 16) spill at 128 registers (the ring carries raw
+/// scale bits) -- with fp16 activations the 4 with the balanced tail (16 bytes), with bf16 the 4 without (8 bytes);
+/// their twins of the other dtype, the same configs, do not spill, and the model has no dtype, so they stay valid
+/// (tma_x is M = 16's winner; which of the twins spills moves with any change to the epilogue's code). Likewise 4
 /// bf16 int8 stages-3 variants of tile_m 32 (M 17..64) spill 10 bytes at 128 registers (the TMA request sits at the
 /// end of the step); their fp16 twins do not, and M = 64's int8 winner is
 /// wgmma_ws.
