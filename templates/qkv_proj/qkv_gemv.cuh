@@ -24,12 +24,20 @@
 //   after the single barrier, and the warps of K slice 0 finish the tile. warps_n warps side by side each own
 //   tile_n / warps_n / 16 m16 tiles. Bias, positions and RoPE frequencies are loaded before the mainloop.
 //
-// Dequantization: decode_chunk2 below (quant_format.h's value rules in 16-bit-pair arithmetic; int4 and int8 give the
+// Dequantization: decode_chunk2 (qkv_gemv_decode.cuh; quant_format.h's value rules in 16-bit-pair arithmetic; int4 and int8 give the
 // same operand values as the tiled mainloop's fp32 decode_chunk, the table formats round the code value and the scale
 // to the operand dtype first). RoPE: Su et al., RoFormer (2021), rotate-half
 // pairing (i, i + D/2) of Llama/Qwen, angle = pos * theta^(-2i/D) reduced mod 2 pi in fixed point (rope_sincos).
+//
+// Pieces: qkv_gemv_decode.cuh (the per-element decode), qkv_gemv_load.cuh (one load piece per strategy),
+// qkv_gemv_reduce.cuh (the K reductions none / cluster / balanced_tail and the register epilogue); here the block's
+// place and K slice (gemv_block_slice), a step's operands (gemv_step_operands) and its decode + mma
+// (gemv_step_chunks), gemv_body, which strings them together, and the kernels.
 #pragma once
-#include "common/tma_ring.cuh"
+#include "qkv_proj/qkv_gemv_decode.cuh"
+#include "qkv_proj/qkv_gemv_load.cuh"
+#include "qkv_proj/qkv_gemv_reduce.cuh"
+#include "qkv_proj/qkv_gemv_trace.cuh"
 #include "qkv_proj/qkv_proj.cuh"
 
 namespace kt {
@@ -39,185 +47,6 @@ namespace qkv {
 // them only where a step uses them (unit_scales): a conversion right after a global load (branching on the loaded
 // byte, as e8m0_to_float does) held the ring's next loads behind the scale's DRAM round trip. Stages 1-3 read the raw
 // bits from the rows' scales in shared memory (FormatTraits<F>::smem_bits).
-// ---- Packed 16-bit-pair decode (the gemv mainloop's hot path) ----
-//
-// decode_chunk computes every element in fp32 (about 8 instructions per element with the table load and the pack),
-// which made this kernel instruction-bound. The routines below produce the mma operand pairs directly in fp16x2 /
-// bf16x2 arithmetic, and where the format allows, leave the scale out of the operand and apply it to the fp32
-// accumulator instead (gemv_scale_mode):
-//  - int4 (group 128 = one warp step along K): the operand is n - z, an exact small integer; the step's mma partial sum
-//    is multiplied by the group scale in fp32. fp16: (w & 0x000F000F) | 0x6400 6400 is the pair (1024 + n_j,
-//    1024 + n_j+4), exact; the odd nibbles are taken in place as 1024 + 16 n and scaled by 1/16 in the same fma that
-//    subtracts 64 + z. bf16 (8 significant bits) uses 0x4300 = 128.0 with a shift per nibble. The natural pairs are
-//    (n_j, n_j+4), so the X operand is permuted to match (prmt), see gemv_permuted_x.
-//  - int8 (one scale per row): the operand is the exact integer b; the row scale multiplies the finished sum in the
-//    epilogue. fp16: (b ^ 0x80) placed under 0x64 by prmt is 1024 + 128 + b, minus 1152. bf16: 0x43 | (b & 0x7f) is
-//    128 + (b & 0x7f) and 0x43 | (b & 0x80) is 128 or 256 (the sign's weight); their difference is b.
-//  - nf4, mxfp4, nvfp4 (groups of 64 / 32 / 16 along K, narrower than a warp step): one shared-memory table of 256
-//    pairs indexed by a packed byte (two elements), holding the code values (NF4 code rounded to the dtype; E2M1 values
-//    are exact in both) in kGemvTableCopies interleaved copies (copy = lane % copies) so that lanes rarely meet in a
-//    bank; then times the scale rounded to the dtype. fp16 cannot hold every scale (mxfp4 E8M0 spans 2^-127..2^127,
-//    nf4 / nvfp4 scales are fp32): a unit whose scale is outside fp16's normal range [2^-14, 65504] is decoded by
-//    decode_chunk (fp32), so results never depend on an overflowed or flushed scale.
-
-/// Where the gemv mainloop applies a format's scale: none (16-bit), in the decoded operand (table formats), to each
-/// warp step's partial sum (int4), or to the finished row in the epilogue (int8).
-enum GemvScaleMode { kScaleNone, kScaleOperand, kScaleStep, kScaleRow };
-KT_HD constexpr GemvScaleMode gemv_scale_mode(quant::Format f) {
-  return quant::format_bits(f) == 16 ? kScaleNone
-         : f == quant::Format::int4  ? kScaleStep
-         : f == quant::Format::int8  ? kScaleRow
-                                     : kScaleOperand;
-}
-/// Sets every element of a [A][R][NT][4] accumulator array to 0 (compile-time extents, fully unrolled).
-template <int A, int R, int NT>
-__device__ __forceinline__ void zero_fill(float (&acc)[A][R][NT][4]) {
-#pragma unroll
-  for (int a = 0; a < A; ++a)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[a][r][t][e] = 0.f;
-}
-
-/// Whether format f decodes through the 256-pair table.
-KT_HD constexpr bool gemv_uses_table(quant::Format f) { return format_uses_table(f); }
-/// Whether format f's decoded pairs are (element j, element j + 4) of each 8-element group, with X permuted to match.
-KT_HD constexpr bool gemv_permuted_x(quant::Format f) { return f == quant::Format::int4; }
-
-/// (a & b) | c in one LOP3 (the compiler splits two immediates into two instructions).
-__device__ __forceinline__ unsigned and_or(unsigned a, unsigned b, unsigned c) {
-  unsigned d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-/// int8: the operand pair (b0, b1) of two bytes of x, exact integers in the dtype; sel = 0x4140 takes bytes (0, 1), 0x4342
-/// bytes (2, 3), each placed under a constant high byte (see the int8 note above).
-template <DType DT>
-__device__ __forceinline__ unsigned int8_pair(unsigned x, unsigned sel) {
-  constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
-  if (DT == DType::f16) {
-    const unsigned t = ptx::prmt(x ^ 0x80808080u, 0x64646464u, sel);  // 1024 + 128 + b
-    return ptx::fma2<DT>(t, kOne, 0xE480E480u);                       // - 1152
-  }
-  const unsigned t = ptx::prmt(x, 0x43434343u, sel);
-  return ptx::fma2<DT>(t & 0xFF7FFF7Fu, kOne, and_or(t, 0x00800080u, 0xC300C300u));  // (128 + low 7) - (128 | 256)
-}
-
-/// int4: the operand pair ((n_lo - z) s, (n_hi - z) s) of the byte of x that sel picks (sel = i | i << 4 | (4 + i) << 8 |
-/// (4 + i) << 12 for byte i: its low nibble is the even element, its high nibble the odd one). The nibbles become
-/// magic + n (prmt + lop3; magic 1024 for fp16, 128 for bf16: ulp 1, exact), zz = -(magic + z) in both halves is
-/// subtracted exactly, then one rounding by the scale sc (both halves).
-template <DType DT>
-__device__ __forceinline__ unsigned int4_pair(unsigned x, unsigned sel, unsigned zz, unsigned sc) {
-  constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
-  constexpr unsigned kMagic = DT == DType::f16 ? 0x64006400u : 0x43004300u;
-  return ptx::fma2<DT>(ptx::fma2<DT>(and_or(ptx::prmt(x, x >> 4, sel), 0x000F000Fu, kMagic), kOne, zz), sc,
-                       0x80008000u);
-}
-
-using quant::build_decode_tables;
-using quant::PairTable;
-
-/// Per-unit operand constants: table formats: the scale(s) in the dtype (both halves equal; s1: nvfp4's second group)
-/// and ok = false when the unit must take the fp32 path; int4: the subtrahends for the even / odd nibbles (za, zb).
-struct UnitScales2 {
-  unsigned s0, s1, za, zb;
-  bool ok;
-};
-
-template <DType DT>
-__device__ __forceinline__ bool dtype_holds_scale(float s) {
-  if (DT == DType::bf16) return true;  // bf16 has fp32's exponent range
-  const float a = fabsf(s);
-  return a == 0.f || (a >= 6.103515625e-05f && a <= 65504.f);  // NaN: false
-}
-
-template <DType DT, quant::Format F>
-__device__ __forceinline__ UnitScales2 unit_scales2(const UnitScales& s) {
-  UnitScales2 o{0u, 0u, 0u, 0u, true};
-  if (gemv_scale_mode(F) == kScaleOperand) {
-    o.s0 = ptx::pack2<DT>(s.s0, s.s0);
-    o.s1 = F == quant::Format::nvfp4 ? ptx::pack2<DT>(s.s1, s.s1) : o.s0;
-    o.ok = dtype_holds_scale<DT>(s.s0) && (F != quant::Format::nvfp4 || dtype_holds_scale<DT>(s.s1));
-  } else if (F == quant::Format::int4) {  // z is an integer 0..15: every subtrahend is exact
-    o.za = DT == DType::f16 ? ptx::pack2<DT>(-(1024.f + s.z), -(1024.f + s.z))
-                            : ptx::pack2<DT>(-(128.f + s.z), -(128.f + s.z));
-    o.zb = DT == DType::f16 ? ptx::pack2<DT>(-(64.f + s.z), -(64.f + s.z)) : o.za;
-  }
-  return o;
-}
-
-/// Decodes chunk c of one 16-byte unit (same chunks as decode_chunk) into four operand pairs with the routines
-/// described above: int4 gives n - z, int8 gives b (their scales are applied to the accumulator, gemv_scale_mode), the
-/// table formats give value x scale. Natural formats: out[i] = elements (2i, 2i + 1) of the chunk, as decode_chunk;
-/// gemv_permuted_x formats: out[i] = elements (i, i + 4) of the chunk. tab: this lane's copy of the 256-pair table;
-/// unused by int4 / int8. 16-bit formats: copied.
-template <DType DT, quant::Format F>
-__device__ __forceinline__ void decode_chunk2(const uint4& u, const UnitScales2& s,
-                                              const PairTable<kGemvTableCopies>& tab, int c, unsigned (&out)[4]) {
-  const unsigned w[4] = {u.x, u.y, u.z, u.w};
-  constexpr unsigned kNegZero = 0x80008000u;
-  constexpr unsigned kOne = DT == DType::f16 ? 0x3C003C00u : 0x3F803F80u;
-  if (quant::format_bits(F) == 16) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = w[i];
-  } else if (F == quant::Format::int4) {
-    const unsigned x = w[c];
-    if (DT == DType::f16) {
-      const unsigned magic = 0x64006400u, sixteenth = 0x2C002C00u;  // 1024.0, 0.0625
-      const unsigned x8 = x >> 8;
-      out[0] = ptx::fma2<DT>(and_or(x, 0x000F000Fu, magic), kOne, s.za);
-      out[1] = ptx::fma2<DT>(and_or(x, 0x00F000F0u, magic), sixteenth, s.zb);
-      out[2] = ptx::fma2<DT>(and_or(x8, 0x000F000Fu, magic), kOne, s.za);
-      out[3] = ptx::fma2<DT>(and_or(x8, 0x00F000F0u, magic), sixteenth, s.zb);
-    } else {
-      const unsigned magic = 0x43004300u;  // 128.0
-#pragma unroll
-      for (int j = 0; j < 4; ++j) out[j] = ptx::fma2<DT>(and_or(x >> (4 * j), 0x000F000Fu, magic), kOne, s.za);
-    }
-  } else if (F == quant::Format::int8) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const unsigned x = w[2 * c + i];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) out[2 * i + h] = int8_pair<DT>(x, h == 0 ? 0x4140u : 0x4342u);
-    }
-  } else {
-    const unsigned sc = (F == quant::Format::nvfp4 && c >= 2) ? s.s1 : s.s0;  // nvfp4: elements 16..31, second group
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const unsigned b = ptx::prmt(w[c], 0u, 0x4440u | unsigned(j));  // byte j, zero-extended
-      out[j] = ptx::fma2<DT>(tab[b], sc, kNegZero);
-    }
-  }
-}
-
-// Timeline experiments only (never defined by the generator): KT_GEMV_TRACE(i) records %globaltimer at point i of
-// each warp into kt_gemv_trace[(block * warps + warp) * 16 + i] (a global __device__ array the experiment defines before
-// including this header); i < 4: entry, data ready, loop end, end; 4..7: probes inside the prologue; 8..11: a balanced
-// tail piece's reduction (11 block sum, 8 partial stored and fenced, 9 counted, 10 the last piece's sum). 16 slots per
-// warp. At i = 0 thread 0 also records the block's SM (%smid) into kt_gemv_smid[block] (defined beside kt_gemv_trace).
-#ifdef KT_GEMV_TRACE_ON
-#define KT_GEMV_TRACE(i)                                                                                              \
-  do {                                                                                                                \
-    unsigned long long t_;                                                                                            \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                                            \
-    if (lane == 0) kt_gemv_trace[((blockIdx.y * gridDim.x + blockIdx.x) * (WarpsK * WarpsN) + warp) * 16 + (i)] = t_; \
-    if ((i) == 0 && threadIdx.x == 0) {                                                                               \
-      unsigned sm_;                                                                                                   \
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                                                \
-      kt_gemv_smid[blockIdx.y * gridDim.x + blockIdx.x] = sm_;                                                        \
-    }                                                                                                                 \
-  } while (0)
-#else
-#define KT_GEMV_TRACE(i) \
-  do {                   \
-  } while (0)
-#endif
 
 /// One warp step of the gemv mainloop after its data is in registers: per chunk of the unit (4 dtype pairs = 2 mma
 /// k16 steps), decode both rows (g, g + 8) of every m16 tile and multiply with the matching X words (permuted formats:
@@ -264,40 +93,6 @@ __device__ __forceinline__ void gemv_step_chunks(const uint4 (&w)[R][2], const U
   }
 }
 
-/// Stages 2 / 3: lane 0 initializes the warp's step mbarriers (step st of warp column wn: (st - r_begin) WarpsN + wn)
-/// and requests the first kWindow steps (issue_step); the warp barrier orders the initialization before any wait.
-template <int WarpsN, int kWindow, class Issue>
-__device__ __forceinline__ void gemv_stream_start(const pipe::StepBarriers& step_bars, const Issue& issue_step,
-                                                  int s_begin, int s_end, int r_begin, int wn, int lane) {
-#if __CUDA_ARCH__ >= 900
-  if (lane == 0) {
-    for (int st = s_begin; st < s_end; ++st) step_bars.init((st - r_begin) * WarpsN + wn);
-    ptx::mbarrier_init_fence();
-    for (int st = s_begin; st < s_end && st < s_begin + kWindow; ++st) issue_step(st);
-  }
-  __syncwarp();  // the barriers are initialized before the lanes wait on them
-#else
-  (void)step_bars, (void)issue_step, (void)s_begin, (void)s_end, (void)r_begin, (void)wn, (void)lane;
-#endif
-}
-
-/// Stages 2 / 3, the end of warp step j: requests step j + kWindow (issue_step) into the slots the step has read.
-/// Step j + kWindow goes into the weight ring slot of step j - 1 and (stages 3) the X ring slot of step j,
-/// whose reads every lane has finished. Those reads went through the generic proxy and the TMA writes go
-/// through the async proxy: each lane's proxy fence, then the warp barrier, order them (PTX ISA
-/// "fence.proxy.async"; the generic-read / TMA-write case as Triton's proxy-fence pass treats it). Requested
-/// at the end of the step, where the fence finds none of the step's reads in flight: right after the X reads
-/// the fence holds the weight's reads behind them, and a spare X slot, to request before the step's reads,
-/// costs the table formats a block per SM (their decode tables).
-template <int kWindow, class Issue>
-__device__ __forceinline__ void gemv_stream_step_end(const Issue& issue_step, int j, int nsteps, int step, int lane) {
-#if __CUDA_ARCH__ >= 900  // (kStream is sm_90-only; the fence exists there only)
-  if (j + kWindow < nsteps) ptx::fence_proxy_async_shared();
-#endif
-  __syncwarp();
-  if (lane == 0 && j + kWindow < nsteps) issue_step(step + kWindow);
-}
-
 /// kScaleStep (int4): folds a step's partial sums ps (by chunk parity, one group per row) into acc, scaled by the
 /// step's unit scales. C fragment: e 0, 1 -> row g (scale of h = 0), e 2, 3 -> row g + 8 (h = 1).
 template <int PS, int R, int NT>
@@ -312,42 +107,106 @@ __device__ __forceinline__ void gemv_fold_step_sums(const float (&ps)[PS][R][NT]
         acc[r][t][e] = fmaf(ps[0][r][t][e] + ps[PS - 1][r][t][e], sreg[r][e / 2].s0, acc[r][t][e]);
 }
 
-/// The cross-warp K reduction's exchange: warp rows wk > 0 store their sums into part ([wk - 1][WarpsN][R][NT][32
-/// lanes] float4, the C fragment layout, one float4 per lane: conflict-free), then one block barrier.
-template <int WarpsN, int R, int NT>
-__device__ __forceinline__ void gemv_store_k_partial(const float (&acc)[R][NT][4], float4* part, int wk, int wn,
-                                                     int lane) {
-  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
-  if (wk > 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-        part[slot(wk, r, t)] = make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]);
+/// A block's rows and K range and a warp's K steps (gemv_block_slice).
+struct GemvSlice {
+  int bx, by;          ///< the rows' block index, the token tile
+  int rank, kparts;    ///< the block's K part (cluster rank; Balance: its piece) of kparts
+  int m0;              ///< first token
+  int s_begin, s_end;  ///< the warp's K steps
+  int r_begin, r_end;  ///< the block's K steps (those of its rows in shared memory, bulk_rows)
+  int kb0;             ///< byte of a row where step r_begin starts
+};
+
+/// The block's place and the K steps of warp row wk. Block order: the hardware issues blocks in linear order (x
+/// fastest); remap it so that the token tiles of one set of rows are neighbours (token tile fastest): blocks sharing
+/// weight rows run together and the weight is read from HBM once, the other token tiles hitting L2. A cluster is
+/// Cluster consecutive x-blocks (ranks): bx = blockIdx.x / Cluster, the token tile is blockIdx.y. Balance: a 1-D grid;
+/// block v < gemv_full is unit v, the next ones are pieces (unit, piece) of the tail units; unit u = (rows bx = u /
+/// token tiles, token tile by = u % token tiles), token tile fastest as above. (The pieces come last: the hardware then
+/// puts the whole units 2 per SM and a piece beside them on most SMs; pieces first left 3 whole units on some SMs.)
+/// K: the block's share is part kpart of kparts (cluster rank of Cluster; Balance: piece of pieces; else 0 of 1), the
+/// warp's slice kpart * WarpsK + wk of kparts * WarpsK (Balance: a warp may get none).
+template <int TileM, int WarpsK, int Cluster, bool Balance, int kStepK, int kBits>
+__device__ __forceinline__ GemvSlice gemv_block_slice(const QkvParams& p, int wk) {
+  GemvSlice o;
+  const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+  const int token_tiles = Balance ? (p.m + TileM - 1) / TileM : int(gridDim.y);
+  int unit = lin, piece = 0, pieces = 1;  // Balance: this block's unit and its K piece
+  if (Balance && lin >= p.gemv_full) {
+    unit = p.gemv_full + (lin - p.gemv_full) / p.gemv_split;
+    piece = (lin - p.gemv_full) % p.gemv_split;
+    pieces = p.gemv_split;
   }
-  __syncthreads();
+  o.bx = Cluster > 1 ? blockIdx.x / Cluster : Balance ? unit / token_tiles : lin / gridDim.y;
+  o.by = Cluster > 1 ? blockIdx.y : Balance ? unit % token_tiles : lin % gridDim.y;
+#if __CUDA_ARCH__ >= 900
+  o.rank = Cluster > 1 ? int(ptx::cluster_rank()) : 0;
+#else
+  o.rank = 0;
+#endif
+  const int kpart = Cluster > 1 ? o.rank : piece;
+  o.kparts = Cluster > 1 ? Cluster : pieces;
+  o.m0 = o.by * TileM;
+  const int steps_total = (p.k_dim + kStepK - 1) / kStepK;
+  const int slice = kpart * WarpsK + wk;
+  o.s_begin = steps_total * slice / (o.kparts * WarpsK);
+  o.s_end = steps_total * (slice + 1) / (o.kparts * WarpsK);
+  o.r_begin = steps_total * kpart / o.kparts;
+  o.r_end = steps_total * (kpart + 1) / o.kparts;
+  o.kb0 = o.r_begin * kStepK * kBits / 8;
+  return o;
 }
 
-#if __CUDA_ARCH__ >= 900
-/// The cluster reduction's exchange (Cluster > 1): ranks 1.. store their block sums (warp row 0) into rank 0's shared
-/// memory cpart ([rank - 1][WarpsN][R][NT][32 lanes] float4), then one cluster barrier.
-template <int WarpsN, int R, int NT>
-__device__ __forceinline__ void gemv_cluster_store(const float (&acc)[R][NT][4], float4* cpart, int rank, int wk,
-                                                   int wn, int lane) {
-  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
-  ptx::cluster_wait();  // every block of the cluster has started (arrival at entry)
-  if (rank > 0 && wk == 0) {
+/// The operands of warp step `step` (the warp's j-th) of rows (g, g + 8) of m16 tiles wn R + r: the units w (stages
+/// >= 1, from shared memory: ring slot j % kRing ([warp][slot][R tiles][16 rows][64 bytes]) for tma / tma_x, the
+/// block's rows ([tile][16 rows][row_bytes] from byte kb0) for bulk_rows; the register ring's are in w already), the
+/// unit scales s (from the register ring's raw bits sbits or the rows' scales in shared memory, converted here;
+/// outside the matrix 0) and the operand constants s2. Returns whether the step takes the 16-bit-pair decode: every
+/// unit's scale fits the dtype (a warp-uniform vote; always for the formats whose scale is not in the operand).
+template <DType DT, quant::Format F, int Stages, int R, int kRing>
+__device__ __forceinline__ bool gemv_step_operands(const QkvParams& p, int step, int j, const unsigned (&sbits)[R][2],
+                                                   const unsigned char* s_data, const unsigned char* s_scale,
+                                                   const unsigned char* s_zero, int row_bytes, int srow_bytes,
+                                                   int zrow_bytes, int kb0, const bool (&tile_in)[R], int warp, int wn,
+                                                   int g, int q, uint4 (&w)[R][2], UnitScales (&s)[R][2],
+                                                   UnitScales2 (&s2)[R][2]) {
+  constexpr bool kStream = Stages >= 2, kSmem = Stages >= 1, kScaleRing = !kSmem;
+  constexpr int kBits = quant::FormatTraits<F>::kBits;
+  constexpr int kUnitElems = 128 / kBits, kStepK = 4 * kUnitElems;
+  constexpr GemvScaleMode kScale = gemv_scale_mode(F);
+  constexpr bool kGroupScales = kScale == kScaleOperand || kScale == kScaleStep;
+  const int k0 = step * kStepK + q * kUnitElems;
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int t = 0; t < NT; ++t)
-        ptx::st_cluster_f4(ptx::cluster_map(ptx::smem_u32(&cpart[slot(rank, r, t)]), 0u),
-                           make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
-  }
-  ptx::cluster_arrive_release();
-  ptx::cluster_wait();
+    for (int h = 0; h < 2; ++h) {
+      const int lr = (wn * R + r) * 16 + 8 * h + g;
+      const bool in = k0 < p.k_dim && tile_in[r];
+      if (kSmem) {
+        const unsigned char* unit = kStream
+                                        ? s_data + (((warp * kRing + j % kRing) * R + r) * 16 + 8 * h + g) * 64 + q * 16
+                                        : s_data + lr * row_bytes + (k0 * kBits / 8 - kb0);
+        w[r][h] = in ? *reinterpret_cast<const uint4*>(unit) : make_uint4(0, 0, 0, 0);
+      }
+      // (one expression, selected on `in`: written as if / else branches, some binaries took up to 10 more registers)
+      s[r][h] = kGroupScales ? (in ? quant::FormatTraits<F>::unit_scales(
+                                         kScaleRing ? sbits[r][h]
+                                                    : quant::FormatTraits<F>::smem_bits(s_scale + lr * srow_bytes,
+                                                                                        s_zero + lr * zrow_bytes, k0),
+                                         p.tensor_scale)
+                                   : UnitScales{0.f, 0.f, 0.f})
+                             : UnitScales{1.f, 1.f, 0.f};
+    }
+  bool all_ok = true;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      s2[r][h] = unit_scales2<DT, F>(s[r][h]);
+      all_ok = all_ok && s2[r][h].ok;
+    }
+  return kScale != kScaleOperand || __all_sync(0xffffffffu, all_ok);
 }
-#endif
 
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
 /// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
@@ -387,17 +246,14 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   constexpr int kWords = kUnitElems / 2;   // dtype pairs per unit
   constexpr int kTilesPerHead = D / 16;
   constexpr GemvScaleMode kScale = gemv_scale_mode(F);
-  // Where each step's per-group scales (and int4 zero points) come from (gemv_smem_scales): shared memory, copied by
-  // the block (stages 1, with its rows) or by each warp for its own rows and K steps before its first step (stages 2 /
-  // 3: kWarpScales); else (stages 0) their raw bits from global memory with each step's units, in the register ring
-  // (kScaleRing), converted where the step uses them.
+  // Per-group scales (and int4 zero points) come from shared memory (stages 1: the block's rows; 2 / 3: each warp's,
+  // kWarpScales) or (stages 0) as raw bits with each step's units in the register ring (kScaleRing).
   constexpr bool kGroupScales = kScale == kScaleOperand || kScale == kScaleStep;  // scales per group along K
   constexpr bool kWarpScales = kStream && kGroupScales;
   constexpr bool kScaleRing = !kSmem;
 
   // Dynamic shared memory: [WarpsK - 1][WarpsN][R][NT][32 lanes] float4 partials, then (stages 1) the block's rows:
-  // data [WarpsN * R tiles][16 rows][row bytes], scales [..][16][scale bytes], zero points [..][16][zero bytes]; row
-  // 8 h + g of a tile is its RoPE-paired row (g, h).
+  // data, scales, zero points, each [WarpsN * R tiles][16 rows (8 h + g: RoPE-paired row (g, h))][row bytes].
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float s_lut[16];
   __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kGemvTableCopies : 4];
@@ -407,47 +263,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const int g = lane / 4, q = lane % 4;
   KT_GEMV_TRACE(0);
   const int wn = warp % WarpsN, wk = warp / WarpsN;
-  // Block order: the hardware issues blocks in linear order (x fastest); remap it so that the token tiles of one set
-  // of rows are neighbours (token tile fastest): blocks sharing weight rows run together and the weight is read from
-  // HBM once, the other token tiles hitting L2. bx: the rows' block index, by: the token tile.
-  // A cluster is Cluster consecutive x-blocks (ranks): bx = blockIdx.x / Cluster, the token tile is blockIdx.y.
-  // Balance: a 1-D grid; block v < gemv_full is unit v, the next ones are pieces (unit, piece) of the tail units; unit u
-  // = (rows bx = u / token tiles, token tile by = u % token tiles), token tile fastest as above.
-  const int lin = blockIdx.y * gridDim.x + blockIdx.x;
-  const int token_tiles = Balance ? (p.m + TileM - 1) / TileM : int(gridDim.y);
-  int unit = lin, piece = 0, pieces = 1;  // Balance: this block's unit and its K piece
-  // (The pieces come last: the hardware then puts the whole units 2 per SM and a piece beside them on most SMs; pieces
-  // first left 3 whole units on some SMs.)
-  if (Balance && lin >= p.gemv_full) {
-    unit = p.gemv_full + (lin - p.gemv_full) / p.gemv_split;
-    piece = (lin - p.gemv_full) % p.gemv_split;
-    pieces = p.gemv_split;
-  }
-  const int bx = Cluster > 1 ? blockIdx.x / Cluster
-                 : Balance   ? unit / token_tiles
-                             : lin / gridDim.y,
-            by = Cluster > 1 ? blockIdx.y
-                 : Balance   ? unit % token_tiles
-                             : lin % gridDim.y;
-#if __CUDA_ARCH__ >= 900
-  const int rank = Cluster > 1 ? int(ptx::cluster_rank()) : 0;
-#else
-  const int rank = 0;
-#endif
-  // The block's share of K: piece kpart of kparts (cluster rank of Cluster; Balance: piece of pieces; else 0 of 1).
-  const int kpart = Cluster > 1 ? rank : piece, kparts = Cluster > 1 ? Cluster : pieces;
-  const int m0 = by * TileM;
+  const GemvSlice sl = gemv_block_slice<TileM, WarpsK, Cluster, Balance, kStepK, kBits>(p, wk);
+  const int bx = sl.bx, rank = sl.rank, kparts = sl.kparts, m0 = sl.m0;
+  const int s_begin = sl.s_begin, s_end = sl.s_end, nsteps = s_end - s_begin, r_begin = sl.r_begin, r_end = sl.r_end;
+  const int kb0 = sl.kb0;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const int tiles_total = heads * kTilesPerHead;
-
-  // K steps of this warp's slice: slice kpart * WarpsK + wk of kparts * WarpsK. The block's rows hold steps
-  // [r_begin, r_end) (byte kb0 on of each row), its warps' slices inside them (Balance: a warp may get none).
-  const int steps_total = (p.k_dim + kStepK - 1) / kStepK;
-  const int slice = kpart * WarpsK + wk;
-  const int s_begin = steps_total * slice / (kparts * WarpsK), s_end = steps_total * (slice + 1) / (kparts * WarpsK);
-  const int nsteps = s_end - s_begin;
-  const int r_begin = steps_total * kpart / kparts, r_end = steps_total * (kpart + 1) / kparts;
-  const int kb0 = r_begin * kStepK * kBits / 8;
 
   const PairTable<kGemvTableCopies> tab(s_tab, gemv_uses_table(F) ? lane % kGemvTableCopies : 0);
 
@@ -461,10 +282,8 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
     head[r] = T / kTilesPerHead;
     pair[r] = (T % kTilesPerHead) * 8 + g;
   }
-  auto row_of = [&](int r, int h) { return head[r] * D + pair[r] + h * (D / 2); };
 
-  // ---- stages 1 / 2: request the block's rows (data by bulk copies / per-warp TMA boxes, scales / zero points by
-  //      4-byte cp.async) ----
+  // ---- stages 1 / 2 / 3: request the rows (bulk copies / per-warp TMA boxes; scales by 4-byte cp.async) ----
   const unsigned char* wdata = static_cast<const unsigned char*>(p.w_data);
   // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
@@ -474,12 +293,10 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const int seg_bytes = (r_end * kStepK < p.k_dim ? r_end * kStepK : p.k_dim) * kBits / 8 - kb0;  // this block's
   constexpr int kBlockTiles = WarpsN * R;
   constexpr int kPartialBytes = gemv_partial_bytes(C);
-  // stages 2: the TMA destination must be 128-byte aligned (gemv_smem_bytes has 128 bytes of slack for it). Each warp
-  // has a ring of kRing slots (the window, prefetch + 1 steps, plus the step being decoded) of R boxes: step j of the
-  // warp's slice goes to slot j % kRing, layout [warp][slot][R tiles][16 rows][64 bytes].
+  // stages 2 / 3: per warp a ring of kRing slots (prefetch + 2 steps) of R boxes, [warp][slot][R][16 rows][64 bytes],
+  // 128-byte aligned; stages 3: first the X rings, [warp][prefetch + 1 slots] boxes of kXBox bytes (tma_load_3d),
+  // 1024-byte aligned for the 128-byte swizzle (gemv_smem_bytes has the slack for both alignments).
   constexpr int kRing = gemv_ring_slots(C);
-  // stages 3: the X rings first, [warp][slot] boxes (prefetch + 1 slots) of [tile_m tokens][step K / 64][64] 16-bit
-  // elements, 1024-byte aligned for the 128-byte swizzle (gemv_smem_bytes has 1024 bytes of slack for it).
   constexpr int kXBox = gemv_x_box_bytes(C, F);
   unsigned char* s_x =
       smem + kPartialBytes + (kXTma ? (1024 - (ptx::smem_u32(smem) + kPartialBytes) % 1024) % 1024 : 0);
@@ -495,165 +312,42 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   const pipe::StepBarriers step_bars{ptx::smem_u32(s_zero + kBlockTiles * 16 * zrow_bytes)};
   const int tile0 = bx * kBlockTiles;
   const int tiles_here = tiles_total - tile0 < kBlockTiles ? tiles_total - tile0 : kBlockTiles;
-  // stages 2: lane 0 of each warp requests its steps in K order, at most kWindow ahead of the step the warp decodes: one
-  // mbarrier and one TMA box (16 rows x 64 bytes) per step and m16 tile. Requesting every step at once makes them
-  // land in any order, all near the end of the weight stream; a short window lands them in
-  // order, so the decode of step j overlaps the stream of the steps after it. The ring keeps shared memory independent
-  // of K (16-bit weights: a whole slice, 16 rows x 7 KB per tile, allowed only one block per SM).
-  constexpr int kWindow = Prefetch + 1;
-  int tiles_w = 0;  // this warp's m16 tiles inside the matrix
+  constexpr int kWindow = Prefetch + 1;  // stages 2 / 3: steps requested ahead of the decode (gemv_tma_issue_step)
+  int tiles_w = 0;                       // this warp's m16 tiles inside the matrix
 #pragma unroll
   for (int r = 0; r < R; ++r) tiles_w += tile_in[r] ? 1 : 0;
   auto issue_step = [&](int st) {
-#if __CUDA_ARCH__ >= 900
-    const unsigned b = step_bars.arm((st - r_begin) * WarpsN + wn, unsigned(tiles_w * 1024 + (kXTma ? kXBox : 0)));
-    if (kXTma)  // box {64 elements, the step's K / 64 halves, tile_m tokens} of the map {64, K / 64, M}; rows >= M zero
-      ptx::tma_load_3d(ptx::smem_u32(s_x + (warp * kWindow + (st - s_begin) % kWindow) * kXBox), xmap, 0,
-                       st * (kStepK / 64), m0, b, ptx::L2Hint{});
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int T = (bx * WarpsN + wn) * R + r;
-      if (!tile_in[r]) continue;
-      const unsigned dst = ptx::smem_u32(s_data + ((warp * kRing + (st - s_begin) % kRing) * R + r) * 1024);
-      if (p.w_k_blocked)  // box {64 bytes, rows g 0..7, tile T % (D / 16), halves 2 head + 0..1, K block st}
-        ptx::tma_load_5d(dst, wmap, 0, 0, T % kTilesPerHead, 2 * (T / kTilesPerHead), st, b, wl2);
-      else  // box {64 bytes of K, rows g 0..7, half h 0..1} of tile T % (D / 16) of head T / (D / 16)
-        ptx::tma_load_5d(dst, wmap, st * 64, 0, 0, T % kTilesPerHead, T / kTilesPerHead, b, wl2);
-    }
-#endif
+    gemv_tma_issue_step<D, WarpsN, R, kXTma, kWindow, kRing, kXBox, kStepK>(
+        p, wmap, xmap, step_bars, wl2, s_data, s_x, st, s_begin, r_begin, tiles_w, (bx * WarpsN + wn) * R, tile_in, m0,
+        warp, wn);
   };
   if (kStream) gemv_stream_start<WarpsN, kWindow>(step_bars, issue_step, s_begin, s_end, r_begin, wn, lane);
-  // The scales and zero points of this warp's rows and K steps (kWarpScales), waited for by this warp alone before its
-  // first step. The 8 rows of a (tile, half) are contiguous in global and in shared memory; 4-byte words (8 rows x rb
-  // bytes is a multiple of 4), lane = 4 x row + j takes words j, j + 4, .. of its row's byte range [lo, hi). Words that
-  // straddle two warps' ranges are written by both, with the same bytes. The byte range takes compile-time group sizes
-  // (shifts): 64-bit K x bytes / K divisions are a slow subroutine on the path to the first step.
-  auto load_warp_scales = [&]() {
-#if __CUDA_ARCH__ >= 800
-    const int k_lo = s_begin * kStepK, k_hi = s_end * kStepK < p.k_dim ? s_end * kStepK : p.k_dim;
-    if (!kWarpScales || k_hi <= k_lo) return;
-#pragma unroll
-    for (int part = 0; part < 2; ++part) {
-      constexpr int kGroup = quant::format_group(F) > 0 ? quant::format_group(F) : 1;
-      const int group = part == 0 ? kGroup : 128, eb = part == 0 ? quant::scale_bytes(F) : 1;
-      const int rb = part == 0 ? srow_bytes : zrow_bytes;
-      if (rb == 0) continue;
-      const unsigned char* src = static_cast<const unsigned char*>(part == 0 ? p.w_scales : p.w_zeros);
-      unsigned char* dst = part == 0 ? s_scale : s_zero;
-      const int lo = k_lo / group * eb, hi = (k_hi + group - 1) / group * eb;
-      const int w_first = (g * rb + lo) / 4, w_end = (g * rb + hi + 3) / 4;  // this lane's row g
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (!tile_in[r]) continue;
-          const long long row0 = row_of(r, h) - g;  // first of the 8 rows
-          const unsigned d0 = ptx::smem_u32(dst + ((wn * R + r) * 16 + 8 * h) * rb);
-          for (int w = w_first + q; w < w_end; w += 4) ptx::cp_async_4(d0 + 4 * w, src + row0 * rb + 4 * w);
-        }
-    }
-#endif
-  };
-  if (kStream) load_warp_scales();
-  if (kBulk) {
-#if __CUDA_ARCH__ >= 900
-    if (tid == 0) ptx::mbarrier_init(bar, 1);
-    __syncthreads();  // the barrier is initialized before anyone waits on it
-    if (Cluster == 1 && kparts == 1) {
-      if (tid == 0) {
-        ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * row_bytes));
-        for (int bt = 0; bt < tiles_here; ++bt)
-          for (int h = 0; h < 2; ++h) {  // 8 consecutive weight rows per (tile, half): one bulk copy each
-            const int T = tile0 + bt;
-            const int row0 = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + h * (D / 2);
-            ptx::bulk_copy_g2s(ptx::smem_u32(s_data + (bt * 16 + 8 * h) * row_bytes), wdata + row0 * w_row_bytes,
-                               unsigned(8 * row_bytes), bar, wl2);
-          }
-      }
-    } else if (warp ==
-               0) {  // the block's K range of each row (cluster rank, tail piece): one bulk copy per row, by warp 0
-      if (lane == 0) ptx::mbarrier_arrive_expect_tx(bar, unsigned(tiles_here * 16 * seg_bytes));
-      if (seg_bytes > 0)
-        for (int i = lane; i < tiles_here * 16; i += 32) {
-          const int bt = i / 16, lr = i % 16, T = tile0 + bt;  // shared-memory row lr = 8 h + g of tile bt
-          const int row = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + (lr / 8) * (D / 2) + lr % 8;
-          ptx::bulk_copy_g2s(ptx::smem_u32(s_data + i * row_bytes), wdata + row * w_row_bytes + kb0,
-                             unsigned(seg_bytes), bar, wl2);
-        }
-    }
-#endif
-  }
+  if constexpr (kWarpScales)  // this warp's scales and zero points, waited for by this warp alone before its first step
+    gemv_load_warp_scales<F, D, R, kStepK>(p, s_scale, s_zero, srow_bytes, zrow_bytes, s_begin, s_end, tile_in, head,
+                                           pair, wn, g, q);
   KT_GEMV_TRACE(4);
-#if __CUDA_ARCH__ >= 800
-  if (kBulk) {  // scales and zero points: 8 rows are contiguous in global memory too; 4-byte words (K is a multiple of 64)
-    const unsigned char* gsc = static_cast<const unsigned char*>(p.w_scales);
-    const unsigned char* gzp = static_cast<const unsigned char*>(p.w_zeros);
-    for (int part = 0; part < 2; ++part) {
-      const int rb = part == 0 ? srow_bytes : zrow_bytes;
-      if (rb == 0) continue;
-      const unsigned char* src = part == 0 ? gsc : gzp;
-      unsigned char* dst = part == 0 ? s_scale : s_zero;
-      const int words = tiles_here * 2 * (8 * rb / 4);
-      for (int w = tid; w < words; w += WarpsK * WarpsN * 32) {
-        const int grp = w / (8 * rb / 4), off = (w % (8 * rb / 4)) * 4;  // group = (tile, half) of 8 rows
-        const int bt = grp / 2, h = grp % 2, T = tile0 + bt;
-        const int row0 = (T / kTilesPerHead) * D + (T % kTilesPerHead) * 8 + h * (D / 2);
-        ptx::cp_async_4(ptx::smem_u32(dst + (bt * 16 + 8 * h) * rb + off), src + (long long)row0 * rb + off);
-      }
-    }
-  }
-#endif
+  if constexpr (kBulk)
+    gemv_bulk_rows_load<F, D, Cluster, WarpsK * WarpsN * 32>(p, wdata, w_row_bytes, wl2, s_data, s_scale, s_zero, bar,
+                                                             tile0, tiles_here, row_bytes, seg_bytes, srow_bytes,
+                                                             zrow_bytes, kb0, kparts, tid, warp, lane);
   KT_GEMV_TRACE(5);
 
-  // ---- register rings: for stages 0, Prefetch steps of weight (R tiles x rows (g, g + 8)); kXSlots steps of X (token
-  //      m0 + 8 t + g, the lane's kUnitElems elements of the step; zero past M or K). X is read by every block (L2 /
-  //      L1 hits), so its ring is shallower than the weight's, which comes from HBM. ----
-  const unsigned short* x = static_cast<const unsigned short*>(p.x);
+  // ---- register rings: for stages 0, Prefetch steps of weight (R tiles x rows (g, g + 8)); kXSlots steps of X
+  //      (gemv_load_x_regs: L2 / L1 hits, so shallower than the weight's, which comes from HBM) ----
   constexpr int kXSlots = !kXTma && Prefetch >= 2 ? 2 : 1;  // Prefetch is 1, 2 or 4: step j uses X slot j % kXSlots
   uint4 wreg[kSmem ? 1 : Prefetch][R][2];
   unsigned sbits[kScaleRing ? Prefetch : 1][R][2];  // kScaleRing: the ring's raw scale bits (global_bits)
   UnitScales sreg[R][2];                            // this step's unit scales
   uint4 xreg[kXSlots][NT][kWords / 4];  // [X slot][n8 token tile][16 bytes]: token 8 t + g, the lane's K unit
-  auto load_x = [&](int slot, int step) {
-    const int k0 = step * kStepK + q * kUnitElems;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int m = m0 + 8 * t + g;
-      const uint4* src = reinterpret_cast<const uint4*>(x + (long long)m * p.x_row_stride + k0);
-#pragma unroll
-      for (int c = 0; c < kWords / 4; ++c)
-        xreg[slot][t][c] = (m < p.m && k0 < p.k_dim) ? __ldg(src + c) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  // The 16-byte unit of (row, step, quad q) is at row w_unit_row + step w_unit_step + 16 q (a warp step is 64 bytes of
-  // every row for each format): row-major {K bits / 8, 64}; K-blocked (QkvParams::w_k_blocked; quant_format.h) {64,
-  // 64 N}, so there a quad column's 8 rows are one 512-byte run and each warp load two contiguous runs instead of 16
-  // pieces of 64 bytes.
+  auto load_x = [&](int slot, int step) { gemv_load_x_regs<kStepK, kUnitElems>(p, xreg[slot], step, m0, g, q); };
+  // The 16-byte unit of (row, step, quad q) is at row w_unit_row + step w_unit_step + 16 q (gemv_load_w_regs).
   static_assert(kStepK * kBits / 8 == 64, "a gemv warp step is 64 bytes of a row");
   const int w_unit_row = p.w_k_blocked ? 64 : int(w_row_bytes),
             w_unit_step = p.w_k_blocked ? 64 * 16 * tiles_total : 64;
   auto load_w = [&](int slot, int step) {
-    const int k0 = step * kStepK + q * kUnitElems;
-    if (!kSmem) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row_of(r, h);
-          if (k0 < p.k_dim && tile_in[r]) {
-            // (the policy made at each load, from the parameter, so that the register ring keeps no policy register
-            // live: hoisted, it made three nvfp4 variants with two row tiles per warp spill 12 bytes)
-            wreg[kSmem ? 0 : slot][r][h] =
-                ptx::ldg_u4(wdata + (long long)row * w_unit_row + (long long)step * w_unit_step + 16 * q,
-                            ptx::l2_evict_first_if(p.w_evict_first != 0));
-            if constexpr (kScaleRing && kGroupScales)
-              sbits[slot][r][h] = quant::FormatTraits<F>::global_bits(p.w_scales, p.w_zeros, p.k_dim, row, k0);
-          } else {
-            wreg[kSmem ? 0 : slot][r][h] = make_uint4(0, 0, 0, 0);
-            if constexpr (kScaleRing) sbits[slot][r][h] = 0u;  // (unused: the step gives the unit scale 0)
-          }
-        }
-    }
+    if (!kSmem)
+      gemv_load_w_regs<F, D, R, kGroupScales>(p, wdata, w_unit_row, w_unit_step, wreg[kSmem ? 0 : slot],
+                                              sbits[kScaleRing ? slot : 0], step, tile_in, head, pair, q);
   };
 #pragma unroll
   for (int pp = 0; pp < Prefetch; ++pp)
@@ -661,70 +355,24 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
   for (int pp = 0; pp < kXSlots; ++pp)
     if (!kXTma && pp < nsteps) load_x(pp, s_begin + pp);
-  // stages 3: step j's X from its ring slot (j % kWindow: X is read into registers when the step starts, so the
-  // request of step j + kWindow right after reuses the slot), after the step's mbarrier: token row r = 8 t + g,
-  // element kk of the step in box row r (K / 64 halves) + kk / 64, 16-byte chunk (kk % 64) / 8 XOR the row's low 3
-  // bits (the 128-byte swizzle: the 8 lanes of an lds.128 phase, 2 tokens x 4 quads, hit 8 different chunks of a
-  // 128-byte line).
+  // stages 3: step j's X from its ring slot j % kWindow (gemv_load_x_smem), after the step's mbarrier.
   auto load_x_smem = [&](int j) {
-    const unsigned char* box = s_x + (warp * kWindow + j % kWindow) * kXBox;
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int c = 0; c < kWords / 4; ++c) {
-        const int kk = q * kUnitElems + 8 * c, row = (8 * t + g) * (kStepK / 64) + kk / 64;
-        xreg[0][t][c] = *reinterpret_cast<const uint4*>(box + row * 128 + ((((kk % 64) / 8) ^ (row % 8)) * 16));
-      }
+    gemv_load_x_smem<kStepK, kUnitElems>(s_x + (warp * kWindow + j % kWindow) * kXBox, xreg[0], g, q);
   };
 
   KT_GEMV_TRACE(6);
   // ---- decode tables (after the loads are in flight) ----
   build_decode_tables<DT, F, kGemvTableCopies>(s_lut, s_tab, tid, WarpsK * WarpsN * 32);
-  // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 only) ----
-  unsigned short bias_v[R][2] =
-      {};                      // the dtype's bits, converted in the epilogue (no wait on the load before the mainloop)
-  float row_scale[R][2] = {};  // kScaleRow (int8): the scales of rows (g, g + 8), applied to the finished sums
-  unsigned long long turns[R] = {};  // rope_turns of pair r
-  int pos[NT][2] = {};
-  if (wk == 0 && rank == 0) {
-    const unsigned short* bias = static_cast<const unsigned short*>(p.bias);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (HasBias && tile_in[r]) {
-        bias_v[r][0] = bias[row_of(r, 0)];
-        bias_v[r][1] = bias[row_of(r, 1)];
-      }
-      if (kScale == kScaleRow && tile_in[r]) {
-        row_scale[r][0] = __ldg(static_cast<const float*>(p.w_scales) + row_of(r, 0));
-        row_scale[r][1] = __ldg(static_cast<const float*>(p.w_scales) + row_of(r, 1));
-      }
-      if (Rope) turns[r] = rope_turns<D>(p, pair[r]);
-    }
-    if (Rope) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int m = m0 + 8 * t + 2 * q + i;
-          pos[t][i] = m < p.m ? p.positions[m] : 0;
-        }
-    }
-  }
-  // RoPE rotation (cos, sin) of pair r, token (t, i): the angle reduced mod 2 pi in fixed point (rope_sincos).
-  auto rope_cs = [&](int r, int t, int i, float& cs, float& sn) { rope_sincos(pos[t][i], turns[r], sn, cs); };
+  // ---- epilogue inputs, loaded while the weight is in flight (K slice 0 of rank 0 only) ----
   // Small tiles compute the rotations here, while the weight is in flight, rather than after the mainloop.
   constexpr bool kRopeEarly = Rope && R * NT <= 4 && !kStream;  // stages 2 starts decoding before positions land
+  unsigned short bias_v[R][2] = {};                             // [m16 tile][row g, g + 8]: the dtype's bits
+  float row_scale[R][2] = {};                                   // kScaleRow (int8)
+  unsigned long long turns[R] = {};                             // rope_turns of pair r
+  int pos[NT][2] = {};                                          // [n8 token tile][token 2 q + i]
   float rope_c[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2], rope_s[kRopeEarly ? R : 1][kRopeEarly ? NT : 1][2];
-  if (kRopeEarly && wk == 0 && rank == 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          rope_cs(r, t, i, rope_c[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i],
-                  rope_s[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i]);
-  }
+  gemv_epilogue_inputs<F, D, HasBias, Rope, kRopeEarly>(p, bias_v, row_scale, turns, pos, rope_c, rope_s, tile_in, head,
+                                                        pair, m0, q, wk == 0 && rank == 0);
   KT_GEMV_TRACE(7);
 
   // Two accumulator sets, by chunk parity, halve the dependent mma chain; summed after the mainloop.
@@ -762,45 +410,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
           if (kXTma) load_x_smem(j);
           if (j == 0) KT_GEMV_TRACE(1);
         }
-        {  // this step's units (stages >= 1) from the shared-memory copy of rows (g, h) of tiles wn * R + r, and its
-           // scales from there or from the ring's raw bits (kScaleRing), converted here
-          const int k0 = step * kStepK + q * kUnitElems;
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int lr = (wn * R + r) * 16 + 8 * h + g;
-              const bool in = k0 < p.k_dim && tile_in[r];
-              if (kSmem) {
-                const unsigned char* unit =
-                    kStream ? s_data + (((warp * kRing + j % kRing) * R + r) * 16 + 8 * h + g) * 64 + q * 16
-                            : s_data + lr * row_bytes + (k0 * kBits / 8 - kb0);
-                wreg[0][r][h] = in ? *reinterpret_cast<const uint4*>(unit) : make_uint4(0, 0, 0, 0);
-              }
-              // (one expression, selected on `in`: written as if / else branches, some binaries took up to 10 more
-              // registers)
-              sreg[r][h] =
-                  kGroupScales ? (in ? quant::FormatTraits<F>::unit_scales(
-                                           kScaleRing ? sbits[kScaleRing ? pp : 0][r][h]
-                                                      : quant::FormatTraits<F>::smem_bits(s_scale + lr * srow_bytes,
-                                                                                          s_zero + lr * zrow_bytes, k0),
-                                           p.tensor_scale)
-                                     : UnitScales{0.f, 0.f, 0.f})
-                               : UnitScales{1.f, 1.f, 0.f};
-            }
-        }
-        // Operand constants; for the table formats a unit whose scale the dtype cannot hold sends the warp's whole step
-        // through the fp32 decode (warp-uniform branch).
+        // The step's units and scales; for the table formats a unit whose scale the dtype cannot hold sends the warp's
+        // whole step through the fp32 decode (fast = false, warp-uniform).
         UnitScales2 s2[R][2];
-        bool all_ok = true;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            s2[r][h] = unit_scales2<DT, F>(sreg[r][h]);
-            all_ok = all_ok && s2[r][h].ok;
-          }
-        const bool fast = kScale != kScaleOperand || __all_sync(0xffffffffu, all_ok);
+        const bool fast = gemv_step_operands<DT, F, Stages, R, kRing>(
+            p, step, j, sbits[kScaleRing ? pp : 0], s_data, s_scale, s_zero, row_bytes, srow_bytes, zrow_bytes, kb0,
+            tile_in, warp, wn, g, q, wreg[0], sreg, s2);
         // kScaleStep: this step's partial sums (one group per row), scaled into acc2 after the step.
         float ps[kScale == kScaleStep ? 2 : 1][R][NT][4];
         if (kScale == kScaleStep) zero_fill(ps);
@@ -825,173 +440,34 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[r][t][e] += acc2[1][r][t][e];
 
-  // ---- K slices meet in shared memory (same fragment layout, one float4 per lane: conflict-free) ----
-  // Slot of partial k (1..) of fragment (r, t) in a region of float4s; add_partials sums partials 1..n-1 of a region
-  // into acc in order (deterministic).
+  // ---- reduce none: the K slices meet in shared memory (gemv_store_k_partial); warp row 0 adds them ----
   float4* part = reinterpret_cast<float4*>(smem);
-  auto slot = [&](int k, int r, int t) { return (((k - 1) * WarpsN + wn) * R * NT + r * NT + t) * 32 + lane; };
-  auto add_partials = [&](const float4* region, int n) {
-#pragma unroll 1
-    for (int k = 1; k < n; ++k)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const float4 v = region[slot(k, r, t)];
-          acc[r][t][0] += v.x;
-          acc[r][t][1] += v.y;
-          acc[r][t][2] += v.z;
-          acc[r][t][3] += v.w;
-        }
-  };
   if (WarpsK > 1) {
     gemv_store_k_partial<WarpsN, R, NT>(acc, part, wk, wn, lane);
     if (Cluster == 1 && wk > 0) return;
-    if (wk == 0) add_partials(part, WarpsK);
+    if (wk == 0) gemv_add_partials<WarpsN, R, NT>(acc, part, WarpsK, wn, lane);
   }
-  // ---- Balance, a tail piece: the block sums meet in the workspace. Each warp column is independent: it stores its
-  //      fragments ([tail unit][piece][warp column][R][NT][32 lanes] float4, L2 only), fences, and counts itself in
-  //      on its counter (tail unit, warp column); the last of the pieces to arrive adds all of them in piece order
-  //      (deterministic: the same sum whichever arrives last), resets the counter for the next launch and runs the
-  //      epilogue; the others return (threadfence reduction, as the split-K path in qkv_proj.cuh). ----
+  // ---- reduce balanced_tail, a tail piece: the block sums meet in the workspace; the last piece to arrive goes on ----
   // (This block's piece is read again from %ctaid.x and the parameters, not kept live across the mainloop: that cost
   // stages-0 table-format variants 8-24 bytes of spills.)
   unsigned cta = 0;
   if (Balance) asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
   if (Balance && p.gemv_split > 1 && int(cta) >= p.gemv_full) {
-    const int piece = (int(cta) - p.gemv_full) % p.gemv_split, pieces = p.gemv_split;
-    const int tail = (int(cta) - p.gemv_full) / p.gemv_split;
-    constexpr int kFrag = R * NT * 32;  // float4s per (piece, warp column)
-    float4* ws = reinterpret_cast<float4*>(p.workspace) + (long long)tail * pieces * WarpsN * kFrag;
-    auto at = [&](int pc, int r, int t) {
-      return ws + ((long long)pc * WarpsN + wn) * kFrag + (r * NT + t) * 32 + lane;
-    };
-    KT_GEMV_TRACE(11);
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-        __stcg(at(piece, r, t), make_float4(acc[r][t][0], acc[r][t][1], acc[r][t][2], acc[r][t][3]));
-    __threadfence();
-    __syncwarp();
-    KT_GEMV_TRACE(8);
-    unsigned* counter = p.counters + tail * WarpsN + wn;
-    unsigned last = 0;
-    if (lane == 0) last = atomicAdd(counter, 1u) == unsigned(pieces - 1) ? 1u : 0u;
-    last = __shfl_sync(0xffffffffu, last, 0);
-    KT_GEMV_TRACE(9);
-    if (last == 0u) return;
-    // The other pieces' stores, counted before this warp's arrival, are visible: lane 0 observed the count, the warp
-    // barrier orders that before every lane's fence (a shuffle carries the value but orders no memory), the fence
-    // before the loads (CUDA programming guide, __syncwarp: memory ordering among the participating threads).
-    __syncwarp();
-    __threadfence();
-    float own[R][NT][4];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          own[r][t][e] = acc[r][t][e];
-          acc[r][t][e] = 0.f;
-        }
-    // kBatch pieces' loads in flight at once (one dependent L2 round trip per batch, not per piece).
-    constexpr int kBatch = R * NT >= 8 ? 1 : 8 / (R * NT);
-#pragma unroll 1
-    for (int pc0 = 0; pc0 < pieces; pc0 += kBatch) {
-      float4 v[kBatch][R][NT];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            const int pc = pc0 + b;
-            v[b][r][t] = pc == piece   ? make_float4(own[r][t][0], own[r][t][1], own[r][t][2], own[r][t][3])
-                         : pc < pieces ? __ldcg(at(pc, r, t))
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-          }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            acc[r][t][0] += v[b][r][t].x;
-            acc[r][t][1] += v[b][r][t].y;
-            acc[r][t][2] += v[b][r][t].z;
-            acc[r][t][3] += v[b][r][t].w;
-          }
-    }
-    if (lane == 0) *counter = 0u;  // ready for the next launch
-    KT_GEMV_TRACE(10);
+    if (!gemv_balanced_tail_reduce<WarpsK, WarpsN, R, NT>(p, acc, cta, wn, warp, lane)) return;
   }
 #if __CUDA_ARCH__ >= 900
-  // ---- cluster: ranks 1.. store their block sums into rank 0's shared memory (the region after the K-slice
+  // ---- reduce cluster: ranks 1.. store their block sums into rank 0's shared memory (the region after the K-slice
   //      partials), one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
   if (Cluster > 1) {
     float4* cpart = part + (WarpsK - 1) * WarpsN * R * NT * 32;
     gemv_cluster_store<WarpsN, R, NT>(acc, cpart, rank, wk, wn, lane);
     if (rank > 0 || wk > 0) return;
-    add_partials(cpart, Cluster);
+    gemv_add_partials<WarpsN, R, NT>(acc, cpart, Cluster, wn, lane);
   }
 #endif
 
-  // ---- epilogue in registers: C fragment e = 2 h + i -> feature row g + 8 h (pair partner h = 1), token 2 q + i ----
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (!tile_in[r]) continue;
-    const bool is_q = head[r] < p.num_heads, is_k = !is_q && head[r] < p.num_heads + p.num_kv_heads;
-    const bool rotate = Rope && (is_q || is_k);
-    unsigned short* out;
-    long long stride;
-    int local_head;
-    if (is_q) {
-      out = static_cast<unsigned short*>(p.q);
-      stride = p.q_row_stride;
-      local_head = head[r];
-    } else if (is_k) {
-      out = static_cast<unsigned short*>(p.k);
-      stride = p.k_row_stride;
-      local_head = head[r] - p.num_heads;
-    } else {
-      out = static_cast<unsigned short*>(p.v);
-      stride = p.v_row_stride;
-      local_head = head[r] - p.num_heads - p.num_kv_heads;
-    }
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int m = m0 + 8 * t + 2 * q + i;
-        if (m >= p.m) continue;
-        float y1 = acc[r][t][i], y2 = acc[r][t][2 + i];
-        if (kScale == kScaleRow) {
-          y1 *= row_scale[r][0];
-          y2 *= row_scale[r][1];
-        }
-        y1 += ptx::to_float<DT>(bias_v[r][0]);  // 0 bits: +0
-        y2 += ptx::to_float<DT>(bias_v[r][1]);
-        if (rotate) {
-          float sn, cs;
-          if (kRopeEarly) {
-            cs = rope_c[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i];
-            sn = rope_s[kRopeEarly ? r : 0][kRopeEarly ? t : 0][i];
-          } else {
-            rope_cs(r, t, i, cs, sn);
-          }
-          const float o1 = y1 * cs - y2 * sn, o2 = y2 * cs + y1 * sn;
-          y1 = o1;
-          y2 = o2;
-        }
-        const unsigned pr = ptx::pack2<DT>(y1, y2);
-        store_head<D>(p, out, stride, local_head, is_q, !is_q && !is_k, m, [&](unsigned short* h) {
-          h[pair[r]] = (unsigned short)(pr & 0xffffu);
-          h[pair[r] + D / 2] = (unsigned short)(pr >> 16);
-        });
-      }
-  }
+  gemv_epilogue<DT, F, D, Rope, kRopeEarly>(p, acc, bias_v, row_scale, turns, pos, rope_c, rope_s, tile_in, head, pair,
+                                            m0, q);
   KT_GEMV_TRACE(3);
 }
 
