@@ -69,7 +69,12 @@ std::vector<Config> config_space();
 
 /// Configs of config_space() valid for the problem on `arch` (invalid_reason null), also pruned for speed on
 /// `device`: tile_m no larger than the problem's packed rows need (rounded up to 16), kv_chunk no smaller than one
-/// tile, and a split only when it leaves at least one tile per split and at most 256 splits.
+/// tile, and a split only when it leaves at least one tile per split, at most 256 splits and at most 16 blocks per
+/// SM. Ordered for --max-candidates: the splits (kv_chunk 0 included) ranked by how near their grid comes to one
+/// block per SM (equally near: fewer splits first), the tile shapes ranked by shape preference (4 warps, 16 keys
+/// per warp, 3 stages first), then the configs in growing rectangles of (split rank, shape rank / 2): the first
+/// candidates are the two best shapes at the best split, then up to the second-best split and fourth-best shape,
+/// and so on.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3

@@ -2,6 +2,7 @@
 // problem and argument errors naming the field, launch dims and workspace, the Family adapter.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -116,10 +117,63 @@ TEST_CASE("attention_decode: pruning keeps valid configs that fit the problem an
           }
         }
         CHECK(tile_ms.size() == 1);  // one tile_m: the fewest row blocks
-        // The first candidates are the grids nearest two blocks per SM.
-        const double first = std::fabs(std::log(double(blocks(p, valid.front())) / (2.0 * dev.sm_count)));
-        for (const auto& c : valid) CHECK(std::fabs(std::log(double(blocks(p, c)) / (2.0 * dev.sm_count))) >= first);
+        // The first candidate's grid is the one nearest one block per SM.
+        auto fill = [&](const Config& c) { return std::fabs(std::log(double(blocks(p, c)) / dev.sm_count)); };
+        for (const auto& c : valid) CHECK(fill(c) >= fill(valid.front()));
+        // The first 24 candidates (a short tune) try grids on both sides of one block per SM where both exist, and
+        // at least three splits where three exist.
+        const size_t head = std::min<size_t>(24, valid.size());
+        std::set<long long> all_grids, head_grids;
+        for (const auto& c : valid) all_grids.insert(blocks(p, c));
+        bool below = false, above = false, head_below = false, head_above = false;
+        for (size_t i = 0; i < valid.size(); ++i) {
+          const long long n = blocks(p, valid[i]);
+          below |= n <= dev.sm_count;
+          above |= n >= dev.sm_count;
+          if (i < head) {
+            head_grids.insert(n);
+            head_below |= n <= dev.sm_count;
+            head_above |= n >= dev.sm_count;
+          }
+        }
+        CHECK(head_below == below);
+        CHECK(head_above == above);
+        CHECK(head_grids.size() >= std::min<size_t>(3, all_grids.size()));
       }
+  }
+}
+
+TEST_CASE("attention_decode: a short tune tries the coarse splits and the best shapes", "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  const DeviceModel dev = device_model(arch);
+  auto first = [&](const Problem& p, size_t n) {
+    auto v = valid_configs(p, arch, dev);
+    v.resize(std::min(n, v.size()));
+    return v;
+  };
+  auto has_chunk = [](const std::vector<Config>& v, int chunk) {
+    return std::any_of(v.begin(), v.end(), [&](const Config& c) { return c.kv_chunk == chunk; });
+  };
+  // The splits one block per SM wants are among the first 24, with the no-split config where its grid is as near.
+  const auto b1_long = first(qwen(1, 32768, KvLayout::contiguous), 24);
+  CHECK(has_chunk(b1_long, 1024));  // 128 blocks
+  CHECK(has_chunk(b1_long, 2048));  // 64 blocks
+  CHECK(has_chunk(b1_long, 512));   // 256 blocks
+  const auto b16 = first(qwen(16, 4096, KvLayout::contiguous), 24);
+  CHECK(has_chunk(b16, 2048));  // 128 blocks
+  CHECK(has_chunk(b16, 1024));  // 256 blocks
+  CHECK(has_chunk(b16, 0));     // 64 blocks
+  const auto b1 = first(qwen(1, 4096, KvLayout::contiguous), 24);
+  CHECK(has_chunk(b1, 128));
+  CHECK(has_chunk(b1, 256));
+  CHECK(has_chunk(b1, 64));
+  CHECK(first(qwen(64, 2048, KvLayout::contiguous), 1).front().kv_chunk == 0);  // 256 blocks unsplit
+  // 4 warps with 16 keys per warp and 3 stages lead (m16_n64_w4_s3 for 7 rows, m32_n32_w4_s3 for 28).
+  for (const auto& c : {first(qwen(16, 4096), 1).front(), first(qwen(1, 4096), 1).front(),
+                        first(qwen(16, 4096, KvLayout::contiguous, 4), 1).front()}) {
+    CHECK(c.warps == 4);
+    CHECK(warp_keys(c) == 16);
+    CHECK(c.stages == 3);
   }
 }
 
