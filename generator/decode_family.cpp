@@ -190,14 +190,17 @@ Config default_config(ArchId arch, const Problem& p) {
     return invalid_reason(p.dtype, p.head_dim, p.kv_layout, t, arch) == nullptr;
   });
   while (c.stages > 2 && invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) --c.stages;
-  const long long base =
-      static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len);
+  // The split whose grid comes nearest one block per SM (split_fill_distance; equally near: fewer splits), over
+  // chunks of whole tiles, at most 256 splits; no split when the unsplit grid is as near.
   const long long sms = std::max(1, device.sm_count);
-  if (base < sms) {  // fewer blocks than SMs: split until about two blocks per SM
-    const long long splits = (2 * sms + base - 1) / base;
-    long long chunk = (p.kv_len + splits - 1) / splits;
-    chunk = (chunk + c.tile_n - 1) / c.tile_n * c.tile_n;
-    if (chunk < p.kv_len && chunk <= 65536) c.kv_chunk = static_cast<int>(chunk);
+  double best = split_fill_distance(grid_blocks(p, c), sms);
+  for (int want = 2; want <= 256; ++want) {
+    Config t = c;
+    const long long chunk = ((p.kv_len + want - 1) / want + c.tile_n - 1) / c.tile_n * c.tile_n;
+    if (chunk >= p.kv_len || chunk > 65536) continue;
+    t.kv_chunk = static_cast<int>(chunk);
+    const double d = split_fill_distance(grid_blocks(p, t), sms);
+    if (d < best) best = d, c = t;
   }
   if (const char* why = invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch))
     fail(std::string("no default config for ") + arch_name(arch) + ": " + why);

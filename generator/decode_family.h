@@ -78,8 +78,9 @@ std::vector<Config> config_space();
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3
-/// stages (fewer where the ring does not fit the arch), and no split when batch x num_kv_heads x row blocks gives
-/// every SM of device_model(arch) a block; else kv_chunk the multiple of tile_n that makes about two blocks per SM.
+/// stages (fewer where the ring does not fit the arch), and the kv_chunk (0 or a multiple of tile_n, at most 256
+/// splits) whose grid batch x num_kv_heads x row blocks x splits comes nearest one block per SM of
+/// device_model(arch) (|ln(blocks / SMs)|; equally near: fewer splits), so no split once that grid fills the SMs.
 Config default_config(ArchId arch, const Problem& p);
 
 bool same_config(const Config& a, const Config& b);

@@ -187,8 +187,18 @@ TEST_CASE("attention_decode: the default config is valid and splits to fill the 
     CHECK(invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) == nullptr);
     CHECK(c.tile_m == 16);  // 7 packed rows
     if (b * p.num_kv_heads >= sms) CHECK(c.kv_chunk == 0);
-    if (kv >= 4096) CHECK(blocks(p, c) >= sms);  // B 1 and 16 at 4096: split until every SM has a block
+    // No whole-tile chunk of the same shape gives a grid nearer one block per SM.
+    auto fill = [&](const Config& x) { return std::fabs(std::log(double(blocks(p, x)) / sms)); };
+    for (int chunk = 0; chunk <= std::min(kv, 65536); chunk += c.tile_n) {
+      Config x = c;
+      x.kv_chunk = chunk;
+      if (num_splits(x, kv) <= 256) CHECK(fill(c) <= fill(x));
+    }
   }
+  // B 1 kv 4096 and 32768 (4 KV heads): 32 splits, 128 blocks on 132 SMs; B 16 kv 4096: 2 splits, 128 blocks.
+  CHECK(default_config(arch, qwen(1, 4096)).kv_chunk == 128);
+  CHECK(default_config(arch, qwen(1, 32768)).kv_chunk == 1024);
+  CHECK(default_config(arch, qwen(16, 4096)).kv_chunk == 2048);
   CHECK(default_config(arch, qwen(64, 2048)).kv_chunk == 0);  // 256 blocks without split: every SM has one
   CHECK(default_config(arch, qwen(1, 1)).kv_chunk == 0);      // one key: nothing to split
   Problem p = qwen(4, 4096, KvLayout::contiguous, 16);        // 112 rows: tile_m 64
