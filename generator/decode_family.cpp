@@ -44,6 +44,14 @@ long long grid_blocks(const Problem& p, const Config& c) {
 /// and 51 us at 512).
 double split_fill_distance(long long blocks, long long sms) { return std::fabs(std::log(double(blocks) / sms)); }
 
+/// Blocks of config c one SM holds at once, from the shared memory (the ring, plus the 1 KB the driver reserves per
+/// block) and the threads (2048 per SM); at least 1.
+long long blocks_per_sm(const Config& c, int head_dim, const DeviceModel& device) {
+  const long long by_smem = device.smem_per_sm / (smem_bytes(c, head_dim) + 1024LL);
+  const long long by_threads = 2048 / (32LL * c.warps);
+  return std::max(1LL, std::min(by_smem, by_threads));
+}
+
 bool same_shape(const Config& a, const Config& b) {
   return a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages;
 }
@@ -171,8 +179,27 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     return int(std::find_if(shapes.begin(), shapes.end(), [&](const Config& s) { return same_shape(s, c); }) -
                shapes.begin());
   };
+  // A shape whose ring leaves room for fewer blocks per SM than the grid needs runs in more waves than the best
+  // shape for that grid (H200, B 16 kv 4096, 256 blocks: m16_n64_w4 3 stages, 2 blocks per SM, 42 us; 4 stages, 1
+  // block per SM, 49 us): such a config counts its shape 8 ranks worse, so it comes 4 rectangles later.
+  auto waves = [&](const Config& c) {
+    const long long slots = sms * blocks_per_sm(c, p.head_dim, device);
+    return (grid_blocks(p, c) + slots - 1) / slots;
+  };
+  std::vector<std::pair<long long, long long>> fewest;  // (grid blocks, fewest waves of a shape for it)
+  for (const auto& c : kept) {
+    const long long g = grid_blocks(p, c), n = waves(c);
+    auto it = std::find_if(fewest.begin(), fewest.end(), [&](const auto& f) { return f.first == g; });
+    if (it == fewest.end()) fewest.push_back({g, n});
+    else it->second = std::min(it->second, n);
+  }
+  auto extra_waves = [&](const Config& c) {
+    const long long g = grid_blocks(p, c);
+    return waves(c) > std::find_if(fewest.begin(), fewest.end(), [&](const auto& f) { return f.first == g; })->second;
+  };
   std::stable_sort(kept.begin(), kept.end(), [&](const Config& a, const Config& b) {
-    const int sa = split_rank(a), sb = split_rank(b), ha = shape_rank(a), hb = shape_rank(b);
+    const int sa = split_rank(a), sb = split_rank(b);
+    const int ha = shape_rank(a) + (extra_waves(a) ? 8 : 0), hb = shape_rank(b) + (extra_waves(b) ? 8 : 0);
     const int la = std::max(sa, ha / 2), lb = std::max(sb, hb / 2);
     if (la != lb) return la < lb;
     if (sa != sb) return sa < sb;

@@ -74,7 +74,8 @@ std::vector<Config> config_space();
 /// block per SM (equally near: fewer splits first), the tile shapes ranked by shape preference (4 warps, 16 keys
 /// per warp, 3 stages first), then the configs in growing rectangles of (split rank, shape rank / 2): the first
 /// candidates are the two best shapes at the best split, then up to the second-best split and fourth-best shape,
-/// and so on.
+/// and so on. A config whose shape fits fewer blocks per SM (shared memory, threads) than its grid needs to run in
+/// the fewest waves any shape gives that grid counts its shape rank 8 worse.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3

@@ -168,6 +168,18 @@ TEST_CASE("attention_decode: a short tune tries the coarse splits and the best s
   CHECK(has_chunk(b1, 256));
   CHECK(has_chunk(b1, 64));
   CHECK(first(qwen(64, 2048, KvLayout::contiguous), 1).front().kv_chunk == 0);  // 256 blocks unsplit
+  // A split grid that one wave of its best shape holds is not tried in two waves of a deeper ring: B 16 kv 4096 at
+  // kv_chunk 1024 (256 blocks) with m16_n64_w4 3 stages (2 blocks per SM), not 4 stages (1 block per SM).
+  for (const auto& c : b16) {
+    const long long per_sm = std::min<long long>(dev.smem_per_sm / (smem_bytes(c, 128) + 1024), 2048 / (32 * c.warps));
+    INFO("m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk);
+    if (c.kv_chunk != 0) CHECK(blocks(qwen(16, 4096, KvLayout::contiguous), c) <= dev.sm_count * per_sm);
+  }
+  auto has = [](const std::vector<Config>& v, Config x) {
+    return std::any_of(v.begin(), v.end(), [&](const Config& c) { return same_config(c, x); });
+  };
+  CHECK(has(b16, Config{16, 64, 4, 3, 1024}));
+  CHECK_FALSE(has(b16, Config{16, 64, 4, 4, 1024}));
   // 4 warps with 16 keys per warp and 3 stages lead (m16_n64_w4_s3 for 7 rows, m32_n32_w4_s3 for 28).
   for (const auto& c : {first(qwen(16, 4096), 1).front(), first(qwen(1, 4096), 1).front(),
                         first(qwen(16, 4096, KvLayout::contiguous, 4), 1).front()}) {
