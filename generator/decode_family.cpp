@@ -31,6 +31,42 @@ int pick_tile_m(const Problem& p, Valid valid) {
   return best;
 }
 
+/// Blocks of the launch grid: batch x num_kv_heads x row blocks x splits.
+long long grid_blocks(const Problem& p, const Config& c) {
+  return static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len) *
+         num_splits(c, p.kv_len);
+}
+
+/// How far a grid of `blocks` is from one block per SM, |ln(blocks / sms)|. A decode block streams its KV slice
+/// with the ring's tiles in flight, which is enough to keep an SM's share of the HBM bandwidth busy, so one block
+/// per SM already fills the GPU; every further split adds a partial write and lengthens the last block's combine
+/// (H200, Qwen2.5-7B heads: B 1 kv 4096 takes 13 us at 128 blocks and 18 us at 256; B 1 kv 32768 32 us at 256
+/// and 51 us at 512).
+double split_fill_distance(long long blocks, long long sms) { return std::fabs(std::log(double(blocks) / sms)); }
+
+/// Blocks of config c one SM holds at once, from the shared memory (the ring, plus the 1 KB the driver reserves per
+/// block) and the threads (2048 per SM); at least 1.
+long long blocks_per_sm(const Config& c, int head_dim, const DeviceModel& device) {
+  const long long by_smem = device.smem_per_sm / (smem_bytes(c, head_dim) + 1024LL);
+  const long long by_threads = 2048 / (32LL * c.warps);
+  return std::max(1LL, std::min(by_smem, by_threads));
+}
+
+bool same_shape(const Config& a, const Config& b) {
+  return a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages;
+}
+
+/// Rank of a tile shape (lower first), from what decides a decode block's speed: 4 warps (8 is next; 2 warps
+/// leave too few loads in flight), 16 keys per warp per tile (the score tile and its softmax stay short; more keys
+/// per warp lengthen the serial chain), and a ring of 3 tiles (2 or 4 next, 6 last: a deep ring costs occupancy
+/// and a long prologue for the short KV slices of a split).
+int shape_penalty(const Config& c) {
+  const int warps = c.warps == 4 ? 0 : c.warps == 8 ? 1 : 2;
+  const int wk = warp_keys(c);
+  const int keys = wk <= 16 ? 0 : wk == 32 ? 1 : wk == 64 ? 2 : 3;
+  const int stages = c.stages == 3 ? 0 : c.stages == 2 || c.stages == 4 ? 1 : 2;
+  return warps + keys + stages;
+}
 }  // namespace
 
 const char* layout_name(KvLayout l) { return l == KvLayout::paged ? "paged" : "contiguous"; }
@@ -108,27 +144,68 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     return false;
   });
   const long long sms = std::max(1, device.sm_count);
-  struct Ranked {
-    Config c;
-    double waves;
-  };
-  std::vector<Ranked> ranked;
+  std::vector<Config> kept;
   for (const auto& c : config_space()) {
     if (c.tile_m != tile_m) continue;
     if (invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) continue;
     if (c.kv_chunk != 0 && c.kv_chunk < c.tile_n) continue;
     const int splits = num_splits(c, p.kv_len);
     if (c.kv_chunk != 0 && (splits == 1 || splits > 256)) continue;  // no split: the kv_chunk 0 config is the same
-    const long long blocks =
-        static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len) * splits;
-    if (splits > 1 && blocks > 16 * sms) continue;  // more splits than 16 blocks per SM only add combine work
-    ranked.push_back({c, std::fabs(std::log(double(blocks) / (2.0 * sms)))});
+    if (splits > 1 && grid_blocks(p, c) > 16 * sms)
+      continue;  // more splits than 16 blocks per SM only add combine work
+    kept.push_back(c);
   }
-  // Candidate order: grids nearest two blocks per SM first (what --max-candidates keeps).
-  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) { return a.waves < b.waves; });
-  std::vector<Config> out;
-  for (const auto& r : ranked) out.push_back(r.c);
-  return out;
+  // Candidate order (what --max-candidates keeps): a rank for the split and one for the tile shape, then the configs
+  // in growing rectangles of (split rank, shape rank / 2), so the first candidates try the few best-filling splits
+  // with the few best shapes each; the split moves speed more than the shape does.
+  std::vector<long long> split_blocks;  // the distinct grids, best-filling first
+  for (const auto& c : kept) split_blocks.push_back(grid_blocks(p, c));
+  std::sort(split_blocks.begin(), split_blocks.end());
+  split_blocks.erase(std::unique(split_blocks.begin(), split_blocks.end()), split_blocks.end());
+  std::stable_sort(split_blocks.begin(), split_blocks.end(), [&](long long a, long long b) {
+    const double fa = split_fill_distance(a, sms), fb = split_fill_distance(b, sms);
+    return fa != fb ? fa < fb : a < b;  // equally far: the fewer splits (less partial traffic) first
+  });
+  std::vector<Config> shapes;  // distinct (tile_n, warps, stages), best first
+  for (const auto& c : kept)
+    if (std::none_of(shapes.begin(), shapes.end(), [&](const Config& s) { return same_shape(s, c); }))
+      shapes.push_back(c);
+  std::stable_sort(shapes.begin(), shapes.end(),
+                   [](const Config& a, const Config& b) { return shape_penalty(a) < shape_penalty(b); });
+  auto split_rank = [&](const Config& c) {
+    return int(std::find(split_blocks.begin(), split_blocks.end(), grid_blocks(p, c)) - split_blocks.begin());
+  };
+  auto shape_rank = [&](const Config& c) {
+    return int(std::find_if(shapes.begin(), shapes.end(), [&](const Config& s) { return same_shape(s, c); }) -
+               shapes.begin());
+  };
+  // A shape whose ring leaves room for fewer blocks per SM than the grid needs runs in more waves than the best
+  // shape for that grid (H200, B 16 kv 4096, 256 blocks: m16_n64_w4 3 stages, 2 blocks per SM, 42 us; 4 stages, 1
+  // block per SM, 49 us): such a config counts its shape 8 ranks worse, so it comes 4 rectangles later.
+  auto waves = [&](const Config& c) {
+    const long long slots = sms * blocks_per_sm(c, p.head_dim, device);
+    return (grid_blocks(p, c) + slots - 1) / slots;
+  };
+  std::vector<std::pair<long long, long long>> fewest;  // (grid blocks, fewest waves of a shape for it)
+  for (const auto& c : kept) {
+    const long long g = grid_blocks(p, c), n = waves(c);
+    auto it = std::find_if(fewest.begin(), fewest.end(), [&](const auto& f) { return f.first == g; });
+    if (it == fewest.end()) fewest.push_back({g, n});
+    else it->second = std::min(it->second, n);
+  }
+  auto extra_waves = [&](const Config& c) {
+    const long long g = grid_blocks(p, c);
+    return waves(c) > std::find_if(fewest.begin(), fewest.end(), [&](const auto& f) { return f.first == g; })->second;
+  };
+  std::stable_sort(kept.begin(), kept.end(), [&](const Config& a, const Config& b) {
+    const int sa = split_rank(a), sb = split_rank(b);
+    const int ha = shape_rank(a) + (extra_waves(a) ? 8 : 0), hb = shape_rank(b) + (extra_waves(b) ? 8 : 0);
+    const int la = std::max(sa, ha / 2), lb = std::max(sb, hb / 2);
+    if (la != lb) return la < lb;
+    if (sa != sb) return sa < sb;
+    return ha < hb;
+  });
+  return kept;
 }
 
 Config default_config(ArchId arch, const Problem& p) {
@@ -140,14 +217,17 @@ Config default_config(ArchId arch, const Problem& p) {
     return invalid_reason(p.dtype, p.head_dim, p.kv_layout, t, arch) == nullptr;
   });
   while (c.stages > 2 && invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) --c.stages;
-  const long long base =
-      static_cast<long long>(p.batch) * p.num_kv_heads * row_blocks(c, p.num_heads, p.num_kv_heads, p.q_len);
+  // The split whose grid comes nearest one block per SM (split_fill_distance; equally near: fewer splits), over
+  // chunks of whole tiles, at most 256 splits; no split when the unsplit grid is as near.
   const long long sms = std::max(1, device.sm_count);
-  if (base < sms) {  // fewer blocks than SMs: split until about two blocks per SM
-    const long long splits = (2 * sms + base - 1) / base;
-    long long chunk = (p.kv_len + splits - 1) / splits;
-    chunk = (chunk + c.tile_n - 1) / c.tile_n * c.tile_n;
-    if (chunk < p.kv_len && chunk <= 65536) c.kv_chunk = static_cast<int>(chunk);
+  double best = split_fill_distance(grid_blocks(p, c), sms);
+  for (int want = 2; want <= 256; ++want) {
+    Config t = c;
+    const long long chunk = ((p.kv_len + want - 1) / want + c.tile_n - 1) / c.tile_n * c.tile_n;
+    if (chunk >= p.kv_len || chunk > 65536) continue;
+    t.kv_chunk = static_cast<int>(chunk);
+    const double d = split_fill_distance(grid_blocks(p, t), sms);
+    if (d < best) best = d, c = t;
   }
   if (const char* why = invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch))
     fail(std::string("no default config for ") + arch_name(arch) + ": " + why);

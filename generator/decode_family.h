@@ -69,12 +69,19 @@ std::vector<Config> config_space();
 
 /// Configs of config_space() valid for the problem on `arch` (invalid_reason null), also pruned for speed on
 /// `device`: tile_m no larger than the problem's packed rows need (rounded up to 16), kv_chunk no smaller than one
-/// tile, and a split only when it leaves at least one tile per split and at most 256 splits.
+/// tile, and a split only when it leaves at least one tile per split, at most 256 splits and at most 16 blocks per
+/// SM. Ordered for --max-candidates: the splits (kv_chunk 0 included) ranked by how near their grid comes to one
+/// block per SM (equally near: fewer splits first), the tile shapes ranked by shape preference (4 warps, 16 keys
+/// per warp, 3 stages first), then the configs in growing rectangles of (split rank, shape rank / 2): the first
+/// candidates are the two best shapes at the best split, then up to the second-best split and fourth-best shape,
+/// and so on. A config whose shape fits fewer blocks per SM (shared memory, threads) than its grid needs to run in
+/// the fewest waves any shape gives that grid counts its shape rank 8 worse.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3
-/// stages (fewer where the ring does not fit the arch), and no split when batch x num_kv_heads x row blocks gives
-/// every SM of device_model(arch) a block; else kv_chunk the multiple of tile_n that makes about two blocks per SM.
+/// stages (fewer where the ring does not fit the arch), and the kv_chunk (0 or a multiple of tile_n, at most 256
+/// splits) whose grid batch x num_kv_heads x row blocks x splits comes nearest one block per SM of
+/// device_model(arch) (|ln(blocks / SMs)|; equally near: fewer splits), so no split once that grid fills the SMs.
 Config default_config(ArchId arch, const Problem& p);
 
 bool same_config(const Config& a, const Config& b);

@@ -345,68 +345,56 @@ __device__ __forceinline__ long long partial_group(const BlockWork& w, const Dec
   return ((long long)w.b * p.num_kv_heads + w.kvh) * w.row_blocks + w.rb;
 }
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int m = 16; m > 0; m /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int m = 16; m > 0; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
-  return x;
-}
-
-/// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows, one warp per row: per row
-/// M = max_s lse_s, weights 2^(lse_s - M) / sum_s 2^(lse_s - M), o = sum_s weight_s o_s with lane l owning columns
-/// [l D / 32, (l + 1) D / 32), lse = M + log2(sum). The lanes read 32 splits' LSE at a time (one pass for max and
-/// sum), and the O loads of those 32 splits are independent (the weights come by shuffle), so they overlap. Every sum runs in a fixed order
-/// (split order; the same shuffle tree), so the result has the same bits whichever block arrives last.
-template <DType DT, int D, int TileM, int Warps>
+/// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows with every thread: item i
+/// of valid_rows x D / 4 is row i / (D / 4), columns [4 (i % (D / 4)), + 4), one 16-byte load per split (a warp
+/// reads 512 contiguous bytes of one split's rows), the items spread over the block's threads. A thread runs an
+/// online merge over the splits in split order (running max M of the LSEs, sum of 2^(lse_s - M) and O weighted the
+/// same way, rescaled when M grows) and loads kBatch splits' LSE and O before it uses them, so they are in flight
+/// together; no pass over the LSEs first. Every thread of a row merges the same LSEs in the same order, so the row's
+/// sum and LSE agree across its items, and the result has the same bits whichever block arrives last.
+template <DType DT, int D, int TileM, int Threads>
 __device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows) {
-  constexpr int CPL = D / 32;  // columns per lane
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kItemsPerRow = D / 4;
+  // Splits' loads in flight per thread: 16 at D 128 (the mainloop's registers cover them), 8 at D 64 (whose rows
+  // have half the items, and whose mainloop needs far fewer registers than 16 batched loads would).
+  constexpr int kBatch = D == 128 ? 16 : 8;
   const long long grp = partial_group(w, p) * w.grid_splits;  // first split slot of the group
   const int S = w.splits;
-  for (int r = warp; r < valid_rows; r += Warps) {
-    const float* lse_r = p.partial_lse + grp * TileM + r;                 // split s: lse_r[s TileM]
-    const float* o_r = p.partial_o + (grp * TileM + r) * D + lane * CPL;  // split s: o_r[s TileM D]
-    // Max and sum in one pass: each lane keeps a running (max, sum of 2^(lse - max)) over its splits, then the warp
-    // rescales the lanes' sums to the common max.
-    float m_l = ptx::neg_inf(), s_l = 0.f;
-    for (int s0 = 0; s0 < S; s0 += 32) {
-      const float l = s0 + lane < S ? __ldcg(lse_r + (long long)(s0 + lane) * TileM) : ptx::neg_inf();
-      if (l != ptx::neg_inf()) {
-        const float mn = fmaxf(m_l, l);
-        s_l = s_l * ptx::exp2_approx(m_l - mn) + ptx::exp2_approx(l - mn);
-        m_l = mn;
-      }
-    }
-    const float M = warp_max(m_l);
-    const float sum = warp_sum(m_l == ptx::neg_inf() ? 0.f : s_l * ptx::exp2_approx(m_l - M));
-    float acc[CPL];
+  for (int it = threadIdx.x; it < valid_rows * kItemsPerRow; it += Threads) {
+    const int r = it / kItemsPerRow, c4 = it % kItemsPerRow;
+    const float* lse_r = p.partial_lse + grp * TileM + r;             // split s: lse_r[s TileM]
+    const float* o_r = p.partial_o + (grp * TileM + r) * D + c4 * 4;  // split s: o_r[s TileM D]
+    float M = ptx::neg_inf(), sum = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1  // one batch of loads in flight: the registers stay those of the mainloop
+    for (int s0 = 0; s0 < S; s0 += kBatch) {
+      float l[kBatch];
+      float4 v[kBatch];
 #pragma unroll
-    for (int e = 0; e < CPL; ++e) acc[e] = 0.f;
-    if (sum > 0.f) {
-      const float inv = 1.f / sum;
-      for (int s0 = 0; s0 < S; s0 += 32) {
-        const float l = s0 + lane < S ? __ldcg(lse_r + (long long)(s0 + lane) * TileM) : ptx::neg_inf();
-        const float wl = l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M) * inv;  // weight of split s0 + lane
-        const int n = min(32, S - s0);
-#pragma unroll 16
-        for (int j = 0; j < n; ++j) {  // 16 splits' loads in flight per lane
-          const float wj = __shfl_sync(0xffffffffu, wl, j);
-          const float* src = o_r + (long long)(s0 + j) * TileM * D;
-          if constexpr (CPL == 4) {
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
-            acc[0] += wj * v.x, acc[1] += wj * v.y, acc[2] += wj * v.z, acc[3] += wj * v.w;
-          } else {
-            const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
-            acc[0] += wj * v.x, acc[1] += wj * v.y;
-          }
-        }
+      for (int j = 0; j < kBatch; ++j) {
+        const bool in = s0 + j < S;
+        l[j] = in ? __ldcg(lse_r + (long long)(s0 + j) * TileM) : ptx::neg_inf();
+        v[j] = in ? __ldcg(reinterpret_cast<const float4*>(o_r + (long long)(s0 + j) * TileM * D))
+                  : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (l[j] == ptx::neg_inf()) continue;  // a split whose rows saw no key
+        const float mn = fmaxf(M, l[j]);
+        const float corr = ptx::exp2_approx(M - mn);  // 0 while M is -inf
+        const float wgt = ptx::exp2_approx(l[j] - mn);
+        sum = sum * corr + wgt;
+        acc[0] = acc[0] * corr + wgt * v[j].x;
+        acc[1] = acc[1] * corr + wgt * v[j].y;
+        acc[2] = acc[2] * corr + wgt * v[j].z;
+        acc[3] = acc[3] * corr + wgt * v[j].w;
+        M = mn;
       }
     }
-    store_cols<DT, CPL>(p, w, w.r0 + r, lane * CPL, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), lane == 0);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] *= inv;
+    store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), c4 == 0);
   }
 }
 
@@ -525,7 +513,7 @@ __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParam
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  combine_splits<DT, D, TileM, Warps>(p, w, valid_rows);
+  combine_splits<DT, D, TileM, kThreads>(p, w, valid_rows);
   if (tid == 0) *counter = 0u;  // ready for the next launch
 }
 

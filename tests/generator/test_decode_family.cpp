@@ -2,6 +2,7 @@
 // problem and argument errors naming the field, launch dims and workspace, the Family adapter.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -116,10 +117,75 @@ TEST_CASE("attention_decode: pruning keeps valid configs that fit the problem an
           }
         }
         CHECK(tile_ms.size() == 1);  // one tile_m: the fewest row blocks
-        // The first candidates are the grids nearest two blocks per SM.
-        const double first = std::fabs(std::log(double(blocks(p, valid.front())) / (2.0 * dev.sm_count)));
-        for (const auto& c : valid) CHECK(std::fabs(std::log(double(blocks(p, c)) / (2.0 * dev.sm_count))) >= first);
+        // The first candidate's grid is the one nearest one block per SM.
+        auto fill = [&](const Config& c) { return std::fabs(std::log(double(blocks(p, c)) / dev.sm_count)); };
+        for (const auto& c : valid) CHECK(fill(c) >= fill(valid.front()));
+        // The first 24 candidates (a short tune) try grids on both sides of one block per SM where both exist, and
+        // at least three splits where three exist.
+        const size_t head = std::min<size_t>(24, valid.size());
+        std::set<long long> all_grids, head_grids;
+        for (const auto& c : valid) all_grids.insert(blocks(p, c));
+        bool below = false, above = false, head_below = false, head_above = false;
+        for (size_t i = 0; i < valid.size(); ++i) {
+          const long long n = blocks(p, valid[i]);
+          below |= n <= dev.sm_count;
+          above |= n >= dev.sm_count;
+          if (i < head) {
+            head_grids.insert(n);
+            head_below |= n <= dev.sm_count;
+            head_above |= n >= dev.sm_count;
+          }
+        }
+        CHECK(head_below == below);
+        CHECK(head_above == above);
+        CHECK(head_grids.size() >= std::min<size_t>(3, all_grids.size()));
       }
+  }
+}
+
+TEST_CASE("attention_decode: a short tune tries the coarse splits and the best shapes", "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  const DeviceModel dev = device_model(arch);
+  auto first = [&](const Problem& p, size_t n) {
+    auto v = valid_configs(p, arch, dev);
+    v.resize(std::min(n, v.size()));
+    return v;
+  };
+  auto has_chunk = [](const std::vector<Config>& v, int chunk) {
+    return std::any_of(v.begin(), v.end(), [&](const Config& c) { return c.kv_chunk == chunk; });
+  };
+  // The splits one block per SM wants are among the first 24, with the no-split config where its grid is as near.
+  const auto b1_long = first(qwen(1, 32768, KvLayout::contiguous), 24);
+  CHECK(has_chunk(b1_long, 1024));  // 128 blocks
+  CHECK(has_chunk(b1_long, 2048));  // 64 blocks
+  CHECK(has_chunk(b1_long, 512));   // 256 blocks
+  const auto b16 = first(qwen(16, 4096, KvLayout::contiguous), 24);
+  CHECK(has_chunk(b16, 2048));  // 128 blocks
+  CHECK(has_chunk(b16, 1024));  // 256 blocks
+  CHECK(has_chunk(b16, 0));     // 64 blocks
+  const auto b1 = first(qwen(1, 4096, KvLayout::contiguous), 24);
+  CHECK(has_chunk(b1, 128));
+  CHECK(has_chunk(b1, 256));
+  CHECK(has_chunk(b1, 64));
+  CHECK(first(qwen(64, 2048, KvLayout::contiguous), 1).front().kv_chunk == 0);  // 256 blocks unsplit
+  // A split grid that one wave of its best shape holds is not tried in two waves of a deeper ring: B 16 kv 4096 at
+  // kv_chunk 1024 (256 blocks) with m16_n64_w4 3 stages (2 blocks per SM), not 4 stages (1 block per SM).
+  for (const auto& c : b16) {
+    const long long per_sm = std::min<long long>(dev.smem_per_sm / (smem_bytes(c, 128) + 1024), 2048 / (32 * c.warps));
+    INFO("m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk);
+    if (c.kv_chunk != 0) CHECK(blocks(qwen(16, 4096, KvLayout::contiguous), c) <= dev.sm_count * per_sm);
+  }
+  auto has = [](const std::vector<Config>& v, Config x) {
+    return std::any_of(v.begin(), v.end(), [&](const Config& c) { return same_config(c, x); });
+  };
+  CHECK(has(b16, Config{16, 64, 4, 3, 1024}));
+  CHECK_FALSE(has(b16, Config{16, 64, 4, 4, 1024}));
+  // 4 warps with 16 keys per warp and 3 stages lead (m16_n64_w4_s3 for 7 rows, m32_n32_w4_s3 for 28).
+  for (const auto& c : {first(qwen(16, 4096), 1).front(), first(qwen(1, 4096), 1).front(),
+                        first(qwen(16, 4096, KvLayout::contiguous, 4), 1).front()}) {
+    CHECK(c.warps == 4);
+    CHECK(warp_keys(c) == 16);
+    CHECK(c.stages == 3);
   }
 }
 
@@ -133,8 +199,18 @@ TEST_CASE("attention_decode: the default config is valid and splits to fill the 
     CHECK(invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) == nullptr);
     CHECK(c.tile_m == 16);  // 7 packed rows
     if (b * p.num_kv_heads >= sms) CHECK(c.kv_chunk == 0);
-    if (kv >= 4096) CHECK(blocks(p, c) >= sms);  // B 1 and 16 at 4096: split until every SM has a block
+    // No whole-tile chunk of the same shape gives a grid nearer one block per SM.
+    auto fill = [&](const Config& x) { return std::fabs(std::log(double(blocks(p, x)) / sms)); };
+    for (int chunk = 0; chunk <= std::min(kv, 65536); chunk += c.tile_n) {
+      Config x = c;
+      x.kv_chunk = chunk;
+      if (num_splits(x, kv) <= 256) CHECK(fill(c) <= fill(x));
+    }
   }
+  // B 1 kv 4096 and 32768 (4 KV heads): 32 splits, 128 blocks on 132 SMs; B 16 kv 4096: 2 splits, 128 blocks.
+  CHECK(default_config(arch, qwen(1, 4096)).kv_chunk == 128);
+  CHECK(default_config(arch, qwen(1, 32768)).kv_chunk == 1024);
+  CHECK(default_config(arch, qwen(16, 4096)).kv_chunk == 2048);
   CHECK(default_config(arch, qwen(64, 2048)).kv_chunk == 0);  // 256 blocks without split: every SM has one
   CHECK(default_config(arch, qwen(1, 1)).kv_chunk == 0);      // one key: nothing to split
   Problem p = qwen(4, 4096, KvLayout::contiguous, 16);        // 112 rows: tile_m 64
