@@ -205,18 +205,29 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     if (sa != sb) return sa < sb;
     return ha < hb;
   });
+  // The default's chunk is any whole number of tiles (the split nearest one block per SM), not only the space's
+  // powers of two: it is a candidate too, first (the tuner's baseline), once.
+  const Config def = default_config(arch, p);
+  kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const Config& c) { return same_config(c, def); }),
+             kept.end());
+  kept.insert(kept.begin(), def);
   return kept;
 }
 
 Config default_config(ArchId arch, const Problem& p) {
   const DeviceModel device = device_model(arch);
+  // tile_m as valid_configs picks it (the fewest row blocks any config of the space reaches), then the shape the
+  // candidate order leads with: 4 warps, 16 keys per warp (at least a 32-token tile), the deepest ring up to 3
+  // stages that fits.
   Config c{16, 64, 4, 3, 0};
   c.tile_m = pick_tile_m(p, [&](int m) {
-    Config t = c;
-    t.tile_m = m;
-    return invalid_reason(p.dtype, p.head_dim, p.kv_layout, t, arch) == nullptr;
+    for (const auto& t : config_space())
+      if (t.tile_m == m && invalid_reason(p.dtype, p.head_dim, p.kv_layout, t, arch) == nullptr) return true;
+    return false;
   });
+  c.tile_n = std::max(32, 16 * key_groups(c));
   while (c.stages > 2 && invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) --c.stages;
+  if (invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) != nullptr) c.tile_n = 32;
   // The split whose grid comes nearest one block per SM (split_fill_distance; equally near: fewer splits), over
   // chunks of whole tiles, at most 256 splits; no split when the unsplit grid is as near.
   const long long sms = std::max(1, device.sm_count);
