@@ -137,9 +137,10 @@ TEST_CASE("Runtime::attention_decode: tuned split variant (exact, nearest), defa
   const fs::path cache_dir = tmp.path / "cubins";
   ScopedEnv env_cache("KERNTUNE_CACHE_DIR", cache_dir.string());
 
-  // One tuned problem: B 4, kv_len 2048, paged, split in chunks of 256 (8 splits). Not the default.
+  // One tuned problem: B 4, kv_len 2048, paged, split in chunks of 256 (8 splits), 2 warps: never the default's
+  // shape (4 warps), so the exact step is told apart from the default.
   const Problem tuned = qwen(4, 2048);
-  const Config ct{16, 64, 4, 3, 256};
+  const Config ct{16, 32, 2, 3, 256};
   REQUIRE(invalid_reason(tuned.dtype, tuned.head_dim, tuned.kv_layout, ct, arch) == nullptr);
   REQUIRE_FALSE(same_config(ct, default_config(arch, tuned)));
   REQUIRE(uses_workspace(tuned, ct));
