@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <sstream>
 #include <tuple>
-#include <utility>
 
 #include "generator/arch.h"
 #include "quant/quant.h"  // k_block_error (header-only)
@@ -927,67 +926,12 @@ Config config_from_json(const nlohmann::json& j) {
   }
 }
 
-namespace {
-
-/// The paged KV-cache arguments of QkvParams (slot_mapping non-null), each error naming the argument: both caches
-/// present and 16-byte aligned, the slot mapping 4-byte aligned, num_pages and page_size >= 1 with num_pages *
-/// page_size slots addressable by an int32 slot, and per cache strides that are multiples of 8 elements and lay its
-/// [num_pages, page_size, num_kv_heads, head_dim] elements out without overlap (any order of the three dimensions: the
-/// vLLM / TensorRT-LLM [pages][slots][heads] layout and FlashInfer's [pages][heads][slots] both pass). The slots
-/// themselves are device memory and are not read here: the kernels trust them (QkvParams::slot_mapping).
-void check_kv_cache(const Problem& p, const QkvParams& a) {
-  if (!a.k_cache || !a.v_cache) fail("a slot mapping needs k_cache and v_cache (both non-null device pointers)");
-  for (auto [name, ptr] : {std::pair<const char*, const void*>{"k_cache", a.k_cache}, {"v_cache", a.v_cache}})
-    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) fail(std::string(name) + " must be 16-byte aligned");
-  if (reinterpret_cast<std::uintptr_t>(a.slot_mapping) % 4 != 0) fail("slot_mapping must be 4-byte aligned (int32)");
-  if (a.page_size < 1) fail("page_size must be >= 1, got " + std::to_string(a.page_size));
-  if (a.num_pages < 1) fail("num_pages must be >= 1, got " + std::to_string(a.num_pages));
-  if ((long long)a.num_pages * a.page_size > 2147483647LL)
-    fail("num_pages x page_size = " + std::to_string((long long)a.num_pages * a.page_size) +
-         " slots exceed the int32 slot mapping");
-  struct Dim {
-    const char* name;
-    long long stride, size;
-  };
-  for (int v = 0; v < 2; ++v) {
-    const std::string cache = v ? "v_cache" : "k_cache";
-    Dim d[3] = {{"page", v ? a.v_cache_page_stride : a.k_cache_page_stride, a.num_pages},
-                {"slot", v ? a.v_cache_slot_stride : a.k_cache_slot_stride, a.page_size},
-                {"head", v ? a.v_cache_head_stride : a.k_cache_head_stride, p.num_kv_heads}};
-    for (const Dim& e : d)
-      if (e.stride < 0 || e.stride % 8 != 0)
-        fail(cache + "_" + e.name + "_stride must be a non-negative multiple of 8 elements, got " +
-             std::to_string(e.stride));
-    // No overlap: ordered by stride, each dimension steps past everything the smaller ones span (head_dim elements
-    // contiguous innermost). Dimensions of size 1 are never stepped along.
-    std::stable_sort(d, d + 3, [](const Dim& x, const Dim& y) { return x.stride < y.stride; });
-    long long span = p.head_dim;  // elements one index of the dimensions so far covers
-    for (const Dim& e : d) {
-      if (e.size == 1) continue;
-      if (e.stride < span)
-        fail(cache + "_" + e.name + "_stride " + std::to_string(e.stride) + " overlaps the " + std::to_string(span) +
-             " elements of the smaller dimensions ([num_pages " + std::to_string(a.num_pages) + ", page_size " +
-             std::to_string(a.page_size) + ", num_kv_heads " + std::to_string(p.num_kv_heads) + ", head_dim " +
-             std::to_string(p.head_dim) + "])");
-      span = e.stride * (e.size - 1) + span;
-    }
-  }
-}
-
-}  // namespace
-
 void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   check_problem(p);
   if (a.m != p.m || a.k_dim != p.k || a.num_heads != p.num_heads || a.num_kv_heads != p.num_kv_heads)
     fail("kernel arguments do not match the problem's sizes");
   auto al16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  if (!a.x || !a.w_data || !a.q) fail("x, w_data and q must be non-null device pointers");
-  if (a.slot_mapping) {
-    check_kv_cache(p, a);
-  } else {
-    if (!a.k || !a.v) fail("k and v must be non-null device pointers (or pass a slot mapping and a KV cache)");
-    if (a.k_cache || a.v_cache) fail("k_cache / v_cache given without a slot_mapping (nothing would be written)");
-  }
+  if (!a.x || !a.w_data || !a.q || !a.k || !a.v) fail("x, w_data, q, k and v must be non-null device pointers");
   if (!al16(a.x) || !al16(a.w_data) || !al16(a.q) || !al16(a.k) || !al16(a.v))
     fail("x, w_data, q, k and v must be 16-byte aligned");
   for (long long s : {a.x_row_stride, a.q_row_stride, a.k_row_stride, a.v_row_stride})

@@ -162,11 +162,7 @@ Config config_from_json(const nlohmann::json& j);
 
 /// Checks kernel arguments against the problem: 16-byte aligned x/w/outputs, 4-byte aligned bias, w_scales and w_zeros, strides multiples of 8, pointers
 /// present for the class (scales for quantized formats, zeros for int4, bias, positions), workspace when split or
-/// stream-K, wgmma_ws split_k at most the K steps. k and v are required without a slot mapping; with one
-/// (QkvParams::slot_mapping) they may be null, and the KV cache is checked instead: k_cache / v_cache present and
-/// 16-byte aligned, slot_mapping 4-byte aligned, num_pages, page_size >= 1 (num_pages x page_size < 2^31), cache
-/// strides non-negative multiples of 8 that do not overlap; each error names the argument. The slot values are device
-/// memory and are not checked: the caller guarantees -1 or [0, num_pages x page_size), no slot twice.
+/// stream-K, wgmma_ws split_k at most the K steps.
 void check_params(const Problem& p, const Config& c, const QkvParams& a);
 
 /// This family as a kt::Family (generator/qkv_type.cpp; listed in generator/registry.cpp).

@@ -257,10 +257,9 @@ __device__ __forceinline__ void gemv_epilogue(const QkvParams& p, const float (&
           y2 = o2;
         }
         const unsigned pr = ptx::pack2<DT>(y1, y2);
-        store_head<D>(p, out, stride, local_head, is_q, !is_q && !is_k, m, [&](unsigned short* h) {
-          h[pair[r]] = (unsigned short)(pr & 0xffffu);
-          h[pair[r] + D / 2] = (unsigned short)(pr >> 16);
-        });
+        unsigned short* dst = out + (long long)m * stride + (long long)local_head * D + pair[r];
+        dst[0] = (unsigned short)(pr & 0xffffu);
+        dst[D / 2] = (unsigned short)(pr >> 16);
       }
   }
 }

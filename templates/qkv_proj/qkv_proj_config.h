@@ -3,9 +3,7 @@
 //   Y = X W^T + b,  X [M, K] fp16/bf16 (M = tokens), W [(Hq + 2 Hkv) * D, K] in a weight format
 //   (quant_format.h), b [N] in the activation dtype (optional). Epilogue: bias, optional RoPE (rotate-half,
 //   Llama/Qwen convention) on the Q and K heads, and the split into the attention family's layout:
-//   Q [M, Hq, D], K [M, Hkv, D], V [M, Hkv, D] (row strides are parameters: KV-cache slots work), and optionally
-//   K and V straight into a paged KV cache through a slot mapping (QkvParams::slot_mapping; every mainloop, one
-//   runtime branch in its epilogue: qkv_epilogue.cuh store_head).
+//   Q [M, Hq, D], K [M, Hkv, D], V [M, Hkv, D] (row strides are parameters: KV-cache slots work).
 //
 // Kernel class (compiled in): activation dtype, weight format, head_dim, has_bias, rope.
 // Config (speed only): the mainloop, tile_m (tokens per block) and tile_n (output features per block), and the
@@ -354,8 +352,8 @@ struct QkvParams {
   const void* bias;      ///< [N] activation dtype, or null when the class has no bias
   const int* positions;  ///< [M] token positions for RoPE (null when the class has no RoPE)
   void* q;               ///< [M, Hq, D]
-  void* k;               ///< [M, Hkv, D]; may be null with a slot mapping (below)
-  void* v;               ///< [M, Hkv, D]; may be null with a slot mapping (below)
+  void* k;               ///< [M, Hkv, D]
+  void* v;               ///< [M, Hkv, D]
   float* workspace;      ///< split-K partial tiles (workspace_bytes), or null when split_k == 1
   unsigned* counters;    ///< one zero-initialized counter per output tile (self-resetting), or null
   long long x_row_stride, q_row_stride, k_row_stride, v_row_stride;
@@ -373,20 +371,6 @@ struct QkvParams {
   /// at (step N + row) 64 + 16 q; 0: row-major. Written by
   /// qkv::launch from the problem's format. (16-bit K-blocked weights need no flag: their maps share coordinates.)
   int w_k_blocked;
-  /// Paged KV-cache write (the vLLM / TensorRT-LLM layout), off when slot_mapping is null. slot_mapping [M] int32:
-  /// token m's K (after RoPE) and V heads go to slot s = slot_mapping[m] = page * page_size + offset of k_cache /
-  /// v_cache [num_pages, page_size, Hkv, D] (the projection's dtype; element (page, offset, h, d) at page *
-  /// *_cache_page_stride + offset * *_cache_slot_stride + h * *_cache_head_stride + d, strides in elements); s = -1
-  /// skips the token. The kernels trust the slots (device memory): each must be -1 or in [0, num_pages * page_size),
-  /// and no two tokens may share one. With a slot mapping, k and v may be null (only the cache is written, as
-  /// TensorRT-LLM's fused QKV does); when non-null they still receive every token, skipped ones included. num_pages
-  /// is read by check_params only.
-  const int* slot_mapping;
-  void* k_cache;
-  void* v_cache;
-  long long k_cache_page_stride, k_cache_slot_stride, k_cache_head_stride;
-  long long v_cache_page_stride, v_cache_slot_stride, v_cache_head_stride;
-  int num_pages, page_size;
 };
 
 /// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the host by
@@ -600,9 +584,9 @@ KT_HD constexpr int wp_smem_bytes(const Config& c) {
   return 1024 + (wp_ring_bytes(c) > wp_stage_bytes(c) ? wp_ring_bytes(c) : wp_stage_bytes(c));
 }
 /// wgmma_pairs static shared memory: 2 x stages mbarriers, bias [tile_n] 16-bit, positions [tile_m], RoPE turns [D/2] (8
-/// bytes each), and per box an output pointer, row stride and KV-cache code.
+/// bytes each), and per box an output pointer and row stride.
 KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
-  return 16 * c.pairs.stages + 2 * c.tile_n + 4 * c.tile_m + 4 * head_dim + 20 * wp_box_heads(c);
+  return 16 * c.pairs.stages + 2 * c.tile_n + 4 * c.tile_m + 4 * head_dim + 16 * wp_box_heads(c);
 }
 
 /// gemv: registers per thread, a model fitted to NVRTC/ptxas (CUDA 13, sm_90a) over every gemv variant of nvfp4, int4,
@@ -611,11 +595,10 @@ KT_HD constexpr int wp_static_bytes(const Config& c, int head_dim) {
 /// tile per prefetched step) + the X ring (1.5 x min(prefetch, 2) steps x 64 / bits words per n-tile) + per row tile
 /// 20 (register_ring) or, for units read from shared memory, 12 for one row tile and 28 each for two; nvfp4 (two
 /// scales per unit) on the register ring with two row tiles 16 more, and its balanced stages-2 variants with 2 or 4 warp
-/// columns 24 more (fitted to ptxas: both held 80 registers only just). Not covered: 8 nvfp4 (row-major)
-/// register_ring variants of tile_m 16, tile_n 16 (warps_k 2, 4, 14, 16) spill at 128 registers (the ring carries raw
-/// scale bits) -- with fp16 activations the 4 with the balanced tail (16 bytes), with bf16 the 4 without (8 bytes);
-/// their twins of the other dtype, the same configs, do not spill, and the model has no dtype, so they stay valid
-/// (tma_x is M = 16's winner; which of the twins spills moves with any change to the epilogue's code). Likewise 4
+/// columns 24 more (fitted to ptxas: both held 80 registers only just). Not covered: with fp16
+/// activations, 7 nvfp4 (row-major) register_ring variants of tile_m 16 without the balanced tail spill 8 bytes at 128
+/// registers (the ring carries raw scale bits); their bf16 twins, the same
+/// configs, do not spill, and the model has no dtype, so they stay valid (tma_x is M = 16's winner). Likewise 4
 /// bf16 int8 stages-3 variants of tile_m 32 (M 17..64) spill 10 bytes at 128 registers (the TMA request sits at the
 /// end of the step); their fp16 twins do not, and M = 64's int8 winner is
 /// wgmma_ws.

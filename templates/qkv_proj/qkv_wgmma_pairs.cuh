@@ -39,10 +39,8 @@
 //   rounded to the activation dtype into the warp's staging tile [16 rows][2 halves][pairs] in shared memory (over
 //   the ring, which is free by then: the ring can be as deep as shared memory allows), then
 //   written to Q / K / V in pieces of min(PB, 8) pairs (16 or 8 bytes, contiguous in the output) from neighbouring
-//   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput. With a slot
-//   mapping (QkvParams::slot_mapping) the K and V chunks also go, whole, to their tokens' slots of the paged cache
-//   (store_head's rule, qkv_epilogue.cuh). The RoPE angle: rope_sincos (qkv_proj.cuh), the same fixed-point reduction
-//   as every qkv kernel.
+//   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput. The RoPE angle:
+//   rope_sincos (qkv_proj.cuh), the same fixed-point reduction as every qkv kernel.
 //
 // Sources: PTX ISA 8.x (wgmma.mma_async, matrix descriptors, mbarrier, cp.async.bulk.tensor); CUDA Driver API
 // cuTensorMapEncodeTiled (the maps are encoded in qkv::launch, runtime/qkv.cpp).
@@ -69,22 +67,20 @@
 namespace kt {
 namespace qkv {
 
-/// Head `head` (counted over [Q | K | V]) in Q, K or V (16-bit elements): its D outputs of token 0 (null when that
-/// output is null: K and V may be with a slot mapping), in `row_stride` the elements between tokens, and in `kv` the
-/// head's KV-cache code, 2 kv_head + (1 for V), or -1 for a Q head (the store loop's kv_cache_head arguments).
+/// Head `head` (counted over [Q | K | V]) in Q, K or V (16-bit elements): its D outputs of token 0, and in
+/// `row_stride` the elements between tokens.
 template <int D>
-__device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int head, long long& row_stride, int& kv) {
+__device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int head, long long& row_stride) {
   void* base = p.v;
   row_stride = p.v_row_stride;
   if (head < p.num_heads) {
-    base = p.q, row_stride = p.q_row_stride, kv = -1;
+    base = p.q, row_stride = p.q_row_stride;
   } else if ((head -= p.num_heads) < p.num_kv_heads) {
-    base = p.k, row_stride = p.k_row_stride, kv = 2 * head;
+    base = p.k, row_stride = p.k_row_stride;
   } else {
     head -= p.num_kv_heads;
-    kv = 2 * head + 1;
   }
-  return base == nullptr ? nullptr : static_cast<unsigned short*>(base) + (long long)head * D;
+  return static_cast<unsigned short*>(base) + (long long)head * D;
 }
 
 /// The kernel body (one block per output tile; the header comment describes it).
@@ -115,7 +111,6 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   __shared__ unsigned long long s_turns[Rope ? kHalf : 1];
   __shared__ unsigned short* s_out[kBoxes];   // box b's head in Q / K / V at token 0 (null past the last head)
   __shared__ long long s_out_stride[kBoxes];  // ... and its row stride (elements)
-  __shared__ int s_kv[kBoxes];                // ... and its KV-cache code (wp_head_out; -1: none)
   // 1024-byte aligned base for the swizzled tiles (the launch requests wp_smem_bytes, which includes the slack).
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
@@ -130,7 +125,6 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
   // read through `p` in the store loop, they were loaded again from the parameter space in every iteration (the
   // compiler cannot tell the stores from the parameters).
   const int heads = p.num_heads + 2 * p.num_kv_heads, qk_heads = p.num_heads + p.num_kv_heads, m_end = p.m;
-  const int* const slot_map = p.slot_mapping;  // null: no KV-cache write (QkvParams)
   // The tile: pairs [i0, i0 + PB) of heads [h0, h0 + kBoxes) (box b = head h0 + b); heads past the last are
   // zero-filled by the TMA and never stored.
   const int i0 = int(blockIdx.x % unsigned(kHalf / PB)) * PB, h0 = int(blockIdx.x / unsigned(kHalf / PB)) * kBoxes;
@@ -175,10 +169,8 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
     if (tid < kBoxes) {
       const int head = h0 + tid;
       long long stride = 0;
-      int kv = -1;
-      s_out[tid] = head < heads ? wp_head_out<D>(p, head, stride, kv) : nullptr;
+      s_out[tid] = head < heads ? wp_head_out<D>(p, head, stride) : nullptr;
       s_out_stride[tid] = stride;
-      s_kv[tid] = head < heads ? kv : -1;
     }
   }
   __syncthreads();
@@ -303,22 +295,10 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
               hf = rem / (kSubAll * kBoxes);
     const int m = m0 + rw + r;
     if (m >= m_end || h0 + b >= heads) continue;
-    const int col = hf * kHalf + i0 + sb * kCP;  // the chunk's first column in its head
+    unsigned short* out = s_out[b] + m * s_out_stride[b] + hf * kHalf + i0 + sb * kCP;
     const unsigned char* src = st + r * kStRow + hf * 2 * P + (b * PB + sb * kCP) * 2;
-    auto put = [&](unsigned short* out) {
-      if constexpr (PB >= 8) *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(src);
-      else *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(src);
-    };
-    if (slot_map == nullptr) {  // uniform: no KV-cache write
-      put(s_out[b] + m * s_out_stride[b] + col);
-      continue;
-    }
-    // A slot mapping (store_head, qkv_epilogue.cuh): the plain output when there is one, K and V heads into the cache.
-    if (s_out[b] != nullptr) put(s_out[b] + m * s_out_stride[b] + col);
-    const int kv = s_kv[b];
-    if (kv < 0) continue;
-    const int slot = __ldg(slot_map + m);
-    if (slot >= 0) put(kv_cache_head(p, kv & 1, kv >> 1, slot) + col);
+    if constexpr (PB >= 8) *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(src);
+    else *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(src);
   }
 #ifdef KT_WP_TRACE_ON
   KT_WP_TRACE(4, tid == 0);

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <functional>
 #include <set>
 #include <tuple>
 
@@ -1199,87 +1198,6 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
 }
 
-TEST_CASE("qkv_proj KV-cache arguments are checked, each error naming the argument", "[generator][qkv]") {
-  const Problem p = qwen(quant::Format::int8, DType::bf16, 16);  // Hkv 4, D 128
-  const Config c = mk_gemv(16, 32, 4, 1, GemvLoad::register_ring, 1);
-  int dummy[64];
-  QkvParams a = host_params(p, dummy);
-  a.x_row_stride = p.k;
-  a.q_row_stride = 28 * 128;
-  a.k_row_stride = a.v_row_stride = 4 * 128;
-  auto fake = [](std::uintptr_t v) { return reinterpret_cast<void*>(v); };
-  a.slot_mapping = static_cast<const int*>(fake(0x10000));
-  a.k_cache = fake(0x20000);
-  a.v_cache = fake(0x30000);
-  a.num_pages = 50;
-  a.page_size = 16;
-  // K: [pages][slots][heads][D] (vLLM), V: [pages][heads][slots][D] (FlashInfer's HND), pages padded
-  a.k_cache_head_stride = 128, a.k_cache_slot_stride = 4 * 128, a.k_cache_page_stride = 16 * 4 * 128 + 64;
-  a.v_cache_head_stride = 16 * 128, a.v_cache_slot_stride = 128, a.v_cache_page_stride = 4 * 16 * 128;
-  CHECK_NOTHROW(check_params(p, c, a));
-  // k and v may be null with a slot mapping (only the cache is written); without one they are required.
-  QkvParams b = a;
-  b.k = b.v = nullptr;
-  CHECK_NOTHROW(check_params(p, c, b));
-  b.slot_mapping = nullptr;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k and v must be non-null"));
-  b = a;
-  b.slot_mapping = nullptr;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("without a slot_mapping"));
-  b.k_cache = b.v_cache = nullptr;
-  CHECK_NOTHROW(check_params(p, c, b));  // the plain projection
-  b = a;
-  b.v_cache = nullptr;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache and v_cache"));
-  b = a;
-  b.k_cache = fake(0x20008);
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache must be 16-byte aligned"));
-  b = a;
-  b.v_cache = fake(0x30004);
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("v_cache must be 16-byte aligned"));
-  b = a;
-  b.slot_mapping = static_cast<const int*>(fake(0x10002));
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("slot_mapping must be 4-byte aligned"));
-  b = a;
-  b.page_size = 0;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("page_size must be >= 1, got 0"));
-  b = a;
-  b.num_pages = -3;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("num_pages must be >= 1, got -3"));
-  b = a;
-  b.num_pages = 1 << 20;
-  b.page_size = 1 << 12;  // 2^32 slots: not addressable by an int32 slot
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("exceed the int32 slot mapping"));
-  b = a;
-  b.k_cache_slot_stride = 4 * 128 + 4;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache_slot_stride must be a non-negative multiple of 8"));
-  b = a;
-  b.v_cache_page_stride = -8;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("v_cache_page_stride must be a non-negative multiple"));
-  // overlaps: heads closer than head_dim, slots inside the heads' span, pages inside the slots'
-  b = a;
-  b.k_cache_head_stride = 64;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache_head_stride 64 overlaps"));
-  b = a;
-  b.k_cache_slot_stride = 3 * 128;
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache_slot_stride 384 overlaps the 512 elements"));
-  b = a;
-  b.v_cache_page_stride = 2 * 16 * 128;  // two heads' slots: pages overlap heads 2 and 3
-  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("v_cache_page_stride 4096 overlaps the 8192 elements"));
-  // a dimension of size 1 is never stepped along: any stride passes
-  Problem one_head = p;
-  one_head.num_heads = 7;
-  one_head.num_kv_heads = 1;
-  b = a;
-  b.num_heads = 7;
-  b.num_kv_heads = 1;
-  b.k_cache_head_stride = b.v_cache_head_stride = 0;
-  b.k_cache_slot_stride = 128;
-  b.k_cache_page_stride = 16 * 128;
-  b.v_cache_page_stride = 16 * 128;
-  CHECK_NOTHROW(check_params(one_head, c, b));
-}
-
 TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruction outside the TMA paths)",
           "[nvrtc][qkv]") {
   // The tma / tma_x proxy fence must sit inside the sm_90 guard, or no gemv binary compiles for sm_80.
@@ -1339,87 +1257,6 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   const auto bad_pairs = compiler.compile(kernel_source(pf, mk_pairs(128, 88, 6), arch));
   CHECK_FALSE(bad_pairs.ok);
   CHECK_THAT(bad_pairs.error, Catch::Contains("invalid qkv_wgmma_pairs variant"));
-}
-
-TEST_CASE("qkv_proj KV-cache write: variants of every mainloop compile with it, without spills, within the smem model",
-          "[nvrtc][qkv]") {
-  // The cache store is a runtime branch of every epilogue (store_head in qkv_epilogue.cuh; wgmma_pairs' own store
-  // loop), so every binary carries it: a few of each mainloop and each epilogue path -- mma and wgmma split-K
-  // (finish_tile after the workspace reduction), gemv register ring / bulk rows / tma / tma_x / cluster / balanced
-  // tail (its register epilogue), wgmma_ws with and without pre-loaded epilogue inputs, two K groups and stream-K,
-  // wgmma_pairs with 4, 8 and 16 pairs per box -- for the RoPE + bias class and the plain one.
-  const ArchId arch = parse_arch("sm_90a");
-  using Pred = std::function<bool(const Config&)>;
-  const Pred kinds[] = {
-      [](const Config& c) { return c.mainloop == Mainloop::mma && c.mma.split_k == 1; },
-      [](const Config& c) { return c.mainloop == Mainloop::mma && c.mma.split_k > 1; },
-      [](const Config& c) { return c.mainloop == Mainloop::gemv && gemv_ring(c) && !gemv_balanced(c); },
-      [](const Config& c) { return c.mainloop == Mainloop::gemv && gemv_ring(c) && gemv_balanced(c); },
-      [](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.reduce == GemvReduce::cluster; },
-      [](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == GemvLoad::tma && gemv_balanced(c); },
-      [](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == GemvLoad::tma_x; },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma && c.wgmma.split_k == 1; },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma && c.wgmma.split_k > 1; },
-      [](const Config& c) {
-        return c.mainloop == Mainloop::wgmma_ws && c.ws.k_groups == 1 && ws_cluster(c) == 1 && !ws_stream_k(c);
-      },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma_ws && ws_cluster(c) > 1; },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma_ws && c.ws.k_groups == 2; },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma_ws && ws_stream_k(c); },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma_pairs && wp_box_pairs(c) == 4; },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma_pairs && wp_box_pairs(c) == 8; },
-      [](const Config& c) { return c.mainloop == Mainloop::wgmma_pairs && wp_box_pairs(c) == 16; },
-  };
-  std::vector<KernelSource> src;
-  std::vector<Config> configs;
-  std::vector<Problem> problems;
-  for (bool rope : {true, false})
-    for (const Pred& kind : kinds) {
-      // the first valid config of this kind (int4, or fp16 for wgmma_pairs) at M 16, 64 or 256
-      bool found = false;
-      for (auto [f, dt] : {std::pair{quant::Format::int4, DType::bf16}, {quant::Format::fp16, DType::f16}})
-        for (int m : {16, 64, 256}) {
-          Problem p = qwen(f, dt, m);
-          p.rope = p.has_bias = rope;
-          for (const auto& c : valid_configs(p, arch))
-            if (!found && kind(c)) {
-              found = true;
-              src.push_back(kernel_source(p, c, arch));
-              configs.push_back(c);
-              problems.push_back(p);
-            }
-        }
-      CHECK(found);
-    }
-  // ... and the wgmma_pairs variant closest to the shared-memory limit (its static arrays grew by the cache codes)
-  const Problem pf = qwen(quant::Format::fp16, DType::f16, 256);
-  Config fullest{};
-  int most = 0;
-  for (const auto& c : valid_configs(pf, arch))
-    if (c.mainloop == Mainloop::wgmma_pairs && wp_smem_bytes(c) + wp_static_bytes(c, 128) > most)
-      most = wp_smem_bytes(c) + wp_static_bytes(c, 128), fullest = c;
-  REQUIRE(most > 0);
-  src.push_back(kernel_source(pf, fullest, arch));
-  configs.push_back(fullest);
-  problems.push_back(pf);
-  Compiler compiler(nullptr);
-  const auto res = compiler.compile_all(src);
-  REQUIRE(res.size() == src.size());
-  std::set<Mainloop> seen;
-  for (size_t i = 0; i < res.size(); ++i) {
-    const auto& r = res[i];
-    INFO(r.kernel.variant_name << "\n" << r.error);
-    CHECK(r.ok);
-    CHECK(r.report.spill_store_bytes == 0);
-    seen.insert(configs[i].mainloop);
-    // wgmma_pairs' static shared memory (the per-box KV-cache codes included) is the model invalid_reason budgets
-    // with, up to the arrays' alignment padding, and with the dynamic request fits the block's limit.
-    if (configs[i].mainloop == Mainloop::wgmma_pairs) {
-      CHECK(r.report.static_smem_bytes <= wp_static_bytes(configs[i], problems[i].head_dim) + 64);
-      CHECK(wp_smem_bytes(configs[i]) + r.report.static_smem_bytes <= max_smem_per_block(90));
-    }
-  }
-  CHECK(seen.size() == 5);
 }
 
 TEST_CASE(
