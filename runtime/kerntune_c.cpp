@@ -57,6 +57,21 @@ kt_status from_exception(const char* fn) {
   }
 }
 
+/// The last step of every to_problem: `check(p)` (the family's check_problem) throws ProblemError for a problem no
+/// variant supports -> UNSUPPORTED naming the rule; anything else is mapped by from_exception. On success *out = p.
+template <class Problem, class Check>
+kt_status checked_problem(const Problem& p, Check check, const std::string& where, const char* fn, Problem* out) {
+  try {
+    check(p);
+  } catch (const kt::ProblemError& e) {
+    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
+  } catch (...) {
+    return from_exception(fn);
+  }
+  *out = p;
+  return KT_OK;
+}
+
 /// Converts and validates a problem: malformed (null, unknown dtype, size < 1) -> INVALID_ARGUMENT;
 /// well-formed but not supported by any kernel (check_problem) -> UNSUPPORTED.
 kt_status to_problem(const kt_attention_problem* in, kt::attn::Problem* out, const char* fn) {
@@ -81,15 +96,8 @@ kt_status to_problem(const kt_attention_problem* in, kt::attn::Problem* out, con
   p.num_kv_heads = in->num_kv_heads;
   p.head_dim = in->head_dim;
   p.causal = in->causal != 0;
-  try {
-    kt::attn::check_problem(p);
-  } catch (const kt::ProblemError& e) {
-    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
-  } catch (...) {
-    return from_exception(fn);
-  }
-  *out = p;
-  return KT_OK;
+  return checked_problem(
+      p, [](const auto& q) { kt::attn::check_problem(q); }, where, fn, out);
 }
 
 /// As to_problem, for the Q/K/V projection: malformed -> INVALID_ARGUMENT; unsupported (check_problem) ->
@@ -123,15 +131,8 @@ kt_status to_qkv_problem(const kt_qkv_problem* in, kt::qkv::Problem* out, const 
   p.head_dim = in->head_dim;
   p.has_bias = in->has_bias != 0;
   p.rope = in->rope != 0;
-  try {
-    kt::qkv::check_problem(p);
-  } catch (const kt::ProblemError& e) {
-    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
-  } catch (...) {
-    return from_exception(fn);
-  }
-  *out = p;
-  return KT_OK;
+  return checked_problem(
+      p, [](const auto& q) { kt::qkv::check_problem(q); }, where, fn, out);
 }
 
 /// As to_problem, for attention_decode: malformed (null, unknown dtype, size < 1) -> INVALID_ARGUMENT; unsupported
@@ -161,15 +162,8 @@ kt_status to_decode_problem(const kt_attention_decode_problem* in, kt::decode::P
   p.kv_layout = in->paged ? kt::decode::KvLayout::paged : kt::decode::KvLayout::contiguous;
   p.page_size = in->page_size;
   p.causal = in->causal != 0;
-  try {
-    kt::decode::check_problem(p);
-  } catch (const kt::ProblemError& e) {
-    return fail(KT_ERROR_UNSUPPORTED, where + e.what());
-  } catch (...) {
-    return from_exception(fn);
-  }
-  *out = p;
-  return KT_OK;
+  return checked_problem(
+      p, [](const auto& q) { kt::decode::check_problem(q); }, where, fn, out);
 }
 
 /// The kernel arguments of a decode call (pointers and strides as given; the runtime binds the split buffers).
