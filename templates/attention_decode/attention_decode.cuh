@@ -16,15 +16,10 @@
 #pragma once
 #include "attention_decode/decode_config.h"
 #include "common/ptx.cuh"
+#include "common/swizzle.cuh"
 
 namespace kt {
 namespace decode {
-
-/// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, D] tile.
-template <int D>
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
 
 /// What one block computes: sequence b, KV head kvh, row block rb (of row_blocks), keys [key0, key_end) of a
 /// sequence of len keys, which the sequence splits into `splits` blocks (this one is `split`; the grid holds

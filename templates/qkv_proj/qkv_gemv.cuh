@@ -432,42 +432,12 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
   }
 
   KT_GEMV_TRACE(2);
-  float(&acc)[R][NT][4] = acc2[0];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[r][t][e] += acc2[1][r][t][e];
+  if (!gemv_reduce<WarpsK, WarpsN, R, NT, Cluster, Balance>(p, acc2, reinterpret_cast<float4*>(smem), rank, wk, wn,
+                                                            warp, lane))
+    return;
 
-  // ---- reduce none: the K slices meet in shared memory (gemv_store_k_partial); warp row 0 adds them ----
-  float4* part = reinterpret_cast<float4*>(smem);
-  if (WarpsK > 1) {
-    gemv_store_k_partial<WarpsN, R, NT>(acc, part, wk, wn, lane);
-    if (Cluster == 1 && wk > 0) return;
-    if (wk == 0) gemv_add_partials<WarpsN, R, NT>(acc, part, WarpsK, wn, lane);
-  }
-  // ---- reduce balanced_tail, a tail piece: the block sums meet in the workspace; the last piece to arrive goes on ----
-  // (This block's piece is read again from %ctaid.x and the parameters, not kept live across the mainloop: that cost
-  // stages-0 table-format variants 8-24 bytes of spills.)
-  unsigned cta = 0;
-  if (Balance) asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
-  if (Balance && p.gemv_split > 1 && int(cta) >= p.gemv_full) {
-    if (!gemv_balanced_tail_reduce<WarpsK, WarpsN, R, NT>(p, acc, cta, wn, warp, lane)) return;
-  }
-#if __CUDA_ARCH__ >= 900
-  // ---- reduce cluster: ranks 1.. store their block sums into rank 0's shared memory (the region after the K-slice
-  //      partials), one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
-  if (Cluster > 1) {
-    float4* cpart = part + (WarpsK - 1) * WarpsN * R * NT * 32;
-    gemv_cluster_store<WarpsN, R, NT>(acc, cpart, rank, wk, wn, lane);
-    if (rank > 0 || wk > 0) return;
-    gemv_add_partials<WarpsN, R, NT>(acc, cpart, Cluster, wn, lane);
-  }
-#endif
-
-  gemv_epilogue<DT, F, D, Rope, kRopeEarly>(p, acc, bias_v, row_scale, turns, pos, rope_c, rope_s, tile_in, head, pair,
-                                            m0, q);
+  gemv_epilogue<DT, F, D, Rope, kRopeEarly>(p, acc2[0], bias_v, row_scale, turns, pos, rope_c, rope_s, tile_in, head,
+                                            pair, m0, q);
   KT_GEMV_TRACE(3);
 }
 

@@ -149,6 +149,48 @@ __device__ __forceinline__ bool gemv_balanced_tail_reduce(const QkvParams& p, fl
   return true;
 }
 
+/// The block's reduction after the mainloop: adds the two chunk-parity accumulator sets into acc2[0], then reduces
+/// across the block's K slices, balanced-tail pieces and cluster ranks as the variant has them (reduce none /
+/// balanced_tail / cluster). Returns true for the warps that run the epilogue on the finished sums in acc2[0].
+/// part: the block's float4 partial region (dynamic shared memory, gemv_partial_bytes).
+template <int WarpsK, int WarpsN, int R, int NT, int Cluster, bool Balance>
+__device__ __forceinline__ bool gemv_reduce(const QkvParams& p, float (&acc2)[2][R][NT][4], float4* part, int rank,
+                                            int wk, int wn, int warp, int lane) {
+  float(&acc)[R][NT][4] = acc2[0];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[r][t][e] += acc2[1][r][t][e];
+
+  // ---- reduce none: the K slices meet in shared memory (gemv_store_k_partial); warp row 0 adds them ----
+  if (WarpsK > 1) {
+    gemv_store_k_partial<WarpsN, R, NT>(acc, part, wk, wn, lane);
+    if (Cluster == 1 && wk > 0) return false;
+    if (wk == 0) gemv_add_partials<WarpsN, R, NT>(acc, part, WarpsK, wn, lane);
+  }
+  // ---- reduce balanced_tail, a tail piece: the block sums meet in the workspace; the last piece to arrive goes on ----
+  // (This block's piece is read again from %ctaid.x and the parameters, not kept live across the mainloop: that cost
+  // stages-0 table-format variants 8-24 bytes of spills.)
+  unsigned cta = 0;
+  if (Balance) asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
+  if (Balance && p.gemv_split > 1 && int(cta) >= p.gemv_full) {
+    if (!gemv_balanced_tail_reduce<WarpsK, WarpsN, R, NT>(p, acc, cta, wn, warp, lane)) return false;
+  }
+#if __CUDA_ARCH__ >= 900
+  // ---- reduce cluster: ranks 1.. store their block sums into rank 0's shared memory (the region after the K-slice
+  //      partials), one cluster barrier, rank 0 adds them in rank order (deterministic) and runs the epilogue ----
+  if (Cluster > 1) {
+    float4* cpart = part + (WarpsK - 1) * WarpsN * R * NT * 32;
+    gemv_cluster_store<WarpsN, R, NT>(acc, cpart, rank, wk, wn, lane);
+    if (rank > 0 || wk > 0) return false;
+    gemv_add_partials<WarpsN, R, NT>(acc, cpart, Cluster, wn, lane);
+  }
+#endif
+  return true;
+}
+
 /// The epilogue's inputs of a warp's rows and tokens, loaded before the mainloop (while the weight is in flight) by
 /// the warps that finish the tile (finisher: K slice 0 of rank 0): bias_v (the dtype's bits of rows g, g + 8 of m16
 /// tile r, converted in the epilogue: no wait on the load before the mainloop), int8's row scales row_scale

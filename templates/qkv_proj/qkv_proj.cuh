@@ -12,17 +12,13 @@
 #pragma once
 #include "common/format_traits.cuh"
 #include "common/ptx.cuh"
+#include "common/swizzle.cuh"
 #include "qkv_proj/qkv_epilogue.cuh"
 #include "qkv_proj/qkv_proj_config.h"
 #include "qkv_proj/quant_format.h"
 
 namespace kt {
 namespace qkv {
-
-template <int TK>
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * TK + ((chunk ^ (row & 7)) << 3);
-}
 
 using quant::UnitScales;
 

@@ -19,6 +19,7 @@
 #include "reference/dtype_convert.h"
 #include "runtime/decode.h"
 #include "runtime/runtime.h"
+#include "tests/gpu/winner_db.h"
 #include "tests/support.h"
 #include "tuner/decode_harness.h"
 #include "tuner/tuner_registry.h"
@@ -145,53 +146,11 @@ TEST_CASE("Runtime::attention_decode: tuned split variant (exact, nearest), defa
   REQUIRE_FALSE(same_config(ct, default_config(arch, tuned)));
   REQUIRE(uses_workspace(tuned, ct));
   {
-    Compiler compiler(nullptr);
-    db::TuningDb tdb(db_path);
-    db::DeviceRecord d;
-    d.name = info.name;
-    d.uuid = info.uuid;
-    d.cc_major = info.cc_major;
-    d.cc_minor = info.cc_minor;
-    d.sm_count = info.sm_count;
-    d.l2_bytes = info.l2_bytes;
-    d.driver_version = info.driver_version;
-    const long long dev_id = tdb.upsert_device(d);
-    db::RunRecord run;
-    run.argv = "test_runtime_decode_gpu";
-    run.started_at = 1700000000;
-    const long long run_id = tdb.begin_run(run);
+    kt_test::WinnerDb wdb(db_path, info, "test_runtime_decode_gpu");
     const KernelSource src = kernel_source(tuned, ct, arch);
-    const CompileResult r = compiler.compile(src);
-    INFO(r.error);
-    REQUIRE(r.ok);
-    db::BinaryRecord b;
-    b.hash = compiler.cache_key(src);
-    b.family = kFamily;
-    b.variant_name = src.variant_name;
-    b.name_expression = src.name_expression;
-    b.lowered_name = r.report.lowered_name;
-    b.arch = arch_name(arch);
-    b.cubin = r.cubin;
-    b.registers = r.report.registers;
-    b.static_smem_bytes = r.report.static_smem_bytes;
-    b.dynamic_smem_bytes = int(src.dynamic_smem_bytes);
-    tdb.put_binary(b);
-    db::Measurement me;
-    me.run_id = run_id;
-    me.device_id = dev_id;
-    me.family = kFamily;
-    me.problem_key = tuned.key();
-    me.problem_json = problem_to_json(tuned).dump();
-    me.variant_name = src.variant_name;
-    me.config_json = config_to_json(ct).dump();
-    me.binary_hash = b.hash;
-    me.status = db::Status::ok;
-    me.median_us = me.p20_us = me.p80_us = 9;
-    me.samples_us = {9};
-    me.measured_at = 1700000001;
-    tdb.add_measurements({me});
-    tdb.end_run(run_id, 1700000002);
-    REQUIRE(tdb.winners(info.name, kFamily).size() == 1);
+    wdb.add(kFamily, tuned.key(), problem_to_json(tuned).dump(), src.variant_name, config_to_json(ct).dump(),
+            wdb.put_binary(src), 9);
+    REQUIRE(wdb.finish(info.name, kFamily) == 1);
   }
   Runtime rt(db_path);
 

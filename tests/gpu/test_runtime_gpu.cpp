@@ -18,6 +18,7 @@
 #include "generator/compiler.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
+#include "tests/gpu/winner_db.h"
 #include "tests/support.h"
 #include "tuner/attention_harness.h"
 
@@ -29,6 +30,7 @@ namespace {
 
 using kt_test::count_files;
 using kt_test::ScopedEnv;
+using kt_test::TempDir;
 
 Problem qwen(int seqlen, int head_dim = 128) {
   Problem p;
@@ -104,11 +106,9 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
   const ArchId arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
 
   // Temp DB and an empty cubin cache directory: whatever the runtime compiles lands there.
-  const fs::path tmp = fs::temp_directory_path() / ("kt_runtime_gpu_" + std::to_string(getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  const std::string db_path = (tmp / "tuned.db").string();
-  const fs::path cache_dir = tmp / "cubins";
+  const TempDir tmp("kt_runtime_gpu");
+  const std::string db_path = (tmp.path / "tuned.db").string();
+  const fs::path cache_dir = tmp.path / "cubins";
   ScopedEnv env_cache("KERNTUNE_CACHE_DIR", cache_dir.string());
 
   // Two variants of the Qwen class, compiled without any cache, stored as binaries + ok measurements.
@@ -119,57 +119,13 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
   REQUIRE_FALSE(same_config(c512, default_config(arch, qwen(512))));
   REQUIRE_FALSE(same_config(c2048, default_config(arch, qwen(512))));
   {
-    Compiler compiler(nullptr);
-    db::TuningDb tdb(db_path);
-    db::DeviceRecord d;
-    d.name = info.name;
-    d.uuid = info.uuid;
-    d.cc_major = info.cc_major;
-    d.cc_minor = info.cc_minor;
-    d.sm_count = info.sm_count;
-    d.l2_bytes = info.l2_bytes;
-    d.driver_version = info.driver_version;
-    const long long dev_id = tdb.upsert_device(d);
-    db::RunRecord run;
-    run.argv = "test_runtime_gpu";
-    run.started_at = 1700000000;
-    const long long run_id = tdb.begin_run(run);
-    std::vector<db::Measurement> ms;
+    kt_test::WinnerDb wdb(db_path, info, "test_runtime_gpu");
     for (auto [p, c] : {std::pair<Problem, Config>{qwen(512), c512}, {qwen(2048), c2048}}) {
       const KernelSource src = kernel_source(p, c, arch);
-      const CompileResult r = compiler.compile(src);
-      INFO(r.error);
-      REQUIRE(r.ok);
-      db::BinaryRecord b;
-      b.hash = compiler.cache_key(src);
-      b.family = kFamily;
-      b.variant_name = src.variant_name;
-      b.name_expression = src.name_expression;
-      b.lowered_name = r.report.lowered_name;
-      b.arch = arch_name(arch);
-      b.cubin = r.cubin;
-      b.registers = r.report.registers;
-      b.static_smem_bytes = r.report.static_smem_bytes;
-      b.dynamic_smem_bytes = int(src.dynamic_smem_bytes);
-      tdb.put_binary(b);
-      db::Measurement m;
-      m.run_id = run_id;
-      m.device_id = dev_id;
-      m.family = kFamily;
-      m.problem_key = p.key();
-      m.problem_json = problem_to_json(p).dump();
-      m.variant_name = src.variant_name;
-      m.config_json = config_to_json(c).dump();
-      m.binary_hash = b.hash;
-      m.status = db::Status::ok;
-      m.median_us = m.p20_us = m.p80_us = 42;
-      m.samples_us = {42};
-      m.measured_at = 1700000001;
-      ms.push_back(m);
+      wdb.add(kFamily, p.key(), problem_to_json(p).dump(), src.variant_name, config_to_json(c).dump(),
+              wdb.put_binary(src), 42);
     }
-    tdb.add_measurements(ms);
-    tdb.end_run(run_id, 1700000002);
-    REQUIRE(tdb.winners(info.name, kFamily).size() == 2);
+    REQUIRE(wdb.finish(info.name, kFamily) == 2);
   }
   REQUIRE(count_files(cache_dir) == 0);
 
@@ -319,9 +275,8 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
     CHECK(kt_attention_prefill(nullptr, &cp, &args, stream.get()) == KT_ERROR_INVALID_ARGUMENT);
     CHECK(kt_runtime_create(db_path.c_str(), nullptr) == KT_ERROR_INVALID_ARGUMENT);
     kt_runtime* bad = reinterpret_cast<kt_runtime*>(1);
-    CHECK(kt_runtime_create((tmp / "missing.db").string().c_str(), &bad) == KT_ERROR_DATABASE);
+    CHECK(kt_runtime_create((tmp.path / "missing.db").string().c_str(), &bad) == KT_ERROR_DATABASE);
     CHECK(bad == nullptr);
     kt_runtime_destroy(crt);
   }
-  fs::remove_all(tmp);
 }

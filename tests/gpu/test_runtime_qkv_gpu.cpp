@@ -16,6 +16,7 @@
 #include "generator/qkv_family.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
+#include "tests/gpu/winner_db.h"
 #include "tests/support.h"
 #include "tuner/qkv_harness.h"
 
@@ -27,6 +28,7 @@ namespace {
 
 using kt_test::count_files;
 using kt_test::ScopedEnv;
+using kt_test::TempDir;
 
 /// A small Llama-like class: k 1024, 8 query / 2 key-value heads of 128, bias, RoPE.
 Problem small(int m, quant::Format f = quant::Format::nf4, DType dt = DType::bf16) {
@@ -113,11 +115,9 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
   const cuda::DeviceInfo info = cuda::device_info(0);
   const ArchId arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
 
-  const fs::path tmp = fs::temp_directory_path() / ("kt_runtime_qkv_gpu_" + std::to_string(getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  const std::string db_path = (tmp / "tuned.db").string();
-  const fs::path cache_dir = tmp / "cubins";
+  const TempDir tmp("kt_runtime_qkv_gpu");
+  const std::string db_path = (tmp.path / "tuned.db").string();
+  const fs::path cache_dir = tmp.path / "cubins";
   ScopedEnv env_cache("KERNTUNE_CACHE_DIR", cache_dir.string());
 
   // M = 16: a 4-way split-K variant; M = 256: an unsplit one; M = 64: the M = 16 binary without split-K (one
@@ -132,65 +132,17 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
   REQUIRE(name_expression(small(16), c16) == name_expression(small(64), c64));
   REQUIRE(workspace_bytes(small(16), c16, cuda::current_sm_count()) > 0);
   {
-    Compiler compiler(nullptr);
-    db::TuningDb tdb(db_path);
-    db::DeviceRecord d;
-    d.name = info.name;
-    d.uuid = info.uuid;
-    d.cc_major = info.cc_major;
-    d.cc_minor = info.cc_minor;
-    d.sm_count = info.sm_count;
-    d.l2_bytes = info.l2_bytes;
-    d.driver_version = info.driver_version;
-    const long long dev_id = tdb.upsert_device(d);
-    db::RunRecord run;
-    run.argv = "test_runtime_qkv_gpu";
-    run.started_at = 1700000000;
-    const long long run_id = tdb.begin_run(run);
-    std::vector<db::Measurement> ms;
+    kt_test::WinnerDb wdb(db_path, info, "test_runtime_qkv_gpu");
     std::string hash16;
     for (const auto& [m, c] : {std::pair<int, Config>{16, c16}, {256, c256}, {64, c64}}) {
       const Problem p = small(m);
       const KernelSource src = kernel_source(p, c, arch);
-      std::string hash;
-      if (m == 64) {
-        hash = hash16;  // shared with the split-K variant, stored once
-      } else {
-        const CompileResult r = compiler.compile(src);
-        INFO(r.error);
-        REQUIRE(r.ok);
-        db::BinaryRecord b;
-        b.hash = hash = compiler.cache_key(src);
-        b.family = kFamily;
-        b.variant_name = src.variant_name;
-        b.name_expression = src.name_expression;
-        b.lowered_name = r.report.lowered_name;
-        b.arch = arch_name(arch);
-        b.cubin = r.cubin;
-        b.registers = r.report.registers;
-        b.static_smem_bytes = r.report.static_smem_bytes;
-        b.dynamic_smem_bytes = int(src.dynamic_smem_bytes);
-        tdb.put_binary(b);
-        if (m == 16) hash16 = hash;
-      }
-      db::Measurement me;
-      me.run_id = run_id;
-      me.device_id = dev_id;
-      me.family = kFamily;
-      me.problem_key = p.key();
-      me.problem_json = problem_to_json(p).dump();
-      me.variant_name = src.variant_name;
-      me.config_json = config_to_json(c).dump();
-      me.binary_hash = hash;
-      me.status = db::Status::ok;
-      me.median_us = me.p20_us = me.p80_us = 7;
-      me.samples_us = {7};
-      me.measured_at = 1700000001;
-      ms.push_back(me);
+      // M = 64 shares the split-K variant's binary, stored once.
+      const std::string hash = m == 64 ? hash16 : wdb.put_binary(src);
+      if (m == 16) hash16 = hash;
+      wdb.add(kFamily, p.key(), problem_to_json(p).dump(), src.variant_name, config_to_json(c).dump(), hash, 7);
     }
-    tdb.add_measurements(ms);
-    tdb.end_run(run_id, 1700000002);
-    REQUIRE(tdb.winners(info.name, kFamily).size() == 3);
+    REQUIRE(wdb.finish(info.name, kFamily) == 3);
   }
   REQUIRE(count_files(cache_dir) == 0);
 
@@ -374,5 +326,4 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     stream.synchronize();
     kt_runtime_destroy(crt);
   }
-  fs::remove_all(tmp);
 }
