@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "generator/arch.h"
 #include "quant/quant.h"  // k_block_error (header-only)
@@ -49,6 +50,7 @@ std::string Problem::key() const {
   std::ostringstream s;
   s << kFamily << '/' << dt_tag(dtype) << '/' << fmt_tag(format) << "/m" << m << "/k" << k << "/h" << num_heads << "/kv"
     << num_kv_heads << "/d" << head_dim << '/' << (has_bias ? "bias" : "nobias") << '/' << (rope ? "rope" : "norope");
+  if (kv_cache) s << "/kvcache";
   return s.str();
 }
 
@@ -592,8 +594,8 @@ const char* gemv_reduce_name(GemvReduce r) {
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dt_tag(p.dtype) << '_' << fmt_tag(p.format) << "_d" << p.head_dim << '_'
-    << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << "__" << mainloop_name(c.mainloop)
-    << "_m" << c.tile_m << "_n" << c.tile_n;
+    << (p.has_bias ? "bias" : "nobias") << '_' << (p.rope ? "rope" : "norope") << (p.kv_cache ? "_kvcache" : "") << "__"
+    << mainloop_name(c.mainloop) << "_m" << c.tile_m << "_n" << c.tile_n;
   switch (c.mainloop) {
     case Mainloop::mma:
       s << "_k" << c.mma.tile_k << "_w" << c.mma.warps_m << 'x' << c.mma.warps_n << "_s" << c.mma.stages << "_sk"
@@ -638,8 +640,9 @@ std::string name_expression(const Problem& p, const Config& c) {
           : g.load == GemvLoad::tma_x ? "kt::qkv::qkv_gemv_tma_x<kt::DType::"
                                       : "kt::qkv::qkv_gemv<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
-      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
-      << ", " << g.warps_k << ", " << g.warps_n << ", " << g.prefetch;
+      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
+      << (p.kv_cache ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << g.warps_k << ", "
+      << g.warps_n << ", " << g.prefetch;
     if (cl || !gemv_tma(c)) s << ", " << (cl ? g.cluster : int(g.load));
     if (g.reduce == GemvReduce::balanced_tail) s << ", true";  // Balance
     s << ">";
@@ -649,8 +652,9 @@ std::string name_expression(const Problem& p, const Config& c) {
       Mainloop::wgmma_ws) {  // qkv_wgmma_ws<.., stream-K>, qkv_wgmma_ws_cluster<.., split_k> (split_k > 1)
     s << (ws_cluster(c) > 1 ? "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::" : "kt::qkv::qkv_wgmma_ws<kt::DType::")
       << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format) << ", " << p.head_dim << ", "
-      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
-      << ", " << ws_consumers(c) << ", " << c.ws.stages << ", "
+      << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
+      << (p.kv_cache ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << ws_consumers(c) << ", "
+      << c.ws.stages << ", "
       << (ws_cluster(c) > 1 ? std::to_string(ws_cluster(c))
           : ws_stream_k(c)  ? "true"
                             : "false")
@@ -660,20 +664,21 @@ std::string name_expression(const Problem& p, const Config& c) {
   if (c.mainloop == Mainloop::wgmma_pairs) {
     s << "kt::qkv::qkv_wgmma_pairs<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", "
       << element_expr(p.format) << ", " << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", "
-      << (p.rope ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.pairs.stages << ">";
+      << (p.rope ? "true" : "false") << ", " << (p.kv_cache ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n
+      << ", " << c.pairs.stages << ">";
     return s.str();
   }
   if (c.mainloop == Mainloop::wgmma) {
     s << "kt::qkv::qkv_wgmma<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format)
       << ", " << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
-      << c.tile_m << ", " << c.tile_n << ", " << c.wgmma.tile_k << ", " << c.wgmma.stages << ", " << c.wgmma.prefetch
-      << ">";
+      << (p.kv_cache ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.wgmma.tile_k << ", "
+      << c.wgmma.stages << ", " << c.wgmma.prefetch << ">";
     return s.str();
   }
   s << "kt::qkv::qkv_proj<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << element_expr(p.format)
     << ", " << p.head_dim << ", " << (p.has_bias ? "true" : "false") << ", " << (p.rope ? "true" : "false") << ", "
-    << c.tile_m << ", " << c.tile_n << ", " << c.mma.tile_k << ", " << c.mma.warps_m << ", " << c.mma.warps_n << ", "
-    << c.mma.stages << ", " << c.mma.prefetch << ">";
+    << (p.kv_cache ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.mma.tile_k << ", "
+    << c.mma.warps_m << ", " << c.mma.warps_n << ", " << c.mma.stages << ", " << c.mma.prefetch << ">";
   return s.str();
 }
 
@@ -796,15 +801,17 @@ size_t counter_bytes(const Problem& p, const Config& c) {
 }
 
 nlohmann::json problem_to_json(const Problem& p) {
-  return {{"dtype", dt_tag(p.dtype)},
-          {"format", fmt_tag(p.format)},
-          {"m", p.m},
-          {"k", p.k},
-          {"num_heads", p.num_heads},
-          {"num_kv_heads", p.num_kv_heads},
-          {"head_dim", p.head_dim},
-          {"has_bias", p.has_bias},
-          {"rope", p.rope}};
+  nlohmann::json j = {{"dtype", dt_tag(p.dtype)},
+                      {"format", fmt_tag(p.format)},
+                      {"m", p.m},
+                      {"k", p.k},
+                      {"num_heads", p.num_heads},
+                      {"num_kv_heads", p.num_kv_heads},
+                      {"head_dim", p.head_dim},
+                      {"has_bias", p.has_bias},
+                      {"rope", p.rope}};
+  if (p.kv_cache) j["kv_cache"] = true;  // plain problems keep the JSON they always had
+  return j;
 }
 
 Problem problem_from_json(const nlohmann::json& j) {
@@ -821,6 +828,7 @@ Problem problem_from_json(const nlohmann::json& j) {
     p.head_dim = j.at("head_dim");
     p.has_bias = j.at("has_bias");
     p.rope = j.at("rope");
+    p.kv_cache = j.value("kv_cache", false);  // absent in databases written before the KV-cache write
     return p;
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("problem JSON: ") + e.what());
@@ -926,12 +934,70 @@ Config config_from_json(const nlohmann::json& j) {
   }
 }
 
+namespace {
+
+/// The paged KV-cache arguments of QkvParams (slot_mapping non-null), each error naming the argument: both caches
+/// present and 16-byte aligned, the slot mapping 4-byte aligned, num_pages and page_size >= 1 with num_pages *
+/// page_size slots addressable by an int32 slot, and per cache strides that are multiples of 8 elements and lay its
+/// [num_pages, page_size, num_kv_heads, head_dim] elements out without overlap (any order of the three dimensions: the
+/// vLLM / TensorRT-LLM [pages][slots][heads] layout and FlashInfer's [pages][heads][slots] both pass). The slots
+/// themselves are device memory and are not read here: the kernels trust them (QkvParams::slot_mapping).
+void check_kv_cache(const Problem& p, const QkvParams& a) {
+  if (!a.k_cache || !a.v_cache) fail("a slot mapping needs k_cache and v_cache (both non-null device pointers)");
+  for (auto [name, ptr] : {std::pair<const char*, const void*>{"k_cache", a.k_cache}, {"v_cache", a.v_cache}})
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) fail(std::string(name) + " must be 16-byte aligned");
+  if (reinterpret_cast<std::uintptr_t>(a.slot_mapping) % 4 != 0) fail("slot_mapping must be 4-byte aligned (int32)");
+  if (a.page_size < 1) fail("page_size must be >= 1, got " + std::to_string(a.page_size));
+  if (a.num_pages < 1) fail("num_pages must be >= 1, got " + std::to_string(a.num_pages));
+  if ((long long)a.num_pages * a.page_size > 2147483647LL)
+    fail("num_pages x page_size = " + std::to_string((long long)a.num_pages * a.page_size) +
+         " slots exceed the int32 slot mapping");
+  struct Dim {
+    const char* name;
+    long long stride, size;
+  };
+  for (int v = 0; v < 2; ++v) {
+    const std::string cache = v ? "v_cache" : "k_cache";
+    Dim d[3] = {{"page", v ? a.v_cache_page_stride : a.k_cache_page_stride, a.num_pages},
+                {"slot", v ? a.v_cache_slot_stride : a.k_cache_slot_stride, a.page_size},
+                {"head", v ? a.v_cache_head_stride : a.k_cache_head_stride, p.num_kv_heads}};
+    for (const Dim& e : d)
+      if (e.stride < 0 || e.stride % 8 != 0)
+        fail(cache + "_" + e.name + "_stride must be a non-negative multiple of 8 elements, got " +
+             std::to_string(e.stride));
+    // No overlap: ordered by stride, each dimension steps past everything the smaller ones span (head_dim elements
+    // contiguous innermost). Dimensions of size 1 are never stepped along.
+    std::stable_sort(d, d + 3, [](const Dim& x, const Dim& y) { return x.stride < y.stride; });
+    long long span = p.head_dim;  // elements one index of the dimensions so far covers
+    for (const Dim& e : d) {
+      if (e.size == 1) continue;
+      if (e.stride < span)
+        fail(cache + "_" + e.name + "_stride " + std::to_string(e.stride) + " overlaps the " + std::to_string(span) +
+             " elements of the smaller dimensions ([num_pages " + std::to_string(a.num_pages) + ", page_size " +
+             std::to_string(a.page_size) + ", num_kv_heads " + std::to_string(p.num_kv_heads) + ", head_dim " +
+             std::to_string(p.head_dim) + "])");
+      span = e.stride * (e.size - 1) + span;
+    }
+  }
+}
+
+}  // namespace
+
 void check_params(const Problem& p, const Config& c, const QkvParams& a) {
   check_problem(p);
   if (a.m != p.m || a.k_dim != p.k || a.num_heads != p.num_heads || a.num_kv_heads != p.num_kv_heads)
     fail("kernel arguments do not match the problem's sizes");
   auto al16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  if (!a.x || !a.w_data || !a.q || !a.k || !a.v) fail("x, w_data, q, k and v must be non-null device pointers");
+  if (!a.x || !a.w_data || !a.q) fail("x, w_data and q must be non-null device pointers");
+  if (p.kv_cache) {
+    if (!a.slot_mapping) fail("the problem has kv_cache set but slot_mapping is null");
+    check_kv_cache(p, a);
+  } else {
+    if (a.slot_mapping) fail("slot_mapping given for a problem without kv_cache (its kernel has no cache write)");
+    if (!a.k || !a.v) fail("k and v must be non-null device pointers (or set kv_cache and pass a slot mapping)");
+    if (a.k_cache || a.v_cache)
+      fail("k_cache / v_cache given without kv_cache and a slot_mapping (nothing would be written)");
+  }
   if (!al16(a.x) || !al16(a.w_data) || !al16(a.q) || !al16(a.k) || !al16(a.v))
     fail("x, w_data, q, k and v must be 16-byte aligned");
   for (long long s : {a.x_row_stride, a.q_row_stride, a.k_row_stride, a.v_row_stride})

@@ -28,9 +28,14 @@ struct Problem {
   int num_heads = 28, num_kv_heads = 4, head_dim = 128;
   bool has_bias = true;
   bool rope = true;
+  /// K (after RoPE) and V also go into a paged KV cache through a slot mapping (QkvParams::slot_mapping). Compiled
+  /// into the kernel (its name expression's KvCache argument), so the plain kernels carry no cache-write code; the
+  /// same configs are valid either way, and the class key leaves it out (the runtime's nearest step hands a
+  /// kv_cache problem the plain problem's tuned config).
+  bool kv_cache = false;
 
   int n() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
-  /// "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope"
+  /// "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope", with "/kvcache" appended when kv_cache
   std::string key() const;
   double flops() const { return 2.0 * m * double(n()) * k; }
   /// Bytes the kernel must move at least: packed weight + scales + X + outputs (+ bias).
@@ -110,8 +115,8 @@ bool same_config(const Config& a, const Config& b);
 ///        stages, split: "_sk<n>" or "_streamk");
 /// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6_cm2__sm_90a" (stages, cluster_m).
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
-/// "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>" (mma) or
-/// "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 7, 1, 2, 1>" (gemv: tile_m,
+/// "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 16, 128, 64, 1, 4, 2, 1>" (mma) or
+/// "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 8, 32, 7, 1, 2, 1>" (gemv: tile_m,
 /// tile_n, warps K, warps N, prefetch, int(load)) or "kt::qkv::qkv_gemv_cluster<..., 8, 16, 2, 1, 1, 4>" (gemv with a
 /// cluster reduction: ..., prefetch, cluster size). mma / wgmma: split_k is not in it (it is gridDim.z), so configs that differ only in split_k share one
 /// binary. The format argument is quant::format_element(format): a K-blocked 16-bit format names the binary of its
@@ -162,7 +167,11 @@ Config config_from_json(const nlohmann::json& j);
 
 /// Checks kernel arguments against the problem: 16-byte aligned x/w/outputs, 4-byte aligned bias, w_scales and w_zeros, strides multiples of 8, pointers
 /// present for the class (scales for quantized formats, zeros for int4, bias, positions), workspace when split or
-/// stream-K, wgmma_ws split_k at most the K steps.
+/// stream-K, wgmma_ws split_k at most the K steps. k and v are required without a slot mapping; with one
+/// (QkvParams::slot_mapping) they may be null, and the KV cache is checked instead: k_cache / v_cache present and
+/// 16-byte aligned, slot_mapping 4-byte aligned, num_pages, page_size >= 1 (num_pages x page_size < 2^31), cache
+/// strides non-negative multiples of 8 that do not overlap; each error names the argument. The slot values are device
+/// memory and are not checked: the caller guarantees -1 or [0, num_pages x page_size), no slot twice.
 void check_params(const Problem& p, const Config& c, const QkvParams& a);
 
 /// This family as a kt::Family (generator/qkv_type.cpp; listed in generator/registry.cpp).

@@ -93,4 +93,40 @@ void qkv_projection(const QkvShape& s, const float* x, const double* w, const fl
   qkv_projection_rows(s, x, w, bias, positions, rows, q, k, v);
 }
 
+void kv_cache_write(const QkvShape& s, const double* k, const double* v, const std::vector<int>& slot_mapping,
+                    int num_pages, int page_size, double* k_cache, double* v_cache) {
+  validate(s);
+  const auto bad = [](const std::string& what) { throw std::invalid_argument("kv_cache_write: " + what); };
+  if (num_pages < 1) bad("num_pages must be >= 1 (got " + std::to_string(num_pages) + ")");
+  if (page_size < 1) bad("page_size must be >= 1 (got " + std::to_string(page_size) + ")");
+  if (slot_mapping.size() != static_cast<size_t>(s.m))
+    bad("slot_mapping has " + std::to_string(slot_mapping.size()) + " entries, m = " + std::to_string(s.m));
+  const long long slots = static_cast<long long>(num_pages) * page_size;
+  std::vector<char> used(static_cast<size_t>(slots), 0);
+  for (size_t i = 0; i < slot_mapping.size(); ++i) {
+    const int slot = slot_mapping[i];
+    if (slot < -1 || slot >= slots)
+      bad("slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slot) + " is outside [-1, num_pages * " +
+          "page_size = " + std::to_string(slots) + ")");
+    if (slot >= 0 && used[static_cast<size_t>(slot)]++)
+      bad("slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slot) + " is mapped twice");
+  }
+  if (s.m > 0) {
+    if (!k) bad("k is null");
+    if (!v) bad("v is null");
+    if (!k_cache) bad("k_cache is null");
+    if (!v_cache) bad("v_cache is null");
+  }
+  // A slot's [Hkv, D] elements are contiguous both in the cache (slot = page * page_size + offset) and in k / v.
+  const size_t head_elems = static_cast<size_t>(s.num_kv_heads) * s.head_dim;
+  for (size_t i = 0; i < slot_mapping.size(); ++i) {
+    if (slot_mapping[i] < 0) continue;
+    const size_t at = static_cast<size_t>(slot_mapping[i]) * head_elems;
+    for (size_t e = 0; e < head_elems; ++e) {
+      k_cache[at + e] = k[i * head_elems + e];
+      v_cache[at + e] = v[i * head_elems + e];
+    }
+  }
+}
+
 }  // namespace kt::ref

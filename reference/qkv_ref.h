@@ -45,4 +45,15 @@ void qkv_projection(const QkvShape& s, const float* x, const double* w, const fl
 void qkv_projection_rows(const QkvShape& s, const float* x, const double* w, const float* bias, const int* positions,
                          const std::vector<int>& rows, double* q, double* k, double* v);
 
+/// The paged KV cache a projection writes (the kernels' slot-mapping write, QkvParams::slot_mapping in
+/// templates/qkv_proj/qkv_proj_config.h): for every token i with slot_mapping[i] = s >= 0, K head h of token i
+/// (k [m, Hkv, D] as qkv_projection writes it, after RoPE) goes to k_cache[s / page_size][s % page_size][h][:] and
+/// V likewise to v_cache; tokens with slot -1 are skipped and slots no token maps to keep their contents.
+/// k_cache, v_cache: contiguous [num_pages, page_size, Hkv, D] float64 (read and written). slot_mapping: [m].
+/// Throws std::invalid_argument (naming the argument) for an invalid shape, num_pages or page_size < 1, a
+/// slot_mapping of another length, a slot below -1 or at or past num_pages * page_size, a slot mapped twice (the
+/// kernels' result would depend on the store order), or a null pointer that is needed.
+void kv_cache_write(const QkvShape& s, const double* k, const double* v, const std::vector<int>& slot_mapping,
+                    int num_pages, int page_size, double* k_cache, double* v_cache);
+
 }  // namespace kt::ref

@@ -387,21 +387,35 @@ kt_status kt_attention_explain(kt_runtime* rt, const kt_attention_problem* p, ch
   }
 }
 
-kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a, void* cu_stream) {
-  const char* fn = "kt_qkv_proj";
-  if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_proj: rt is NULL");
-  if (!a) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_proj: args is NULL");
+namespace {
+
+/// kt_qkv_proj (kv NULL) and kt_qkv_proj_kv_cache (kv non-null: k and v may be NULL, the cache is written).
+kt_status qkv_proj(const char* fn, kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a,
+                   const kt_kv_cache_args* kv, void* cu_stream) {
+  const std::string where = std::string(fn) + ": ";
+  if (!rt) return fail(KT_ERROR_INVALID_ARGUMENT, where + "rt is NULL");
+  if (!a) return fail(KT_ERROR_INVALID_ARGUMENT, where + "args is NULL");
   kt::qkv::Problem prob;
   if (kt_status s = to_qkv_problem(p, &prob, fn)) return s;
+  prob.kv_cache = kv != nullptr;  // the kernel class with the cache write (qkv::Problem::kv_cache)
   const struct {
     const char* name;
     const void* ptr;
   } required[] = {{"x", a->x}, {"w_data", a->w_data}, {"q", a->q}, {"k", a->k}, {"v", a->v}};
-  for (const auto& r : required)
-    if (!r.ptr) return fail(KT_ERROR_INVALID_ARGUMENT, std::string("kt_qkv_proj: args->") + r.name + " is NULL");
+  const size_t n_required = kv ? 3 : 5;  // with a KV cache, k and v may be NULL
+  for (size_t i = 0; i < n_required; ++i)
+    if (!required[i].ptr) return fail(KT_ERROR_INVALID_ARGUMENT, where + "args->" + required[i].name + " is NULL");
   if (prob.rope && !(std::isfinite(a->rope_theta) && a->rope_theta > 0))
-    return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_proj: rope_theta must be finite and > 0 when rope is set, got " +
-                                               std::to_string(a->rope_theta));
+    return fail(KT_ERROR_INVALID_ARGUMENT,
+                where + "rope_theta must be finite and > 0 when rope is set, got " + std::to_string(a->rope_theta));
+  if (kv) {
+    const struct {
+      const char* name;
+      const void* ptr;
+    } cache[] = {{"slot_mapping", kv->slot_mapping}, {"k_cache", kv->k_cache}, {"v_cache", kv->v_cache}};
+    for (const auto& r : cache)
+      if (!r.ptr) return fail(KT_ERROR_INVALID_ARGUMENT, where + "kv->" + r.name + " is NULL");
+  }
   try {
     kt::qkv::QkvParams q{};
     q.x = a->x;
@@ -425,11 +439,36 @@ kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args
     q.num_kv_heads = prob.num_kv_heads;
     q.tensor_scale = kt::quant::format_element(prob.format) == kt::quant::Format::nvfp4 ? a->tensor_scale : 1.f;
     q.rope_log2_theta = prob.rope ? std::log2(a->rope_theta) : 0.0;
+    if (kv) {
+      q.slot_mapping = reinterpret_cast<const int*>(kv->slot_mapping);
+      q.k_cache = kv->k_cache;
+      q.v_cache = kv->v_cache;
+      q.k_cache_page_stride = kv->k_stride_page;
+      q.k_cache_slot_stride = kv->k_stride_slot;
+      q.k_cache_head_stride = kv->k_stride_head;
+      q.v_cache_page_stride = kv->v_stride_page;
+      q.v_cache_slot_stride = kv->v_stride_slot;
+      q.v_cache_head_stride = kv->v_stride_head;
+      q.num_pages = kv->num_pages;
+      q.page_size = kv->page_size;
+    }
     rt->rt.qkv_proj(prob, q, static_cast<CUstream>(cu_stream));
     return KT_OK;
   } catch (...) {
     return from_exception(fn);
   }
+}
+
+}  // namespace
+
+kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a, void* cu_stream) {
+  return qkv_proj("kt_qkv_proj", rt, p, a, nullptr, cu_stream);
+}
+
+kt_status kt_qkv_proj_kv_cache(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a,
+                               const kt_kv_cache_args* kv, void* cu_stream) {
+  if (!kv) return fail(KT_ERROR_INVALID_ARGUMENT, "kt_qkv_proj_kv_cache: kv is NULL");
+  return qkv_proj("kt_qkv_proj_kv_cache", rt, p, a, kv, cu_stream);
 }
 
 kt_status kt_qkv_explain(kt_runtime* rt, const kt_qkv_problem* p, char* buf, size_t buf_len) {

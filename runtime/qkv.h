@@ -22,7 +22,7 @@ struct RuntimeAdapter {
   static const Family& family() { return family_type(); }
   static nlohmann::json problem_to_json(const Problem& p) { return qkv::problem_to_json(p); }
   static Config config_from_json(const nlohmann::json& j) { return qkv::config_from_json(j); }
-  static constexpr int kKeyFields = 9;
+  static constexpr int kKeyFields = 10;
   static void pod_key(const Problem& p, int* f) {
     const int v[kKeyFields] = {static_cast<int>(p.dtype),
                                static_cast<int>(p.format),
@@ -32,7 +32,8 @@ struct RuntimeAdapter {
                                p.num_kv_heads,
                                p.head_dim,
                                p.has_bias ? 1 : 0,
-                               p.rope ? 1 : 0};
+                               p.rope ? 1 : 0,
+                               p.kv_cache ? 1 : 0};
     for (int i = 0; i < kKeyFields; ++i) f[i] = v[i];
   }
   static void check_args(const Problem& p, const Params& a) {

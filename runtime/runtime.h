@@ -157,7 +157,9 @@ class Runtime {
 
   /// Fused Q/K/V projection: Y = X W^T (+ bias), RoPE on the Q and K heads (when p.rope), split into
   /// q [m, Hq, D], k [m, Hkv, D], v [m, Hkv, D]; see templates/qkv_proj/qkv_proj_config.h (QkvParams) for the
-  /// arguments and templates/qkv_proj/quant_format.h for the packed weight layout.
+  /// arguments and templates/qkv_proj/quant_format.h for the packed weight layout. With params.slot_mapping set, K
+  /// (after RoPE) and V also go into the paged KV cache params.k_cache / v_cache at each token's slot, in the same
+  /// kernel (k and v may then be null); the slots are device memory the kernel trusts (QkvParams).
   /// The first call for a problem resolves it (explain_qkv), loads its kernel (the database's binary for this
   /// device, else the disk cubin cache, else NVRTC; one loaded kernel per binary, shared by the problems and by
   /// the variants that differ only in split_k) and, when the chosen config reduces through a workspace

@@ -15,7 +15,8 @@
  * Causal masking is bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q; a query
  * row that sees no key gets o = 0 and lse = -inf.
  *
- * Q/K/V projection (kt_qkv_proj): see the comments at kt_qkv_problem and kt_qkv_args.
+ * Q/K/V projection (kt_qkv_proj, and kt_qkv_proj_kv_cache writing K and V into a paged KV cache): see the comments
+ * at kt_qkv_problem, kt_qkv_args and kt_kv_cache_args.
  * Decode attention over a KV cache (kt_attention_decode): see kt_attention_decode_problem and _args.
  * Host-side weight quantization (kt_quantize_sizes, kt_quantize, kt_dequantize): see their comments; they
  * need neither a runtime nor a GPU.
@@ -181,8 +182,8 @@ typedef struct {
   const void* bias;         /**< [n] in dtype; required when has_bias, else ignored */
   const int32_t* positions; /**< [m] token positions for RoPE; required when rope, else ignored */
   void* q;                  /**< [m, num_heads, head_dim] (written) */
-  void* k;                  /**< [m, num_kv_heads, head_dim] (written) */
-  void* v;                  /**< [m, num_kv_heads, head_dim] (written) */
+  void* k;                  /**< [m, num_kv_heads, head_dim] (written; may be NULL in kt_qkv_proj_kv_cache) */
+  void* v;                  /**< [m, num_kv_heads, head_dim] (written; may be NULL in kt_qkv_proj_kv_cache) */
   int64_t x_row_stride, q_row_stride, k_row_stride, v_row_stride;
   float tensor_scale; /**< nvfp4 per-tensor scale (> 0); ignored by the other formats */
   double rope_theta;  /**< RoPE base, e.g. 1000000.0 for Qwen2.5 (> 0 when rope; ignored otherwise) */
@@ -201,6 +202,39 @@ typedef struct {
  *  not 64/128, num_heads not a multiple of num_kv_heads, fp16/bf16 weights of the other dtype), CUDA,
  *  INTERNAL. */
 KT_API kt_status kt_qkv_proj(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a, void* cu_stream);
+
+/** Where kt_qkv_proj_kv_cache writes K (after RoPE) and V: a paged KV cache (the vLLM / TensorRT-LLM layout)
+ *    k_cache, v_cache [num_pages, page_size, num_kv_heads, head_dim] in the problem's dtype, device memory,
+ *      16-byte aligned; element (page, offset, h, d) at page * *_stride_page + offset * *_stride_slot +
+ *      h * *_stride_head + d (strides in ELEMENTS, non-negative multiples of 8, head_dim contiguous; any order of
+ *      the three dimensions whose elements do not overlap, e.g. FlashInfer's [num_pages, num_kv_heads, page_size,
+ *      head_dim] too). Contiguous [num_pages, page_size, num_kv_heads, head_dim]: stride_head = head_dim,
+ *      stride_slot = num_kv_heads * head_dim, stride_page = page_size * stride_slot.
+ *    slot_mapping [m] int32, device memory, 4-byte aligned: token i goes to slot s = slot_mapping[i] =
+ *      page * page_size + offset, or nowhere when s = -1 (e.g. padding tokens). The slots are device memory and
+ *      are NOT checked: each must be -1 or in [0, num_pages * page_size), and no slot may appear twice; anything
+ *      else writes outside the cache or races.
+ *  num_pages, page_size >= 1, num_pages * page_size < 2^31. */
+typedef struct {
+  const int32_t* slot_mapping; /**< [m] cache slot per token, -1 = skip */
+  void* k_cache;               /**< [num_pages, page_size, num_kv_heads, head_dim] (written at the mapped slots) */
+  void* v_cache;               /**< [num_pages, page_size, num_kv_heads, head_dim] (written at the mapped slots) */
+  int64_t k_stride_page, k_stride_slot, k_stride_head;
+  int64_t v_stride_page, v_stride_slot, v_stride_head;
+  int32_t num_pages;
+  int32_t page_size;
+} kt_kv_cache_args;
+
+/** kt_qkv_proj that also writes every token's K (after RoPE) and V heads into the paged cache of kv (see
+ *  kt_kv_cache_args), in the same kernel. q is written as by kt_qkv_proj. a->k and a->v may be NULL: then only the
+ *  cache receives K and V (as TensorRT-LLM's fused QKV); when non-null they are written too, for every token
+ *  (slot -1 included). Cache slots no token maps to are not touched. Same kernel choice, workspace and
+ *  asynchrony as kt_qkv_proj (the kernels are the same variants).
+ *  Errors: as kt_qkv_proj (k and v may be NULL), and INVALID_ARGUMENT for kv NULL, slot_mapping, k_cache or v_cache
+ *  NULL or misaligned, num_pages or page_size < 1, num_pages * page_size >= 2^31, a cache stride not a
+ *  non-negative multiple of 8, or strides whose elements overlap (each message names the argument). */
+KT_API kt_status kt_qkv_proj_kv_cache(kt_runtime* rt, const kt_qkv_problem* p, const kt_qkv_args* a,
+                                      const kt_kv_cache_args* kv, void* cu_stream);
 
 /** Writes which kernel kt_qkv_proj would use for p, and why, as one NUL-terminated line
  *  "<step>: <variant>: <why>" (as kt_attention_explain), truncated to buf_len - 1 bytes.

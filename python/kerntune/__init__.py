@@ -18,8 +18,9 @@ The library is found by kt.load_library(): its argument, else $KERNTUNE_LIB, els
 from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_ERROR_DATABASE, KT_ERROR_INTERNAL,
                    KT_ERROR_INVALID_ARGUMENT, KT_ERROR_LIBRARY, KT_ERROR_NO_TORCH, KT_ERROR_UNSUPPORTED, KT_OK,
                    WEIGHT_FORMATS, KerntuneError, TorchNotInstalledError, format_for_activations, kt_attention_args,
-                   kt_attention_decode_args, kt_attention_decode_problem, kt_attention_problem, kt_qkv_args, kt_qkv_problem,
-                   library_path, load_library, quantize_sizes, version, weight_element_dtype)
+                   kt_attention_decode_args, kt_attention_decode_problem, kt_attention_problem, kt_kv_cache_args,
+                   kt_qkv_args, kt_qkv_problem, library_path, load_library, quantize_sizes, version,
+                   weight_element_dtype)
 from ._quant import PackedWeight, quantize
 from ._runtime import Runtime, attention, attention_decode, default_runtime, explain_attention, explain_qkv, qkv_proj
 
@@ -33,7 +34,7 @@ __all__ = [
     "KerntuneError", "TorchNotInstalledError", "load_library", "library_path", "version", "Runtime", "default_runtime",
     "attention", "attention_decode", "explain_attention", "qkv_proj", "explain_qkv", "PackedWeight", "quantize", "quantize_sizes",
     "FORMATS", "weight_element_dtype", "format_for_activations", "kt_attention_problem", "kt_attention_args",
-    "kt_qkv_problem", "kt_qkv_args", "kt_attention_decode_problem", "kt_attention_decode_args",
+    "kt_qkv_problem", "kt_qkv_args", "kt_kv_cache_args", "kt_attention_decode_problem", "kt_attention_decode_args",
     "KT_OK", "KT_ERROR_INVALID_ARGUMENT", "KT_ERROR_UNSUPPORTED", "KT_ERROR_CUDA", "KT_ERROR_DATABASE",
     "KT_ERROR_INTERNAL", "KT_ERROR_LIBRARY", "KT_ERROR_NO_TORCH", "KT_DTYPE_FP16", "KT_DTYPE_BF16",
 ]

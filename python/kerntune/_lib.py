@@ -233,6 +233,23 @@ class kt_attention_decode_args(ctypes.Structure):
     ]
 
 
+class kt_kv_cache_args(ctypes.Structure):
+    """include/kerntune/kerntune.h: kt_kv_cache_args (slot mapping, paged K/V caches, strides in elements, 80 bytes)."""
+    _fields_ = [
+        ("slot_mapping", ctypes.c_void_p),  # const int32_t*
+        ("k_cache", ctypes.c_void_p),
+        ("v_cache", ctypes.c_void_p),
+        ("k_stride_page", ctypes.c_int64),
+        ("k_stride_slot", ctypes.c_int64),
+        ("k_stride_head", ctypes.c_int64),
+        ("v_stride_page", ctypes.c_int64),
+        ("v_stride_slot", ctypes.c_int64),
+        ("v_stride_head", ctypes.c_int64),
+        ("num_pages", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+    ]
+
+
 _STRUCT_CODES = {ctypes.c_int32: "i", ctypes.c_int64: "q", ctypes.c_void_p: "Q", ctypes.c_float: "f",
                  ctypes.c_double: "d"}
 
@@ -255,6 +272,7 @@ def struct_packer(cls):
 
 QKV_PROBLEM_PACK = struct_packer(kt_qkv_problem)
 QKV_ARGS_PACK = struct_packer(kt_qkv_args)
+KV_CACHE_ARGS_PACK = struct_packer(kt_kv_cache_args)
 
 
 def raw_function(lib, name, restype, argtypes):
@@ -275,6 +293,8 @@ _PROTOTYPES = {
                                       ctypes.POINTER(ctypes.c_char), ctypes.c_size_t]),
     "kt_qkv_proj": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_qkv_problem), ctypes.POINTER(kt_qkv_args),
                              ctypes.c_void_p]),
+    "kt_qkv_proj_kv_cache": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_qkv_problem), ctypes.POINTER(kt_qkv_args),
+                                      ctypes.POINTER(kt_kv_cache_args), ctypes.c_void_p]),
     "kt_qkv_explain": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_qkv_problem), ctypes.POINTER(ctypes.c_char),
                                 ctypes.c_size_t]),
     "kt_attention_decode": (_c_int, [ctypes.c_void_p, ctypes.POINTER(kt_attention_decode_problem),

@@ -9,9 +9,10 @@ import threading
 import weakref
 
 from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_ERROR_DATABASE, KT_OK,
-                   QKV_ARGS_PACK as _QKV_ARGS_PACK, QKV_PROBLEM_PACK as _QKV_PROBLEM_PACK, KerntuneError, check,
-                   format_id, import_torch, kt_attention_args, kt_attention_decode_args,
-                   kt_attention_decode_problem, kt_attention_problem, kt_qkv_problem, library,
+                   KV_CACHE_ARGS_PACK as _KV_CACHE_ARGS_PACK, QKV_ARGS_PACK as _QKV_ARGS_PACK,
+                   QKV_PROBLEM_PACK as _QKV_PROBLEM_PACK, KerntuneError, check, format_id, import_torch,
+                   kt_attention_args, kt_attention_decode_args, kt_attention_decode_problem, kt_attention_problem,
+                   kt_qkv_problem, library,
                    raw_function, TorchNotInstalledError, WEIGHT_ELEMENT_DTYPES)
 from ._quant import PackedWeight
 
@@ -251,6 +252,9 @@ class Runtime:
         # kt_qkv_proj with the structs passed as bytes (struct_packer): the launch path builds no ctypes Structure.
         self._qkv_raw = raw_function(self._lib, "kt_qkv_proj", ctypes.c_int,
                                      [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p])
+        self._qkv_kv_raw = raw_function(self._lib, "kt_qkv_proj_kv_cache", ctypes.c_int,
+                                        [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                         ctypes.c_void_p])
         # torch's current stream as an int without building a torch.cuda.Stream (about 0.1 us against 3-5 us);
         # a private torch function (triton uses it too), so torch.cuda.current_stream() stays the fallback.
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -632,7 +636,7 @@ class Runtime:
     # ---- fused Q/K/V projection ----
 
     def qkv_proj(self, x, weight, bias=None, positions=None, *, num_heads, num_kv_heads, head_dim, rope_theta=None,
-                 out=None):
+                 out=None, kv_cache=None, slot_mapping=None):
         """Fused Q/K/V projection: y = x W^T (+ bias), RoPE on the query and key heads when rope_theta is given,
         split into q, k, v. One kernel (dequantization of the packed weight inside the GEMM), launched on
         torch.cuda.current_stream(); asynchronous.
@@ -652,11 +656,22 @@ class Runtime:
                 Qwen): pairs (i, i + D/2), angle = pos * theta^(-2i/D).
             out: optional (q, k, v) preallocated in x's dtype on the device: [M, H, D] or [B, S, H, D] (H =
                 num_heads for q, num_kv_heads for k and v); the last two dimensions packed ([H, D] contiguous),
-                the row stride a multiple of 8 (larger strides address a KV cache or a fused buffer).
+                the row stride a multiple of 8 (larger strides address a KV cache or a fused buffer). With kv_cache,
+                k and v may be None (only the cache receives K and V).
+            kv_cache: optional (k_cache, v_cache), paged caches [num_pages, page_size, num_kv_heads, head_dim] in
+                x's dtype on the device (the vLLM layout; any strides whose elements do not overlap, each a
+                multiple of 8 but the last, which is 1; data 16-byte aligned; both of one num_pages and
+                page_size). Token i's K (after RoPE) and V heads are written, in the same kernel, to slot
+                slot_mapping[i] = page * page_size + offset; slots no token maps to are not touched.
+            slot_mapping: int32 or int64 [M] (or [B, S]) on the device, required with kv_cache (and only with
+                it): each entry -1 (skip the token, e.g. padding) or in [0, num_pages * page_size), no slot twice.
+                The values are NOT checked (device memory): a slot out of range writes outside the cache. int64
+                is converted to int32 (a copy).
 
         Returns:
             (q, k, v): q [M, num_heads, head_dim], k and v [M, num_kv_heads, head_dim] (or [B, S, H, D] when x
-            is 3-D); the `out` tensors when given.
+            is 3-D); the `out` tensors when given. With kv_cache and no `out`, k and v are None (not computed
+            outside the cache).
 
         Raises:
             TypeError: x / bias / positions / out not tensors or of the wrong dtype; weight not a PackedWeight;
@@ -664,7 +679,8 @@ class Runtime:
             ValueError: a tensor not on the runtime's CUDA device (weight included: use weight.to(device));
                 wrong rank or shape (weight's n/k, bias, positions, out); layout (contiguity, multiple-of-8
                 strides, 16-byte alignment); rope_theta not finite and > 0; positions missing with rope_theta;
-                closed runtime.
+                kv_cache without slot_mapping or the reverse, a cache or slot_mapping of the wrong shape / dtype /
+                device / layout; closed runtime.
             KerntuneError: refused or failed in the library (KT_ERROR_UNSUPPORTED head_dim / K, KT_ERROR_CUDA, ...).
         """
         torch = _torch()
@@ -775,7 +791,15 @@ class Runtime:
                 pos32 = positions.to(torch.int32).contiguous()  # kept alive until the launch is queued
                 pos_ptr = pos32.data_ptr()
 
-        if out is None:
+        kv = slot32 = None  # slot32: the int32 slot mapping, kept alive until the launch is queued
+        if kv_cache is not None or slot_mapping is not None:
+            kv, slot32 = self._kv_cache_args(torch, kv_cache, slot_mapping, xdt, xs, M, Hkv, D)
+        if out is None and kv is not None:
+            q = torch.empty((M, Hq, D), dtype=xdt, device=self.device)
+            rows = (Hq * D, 0, 0)
+            ptrs = (q.data_ptr(), 0, 0)
+            result = (q if nd == 2 else q.view(*xs[:-1], Hq, D), None, None)
+        elif out is None:
             lead = tuple(xs[:-1])
             q = torch.empty((M, Hq, D), dtype=xdt, device=self.device)
             k = torch.empty((M, Hkv, D), dtype=xdt, device=self.device)
@@ -790,6 +814,8 @@ class Runtime:
             ptrs = [0, 0, 0]
             for i in range(3):
                 t = out[i]
+                if t is None and i > 0 and kv is not None:
+                    continue  # K / V into the cache only
                 H = Hq if i == 0 else Hkv
                 if not (isinstance(t, Tensor) and t.is_cuda and t.get_device() == idx):
                     _check_tensor(torch, _OUT_NAMES[i], t, self.device)
@@ -800,10 +826,54 @@ class Runtime:
         ab = _QKV_ARGS_PACK.pack(x_ptr, wd_ptr, wsc.data_ptr() if wsc.numel() else 0,
                                  wz.data_ptr() if wz.numel() else 0, bias_ptr, pos_ptr, ptrs[0], ptrs[1], ptrs[2],
                                  x_rs, rows[0], rows[1], rows[2], float(weight.tensor_scale), theta)
-        st = self._launch(torch, self._qkv_raw, h, pb, ab)
+        if kv is None:
+            st = self._launch(torch, self._qkv_raw, h, pb, ab)
+        else:
+            st = self._launch(torch, self._qkv_kv_raw, h, pb, ab, kv)
         if st != KT_OK:
             check(self._lib, st)
         return result
+
+    def _kv_cache_args(self, torch, kv_cache, slot_mapping, xdt, xs, M, Hkv, D):
+        """qkv_proj's kv_cache / slot_mapping checked and packed as kt_kv_cache_args bytes; returns (bytes, the int32
+        slot mapping tensor to keep alive until the launch)."""
+        if kv_cache is None:
+            raise ValueError("slot_mapping is given without kv_cache=(k_cache, v_cache)")
+        if slot_mapping is None:
+            raise ValueError("kv_cache is given without slot_mapping (int32 [M] cache slot per token, -1 = skip)")
+        if not isinstance(kv_cache, (tuple, list)) or len(kv_cache) != 2:
+            raise TypeError("kv_cache must be a tuple (k_cache, v_cache) of tensors")
+        dims = None
+        fields = []
+        for name, t in zip(("kv_cache[0] (k_cache)", "kv_cache[1] (v_cache)"), kv_cache):
+            _check_tensor(torch, name, t, self.device)
+            if t.dtype is not xdt:
+                raise TypeError(f"{name}.dtype is {t.dtype} but x.dtype is {xdt}")
+            ts = tuple(t.shape)
+            if len(ts) != 4 or ts[2] != Hkv or ts[3] != D or ts[0] < 1 or ts[1] < 1:
+                raise ValueError(f"{name} must be [num_pages, page_size, {Hkv}, {D}] (num_kv_heads, head_dim), got "
+                                 f"shape {ts}")
+            if dims is None:
+                dims = ts[:2]
+            elif ts[:2] != dims:
+                raise ValueError(f"k_cache and v_cache must have one [num_pages, page_size], got {list(dims)} and "
+                                 f"{list(ts[:2])}")
+            eff = _check_layout(name, t, written=True)
+            fields.append((t.data_ptr(), eff[0], eff[1], eff[2]))
+        num_pages, page_size = _i32(dims[0], "num_pages (kv_cache.shape[0])"), _i32(dims[1], "page_size")
+        _check_tensor(torch, "slot_mapping", slot_mapping, self.device)
+        sdt = slot_mapping.dtype
+        if sdt is not torch.int32 and sdt is not torch.int64:
+            raise TypeError(f"slot_mapping must be torch.int32 or torch.int64, got {sdt}")
+        ss = tuple(slot_mapping.shape)
+        if not ((len(ss) == 1 and ss[0] == M) or ss == tuple(xs[:-1])):
+            raise ValueError(f"slot_mapping must be [{M}] (one slot per token), got shape {ss}")
+        slot32 = slot_mapping
+        if sdt is not torch.int32 or not slot_mapping.is_contiguous():
+            slot32 = slot_mapping.to(torch.int32).contiguous()
+        (kp, k0, k1, k2), (vp, v0, v1, v2) = fields
+        return _KV_CACHE_ARGS_PACK.pack(slot32.data_ptr(), kp, vp, k0, k1, k2, v0, v1, v2, num_pages,
+                                        page_size), slot32
 
     def explain_qkv(self, x, weight, *, num_heads, num_kv_heads, head_dim, has_bias, rope, dtype=None):
         """Which kernel qkv_proj would use, and why: one line "<step>: <variant>: <why>". x: a tensor [M, K] /

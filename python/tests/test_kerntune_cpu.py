@@ -437,9 +437,9 @@ def layout(fields):
 def test_structs_match_header():
     structs = header_structs()
     assert set(structs) == {"kt_attention_problem", "kt_attention_args", "kt_qkv_problem", "kt_qkv_args",
-                            "kt_attention_decode_problem", "kt_attention_decode_args"}, set(structs)
+                            "kt_attention_decode_problem", "kt_attention_decode_args", "kt_kv_cache_args"}, set(structs)
     expected_sizes = {"kt_attention_problem": 32, "kt_attention_args": 144, "kt_qkv_problem": 36, "kt_qkv_args": 120,
-                      "kt_attention_decode_problem": 40, "kt_attention_decode_args": 176}
+                      "kt_attention_decode_problem": 40, "kt_attention_decode_args": 176, "kt_kv_cache_args": 80}
     for name, fields in structs.items():
         cls = getattr(kt, name)
         offsets, size, align = layout(fields)
@@ -454,7 +454,7 @@ def test_structs_match_header():
 def test_struct_packers_give_the_structs_bytes():
     """The launch path packs kt_qkv_problem / kt_qkv_args with struct_packer instead of building the Structures:
     the bytes must be the Structure's, padding included, with distinct values in every field (NULL as 0)."""
-    for cls in (kt.kt_qkv_problem, kt.kt_qkv_args, kt.kt_attention_problem, kt.kt_attention_args,
+    for cls in (kt.kt_qkv_problem, kt.kt_qkv_args, kt.kt_kv_cache_args, kt.kt_attention_problem, kt.kt_attention_args,
                 kt.kt_attention_decode_problem, kt.kt_attention_decode_args):
         packer = _lib.struct_packer(cls)
         vals = []
@@ -469,6 +469,20 @@ def test_struct_packers_give_the_structs_bytes():
         assert packer.size == ctypes.sizeof(cls), cls.__name__
     a = kt.kt_qkv_args(1, 2, None, None, 5, None, 7, 8, 9, 10, 11, 12, 13, 1.5, 1e6)
     assert _lib.QKV_ARGS_PACK.pack(1, 2, 0, 0, 5, 0, 7, 8, 9, 10, 11, 12, 13, 1.5, 1e6) == bytes(a)
+    c = kt.kt_kv_cache_args(16, 32, 48, -1, -2, -3, -4, -5, -6, 100, 16)
+    assert _lib.KV_CACHE_ARGS_PACK.pack(16, 32, 48, -1, -2, -3, -4, -5, -6, 100, 16) == bytes(c)
+    assert (kt.kt_kv_cache_args.num_pages.offset, kt.kt_kv_cache_args.page_size.offset) == (72, 76)
+
+
+def test_qkv_proj_kv_cache_refuses_null_arguments_by_name():
+    """kt_qkv_proj_kv_cache's argument checks that need no GPU: a NULL kv or runtime, each named."""
+    p = kt.kt_qkv_problem(kt.KT_DTYPE_BF16, kt.WEIGHT_FORMATS["int8"], 4, 3584, 28, 4, 128, 1, 1)
+    a = kt.kt_qkv_args()
+    kv = kt.kt_kv_cache_args()
+    st = LIB.kt_qkv_proj_kv_cache(None, ctypes.byref(p), ctypes.byref(a), None, None)
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT and b"kt_qkv_proj_kv_cache: kv is NULL" in LIB.kt_last_error()
+    st = LIB.kt_qkv_proj_kv_cache(None, ctypes.byref(p), ctypes.byref(a), ctypes.byref(kv), None)
+    assert st == kt.KT_ERROR_INVALID_ARGUMENT and b"kt_qkv_proj_kv_cache: rt is NULL" in LIB.kt_last_error()
 
 
 def test_row_stride_merges_like_view():

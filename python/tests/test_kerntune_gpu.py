@@ -13,6 +13,8 @@ kept in the disk cache, so a second run is much faster).
 - attention_decode vs a float64 reference: paged (shuffled block table, NaN in the spare pages and past every
   length) and contiguous caches, ragged lengths incl. 0, q_len 1 / 2 / 4 / 16, GQA 7, MQA, MHA, o and lse; host
   (CPU) tables checked and giving the same bits; capture in a CUDA graph; max_seqlen_k buckets;
+- qkv_proj's paged KV-cache write (kv_cache, slot_mapping) for gemv / mma / wgmma-sized M, against the same
+  reference at the mapped slots, untouched slots still NaN;
 - each refusal raises before any launch (the NaN-poisoned output is left untouched).
 """
 
@@ -347,6 +349,105 @@ def test_qkv_proj_qwen_geometry(rt, fmt):
         assert rel_err(t, r) <= TOL[dtype]
     line = rt.explain_qkv(x, pw, num_heads=28, num_kv_heads=4, head_dim=128, has_bias=True, rope=True)
     assert line.split(":")[0] in ("exact", "nearest", "default") and fmt in line, line
+
+
+def paged_slots(m, num_pages, page_size, gen):
+    """int32 [m] slot mapping over shuffled pages, starting at offset 3 of the first page, one token in five -1."""
+    pages = torch.randperm(num_pages, generator=gen)
+    slots, nxt = [], 3
+    for i in range(m):
+        if i % 5 == 2:
+            slots.append(-1)
+            continue
+        slots.append(int(pages[nxt // page_size]) * page_size + nxt % page_size)
+        nxt += 1
+    return torch.tensor(slots, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("fmt,m", [("int4", 1), ("int8", 16), ("int4", 37), ("fp16", 37), ("bf16", 300)])
+def test_qkv_proj_writes_the_paged_kv_cache(rt, fmt, m):
+    """kv_cache=(k_cache, v_cache), slot_mapping: each token's K (after RoPE) and V at its slot of the paged caches
+    (poisoned with NaN first: untouched slots keep it), q as without the cache; k and v None (cache only) unless
+    `out` gives them. V's cache is a FlashInfer-style [pages, heads, slots, D] permuted view: any strides work."""
+    dtype = QKV_DTYPE[fmt]
+    pw_cpu, pw, bias32 = packed(fmt)
+    gen = torch.Generator().manual_seed(40 + m)
+    x = torch.randn(m, K, generator=gen).to(DEV, dtype)
+    bias = bias32.to(DEV, dtype)
+    pos = torch.randint(0, 32768, (m,), generator=gen, dtype=torch.int32).to(DEV)
+    page_size = 16
+    num_pages = 2 * (m // page_size + 1) + 2
+    slots = paged_slots(m, num_pages, page_size, gen)
+    k_cache = poisoned((num_pages, page_size, HKV, D), dtype)
+    v_cache = poisoned((num_pages, HKV, page_size, D), dtype).transpose(1, 2)  # [pages, slots, heads, D] view
+    kw = dict(num_heads=HQ, num_kv_heads=HKV, head_dim=D, rope_theta=THETA)
+    q, k, v = rt.qkv_proj(x, pw, bias, pos, kv_cache=(k_cache, v_cache), slot_mapping=slots.to(DEV), **kw)
+    assert k is None and v is None and q.shape == (m, HQ, D)
+    torch.cuda.synchronize()
+    rq, rk, rv = qkv_reference(x, pw_cpu, bias, pos, HQ, HKV, D, THETA)
+    assert rel_err(q, rq) <= TOL[dtype]
+    kc, vc = k_cache.reshape(-1, HKV, D).cpu(), v_cache.reshape(-1, HKV, D).cpu()  # [slot, Hkv, D]
+    mapped = slots >= 0
+    assert rel_err(kc[slots[mapped].long()], rk[mapped.to(DEV)].cpu()) <= TOL[dtype]
+    assert rel_err(vc[slots[mapped].long()], rv[mapped.to(DEV)].cpu()) <= TOL[dtype]
+    untouched = torch.ones(num_pages * page_size, dtype=torch.bool)
+    untouched[slots[mapped].long()] = False
+    assert torch.isnan(kc[untouched]).all() and torch.isnan(vc[untouched]).all(), "a slot no token maps to was written"
+
+    # The same with int64 slots (converted) and plain k / v outputs too: every token, skipped ones included; the
+    # caches as before, bit for bit.
+    k_first, v_first = k_cache.clone(), v_cache.clone()
+    k_cache.fill_(float("nan"))
+    v_cache.fill_(float("nan"))
+    out = (poisoned((m, HQ, D), dtype), poisoned((m, HKV, D), dtype), poisoned((m, HKV, D), dtype))
+    q2, k2, v2 = rt.qkv_proj(x, pw, bias, pos, kv_cache=(k_cache, v_cache), slot_mapping=slots.long().to(DEV),
+                             out=out, **kw)
+    torch.cuda.synchronize()
+    assert q2 is out[0] and k2 is out[1] and v2 is out[2]
+    assert torch.equal(q2, q)
+    assert rel_err(k2, rk) <= TOL[dtype] and rel_err(v2, rv) <= TOL[dtype]
+    assert torch.equal(k_cache.nan_to_num(7.0), k_first.nan_to_num(7.0))
+    assert torch.equal(v_cache.nan_to_num(7.0), v_first.nan_to_num(7.0))
+
+
+@pytest.mark.parametrize("case", ["no_slots", "no_cache", "cache_dtype", "cache_heads", "cache_pages_differ",
+                                  "slots_float", "slots_shape", "cache_not_tuple", "cache_stride", "out_k_none"])
+def test_qkv_proj_kv_cache_refusals(rt, case):
+    """Each bad kv_cache / slot_mapping is refused, naming it, before anything is launched (the caches stay NaN)."""
+    pw_cpu, pw, bias32 = packed("int4")
+    x = torch.randn(16, K, device=DEV, dtype=torch.float16)
+    pos = torch.arange(16, device=DEV, dtype=torch.int32)
+    k_cache, v_cache = poisoned((4, 16, HKV, D), torch.float16), poisoned((4, 16, HKV, D), torch.float16)
+    slots = torch.arange(16, device=DEV, dtype=torch.int32)
+    kw = dict(num_heads=HQ, num_kv_heads=HKV, head_dim=D, rope_theta=THETA, kv_cache=(k_cache, v_cache),
+              slot_mapping=slots)
+    expect, match = ValueError, None
+    if case == "no_slots":
+        kw["slot_mapping"], match = None, "without slot_mapping"
+    elif case == "no_cache":
+        kw["kv_cache"], match = None, "without kv_cache"
+    elif case == "cache_dtype":
+        kw["kv_cache"], expect, match = (k_cache, v_cache.bfloat16()), TypeError, "v_cache"
+    elif case == "cache_heads":
+        kw["kv_cache"], match = (poisoned((4, 16, HKV + 1, D), torch.float16), v_cache), "k_cache"
+    elif case == "cache_pages_differ":
+        kw["kv_cache"], match = (k_cache, v_cache[:3]), "one \\[num_pages, page_size\\]"
+    elif case == "slots_float":
+        kw["slot_mapping"], expect, match = slots.float(), TypeError, "slot_mapping"
+    elif case == "slots_shape":
+        kw["slot_mapping"], match = slots[:15], "slot_mapping"
+    elif case == "cache_not_tuple":
+        kw["kv_cache"], expect, match = k_cache, TypeError, "kv_cache"
+    elif case == "cache_stride":  # slots 4 elements apart: not a multiple of 8
+        wide = poisoned((4, 16, HKV * D + 4), torch.float16)
+        kw["kv_cache"], match = (wide[..., :HKV * D].view(4, 16, HKV, D), v_cache), "k_cache"
+    elif case == "out_k_none":  # None outputs only with a cache
+        del kw["kv_cache"], kw["slot_mapping"]
+        kw["out"], expect = (poisoned((16, HQ, D), torch.float16), None, None), TypeError
+    with pytest.raises(expect, match=match):
+        rt.qkv_proj(x, pw, None, pos, **kw)
+    torch.cuda.synchronize()
+    assert torch.isnan(k_cache).all() and torch.isnan(v_cache).all(), "something was launched before the refusal"
 
 
 def test_packed_weight_round_trip():

@@ -1,7 +1,9 @@
 // The qkv kernels' epilogue pieces: RoPE angles (Su et al., RoFormer, 2021; Llama/Qwen rotate-half pairing
 // (i, i + D/2), angle = pos * theta^(-2i/D) reduced mod 2 pi in fixed point), the deterministic float4 partial sums
-// every reduction uses, the split-K reduction through the workspace (splitk_reduce), and finish_tile: bias, RoPE and
-// the split into Q/K/V from a shared fp32 output tile. Compiled by NVRTC only. No standard headers.
+// every reduction uses, the split-K reduction through the workspace (splitk_reduce), store_head (where a head's output
+// goes: Q/K/V and, with a slot mapping, the paged KV cache; every mainloop's epilogue stores through it), and
+// finish_tile: bias, RoPE and the split into Q/K/V from a shared fp32 output tile. Compiled by NVRTC only. No standard
+// headers.
 #pragma once
 #include "common/ptx.cuh"
 #include "qkv_proj/qkv_proj_config.h"
@@ -74,6 +76,35 @@ __device__ __forceinline__ bool splitk_reduce(const QkvParams& p, float* sC, int
   return true;
 }
 
+/// Element 0 of K (is_v false) or V head `kv_head` in slot `slot` (= page * page_size + offset, >= 0; the caller's
+/// slot_mapping, trusted: QkvParams) of the paged cache k_cache / v_cache [num_pages, page_size, Hkv, D].
+__device__ __forceinline__ unsigned short* kv_cache_head(const QkvParams& p, bool is_v, int kv_head, int slot) {
+  const int page = slot / p.page_size, offset = slot - page * p.page_size;
+  void* base = is_v ? p.v_cache : p.k_cache;
+  const long long sp = is_v ? p.v_cache_page_stride : p.k_cache_page_stride;
+  const long long ss = is_v ? p.v_cache_slot_stride : p.k_cache_slot_stride;
+  const long long sh = is_v ? p.v_cache_head_stride : p.k_cache_head_stride;
+  return static_cast<unsigned short*>(base) + page * sp + offset * ss + kv_head * sh;
+}
+
+/// Where every qkv epilogue stores a piece of token m's output head: put(h) writes the piece at its columns of the
+/// head whose element 0 is h. out: Q, K or V (p.q / p.k / p.v, row stride ld), head: the head's index in it (is_q /
+/// is_v: which one). Without KvCache (the plain kernel class) that is out's row m, head `head`, and nothing else is
+/// compiled in; with it, the plain output when out is non-null (K and V may be null: QkvParams) and, for a K or V
+/// head, the paged cache's slot slot_mapping[m] unless it is -1.
+template <int D, bool KvCache, class Put>
+__device__ __forceinline__ void store_head(const QkvParams& p, unsigned short* out, long long ld, int head, bool is_q,
+                                           bool is_v, int m, Put put) {
+  if constexpr (!KvCache) {
+    put(out + (long long)m * ld + (long long)head * D);
+  } else {
+    if (out != nullptr) put(out + (long long)m * ld + (long long)head * D);
+    if (is_q) return;
+    const int slot = __ldg(p.slot_mapping + m);
+    if (slot >= 0) put(kv_cache_head(p, is_v, head, slot));
+  }
+}
+
 #ifndef KT_EPI_TRACE  // timeline experiments only (a standalone timeline driver defines KT_EPI_TRACE): points 10-12 of finish_tile
 #define KT_EPI_TRACE(i) \
   do {                  \
@@ -86,7 +117,8 @@ __device__ __forceinline__ bool splitk_reduce(const QkvParams& p, float* sC, int
 ///    block of the tile to arrive (atomic counter, threadfence reduction) sums the partials in split order and goes
 ///    on, the others return. The last block resets the counter for the next launch.
 ///  - epilogue: + bias, RoPE rotate-half on Q and K heads (Su et al., RoFormer, 2021; Llama/Qwen pairing
-///    (i, i + D/2), angle = pos * theta^(-2i/D), reduced mod 2 pi in fixed point: rope_sincos), split into Q/K/V.
+///    (i, i + D/2), angle = pos * theta^(-2i/D), reduced mod 2 pi in fixed point: rope_sincos), split into Q/K/V,
+///    and K / V into the paged cache with a slot mapping (store_head).
 /// Must be called by every thread of the block (it has barriers), or with kBarrierId > 0 by threads 0 .. kThreads - 1
 /// only (named barrier kBarrierId: the block's other warps have left). kMaxBatch: token rows per thread whose position
 /// loads are issued together before their arithmetic (more registers, fewer dependent round trips).
@@ -95,8 +127,8 @@ __device__ __forceinline__ bool splitk_reduce(const QkvParams& p, float* sC, int
 /// of tokens m0 .. m0 + TileM - 1, pre_turns = rope_turns(i) for i < D/2 (Rope) -- and made them visible with
 /// the barrier after it wrote sC, so the epilogue has no global loads and no table to build.
 /// row_limit (<= TileM): only token rows r < row_limit of sC are finished (a cluster rank's share of a tile).
-template <DType DT, int D, bool HasBias, bool Rope, int TileM, int TileN, int kThreads, int kBarrierId = 0,
-          int kMaxBatch = 1, bool kPre = false>
+template <DType DT, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int kThreads,
+          int kBarrierId = 0, int kMaxBatch = 1, bool kPre = false>
 __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m0, int n0,
                                             const unsigned* pre_bias2 = nullptr, const int* pre_pos = nullptr,
                                             const unsigned long long* pre_turns = nullptr, int row_limit = TileM) {
@@ -150,17 +182,16 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
   const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
   const bool rotate = Rope && (is_q || is_k);
   unsigned short* out;
-  long long ld, off;  // row stride (elements) and the head part's first column in the output
+  long long ld;  // row stride (elements)
+  int lhead;     // the head's index in Q, K or V; the head part's first column in it: col0 % D
   if (is_q) {
-    out = static_cast<unsigned short*>(p.q), ld = p.q_row_stride;
-    off = (long long)head * D + col0 % D;
+    out = static_cast<unsigned short*>(p.q), ld = p.q_row_stride, lhead = head;
   } else if (is_k) {
-    out = static_cast<unsigned short*>(p.k), ld = p.k_row_stride;
-    off = (long long)(head - p.num_heads) * D + col0 % D;
+    out = static_cast<unsigned short*>(p.k), ld = p.k_row_stride, lhead = head - p.num_heads;
   } else {
-    out = static_cast<unsigned short*>(p.v), ld = p.v_row_stride;
-    off = (long long)(head - p.num_heads - p.num_kv_heads) * D + col0 % D;
+    out = static_cast<unsigned short*>(p.v), ld = p.v_row_stride, lhead = head - p.num_heads - p.num_kv_heads;
   }
+  const int hc = col0 % D;
   float bias1[2] = {0.f, 0.f}, bias2[2] = {0.f, 0.f};  // columns c1 + e, c2 + e
   if (HasBias && col_ok) {
     const unsigned* b = static_cast<const unsigned*>(p.bias);
@@ -199,9 +230,11 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
           y2[e] = o2;
         }
       }
-      unsigned short* row = out + (long long)(m0 + r) * ld + off;
-      *reinterpret_cast<unsigned*>(row + c1) = ptx::pack2<DT>(y1[0], y1[1]);
-      *reinterpret_cast<unsigned*>(row + c2) = ptx::pack2<DT>(y2[0], y2[1]);
+      const unsigned w1 = ptx::pack2<DT>(y1[0], y1[1]), w2 = ptx::pack2<DT>(y2[0], y2[1]);
+      store_head<D, KvCache>(p, out, ld, lhead, is_q, !is_q && !is_k, m0 + r, [&](unsigned short* h) {
+        *reinterpret_cast<unsigned*>(h + hc + c1) = w1;
+        *reinterpret_cast<unsigned*>(h + hc + c2) = w2;
+      });
     }
     if (i0 == 0) KT_EPI_TRACE(11);
   }

@@ -211,8 +211,8 @@ __device__ __forceinline__ bool gemv_step_operands(const QkvParams& p, int step,
 /// The kernel body; Cluster > 1: the blocks of a thread-block cluster (qkv_gemv_cluster) split K (qkv_proj_config.h);
 /// Balance (Cluster 1, config split_k 0): the balanced tail (gemv_balance in qkv_proj_config.h): a 1-D grid of
 /// p.gemv_full whole units, then p.gemv_split K pieces of each remaining unit, reduced through p.workspace.
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
-          int Prefetch, int Stages, int Cluster, bool Balance = false>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int WarpsK,
+          int WarpsN, int Prefetch, int Stages, int Cluster, bool Balance = false>
 __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescriptor* wmap,
                                           const TmaDescriptor* xmap = nullptr) {
   // Preconditions
@@ -436,40 +436,41 @@ __device__ __forceinline__ void gemv_body(const QkvParams& p, const TmaDescripto
                                                             warp, lane))
     return;
 
-  gemv_epilogue<DT, F, D, Rope, kRopeEarly>(p, acc2[0], bias_v, row_scale, turns, pos, rope_c, rope_s, tile_in, head,
-                                            pair, m0, q);
+  gemv_epilogue<DT, F, D, Rope, KvCache, kRopeEarly>(p, acc2[0], bias_v, row_scale, turns, pos, rope_c, rope_s, tile_in,
+                                                     head, pair, m0, q);
   KT_GEMV_TRACE(3);
 }
 
 /// gemv stages 0 / 1 (qkv_proj_config.h); Balance: config split_k 0, the balanced tail (gemv_balance: a 1-D grid of
 /// gemv_balance(..).blocks() blocks, QkvParams::gemv_full / gemv_split, workspace and counters).
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
-          int Prefetch, int Stages, bool Balance = false>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int WarpsK,
+          int WarpsN, int Prefetch, int Stages, bool Balance = false>
 __global__ void __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32))
     qkv_gemv(const QkvParams p) {
-  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1, Balance>(p, nullptr);
+  gemv_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, WarpsK, WarpsN, Prefetch, Stages, 1, Balance>(p, nullptr);
 }
 
 /// gemv stages 2 (sm_90): each warp requests its K steps in order by TMA, one mbarrier per step. w.w_map is the packed
 /// weight data as a 5-D byte tensor {K bytes, 8 rows g, 2 halves h, D / 16 tiles, heads} with strides {row, D / 2 rows,
 /// 8 rows, D rows} bytes, box {64, 8, 2, 1, 1}: one box is the 16 RoPE-paired rows of an m16 tile for one warp step
 /// (runtime/qkv.cpp encodes it); w.x_map is unused. Balance: as qkv_gemv's.
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
-          int Prefetch, bool Balance = false>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int WarpsK,
+          int WarpsN, int Prefetch, bool Balance = false>
 __global__ void __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32))
     qkv_gemv_tma(const __grid_constant__ WsParams w) {
-  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1, Balance>(w.p, &w.w_map);
+  gemv_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, WarpsK, WarpsN, Prefetch, 2, 1, Balance>(w.p, &w.w_map);
 }
 
 /// gemv stages 3 (sm_90, packed weights): as qkv_gemv_tma, and each step's X tile also comes by TMA on the step's
 /// mbarrier. w.x_map is X as a 3-D tensor of 16-bit elements {64, K / 64, M} with strides {128 bytes, x_row_stride},
 /// box {64, step K / 64, TileM} (one warp step of K for the block's tokens), 128-byte swizzle, tokens past M read as
 /// zeros (runtime/qkv.cpp encode_gemv_x; K a multiple of 64).
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
-          int Prefetch, bool Balance = false>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int WarpsK,
+          int WarpsN, int Prefetch, bool Balance = false>
 __global__ void __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32))
     qkv_gemv_tma_x(const __grid_constant__ WsParams w) {
-  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 3, 1, Balance>(w.p, &w.w_map, &w.x_map);
+  gemv_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, WarpsK, WarpsN, Prefetch, 3, 1, Balance>(w.p, &w.w_map,
+                                                                                                     &w.x_map);
 }
 
 /// gemv with K split over the Cluster blocks of a thread-block cluster (stages 1, sm_90): grid.x = row blocks x
@@ -477,11 +478,11 @@ __global__ void __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* W
 /// sm_90 only: NVRTC rejects __cluster_dims__ when compiling for an older arch, even in a template nobody instantiates
 /// (every gemv binary for sm_80 failed to compile).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int WarpsK, int WarpsN,
-          int Prefetch, int Cluster>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int WarpsK,
+          int WarpsN, int Prefetch, int Cluster>
 __global__ void __cluster_dims__(Cluster, 1, 1)
     __launch_bounds__(WarpsK* WarpsN * 32, gemv_min_blocks(WarpsK* WarpsN * 32)) qkv_gemv_cluster(const QkvParams p) {
-  gemv_body<DT, F, D, HasBias, Rope, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p, nullptr);
+  gemv_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, WarpsK, WarpsN, Prefetch, 1, Cluster>(p, nullptr);
 }
 #endif
 

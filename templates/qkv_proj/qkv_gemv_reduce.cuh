@@ -245,7 +245,7 @@ __device__ __forceinline__ void gemv_epilogue_inputs(const QkvParams& p, unsigne
 /// The epilogue in registers (its inputs: gemv_epilogue_inputs): C fragment e = 2 h + i -> feature row g + 8 h (pair partner h = 1), token 2 q + i;
 /// int8's row scale, bias, RoPE on Q and K heads (rotate-half: rows g and g + 8 are the pair (i, i + D / 2)), written
 /// to Q, K or V by head (pair[r]: the row's index in its head).
-template <DType DT, quant::Format F, int D, bool Rope, bool RopeEarly, int R, int NT, int RR, int RT>
+template <DType DT, quant::Format F, int D, bool Rope, bool KvCache, bool RopeEarly, int R, int NT, int RR, int RT>
 __device__ __forceinline__ void gemv_epilogue(const QkvParams& p, const float (&acc)[R][NT][4],
                                               const unsigned short (&bias_v)[R][2], const float (&row_scale)[R][2],
                                               const unsigned long long (&turns)[R], const int (&pos)[NT][2],
@@ -299,9 +299,10 @@ __device__ __forceinline__ void gemv_epilogue(const QkvParams& p, const float (&
           y2 = o2;
         }
         const unsigned pr = ptx::pack2<DT>(y1, y2);
-        unsigned short* dst = out + (long long)m * stride + (long long)local_head * D + pair[r];
-        dst[0] = (unsigned short)(pr & 0xffffu);
-        dst[D / 2] = (unsigned short)(pr >> 16);
+        store_head<D, KvCache>(p, out, stride, local_head, is_q, !is_q && !is_k, m, [&](unsigned short* h) {
+          h[pair[r]] = (unsigned short)(pr & 0xffffu);
+          h[pair[r] + D / 2] = (unsigned short)(pr >> 16);
+        });
       }
   }
 }

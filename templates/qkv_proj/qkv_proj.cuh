@@ -81,8 +81,8 @@ __device__ __forceinline__ void decode_unit(const uint4& u, const UnitScales& s,
   }
 }
 
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int WarpsM,
-          int WarpsN, int Stages, int Prefetch>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int TileK,
+          int WarpsM, int WarpsN, int Stages, int Prefetch>
 __global__ void __launch_bounds__(WarpsM* WarpsN * 32) qkv_proj(const QkvParams p) {
   constexpr Config C =
       make_config(TileM, TileN, MmaConfig{TileK, WarpsM, WarpsN, Stages, 1, Prefetch});  // split_k: gridDim.z
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(WarpsM* WarpsN * 32) qkv_proj(const QkvParams 
   }
   __syncthreads();
 
-  finish_tile<DT, D, HasBias, Rope, TileM, TileN, kThreads>(p, sC, m0, n0);
+  finish_tile<DT, D, HasBias, Rope, KvCache, TileM, TileN, kThreads>(p, sC, m0, n0);
 }
 
 }  // namespace qkv

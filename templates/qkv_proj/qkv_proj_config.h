@@ -3,9 +3,11 @@
 //   Y = X W^T + b,  X [M, K] fp16/bf16 (M = tokens), W [(Hq + 2 Hkv) * D, K] in a weight format
 //   (quant_format.h), b [N] in the activation dtype (optional). Epilogue: bias, optional RoPE (rotate-half,
 //   Llama/Qwen convention) on the Q and K heads, and the split into the attention family's layout:
-//   Q [M, Hq, D], K [M, Hkv, D], V [M, Hkv, D] (row strides are parameters: KV-cache slots work).
+//   Q [M, Hq, D], K [M, Hkv, D], V [M, Hkv, D] (row strides are parameters: KV-cache slots work), and optionally
+//   K and V straight into a paged KV cache through a slot mapping (QkvParams::slot_mapping; the kv_cache kernel
+//   class, every mainloop: qkv_epilogue.cuh store_head, compiled in only there).
 //
-// Kernel class (compiled in): activation dtype, weight format, head_dim, has_bias, rope.
+// Kernel class (compiled in): activation dtype, weight format, head_dim, has_bias, rope, kv_cache (KvCache).
 // Config (speed only): the mainloop, tile_m (tokens per block) and tile_n (output features per block), and the
 // mainloop's own struct (MmaConfig, GemvConfig, WgmmaConfig, WsConfig, PairsConfig below): every field has one meaning.
 //
@@ -352,8 +354,8 @@ struct QkvParams {
   const void* bias;      ///< [N] activation dtype, or null when the class has no bias
   const int* positions;  ///< [M] token positions for RoPE (null when the class has no RoPE)
   void* q;               ///< [M, Hq, D]
-  void* k;               ///< [M, Hkv, D]
-  void* v;               ///< [M, Hkv, D]
+  void* k;               ///< [M, Hkv, D]; may be null with a slot mapping (below)
+  void* v;               ///< [M, Hkv, D]; may be null with a slot mapping (below)
   float* workspace;      ///< split-K partial tiles (workspace_bytes), or null when split_k == 1
   unsigned* counters;    ///< one zero-initialized counter per output tile (self-resetting), or null
   long long x_row_stride, q_row_stride, k_row_stride, v_row_stride;
@@ -371,6 +373,20 @@ struct QkvParams {
   /// at (step N + row) 64 + 16 q; 0: row-major. Written by
   /// qkv::launch from the problem's format. (16-bit K-blocked weights need no flag: their maps share coordinates.)
   int w_k_blocked;
+  /// Paged KV-cache write (the vLLM / TensorRT-LLM layout) of the KvCache kernel class (null otherwise). slot_mapping [M] int32:
+  /// token m's K (after RoPE) and V heads go to slot s = slot_mapping[m] = page * page_size + offset of k_cache /
+  /// v_cache [num_pages, page_size, Hkv, D] (the projection's dtype; element (page, offset, h, d) at page *
+  /// *_cache_page_stride + offset * *_cache_slot_stride + h * *_cache_head_stride + d, strides in elements); s = -1
+  /// skips the token. The kernels trust the slots (device memory): each must be -1 or in [0, num_pages * page_size),
+  /// and no two tokens may share one. With a slot mapping, k and v may be null (only the cache is written, as
+  /// TensorRT-LLM's fused QKV does); when non-null they still receive every token, skipped ones included. num_pages
+  /// is read by check_params only.
+  const int* slot_mapping;
+  void* k_cache;
+  void* v_cache;
+  long long k_cache_page_stride, k_cache_slot_stride, k_cache_head_stride;
+  long long v_cache_page_stride, v_cache_slot_stride, v_cache_head_stride;
+  int num_pages, page_size;
 };
 
 /// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the host by

@@ -63,8 +63,8 @@ __device__ __forceinline__ void wgmma_decode_unit(const uint4& u, const UnitScal
   }
 }
 
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int TileK, int Stages,
-          int Prefetch>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int TileK,
+          int Stages, int Prefetch>
 __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
   constexpr Config C = make_config(TileM, TileN, WgmmaConfig{TileK, Stages, 1, Prefetch});  // split_k: gridDim.z
   // Preconditions
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(TileM * 2, 1) qkv_wgmma(const QkvParams p) {
   }
   __syncthreads();
 
-  finish_tile<DT, D, HasBias, Rope, TileM, TileN, kThreads>(p, sC, m0, n0);
+  finish_tile<DT, D, HasBias, Rope, KvCache, TileM, TileN, kThreads>(p, sC, m0, n0);
 #endif
 }
 

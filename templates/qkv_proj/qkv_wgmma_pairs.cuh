@@ -39,8 +39,10 @@
 //   rounded to the activation dtype into the warp's staging tile [16 rows][2 halves][pairs] in shared memory (over
 //   the ring, which is free by then: the ring can be as deep as shared memory allows), then
 //   written to Q / K / V in pieces of min(PB, 8) pairs (16 or 8 bytes, contiguous in the output) from neighbouring
-//   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput. The RoPE angle:
-//   rope_sincos (qkv_proj.cuh), the same fixed-point reduction as every qkv kernel.
+//   lanes, so a PB = 16 tile writes whole 32-byte sectors. Smaller pieces cost L2 write throughput. With a slot
+//   mapping (QkvParams::slot_mapping; the KvCache kernel class only) the K and V chunks also go, whole, to their tokens' slots of the paged cache
+//   (store_head's rule, qkv_epilogue.cuh). The RoPE angle: rope_sincos (qkv_proj.cuh), the same fixed-point reduction
+//   as every qkv kernel.
 //
 // Sources: PTX ISA 8.x (wgmma.mma_async, matrix descriptors, mbarrier, cp.async.bulk.tensor); CUDA Driver API
 // cuTensorMapEncodeTiled (the maps are encoded in qkv::launch, runtime/qkv.cpp).
@@ -67,9 +69,9 @@
 namespace kt {
 namespace qkv {
 
-/// Head `head` (counted over [Q | K | V]) in Q, K or V (16-bit elements): its D outputs of token 0, and in
-/// `row_stride` the elements between tokens.
-template <int D>
+/// Head `head` (counted over [Q | K | V]) in Q, K or V (16-bit elements): its D outputs of token 0 (KvCache: null
+/// when that output is null, as K and V may be), and in `row_stride` the elements between tokens.
+template <int D, bool KvCache>
 __device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int head, long long& row_stride) {
   void* base = p.v;
   row_stride = p.v_row_stride;
@@ -80,11 +82,12 @@ __device__ __forceinline__ unsigned short* wp_head_out(const QkvParams& p, int h
   } else {
     head -= p.num_kv_heads;
   }
+  if (KvCache && base == nullptr) return nullptr;
   return static_cast<unsigned short*>(base) + (long long)head * D;
 }
 
 /// The kernel body (one block per output tile; the header comment describes it).
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int Stages>
 __device__ __forceinline__ void wp_body(const WsParams& wp) {
   constexpr Config C = make_config(TileM, TileN, PairsConfig{Stages, 1});  // cluster_m: a launch attribute
 #ifdef __CUDA_ARCH__  // device pass (NVRTC compiles only that; nvcc also parses for the host)
@@ -169,7 +172,7 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
     if (tid < kBoxes) {
       const int head = h0 + tid;
       long long stride = 0;
-      s_out[tid] = head < heads ? wp_head_out<D>(p, head, stride) : nullptr;
+      s_out[tid] = head < heads ? wp_head_out<D, KvCache>(p, head, stride) : nullptr;
       s_out_stride[tid] = stride;
     }
   }
@@ -295,10 +298,22 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
               hf = rem / (kSubAll * kBoxes);
     const int m = m0 + rw + r;
     if (m >= m_end || h0 + b >= heads) continue;
-    unsigned short* out = s_out[b] + m * s_out_stride[b] + hf * kHalf + i0 + sb * kCP;
+    const int col = hf * kHalf + i0 + sb * kCP;  // the chunk's first column in its head
     const unsigned char* src = st + r * kStRow + hf * 2 * P + (b * PB + sb * kCP) * 2;
-    if constexpr (PB >= 8) *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(src);
-    else *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(src);
+    auto put = [&](unsigned short* out) {
+      if constexpr (PB >= 8) *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(src);
+      else *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(src);
+    };
+    if constexpr (!KvCache) {
+      put(s_out[b] + m * s_out_stride[b] + col);
+    } else {  // store_head's rule (qkv_epilogue.cuh): the plain output when there is one, K and V heads into the cache
+      if (s_out[b] != nullptr) put(s_out[b] + m * s_out_stride[b] + col);
+      const int head = h0 + b, kv_heads = heads - qk_heads;  // head counted over [Q | K | V]
+      if (head < qk_heads - kv_heads) continue;              // a Q head
+      const bool is_v = head >= qk_heads;
+      const int slot = __ldg(p.slot_mapping + m);
+      if (slot >= 0) put(kv_cache_head(p, is_v, head - (is_v ? qk_heads : qk_heads - kv_heads), slot) + col);
+    }
   }
 #ifdef KT_WP_TRACE_ON
   KT_WP_TRACE(4, tid == 0);
@@ -311,9 +326,9 @@ __device__ __forceinline__ void wp_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Stages>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int Stages>
 __global__ void __launch_bounds__(TileM * 2 + 32, 1) qkv_wgmma_pairs(const __grid_constant__ WsParams wp) {
-  wp_body<DT, F, D, HasBias, Rope, TileM, TileN, Stages>(wp);
+  wp_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, Stages>(wp);
 }
 
 }  // namespace qkv

@@ -475,8 +475,8 @@ __device__ __forceinline__ void ws_cluster_reduce(float (&acc)[kAtoms][TileM / 2
 /// scale, then finish_tile (bias, RoPE, split into Q/K/V) on the kCThreads consumer threads (named barrier 1).
 /// Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous chunk's epilogue has
 /// read sC. kPre: the epilogue inputs were copied by ws_preload_epilogue.
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int kAtoms, int kCThreads,
-          int ClusterK, int kEpiRows, bool kWide, bool kPre>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int kAtoms,
+          int kCThreads, int ClusterK, int kEpiRows, bool kWide, bool kPre>
 __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2], const QkvParams& p, float* sC,
                                             int n0, int m0, int N, int row_lo0, int q, int e_lo, int e_rows,
                                             const unsigned* s_pre_bias2, const int* s_pre_pos,
@@ -513,7 +513,7 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
         }
     ptx::named_barrier(1, kCThreads);
     KT_WS_TRACE(9);
-    finish_tile<DT, D, HasBias, Rope, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(
+    finish_tile<DT, D, HasBias, Rope, KvCache, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(
         p, sC, m0 + lo, n0, s_pre_bias2, s_pre_pos + lo, s_pre_turns, rows);
     if (ClusterK > 1) break;
   }
@@ -524,8 +524,8 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
 /// exchange (ws_exchange_k_groups), the tile's reduction -- a cluster's (ClusterK > 1, qkv_wgmma_ws_cluster:
 /// ws_cluster_reduce) or stream-K's through the workspace (ws_stream_k_publish / ws_stream_k_fixup, qkv_streamk.cuh)
 /// -- and ws_epilogue.
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages,
-          bool StreamK, int ClusterK, int KGroups>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int Consumers,
+          int Stages, bool StreamK, int ClusterK, int KGroups>
 __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const QkvParams& p = wp.p;
   constexpr Config C = make_config(
@@ -712,8 +712,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     }
 
     // ---- the epilogue: accumulators -> shared fp32 tile -> finish_tile ----
-    ws_epilogue<DT, F, D, HasBias, Rope, TileM, TileN, kAtoms, kCThreads, ClusterK, ws_epilogue_rows(C), kWide, kPre>(
-        acc, p, sC, n0, m0, N, row_lo0, q, e_lo, e_rows, s_pre_bias2, s_pre_pos, s_pre_turns);
+    ws_epilogue<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, kAtoms, kCThreads, ClusterK, ws_epilogue_rows(C), kWide,
+                kPre>(acc, p, sC, n0, m0, N, row_lo0, q, e_lo, e_rows, s_pre_bias2, s_pre_pos, s_pre_turns);
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }
 #ifdef KT_WS_TRACE_ON
@@ -726,20 +726,20 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 #endif
 }
 
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages,
-          bool StreamK, int KGroups = 1>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int Consumers,
+          int Stages, bool StreamK, int KGroups = 1>
 __global__ void __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
     qkv_wgmma_ws(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
+  ws_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
 }
 
 /// split_k = ClusterK > 1: grid.x = tiles x ClusterK, cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain
 /// launch forms the clusters (the ClusterK K slices of one tile).
-template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, int TileM, int TileN, int Consumers, int Stages,
-          int ClusterK, int KGroups = 1>
+template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int Consumers,
+          int Stages, int ClusterK, int KGroups = 1>
 __global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
     qkv_wgmma_ws_cluster(const __grid_constant__ WsParams wp) {
-  ws_body<DT, F, D, HasBias, Rope, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);
+  ws_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, Consumers, Stages, false, ClusterK, KGroups>(wp);
 }
 
 }  // namespace qkv

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <set>
 #include <tuple>
 
@@ -305,7 +306,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
               .find("sm_90a") != std::string::npos);
     CHECK(variant_name(p4, wg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p2__sm_90a");
     CHECK(name_expression(p4, wg) ==
-          "kt::qkv::qkv_wgmma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 128, 256, 64, 3, 2>");
+          "kt::qkv::qkv_wgmma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 128, 256, 64, 3, 2>");
     CHECK(kernel_source(p4, wg, arch).source.find("qkv_wgmma.cuh") != std::string::npos);
     CHECK(config_to_json(wg).at("mainloop") == "wgmma");
     CHECK(same_config(config_from_json(config_to_json(wg)), wg));
@@ -338,8 +339,9 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(ws_consumers(ws) == 2);
     CHECK(ws_atoms(ws) == 1);
     CHECK(variant_name(p4, ws, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk1__sm_90a");
-    CHECK(name_expression(p4, ws) ==
-          "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, false>");
+    CHECK(
+        name_expression(p4, ws) ==
+        "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 256, 128, 2, 4, false>");
     CHECK(kernel_source(p4, ws, arch).source.find("qkv_wgmma_ws.cuh") != std::string::npos);
     CHECK(config_to_json(ws).at("mainloop") == "wgmma_ws");
     CHECK(same_config(config_from_json(config_to_json(ws)), ws));
@@ -358,7 +360,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
           "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk2__sm_90a");
     CHECK(
         name_expression(p4, split) ==
-        "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 256, 128, 2, 4, 2>");
+        "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 256, 128, 2, 4, 2>");
     CHECK(launch_dims(p4, split, 132).grid_x == 36 * 16 * 2);
     // Each rank finishes 128 of the 256 token rows. Its shared memory: the ring or its fp32 output tile over it,
     // whichever is larger, then one partial slot of its rows beside them (stored into while its mainloop runs).
@@ -399,8 +401,9 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, sk, arch) == nullptr);
     CHECK(variant_name(p16, sk, arch) ==
           "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg1_s8_streamk__sm_90a");
-    CHECK(name_expression(p16, sk) ==
-          "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, true>");
+    CHECK(
+        name_expression(p16, sk) ==
+        "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 16, 128, 2, 8, true>");
     CHECK(same_config(config_from_json(config_to_json(sk)), sk));
     CHECK(ws_units(p16, sk) == 36 * 56);
     CHECK(launch_dims(p16, sk, 132).grid_x == 132);
@@ -422,13 +425,14 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(variant_name(p16, kg, arch) == "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m16_n128_c2_kg2_s8_sk3__sm_90a");
     CHECK(
         name_expression(p16, kg) ==
-        "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, 3, 2>");
+        "kt::qkv::qkv_wgmma_ws_cluster<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 16, 128, 2, 8, 3, 2>");
     CHECK(same_config(config_from_json(config_to_json(kg)), kg));
     CHECK(ws_kgroup_xfer_bytes(kg) == 256 * 8 * 4);  // 256 threads x 8 fp32 accumulators
     auto kg1 = kg;
     kg1.ws.split_k = 1;
-    CHECK(name_expression(p16, kg1) ==
-          "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 16, 128, 2, 8, false, 2>");
+    CHECK(
+        name_expression(p16, kg1) ==
+        "kt::qkv::qkv_wgmma_ws<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 16, 128, 2, 8, false, 2>");
     auto kgs = kg;
     kgs.ws.split = WsSplit::stream_k, kgs.ws.split_k = 1;
     CHECK(std::string(invalid_reason(p16.dtype, p16.format, p16.head_dim, p16.rope, kgs, arch)).find("K groups") !=
@@ -494,7 +498,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   const Problem p = qwen();
   CHECK(variant_name(p, c, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__mma_m16_n128_k64_w1x4_s2_sk8_p1__sm_90a");
   CHECK(name_expression(p, c) ==
-        "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 128, 64, 1, 4, 2, 1>");
+        "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 16, 128, 64, 1, 4, 2, 1>");
   CHECK(p.key() == "qkv_proj/bf16/nf4/m16/k3584/h28/kv4/d128/bias/rope");
   CHECK(p.n() == 4608);
   CHECK(workspace_bytes(p, c, 132) == size_t(36) * 1 * 8 * 16 * 128 * 4);
@@ -511,7 +515,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
   CHECK(variant_name(p, gv, arch) ==
         "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_register_ring_p1_nored__sm_90a");
   CHECK(name_expression(p, gv) ==
-        "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 0>");
+        "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 8, 32, 4, 1, 1, 0>");
   CHECK(config_to_json(gv).at("mainloop") == "gemv");
   CHECK(same_config(config_from_json(config_to_json(gv)), gv));
   CHECK_FALSE(same_config(gv, mk_mma(8, 32, 128, 4, 1, 0, 1, 1)));
@@ -538,7 +542,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, gv2, arch) == nullptr);
     CHECK(variant_name(p, gv2, arch) == "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_tma_p1_nored__sm_90a");
     CHECK(name_expression(p, gv2) ==
-          "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1>");
+          "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 8, 32, 4, 1, 1>");
     // Data: a ring per warp of prefetch + 2 slots x its 2 m16 tiles x 1 KB, not the rows' 1792 bytes; scales whole.
     CHECK(gemv_ring_slots(gv2) == 3);
     CHECK(gemv_ring_bytes(gv2) == 4 * 3 * 2 * 1024);
@@ -579,7 +583,7 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(variant_name(p, s3, arch) ==
           "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m16_n16_wk4_wn1_tma_x_p1_nored__sm_90a");
     CHECK(name_expression(p, s3) ==
-          "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 16, 16, 4, 1, 1>");
+          "kt::qkv::qkv_gemv_tma_x<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 16, 16, 4, 1, 1>");
     CHECK(gemv_smem_bytes(s3, p.format, p.k) - gemv_smem_bytes(s3_2, p.format, p.k) ==
           1024 - 128 + 4 * 2 * 16 * 128 * 2);
     CHECK(std::string(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, s3, parse_arch("sm_80"))).find("sm_90") !=
@@ -646,8 +650,9 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, cl, arch) == nullptr);
     CHECK(variant_name(p, cl, arch) ==
           "qkv_proj__bf16_nf4_d128_bias_rope__gemv_m8_n32_wk4_wn1_bulk_rows_p1_cl4__sm_90a");
-    CHECK(name_expression(p, cl) ==
-          "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, 8, 32, 4, 1, 1, 4>");
+    CHECK(
+        name_expression(p, cl) ==
+        "kt::qkv::qkv_gemv_cluster<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 8, 32, 4, 1, 1, 4>");
     CHECK(!uses_workspace(cl));
     CHECK(workspace_bytes(p, cl, 132) == 0);
     CHECK(launch_dims(p, cl, 132).grid_x == 144 * 4);
@@ -711,12 +716,13 @@ TEST_CASE("qkv_proj gemv balanced tail: the cut, grid, workspace, names, order",
   bal.gemv.reduce = GemvReduce::balanced_tail;
   CHECK(invalid_reason(p.dtype, p.format, p.head_dim, p.rope, bal, arch) == nullptr);
   CHECK(variant_name(p, bal, arch) == "qkv_proj__bf16_int4_d128_bias_rope__gemv_m8_n16_wk4_wn1_tma_p1_bal__sm_90a");
-  CHECK(name_expression(p, bal) ==
-        "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, true>");
+  CHECK(
+      name_expression(p, bal) ==
+      "kt::qkv::qkv_gemv_tma<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 8, 16, 4, 1, 1, true>");
   Config bal0 = bal;
   bal0.gemv.load = kRing;
   CHECK(name_expression(p, bal0) ==
-        "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, 8, 16, 4, 1, 1, 0, true>");
+        "kt::qkv::qkv_gemv<kt::DType::bf16, kt::quant::Format::int4, 128, true, true, false, 8, 16, 4, 1, 1, 0, true>");
   CHECK(same_config(config_from_json(config_to_json(bal)), bal));
   CHECK(uses_workspace(bal));
   CHECK(!uses_workspace(base));
@@ -898,7 +904,7 @@ TEST_CASE("qkv_proj wgmma_pairs: space, tiles over (head, pair), names, rules, o
   CHECK(invalid_reason(pf.dtype, pf.format, pf.head_dim, pf.rope, c, arch) == nullptr);
   CHECK(variant_name(pf, c, arch) == "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n96_s6_cm1__sm_90a");
   CHECK(name_expression(pf, c) ==
-        "kt::qkv::qkv_wgmma_pairs<kt::DType::f16, kt::quant::Format::fp16, 128, true, true, 128, 96, 6>");
+        "kt::qkv::qkv_wgmma_pairs<kt::DType::f16, kt::quant::Format::fp16, 128, true, true, false, 128, 96, 6>");
   CHECK(kernel_source(pf, c, arch).source.find("qkv_wgmma_pairs.cuh") != std::string::npos);
   CHECK(config_to_json(c).at("mainloop") == "wgmma_pairs");
   CHECK(same_config(config_from_json(config_to_json(c)), c));
@@ -1198,6 +1204,94 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
 }
 
+TEST_CASE("qkv_proj KV-cache arguments are checked, each error naming the argument", "[generator][qkv]") {
+  Problem p = qwen(quant::Format::int8, DType::bf16, 16);  // Hkv 4, D 128
+  p.kv_cache = true;
+  const Config c = mk_gemv(16, 32, 4, 1, GemvLoad::register_ring, 1);
+  int dummy[64];
+  QkvParams a = host_params(p, dummy);
+  a.x_row_stride = p.k;
+  a.q_row_stride = 28 * 128;
+  a.k_row_stride = a.v_row_stride = 4 * 128;
+  auto fake = [](std::uintptr_t v) { return reinterpret_cast<void*>(v); };
+  a.slot_mapping = static_cast<const int*>(fake(0x10000));
+  a.k_cache = fake(0x20000);
+  a.v_cache = fake(0x30000);
+  a.num_pages = 50;
+  a.page_size = 16;
+  // K: [pages][slots][heads][D] (vLLM), V: [pages][heads][slots][D] (FlashInfer's HND), pages padded
+  a.k_cache_head_stride = 128, a.k_cache_slot_stride = 4 * 128, a.k_cache_page_stride = 16 * 4 * 128 + 64;
+  a.v_cache_head_stride = 16 * 128, a.v_cache_slot_stride = 128, a.v_cache_page_stride = 4 * 16 * 128;
+  CHECK_NOTHROW(check_params(p, c, a));
+  // k and v may be null with a slot mapping (only the cache is written); without one they are required.
+  QkvParams b = a;
+  b.k = b.v = nullptr;
+  CHECK_NOTHROW(check_params(p, c, b));
+  b.slot_mapping = nullptr;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("kv_cache set but slot_mapping is null"));
+  // The plain class (kv_cache false): k and v required, no slot mapping or cache.
+  Problem plain = p;
+  plain.kv_cache = false;
+  CHECK_THROWS_WITH(check_params(plain, c, a), Catch::Contains("slot_mapping given for a problem without kv_cache"));
+  b = a;
+  b.slot_mapping = nullptr;
+  CHECK_THROWS_WITH(check_params(plain, c, b), Catch::Contains("without kv_cache and a slot_mapping"));
+  b.k_cache = b.v_cache = nullptr;
+  CHECK_NOTHROW(check_params(plain, c, b));  // the plain projection
+  b.k = nullptr;
+  CHECK_THROWS_WITH(check_params(plain, c, b), Catch::Contains("k and v must be non-null"));
+  b = a;
+  b.v_cache = nullptr;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache and v_cache"));
+  b = a;
+  b.k_cache = fake(0x20008);
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache must be 16-byte aligned"));
+  b = a;
+  b.v_cache = fake(0x30004);
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("v_cache must be 16-byte aligned"));
+  b = a;
+  b.slot_mapping = static_cast<const int*>(fake(0x10002));
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("slot_mapping must be 4-byte aligned"));
+  b = a;
+  b.page_size = 0;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("page_size must be >= 1, got 0"));
+  b = a;
+  b.num_pages = -3;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("num_pages must be >= 1, got -3"));
+  b = a;
+  b.num_pages = 1 << 20;
+  b.page_size = 1 << 12;  // 2^32 slots: not addressable by an int32 slot
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("exceed the int32 slot mapping"));
+  b = a;
+  b.k_cache_slot_stride = 4 * 128 + 4;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache_slot_stride must be a non-negative multiple of 8"));
+  b = a;
+  b.v_cache_page_stride = -8;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("v_cache_page_stride must be a non-negative multiple"));
+  // overlaps: heads closer than head_dim, slots inside the heads' span, pages inside the slots'
+  b = a;
+  b.k_cache_head_stride = 64;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache_head_stride 64 overlaps"));
+  b = a;
+  b.k_cache_slot_stride = 3 * 128;
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("k_cache_slot_stride 384 overlaps the 512 elements"));
+  b = a;
+  b.v_cache_page_stride = 2 * 16 * 128;  // two heads' slots: pages overlap heads 2 and 3
+  CHECK_THROWS_WITH(check_params(p, c, b), Catch::Contains("v_cache_page_stride 4096 overlaps the 8192 elements"));
+  // a dimension of size 1 is never stepped along: any stride passes
+  Problem one_head = p;  // kv_cache set
+  one_head.num_heads = 7;
+  one_head.num_kv_heads = 1;
+  b = a;
+  b.num_heads = 7;
+  b.num_kv_heads = 1;
+  b.k_cache_head_stride = b.v_cache_head_stride = 0;
+  b.k_cache_slot_stride = 128;
+  b.k_cache_page_stride = 16 * 128;
+  b.v_cache_page_stride = 16 * 128;
+  CHECK_NOTHROW(check_params(one_head, c, b));
+}
+
 TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruction outside the TMA paths)",
           "[nvrtc][qkv]") {
   // The tma / tma_x proxy fence must sit inside the sm_90 guard, or no gemv binary compiles for sm_80.
@@ -1257,6 +1351,89 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   const auto bad_pairs = compiler.compile(kernel_source(pf, mk_pairs(128, 88, 6), arch));
   CHECK_FALSE(bad_pairs.ok);
   CHECK_THAT(bad_pairs.error, Catch::Contains("invalid qkv_wgmma_pairs variant"));
+}
+
+TEST_CASE("qkv_proj KV-cache write: variants of every mainloop compile with it, without spills, within the smem model",
+          "[nvrtc][qkv]") {
+  // The cache store is compiled into the kv_cache class only (store_head in qkv_epilogue.cuh; wgmma_pairs' own store
+  // loop): a few variants of each mainloop and each epilogue path of that class -- mma and wgmma split-K
+  // (finish_tile after the workspace reduction), gemv register ring / bulk rows / tma / tma_x / cluster / balanced
+  // tail (its register epilogue), wgmma_ws with and without pre-loaded epilogue inputs, two K groups and stream-K,
+  // wgmma_pairs with 4, 8 and 16 pairs per box -- for the RoPE + bias class and the plain one.
+  const ArchId arch = parse_arch("sm_90a");
+  using Pred = std::function<bool(const Config&)>;
+  const Pred kinds[] = {
+      [](const Config& c) { return c.mainloop == Mainloop::mma && c.mma.split_k == 1; },
+      [](const Config& c) { return c.mainloop == Mainloop::mma && c.mma.split_k > 1; },
+      [](const Config& c) { return c.mainloop == Mainloop::gemv && gemv_ring(c) && !gemv_balanced(c); },
+      [](const Config& c) { return c.mainloop == Mainloop::gemv && gemv_ring(c) && gemv_balanced(c); },
+      [](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.reduce == GemvReduce::cluster; },
+      [](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == GemvLoad::tma && gemv_balanced(c); },
+      [](const Config& c) { return c.mainloop == Mainloop::gemv && c.gemv.load == GemvLoad::tma_x; },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma && c.wgmma.split_k == 1; },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma && c.wgmma.split_k > 1; },
+      [](const Config& c) {
+        return c.mainloop == Mainloop::wgmma_ws && c.ws.k_groups == 1 && ws_cluster(c) == 1 && !ws_stream_k(c);
+      },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma_ws && ws_cluster(c) > 1; },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma_ws && c.ws.k_groups == 2; },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma_ws && ws_stream_k(c); },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma_pairs && wp_box_pairs(c) == 4; },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma_pairs && wp_box_pairs(c) == 8; },
+      [](const Config& c) { return c.mainloop == Mainloop::wgmma_pairs && wp_box_pairs(c) == 16; },
+  };
+  std::vector<KernelSource> src;
+  std::vector<Config> configs;
+  std::vector<Problem> problems;
+  for (bool rope : {true, false})
+    for (const Pred& kind : kinds) {
+      // the first valid config of this kind (int4, or fp16 for wgmma_pairs) at M 16, 64 or 256
+      bool found = false;
+      for (auto [f, dt] : {std::pair{quant::Format::int4, DType::bf16}, {quant::Format::fp16, DType::f16}})
+        for (int m : {16, 64, 256}) {
+          Problem p = qwen(f, dt, m);
+          p.rope = p.has_bias = rope;
+          p.kv_cache = true;
+          for (const auto& c : valid_configs(p, arch))
+            if (!found && kind(c)) {
+              found = true;
+              src.push_back(kernel_source(p, c, arch));
+              configs.push_back(c);
+              problems.push_back(p);
+            }
+        }
+      CHECK(found);
+    }
+  // ... and the wgmma_pairs variant closest to the shared-memory limit
+  Problem pf = qwen(quant::Format::fp16, DType::f16, 256);
+  pf.kv_cache = true;
+  Config fullest{};
+  int most = 0;
+  for (const auto& c : valid_configs(pf, arch))
+    if (c.mainloop == Mainloop::wgmma_pairs && wp_smem_bytes(c) + wp_static_bytes(c, 128) > most)
+      most = wp_smem_bytes(c) + wp_static_bytes(c, 128), fullest = c;
+  REQUIRE(most > 0);
+  src.push_back(kernel_source(pf, fullest, arch));
+  configs.push_back(fullest);
+  problems.push_back(pf);
+  Compiler compiler(nullptr);
+  const auto res = compiler.compile_all(src);
+  REQUIRE(res.size() == src.size());
+  std::set<Mainloop> seen;
+  for (size_t i = 0; i < res.size(); ++i) {
+    const auto& r = res[i];
+    INFO(r.kernel.variant_name << "\n" << r.error);
+    CHECK(r.ok);
+    CHECK(r.report.spill_store_bytes == 0);
+    seen.insert(configs[i].mainloop);
+    // wgmma_pairs' static shared memory is the model invalid_reason budgets with (the cache write adds none), up to
+    // the arrays' alignment padding, and with the dynamic request fits the block's limit.
+    if (configs[i].mainloop == Mainloop::wgmma_pairs) {
+      CHECK(r.report.static_smem_bytes <= wp_static_bytes(configs[i], problems[i].head_dim) + 64);
+      CHECK(wp_smem_bytes(configs[i]) + r.report.static_smem_bytes <= max_smem_per_block(90));
+    }
+  }
+  CHECK(seen.size() == 5);
 }
 
 TEST_CASE(

@@ -2,6 +2,7 @@
 // RoPE), outputs poisoned with NaN before every launch.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -18,6 +21,7 @@
 #include "generator/arch.h"
 #include "generator/qkv_family.h"
 #include "reference/dtype_convert.h"
+#include "reference/qkv_ref.h"
 #include "runtime/qkv.h"
 #include "tests/support.h"
 #include "tuner/qkv_harness.h"
@@ -195,7 +199,186 @@ HostInputs zero_blocks_under_huge_scales(const Problem& p, uint64_t seed) {
   return in;
 }
 
+/// A paged KV cache on the device for the slot-mapping write: K as [num_pages][page_size][Hkv][D] with padded pages
+/// (the vLLM layout), V as [num_pages][Hkv][page_size][D] (FlashInfer's HND layout), both poisoned with 0xFFFF (NaN)
+/// before every launch; a slot mapping [m] over shuffled pages that starts mid-page (tiles cross page boundaries) and
+/// skips about one token in six (-1).
+struct PagedCache {
+  static constexpr int kPageSize = 16;
+  static constexpr uint16_t kPoison = 0xFFFF;
+  int num_pages = 0, hkv = 0, d = 0;
+  long long ks[3] = {}, vs[3] = {};  // page, slot, head strides (elements)
+  std::vector<int> slots;
+  cuda::DeviceBuffer k, v, slot_buf;
+
+  PagedCache(const Problem& p, uint64_t seed) : hkv(p.num_kv_heads), d(p.head_dim) {
+    std::mt19937_64 rng(seed);
+    num_pages = 2 * (p.m / kPageSize + 1) + 3;  // room for unused pages between the used ones
+    std::vector<int> pages(static_cast<size_t>(num_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    int next = 5;  // the sequence starts at offset 5 of its first page
+    for (int i = 0; i < p.m; ++i) {
+      if (rng() % 6 == 0) {
+        slots.push_back(-1);
+        continue;
+      }
+      slots.push_back(pages[size_t(next / kPageSize)] * kPageSize + next % kPageSize);
+      ++next;
+    }
+    ks[2] = d, ks[1] = (long long)hkv * d, ks[0] = kPageSize * ks[1] + 64;
+    vs[1] = d, vs[2] = (long long)kPageSize * d, vs[0] = hkv * vs[2];
+    k = cuda::DeviceBuffer(size_t(num_pages) * ks[0] * 2);
+    v = cuda::DeviceBuffer(size_t(num_pages) * vs[0] * 2);
+    slot_buf = cuda::DeviceBuffer(slots.size() * 4);
+    slot_buf.upload(slots.data(), slots.size() * 4);
+  }
+  void poison() {
+    k.fill_u16(kPoison);
+    v.fill_u16(kPoison);
+  }
+  void set(QkvParams& a) const {
+    a.slot_mapping = reinterpret_cast<const int*>(slot_buf.ptr());
+    a.k_cache = reinterpret_cast<void*>(k.ptr());
+    a.v_cache = reinterpret_cast<void*>(v.ptr());
+    a.k_cache_page_stride = ks[0], a.k_cache_slot_stride = ks[1], a.k_cache_head_stride = ks[2];
+    a.v_cache_page_stride = vs[0], a.v_cache_slot_stride = vs[1], a.v_cache_head_stride = vs[2];
+    a.num_pages = num_pages;
+    a.page_size = kPageSize;
+  }
+  static std::vector<uint16_t> download(const cuda::DeviceBuffer& b) {
+    std::vector<uint16_t> h(b.bytes() / 2);
+    b.download(h.data(), b.bytes());
+    return h;
+  }
+  /// Checks downloaded caches against ref_k / ref_v (contiguous [num_pages, page_size, Hkv, D], kt::ref::
+  /// kv_cache_write's): the mapped slots within the tolerance (relative L2), every other element -- unmapped slots,
+  /// page padding -- still the poison, bit for bit. Returns "" or what is wrong.
+  std::string check(DType dt, const std::vector<uint16_t>& kh, const std::vector<uint16_t>& vh,
+                    const std::vector<double>& ref_k, const std::vector<double>& ref_v) const {
+    std::vector<char> mapped(size_t(num_pages) * kPageSize, 0);
+    for (int s : slots)
+      if (s >= 0) mapped[size_t(s)] = 1;
+    std::ostringstream err;
+    double num = 0, den = 0;
+    for (int c = 0; c < 2; ++c) {
+      const auto& h = c ? vh : kh;
+      const long long* st = c ? vs : ks;
+      const auto& ref = c ? ref_v : ref_k;
+      std::vector<char> written(h.size(), 0);
+      for (int slot = 0; slot < num_pages * kPageSize; ++slot) {
+        if (!mapped[size_t(slot)]) continue;
+        for (int hd = 0; hd < hkv; ++hd)
+          for (int e = 0; e < d; ++e) {
+            const size_t at = size_t(slot / kPageSize * st[0] + slot % kPageSize * st[1] + hd * st[2] + e);
+            written[at] = 1;
+            const double g = dtype_to_float(dt, h[at]), w = ref[(size_t(slot) * hkv + hd) * d + e];
+            num += std::isfinite(g) ? (g - w) * (g - w) : 1e30;
+            den += w * w;
+          }
+      }
+      long long touched = 0;
+      for (size_t i = 0; i < h.size(); ++i) touched += !written[i] && h[i] != kPoison;
+      if (touched) err << (c ? "v_cache: " : "k_cache: ") << touched << " elements outside the mapped slots written; ";
+    }
+    const double rel = std::sqrt(num / den);
+    if (!(rel <= tolerance(dt))) err << "cache rel_l2 " << rel << " > " << tolerance(dt) << "; ";
+    return err.str();
+  }
+};
+
+/// Runs every config with the KV-cache write on in's problem (all rows referenced): with k and v given (both they
+/// and Q checked against the float64 reference, the caches against kt::ref::kv_cache_write's), then with k and v
+/// null (the caches and Q must be bit-identical to the first launch's).
+void run_kv_cache(const HostInputs& in, const std::vector<Config>& configs) {
+  auto& env = Env::get();
+  const Problem& p = in.problem;
+  const auto kernels = load(p, configs);
+  const RefRows ref = reference_rows(in, size_t(p.m), 7);
+  REQUIRE(ref.rows.size() == size_t(p.m));
+  PagedCache cache(p, 17);
+  const size_t slot_elems = size_t(p.num_kv_heads) * p.head_dim;
+  std::vector<double> ref_k(size_t(cache.num_pages) * PagedCache::kPageSize * slot_elems, 0.0), ref_v = ref_k;
+  const ref::QkvShape shape{p.m, p.k, p.num_heads, p.num_kv_heads, p.head_dim, p.has_bias, p.rope, in.rope_theta};
+  ref::kv_cache_write(shape, ref.k.data(), ref.v.data(), cache.slots, cache.num_pages, PagedCache::kPageSize,
+                      ref_k.data(), ref_v.data());
+  DeviceInputs dev(in, 1);
+  for (const auto& c : configs) {
+    INFO(p.key() << " with " << variant_name(p, c, env.arch));
+    const auto& kernel = *kernels.at(name_expression(p, c));
+    dev.poison();
+    cache.poison();
+    QkvParams a = dev.params(0, c);
+    cache.set(a);
+    launch(kernel, p, c, a, env.stream.get());
+    env.stream.synchronize();
+    std::vector<uint16_t> q, kk, v;
+    dev.download(q, kk, v);
+    const Verdict vd = verify(in, ref, q, kk, v);
+    INFO("q/k/v: " << vd.message << " rel " << vd.rel_l2);
+    CHECK(vd.pass);
+    const auto kh = PagedCache::download(cache.k), vh = PagedCache::download(cache.v);
+    const std::string bad = cache.check(p.dtype, kh, vh, ref_k, ref_v);
+    INFO("caches: " << bad);
+    CHECK(bad.empty());
+    // K and V into the cache only.
+    dev.poison();
+    cache.poison();
+    a.k = a.v = nullptr;
+    launch(kernel, p, c, a, env.stream.get());
+    env.stream.synchronize();
+    std::vector<uint16_t> q2, k2, v2;
+    dev.download(q2, k2, v2);
+    CHECK(q2 == q);
+    CHECK(std::all_of(k2.begin(), k2.end(), [](uint16_t b) { return b == PagedCache::kPoison; }));
+    CHECK(std::all_of(v2.begin(), v2.end(), [](uint16_t b) { return b == PagedCache::kPoison; }));
+    CHECK(PagedCache::download(cache.k) == kh);
+    CHECK(PagedCache::download(cache.v) == vh);
+  }
+}
+
+/// Up to n configs of `all` spread evenly over the list (its order mixes tile shapes and depths).
+std::vector<Config> spread(const std::vector<Config>& all, size_t n) {
+  if (all.size() <= n) return all;
+  std::vector<Config> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(all[i * all.size() / n]);
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("qkv_proj KV-cache write: every mainloop writes K (after RoPE) and V to the mapped slots, nothing else",
+          "[gpu][qkv]") {
+  // M = 37: partial token tiles in every mainloop; 6 of the slot mapping's tokens are skipped (seed 17), the
+  // sequence crosses 3 page boundaries over shuffled pages. Configs are taken from the spaces of M = 37 and M = 300
+  // (the large tiles), each split kind included: mma / wgmma split-K (the epilogue after the workspace reduction),
+  // gemv's loads and reductions (its register epilogue), wgmma_ws split-K clusters, two K groups and stream-K,
+  // wgmma_pairs' boxes of 4, 8 and 16 pairs (its own store loop).
+  const bool sm90a = Env::get().arch.sm == 90 && Env::get().arch.arch_specific;
+  for (auto [f, d] : {std::pair{quant::Format::int4, DType::bf16}, std::pair{quant::Format::fp16, DType::f16}}) {
+    Problem pk = qwen(f, d, 37);
+    pk.kv_cache = true;  // the kernel class with the cache write
+    const HostInputs in = make_inputs(pk, 101);
+    std::vector<Config> configs;
+    std::set<std::string> seen;
+    for (Mainloop ml : {Mainloop::mma, Mainloop::gemv, Mainloop::wgmma, Mainloop::wgmma_ws, Mainloop::wgmma_pairs}) {
+      if (ml != Mainloop::mma && ml != Mainloop::gemv && !sm90a) continue;
+      for (int m : {37, 300}) {
+        for (int split : {1, 16, 0}) {  // unsplit, split (split_k / clusters), stream-K / balanced tail
+          auto cs = split == 0 ? configs_of(qwen(f, d, m), ml, 0)
+                               : configs_of(qwen(f, d, m), ml, split,
+                                            [&](const Config& c) { return split == 1 || split_of(c) > 1; });
+          for (const auto& c : spread(cs, 2))
+            if (seen.insert(variant_name(in.problem, c, Env::get().arch)).second) configs.push_back(c);
+        }
+      }
+    }
+    INFO(quant::format_name(f));
+    REQUIRE(configs.size() >= (sm90a ? 16u : 6u));
+    run_kv_cache(in, configs);
+  }
+  if (!sm90a) kt_test::skip("the wgmma, wgmma_ws and wgmma_pairs mainloops need sm_90a (mma and gemv ran)");
+}
 
 TEST_CASE("qkv_proj: every valid variant of every format and dtype on Qwen2.5-7B shapes", "[gpu][qkv]") {
   auto& env = Env::get();

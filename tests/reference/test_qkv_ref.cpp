@@ -226,3 +226,51 @@ TEST_CASE("RoPE fixed-point angle reduction matches a long double reduction", "[
       }
   REQUIRE(worst > 0.0);  // the float result is not exact: the comparison is live
 }
+
+TEST_CASE("kv_cache_write places each token's K and V heads at its slot and leaves the rest", "[quant]") {
+  const Problem p = make(true, true, 11);
+  const Out o = run(p);
+  const int num_pages = 3, page_size = 4, slot_elems = 2 * 8;  // Hkv 2, D 8
+  // Token 0 -> page 2 offset 1, token 1 skipped, token 2 -> page 0 offset 3, token 3 -> page 1 offset 0, token 4
+  // skipped: pages out of order, a page boundary crossed.
+  const std::vector<int> slots = {9, -1, 3, 4, -1};
+  const double poison = -12345.0;
+  std::vector<double> kc(size_t(num_pages) * page_size * slot_elems, poison), vc = kc;
+  kt::ref::kv_cache_write(p.s, o.k.data(), o.v.data(), slots, num_pages, page_size, kc.data(), vc.data());
+  for (int slot = 0; slot < num_pages * page_size; ++slot) {
+    const auto it = std::find(slots.begin(), slots.end(), slot);
+    for (int e = 0; e < slot_elems; ++e) {
+      const size_t at = size_t(slot) * slot_elems + e;
+      if (it == slots.end()) {
+        CHECK(kc[at] == poison);
+        CHECK(vc[at] == poison);
+      } else {
+        const size_t tok = size_t(it - slots.begin());
+        CHECK(kc[at] == o.k[tok * slot_elems + e]);  // after RoPE: the projection's K
+        CHECK(vc[at] == o.v[tok * slot_elems + e]);
+      }
+    }
+  }
+  CHECK(kc[9 * slot_elems] != o.v[0]);  // K and V are not swapped (random data: distinct)
+}
+
+TEST_CASE("kv_cache_write rejects slots out of range, repeated slots and bad sizes, naming the argument", "[quant]") {
+  const Problem p = make(false, false, 12);
+  const Out o = run(p);
+  std::vector<double> kc(2 * 4 * 16), vc = kc;
+  auto msg = [&](const std::vector<int>& slots, int pages, int page_size) {
+    try {
+      kt::ref::kv_cache_write(p.s, o.k.data(), o.v.data(), slots, pages, page_size, kc.data(), vc.data());
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no exception>");
+  };
+  CHECK(msg({0, 1, 2, 3, 7}, 2, 4) == "<no exception>");
+  CHECK_THAT(msg({0, 1, 2, 3, 8}, 2, 4), Catch::Contains("slot_mapping[4] = 8 is outside"));
+  CHECK_THAT(msg({0, -2, 2, 3, 4}, 2, 4), Catch::Contains("slot_mapping[1] = -2"));
+  CHECK_THAT(msg({0, 1, 2, 1, -1}, 2, 4), Catch::Contains("slot_mapping[3] = 1 is mapped twice"));
+  CHECK_THAT(msg({0, 1, 2, 3}, 2, 4), Catch::Contains("slot_mapping has 4 entries, m = 5"));
+  CHECK_THAT(msg({0, 1, 2, 3, 4}, 0, 4), Catch::Contains("num_pages"));
+  CHECK_THAT(msg({0, 1, 2, 3, 4}, 2, 0), Catch::Contains("page_size"));
+}
