@@ -41,8 +41,9 @@ the dtype weight + torch RoPE on q and k, cos/sin precomputed); kerntune attenti
 Decode step (per format, after the prefill checks; --decode-batch 0 skips it): B sequences, each holding kv - 1
 earlier tokens (random K/V, rounded to dtype) in a paged cache (--page-size tokens per page, pages shuffled), one new
 token each at position kv - 1:
-    kerntune: rt.qkv_proj(x [B, 3584]) -> q [B, 28, 128], k/v [B, 4, 128] (quantized GEMM + bias + RoPE, one kernel);
-              K/V written into the cache with torch indexing (slot = block_table[b, t // page] * page + t % page);
+    kerntune: rt.qkv_proj(x [B, 3584], kv_cache=(k_pages, v_pages), slot_mapping) -> q [B, 28, 128], and K (after
+              RoPE) and V straight into the paged cache at slot = block_table[b, t // page] * page + t % page
+              (quantized GEMM + bias + RoPE + cache write, one kernel);
               rt.attention_decode(q, k_pages, v_pages, seqlens_k, block_table)
     PyTorch:  F.linear + torch RoPE, K/V written into a contiguous [B, kv, 4, 128] cache, SDPA (its default backend
               choice) over it
@@ -162,17 +163,14 @@ def decode_step(rt, a, dt, tol, pwc, wdq, b_act):
     v_pages = torch.empty_like(k_pages)
     k_pages[perm] = hist_k.view(B * per, page, HKV, D)
     v_pages[perm] = hist_v.view(B * per, page, HKV, D)
-    slots = (table[:, (kv - 1) // page].long() * page + (kv - 1) % page)  # [B]
+    slots = (table[:, (kv - 1) // page] * page + (kv - 1) % page).to(torch.int32)  # [B]
     b_idx = torch.arange(B, device=dev)
     qkv_kw = dict(bias=b_act, positions=pos, num_heads=HQ, num_kv_heads=HKV, head_dim=D, rope_theta=THETA)
-    outs = (torch.empty(B, HQ, D, dtype=dt, device=dev), torch.empty(B, HKV, D, dtype=dt, device=dev),
-            torch.empty(B, HKV, D, dtype=dt, device=dev))
+    outs = (torch.empty(B, HQ, D, dtype=dt, device=dev), None, None)  # K and V go to the cache only
     o = torch.empty(B, 1, HQ, D, dtype=dt, device=dev)
 
     def kt_step():
-        q, k, v = rt.qkv_proj(x, pwc, out=outs, **qkv_kw)
-        k_pages.view(-1, HKV, D)[slots] = k
-        v_pages.view(-1, HKV, D)[slots] = v
+        q, _, _ = rt.qkv_proj(x, pwc, out=outs, kv_cache=(k_pages, v_pages), slot_mapping=slots, **qkv_kw)
         return rt.attention_decode(q.view(B, 1, HQ, D), k_pages, v_pages, lens, table, max_seqlen_k=kv, out=o)
 
     out = kt_step()

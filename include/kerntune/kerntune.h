@@ -228,8 +228,9 @@ typedef struct {
 /** kt_qkv_proj that also writes every token's K (after RoPE) and V heads into the paged cache of kv (see
  *  kt_kv_cache_args), in the same kernel. q is written as by kt_qkv_proj. a->k and a->v may be NULL: then only the
  *  cache receives K and V (as TensorRT-LLM's fused QKV); when non-null they are written too, for every token
- *  (slot -1 included). Cache slots no token maps to are not touched. Same kernel choice, workspace and
- *  asynchrony as kt_qkv_proj (the kernels are the same variants).
+ *  (slot -1 included). Cache slots no token maps to are not touched. The kernel is the cache-writing twin of
+ *  kt_qkv_proj's (its own kernel class, so kt_qkv_proj's kernels carry none of this code): the config tuned for the
+ *  same problem, its binary from the database or compiled by NVRTC on first use; same workspace and asynchrony.
  *  Errors: as kt_qkv_proj (k and v may be NULL), and INVALID_ARGUMENT for kv NULL, slot_mapping, k_cache or v_cache
  *  NULL or misaligned, num_pages or page_size < 1, num_pages * page_size >= 2^31, a cache stride not a
  *  non-negative multiple of 8, or strides whose elements overlap (each message names the argument). */

@@ -662,7 +662,10 @@ class Runtime:
                 x's dtype on the device (the vLLM layout; any strides whose elements do not overlap, each a
                 multiple of 8 but the last, which is 1; data 16-byte aligned; both of one num_pages and
                 page_size). Token i's K (after RoPE) and V heads are written, in the same kernel, to slot
-                slot_mapping[i] = page * page_size + offset; slots no token maps to are not touched.
+                slot_mapping[i] = page * page_size + offset; slots no token maps to are not touched. The cache
+                write is its own kernel class (compiled in, so calls without it carry none of its code): it runs
+                the config tuned for the same problem without it (the runtime's nearest step), compiled by NVRTC
+                on first use unless the database holds it.
             slot_mapping: int32 or int64 [M] (or [B, S]) on the device, required with kv_cache (and only with
                 it): each entry -1 (skip the token, e.g. padding) or in [0, num_pages * page_size), no slot twice.
                 The values are NOT checked (device memory): a slot out of range writes outside the cache. int64
