@@ -429,9 +429,18 @@ void Stream::synchronize() const { check(api().cuStreamSynchronize(s_), "cuStrea
 
 // ---- launch ----
 
+void allow_wide_cluster(CUfunction f) {
+  const Api& a = api();
+  int width = 0;
+  if (a.cuFuncGetAttribute(&width, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, f) == CUDA_SUCCESS && width > 8)
+    check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+          "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)");
+}
+
 void launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
             CUstream stream, const void* params) {
   const Api& a = api();
+  allow_wide_cluster(f);
   if (smem_bytes > 48u * 1024u)
     check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem_bytes)),
           ("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(smem_bytes) + ")").c_str());

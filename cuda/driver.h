@@ -232,6 +232,11 @@ class Stream {
   CUstream s_ = nullptr;
 };
 
+/// Opts f in to a thread-block cluster wider than the 8 portable blocks when it was compiled with one
+/// (__cluster_dims__ 16 on sm_90: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED); nothing otherwise.
+/// Throws CudaError if the driver refuses.
+void allow_wide_cluster(CUfunction f);
+
 /// Launches `f` on a grid of (grid_x, grid_y, grid_z) blocks of (block_x, 1, 1) threads with
 /// `smem_bytes` bytes of dynamic shared memory on `stream`. When smem_bytes > 48 KiB it first sets
 /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to smem_bytes. The kernel takes exactly one

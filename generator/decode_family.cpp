@@ -132,8 +132,11 @@ std::vector<Config> config_space() {
     for (int tile_n : {32, 64, 128, 256})
       for (int warps : {2, 4, 8})
         for (int stages : {2, 3, 4, 6})
-          for (int chunk : {0, 64, 128, 256, 512, 1024, 2048, 4096, 8192})
-            out.push_back(Config{tile_m, tile_n, warps, stages, chunk});
+          for (int chunk : {0, 64, 128, 256, 512, 1024, 2048, 4096, 8192}) {
+            out.push_back(Config{tile_m, tile_n, warps, stages, chunk, 1});
+            if (chunk == 0)
+              for (int cluster : {2, 4, 8, 16}) out.push_back(Config{tile_m, tile_n, warps, stages, 0, cluster});
+          }
   return out;
 }
 
@@ -151,6 +154,8 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     if (c.kv_chunk != 0 && c.kv_chunk < c.tile_n) continue;
     const int splits = num_splits(c, p.kv_len);
     if (c.kv_chunk != 0 && (splits == 1 || splits > 256)) continue;  // no split: the kv_chunk 0 config is the same
+    if (c.cluster > 1 && split_keys(c, p.kv_len) * (c.cluster - 1) >= p.kv_len)
+      continue;  // a cluster whose last block would get no key: a smaller cluster is the same split
     if (splits > 1 && grid_blocks(p, c) > 16 * sms)
       continue;  // more splits than 16 blocks per SM only add combine work
     kept.push_back(c);
@@ -200,7 +205,9 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
   std::stable_sort(kept.begin(), kept.end(), [&](const Config& a, const Config& b) {
     const int sa = split_rank(a), sb = split_rank(b);
     const int ha = shape_rank(a) + (extra_waves(a) ? 8 : 0), hb = shape_rank(b) + (extra_waves(b) ? 8 : 0);
-    const int la = std::max(sa, ha / 2), lb = std::max(sb, hb / 2);
+    // A cluster config shares its grid with a kv_chunk split: it comes one rectangle after its twin, so the first
+    // candidates still span several grids.
+    const int la = std::max(sa, ha / 2) + (a.cluster > 1 ? 1 : 0), lb = std::max(sb, hb / 2) + (b.cluster > 1 ? 1 : 0);
     if (la != lb) return la < lb;
     if (sa != sb) return sa < sb;
     return ha < hb;
@@ -247,22 +254,25 @@ Config default_config(ArchId arch, const Problem& p) {
 
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages &&
-         a.kv_chunk == b.kv_chunk;
+         a.kv_chunk == b.kv_chunk && a.cluster == b.cluster;
 }
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << layout_name(p.kv_layout) << "__m"
-    << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk << "__"
-    << arch_name(arch);
+    << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk
+    << (c.cluster > 1 ? "_cl" + std::to_string(c.cluster) : std::string()) << "__" << arch_name(arch);
   return s.str();
 }
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
-  s << "kt::decode::attention_decode<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim
+  s << (c.cluster > 1 ? "kt::decode::attention_decode_cluster<kt::DType::" : "kt::decode::attention_decode<kt::DType::")
+    << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim
     << ", kt::decode::KvLayout::" << layout_name(p.kv_layout) << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps
-    << ", " << c.stages << ">";
+    << ", " << c.stages;
+  if (c.cluster > 1) s << ", " << c.cluster;
+  s << ">";
   return s.str();
 }
 
@@ -287,7 +297,7 @@ LaunchDims launch_dims(const Problem& p, const Config& c) {
   return d;
 }
 
-bool uses_workspace(const Problem& p, const Config& c) { return num_splits(c, p.kv_len) > 1; }
+bool uses_workspace(const Problem& p, const Config& c) { return workspace_splits(c, p.kv_len); }
 
 size_t workspace_bytes(const Problem& p, const Config& c) {
   const long long o = partial_o_floats(c, p.batch, p.num_heads, p.num_kv_heads, p.q_len, p.head_dim, p.kv_len);
@@ -300,7 +310,7 @@ size_t counter_bytes(const Problem& p, const Config& c) {
 }
 
 void bind_config(DecodeParams& a, const Problem& p, const Config& c, float* workspace, unsigned* counters) {
-  a.kv_chunk = c.kv_chunk;
+  a.kv_chunk = split_keys(c, p.kv_len);
   if (!uses_workspace(p, c)) {
     a.partial_o = nullptr;
     a.partial_lse = nullptr;
@@ -426,9 +436,9 @@ void check_args(const Problem& p, const DecodeParams& a) {
 
 void check_params(const Problem& p, const Config& c, const DecodeParams& a) {
   check_args(p, a);
-  if (a.kv_chunk != c.kv_chunk)
+  if (a.kv_chunk != split_keys(c, p.kv_len))
     fail("kernel argument kv_chunk = " + std::to_string(a.kv_chunk) + " does not match the config's " +
-         std::to_string(c.kv_chunk) + " (bind_config sets it)");
+         std::to_string(split_keys(c, p.kv_len)) + " (bind_config sets it)");
   if (uses_workspace(p, c)) {
     if (!a.partial_o || !a.partial_lse || !a.counters)
       fail("a split launch (kv_chunk " + std::to_string(c.kv_chunk) + " < kv_len " + std::to_string(p.kv_len) +
@@ -483,8 +493,10 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {
+  nlohmann::json j = {
       {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"warps", c.warps}, {"stages", c.stages}, {"kv_chunk", c.kv_chunk}};
+  if (c.cluster > 1) j["cluster"] = c.cluster;  // configs without a cluster keep the JSON they always had
+  return j;
 }
 
 Config config_from_json(const nlohmann::json& j) {
@@ -494,6 +506,7 @@ Config config_from_json(const nlohmann::json& j) {
   c.warps = field<int>(j, "warps", "config");
   c.stages = field<int>(j, "stages", "config");
   c.kv_chunk = field<int>(j, "kv_chunk", "config");
+  c.cluster = j.contains("cluster") ? field<int>(j, "cluster", "config") : 1;
   return c;
 }
 

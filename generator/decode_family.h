@@ -63,8 +63,8 @@ struct Problem {
 void check_problem(const Problem& p);
 
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
-/// tile_m {16, 32, 64} x tile_n {32, 64, 128, 256} x warps {2, 4, 8} x stages {2, 3, 4, 6} x kv_chunk {0, 128, 256,
-/// 512, 1024, 2048, 4096, 8192}.
+/// tile_m {16, 32, 64} x tile_n {32, 64, 128, 256} x warps {2, 4, 8} x stages {2, 3, 4, 6} x (kv_chunk {0, 64, 128,
+/// 256, 512, 1024, 2048, 4096, 8192} with cluster 1, and kv_chunk 0 with cluster {2, 4, 8, 16}).
 std::vector<Config> config_space();
 
 /// Configs of config_space() valid for the problem on `arch` (invalid_reason null), also pruned for speed on
@@ -75,7 +75,8 @@ std::vector<Config> config_space();
 /// per warp, 3 stages first), then the configs in growing rectangles of (split rank, shape rank / 2): the first
 /// candidates are the two best shapes at the best split, then up to the second-best split and fourth-best shape,
 /// and so on. A config whose shape fits fewer blocks per SM (shared memory, threads) than its grid needs to run in
-/// the fewest waves any shape gives that grid counts its shape rank 8 worse.
+/// the fewest waves any shape gives that grid counts its shape rank 8 worse. A cluster config (sm_90) is kept when
+/// its last block gets keys; it comes one rectangle after the kv_chunk split with the same grid.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3
@@ -87,13 +88,15 @@ Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);
 
 /// "attention_decode__bf16_d128_paged__m16_n64_w4_s4_c512__sm_90a": the kernel class (dtype, head_dim, layout),
-/// then every config field in declaration order (c0 = no split), then the arch. Not in the name: batch, q_len,
+/// then every config field in declaration order (c0 = no split; "_cl<n>" for a cluster of n, absent for 1), then the
+/// arch. Not in the name: batch, q_len,
 /// heads, kv_len, page_size and causal, run-time arguments of one binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
-/// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 4>". kv_chunk is a
-/// run-time argument (DecodeParams::kv_chunk, set by bind_config) and gridDim.x the split count, so configs that
-/// differ only in kv_chunk share one binary.
+/// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 4>", or for a cluster
+/// config "kt::decode::attention_decode_cluster<..., 16, 64, 4, 4, 8>" (the cluster size is compiled in). kv_chunk
+/// is a run-time argument (DecodeParams::kv_chunk, set by bind_config) and gridDim.x the split count, so configs
+/// that differ only in kv_chunk share one binary.
 std::string name_expression(const Problem& p, const Config& c);
 
 /// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).

@@ -26,6 +26,7 @@ LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& lowered_
     cuda::check(cuda::api().cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                static_cast<int>(max_dynamic_smem_bytes)),
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  cuda::allow_wide_cluster(fn_);
 }
 
 void LoadedKernel::launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,

@@ -31,16 +31,17 @@ struct BlockWork {
 };
 
 /// The block's work from its indices (grid: decode_config.h), or splits == 0 when the block has nothing to do (its
-/// split lies past the end of the sequence). A sequence of length 0 keeps split 0 (which writes o = 0, lse = -inf).
-template <int TileM>
+/// split lies past the end of the sequence; never in a cluster, see below). A sequence of length 0 keeps split 0 (which writes o = 0, lse = -inf).
+template <int TileM, int Cluster>
 __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
   BlockWork w;
   w.group = p.num_heads / p.num_kv_heads;
   w.rows = w.group * p.q_len;
   w.row_blocks = (w.rows + TileM - 1) / TileM;
   w.grid_splits = gridDim.x / w.row_blocks;
-  w.split = blockIdx.x / w.row_blocks;
-  w.rb = blockIdx.x % w.row_blocks;
+  // Cluster > 1: the splits of a row block are consecutive blocks (one cluster), split = the cluster rank.
+  w.split = Cluster > 1 ? blockIdx.x % Cluster : blockIdx.x / w.row_blocks;
+  w.rb = Cluster > 1 ? blockIdx.x / Cluster : blockIdx.x % w.row_blocks;
   w.r0 = w.rb * TileM;
   w.kvh = blockIdx.y;
   w.b = blockIdx.z;
@@ -54,7 +55,12 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
     w.splits = min(w.grid_splits, need);
     w.key0 = min(w.split * p.kv_chunk, w.len);
     w.key_end = w.split == w.splits - 1 ? w.len : min(w.key0 + p.kv_chunk, w.len);
-    if (w.split >= w.splits) w.splits = 0;
+    if (w.split >= w.splits) {
+      // Past the end of the sequence: nothing to do, except in a cluster, whose every block takes part in the
+      // merge (an empty key range: its partial rows have LSE -inf).
+      if (Cluster > 1) w.key0 = w.key_end = w.len;
+      else w.splits = 0;
+    }
   }
   return w;
 }
@@ -298,19 +304,26 @@ __device__ __forceinline__ void block_merge(const WarpState<D>& st, float* smem,
   __syncthreads();
 }
 
-/// The merged O of row r, columns [8 ch, 8 ch + 8), summed over the key groups in order.
-template <int D, int TileM, int KG>
-__device__ __forceinline__ void merged_row(const float* smem, int r, int ch, float (&out)[8]) {
+/// The merged O of row r, columns [8 ch, 8 ch + 8), summed over the key groups in order; load4(i) returns the 4 floats
+/// at float offset i of a combine area (this block's, or another cluster block's).
+template <int D, int TileM, int KG, class Load4>
+__device__ __forceinline__ void merged_row_from(Load4 load4, int r, int ch, float (&out)[8]) {
   constexpr int LD = combine_ld(D);
 #pragma unroll
   for (int e = 0; e < 8; ++e) out[e] = 0.f;
 #pragma unroll
   for (int k = 0; k < KG; ++k) {
-    const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8);
-    const float4 b = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8 + 4);
+    const float4 a = load4((k * TileM + r) * LD + ch * 8);
+    const float4 b = load4((k * TileM + r) * LD + ch * 8 + 4);
     out[0] += a.x, out[1] += a.y, out[2] += a.z, out[3] += a.w;
     out[4] += b.x, out[5] += b.y, out[6] += b.z, out[7] += b.w;
   }
+}
+
+/// merged_row_from on this block's combine area at smem.
+template <int D, int TileM, int KG>
+__device__ __forceinline__ void merged_row(const float* smem, int r, int ch, float (&out)[8]) {
+  merged_row_from<D, TileM, KG>([&](int i) { return *reinterpret_cast<const float4*>(smem + i); }, r, ch, out);
 }
 
 /// Stores N consecutive output columns [col0, col0 + N) of packed row pr (token pr / group, head kvh * group +
@@ -393,10 +406,56 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
   }
 }
 
-template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages>
-__global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParams p) {
+#if __CUDA_ARCH__ >= 900
+/// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
+/// Every block has its merged partial in its own combine area (block_merge: O rows normalized per split, LSE in log2
+/// units; -inf for a split without keys); after one cluster barrier, the items (valid_rows x D / 8 columns) are spread
+/// over the threads of all the cluster's blocks, and each runs the online merge over the splits in rank order (the
+/// same order, and the same bits, as combine_splits) reading the other blocks' areas with ld.shared::cluster. A
+/// second barrier keeps every block resident until the others have read its area.
+template <DType DT, int D, int TileM, int KG, int Threads, int Cluster>
+__device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, const float* smem,
+                                                int valid_rows) {
+  constexpr int kLseOff = KG * TileM * combine_ld(D) + 2 * KG * TileM;  // the LSE row of the combine area (floats)
+  ptx::cluster_arrive_release();
+  ptx::cluster_wait();  // every block's partial is written and visible
+  const unsigned base = ptx::smem_u32(smem);
+  const unsigned rank = ptx::cluster_rank();
+  for (int it = rank * Threads + threadIdx.x; it < valid_rows * (D / 8); it += Cluster * Threads) {
+    const int r = it / (D / 8), ch = it % (D / 8);
+    float M = ptx::neg_inf(), sum = 0.f;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < Cluster; ++s) {
+      const unsigned remote = ptx::cluster_map(base, unsigned(s));
+      const float l = ptx::ld_cluster_f32(remote + (kLseOff + r) * 4);
+      if (l == ptx::neg_inf()) continue;  // a split whose rows saw no key
+      float v[8];
+      merged_row_from<D, TileM, KG>([&](int i) { return ptx::ld_cluster_f4(remote + i * 4); }, r, ch, v);
+      const float mn = fmaxf(M, l);
+      const float corr = ptx::exp2_approx(M - mn);  // 0 while M is -inf
+      const float wgt = ptx::exp2_approx(l - mn);
+      sum = sum * corr + wgt;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] = acc[e] * corr + wgt * v[e];
+      M = mn;
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= inv;
+    store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), ch == 0);
+  }
+  ptx::cluster_arrive_release();
+  ptx::cluster_wait();  // no block leaves while another still reads its combine area
+}
+#endif
+
+/// The kernel body; Cluster > 1: the row block's split blocks are one thread-block cluster and merge through
+/// distributed shared memory (cluster_combine) instead of the workspace.
+template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages, int Cluster>
+__device__ __forceinline__ void decode_body(const DecodeParams& p) {
   // ---- preconditions: the family's single validity rule set ----
-  static_assert(invalid_reason(DT, D, Layout, Config{TileM, TileN, Warps, Stages, 0},
+  static_assert(invalid_reason(DT, D, Layout, Config{TileM, TileN, Warps, Stages, 0, Cluster},
                                ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_decode variant: see invalid_reason() in decode_config.h");
   constexpr int kThreads = Warps * 32;
@@ -405,8 +464,8 @@ __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParam
   constexpr int WK = TileN / KG;
   constexpr unsigned kTileBytes = TileN * D * 2;
 
-  const BlockWork w = block_work<TileM>(p);
-  if (w.splits == 0) return;  // this split lies past the end of its sequence
+  const BlockWork w = block_work<TileM, Cluster>(p);
+  if (w.splits == 0) return;  // this split lies past the end of its sequence (never in a cluster)
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sQ = ptx::smem_u32(smem_raw);  // [TileM, D] swizzled
@@ -478,6 +537,12 @@ __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParam
   const float* sLse = smem + KG * TileM * combine_ld(D) + 2 * KG * TileM;
   const int valid_rows = min(TileM, w.rows - w.r0);
 
+#if __CUDA_ARCH__ >= 900
+  if constexpr (Cluster > 1) {
+    cluster_combine<DT, D, TileM, KG, kThreads, Cluster>(p, w, smem, valid_rows);
+    return;
+  }
+#endif
   if (w.splits == 1) {
     for (int it = tid; it < valid_rows * (D / 8); it += kThreads) {
       const int r = it / (D / 8), ch = it % (D / 8);
@@ -511,6 +576,21 @@ __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParam
   combine_splits<DT, D, TileM, kThreads>(p, w, valid_rows);
   if (tid == 0) *counter = 0u;  // ready for the next launch
 }
+
+/// Split-KV decode whose splits merge through the workspace (Config::cluster 1).
+template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages>
+__global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParams p) {
+  decode_body<DT, D, Layout, TileM, TileN, Warps, Stages, 1>(p);
+}
+
+#if __CUDA_ARCH__ >= 900
+/// Split-KV decode whose Cluster split blocks of a row block merge in distributed shared memory (sm_90).
+template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages, int Cluster>
+__global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(Warps * 32)
+    attention_decode_cluster(const DecodeParams p) {
+  decode_body<DT, D, Layout, TileM, TileN, Warps, Stages, Cluster>(p);
+}
+#endif
 
 }  // namespace decode
 }  // namespace kt

@@ -40,6 +40,10 @@ struct Config {
                  ///< tile_n / key_groups consecutive tokens of every tile
   int stages;    ///< cp.async ring depth: K/V tiles in flight (2..6)
   int kv_chunk;  ///< KV tokens per split block, a multiple of tile_n; 0 = no split (one block per sequence)
+  /// 1: splits (kv_chunk) merge through the workspace, the last block of a row block combining them. 2, 4, 8 or 16
+  /// (sm_90, kv_chunk 0): the row block's keys are split over `cluster` blocks of one thread-block cluster, which
+  /// merge their partials in distributed shared memory (no workspace); keys per split = split_keys.
+  int cluster = 1;
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of every tensor is
@@ -109,9 +113,21 @@ KT_HD constexpr int warp_keys(const Config& c) { return c.tile_n / key_groups(c)
 KT_HD constexpr int row_blocks(const Config& c, int num_heads, int num_kv_heads, int q_len) {
   return ((num_heads / num_kv_heads) * q_len + c.tile_m - 1) / c.tile_m;
 }
-/// Split blocks per sequence the grid holds for a sizing length kv_len: ceil(kv_len / kv_chunk), 1 without split.
+/// Split blocks per sequence the grid holds for a sizing length kv_len: ceil(kv_len / kv_chunk), 1 without split,
+/// `cluster` for a cluster config.
 KT_HD constexpr int num_splits(const Config& c, int kv_len) {
-  return c.kv_chunk == 0 || kv_len <= c.kv_chunk ? 1 : (kv_len + c.kv_chunk - 1) / c.kv_chunk;
+  return c.cluster > 1                             ? c.cluster
+         : c.kv_chunk == 0 || kv_len <= c.kv_chunk ? 1
+                                                   : (kv_len + c.kv_chunk - 1) / c.kv_chunk;
+}
+/// KV tokens per split block of a launch sized for kv_len (DecodeParams::kv_chunk): kv_chunk, or for a cluster
+/// config ceil(kv_len / cluster) rounded up to whole tiles.
+KT_HD constexpr int split_keys(const Config& c, int kv_len) {
+  return c.cluster > 1 ? ((kv_len + c.cluster - 1) / c.cluster + c.tile_n - 1) / c.tile_n * c.tile_n : c.kv_chunk;
+}
+/// Whether the launch's splits merge through the workspace (partials and counters): more than one split, no cluster.
+KT_HD constexpr bool workspace_splits(const Config& c, int kv_len) {
+  return c.cluster == 1 && num_splits(c, kv_len) > 1;
 }
 
 /// Bytes of the cp.async ring plus the Q tile: stages x ([tile_n, D] K + [tile_n, D] V) + [tile_m, D], 2-byte
@@ -135,21 +151,23 @@ KT_HD constexpr int smem_bytes(const Config& c, int head_dim) {
 /// split.
 KT_HD constexpr long long partial_o_floats(const Config& c, int batch, int num_heads, int num_kv_heads, int q_len,
                                            int head_dim, int kv_len) {
-  return num_splits(c, kv_len) <= 1 ? 0
-                                    : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) *
-                                          num_splits(c, kv_len) * c.tile_m * head_dim;
+  return !workspace_splits(c, kv_len)
+             ? 0
+             : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) * num_splits(c, kv_len) *
+                   c.tile_m * head_dim;
 }
 KT_HD constexpr long long partial_lse_floats(const Config& c, int batch, int num_heads, int num_kv_heads, int q_len,
                                              int kv_len) {
-  return num_splits(c, kv_len) <= 1 ? 0
-                                    : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) *
-                                          num_splits(c, kv_len) * c.tile_m;
+  return !workspace_splits(c, kv_len)
+             ? 0
+             : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) * num_splits(c, kv_len) *
+                   c.tile_m;
 }
 /// Counters (unsigned): one per (batch, kv head, row block); 0 without split.
 KT_HD constexpr long long counter_count(const Config& c, int batch, int num_heads, int num_kv_heads, int q_len,
                                         int kv_len) {
-  return num_splits(c, kv_len) <= 1 ? 0
-                                    : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len);
+  return !workspace_splits(c, kv_len) ? 0
+                                      : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len);
 }
 
 /// Registers a thread holds for the output accumulator [16, D], the score tile [16, warp_keys] and the Q fragments
@@ -184,6 +202,12 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, KvLayout l
   // kv_chunk: 0 (no split) or a whole number of tiles, at most 65536 tokens.
   if (c.kv_chunk < 0 || c.kv_chunk > 65536 || c.kv_chunk % c.tile_n != 0)
     return "kv_chunk must be 0 or a multiple of tile_n up to 65536";
+  // cluster: 1, or 2 / 4 / 8 blocks (portable cluster sizes) or 16 (non-portable: the launch opts in, see
+  // cuda::allow_wide_cluster) on sm_90, which size their splits from kv_len.
+  if (c.cluster != 1 && c.cluster != 2 && c.cluster != 4 && c.cluster != 8 && c.cluster != 16)
+    return "cluster must be 1, 2, 4, 8 or 16";
+  if (c.cluster > 1 && arch.sm < 90) return "a cluster merge needs sm_90 (thread-block clusters)";
+  if (c.cluster > 1 && c.kv_chunk != 0) return "kv_chunk must be 0 with a cluster (the launch divides kv_len)";
   // cp.async K/V tile loads: every thread moves the same number of 16-byte chunks.
   if ((c.tile_n * head_dim / 8) % (32 * c.warps) != 0)
     return "tile_n * head_dim / 8 must be a multiple of the block's threads";

@@ -48,9 +48,13 @@ DecodeParams fake_params(const Problem& p) {
 
 TEST_CASE("attention_decode: config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
-  CHECK(space.size() == 3 * 4 * 3 * 4 * 9);
-  std::set<std::tuple<int, int, int, int, int>> seen;
-  for (const auto& c : space) seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.kv_chunk});
+  // tile_m x tile_n x warps x stages x (9 kv_chunks with cluster 1, and kv_chunk 0 with clusters 2, 4, 8, 16)
+  CHECK(space.size() == 3 * 4 * 3 * 4 * (9 + 4));
+  std::set<std::tuple<int, int, int, int, int, int>> seen;
+  for (const auto& c : space) {
+    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.kv_chunk, c.cluster});
+    CHECK((c.cluster == 1 || c.kv_chunk == 0));
+  }
   CHECK(seen.size() == space.size());
 }
 
@@ -78,6 +82,12 @@ TEST_CASE("attention_decode: invalid_reason names each broken rule", "[generator
         std::string::npos);
   CHECK(std::string(invalid_reason(DType::bf16, 128, KvLayout(5), {16, 64, 4, 3, 0}, a90)).find("kv_layout") !=
         std::string::npos);
+  // cluster: 1 / 2 / 4 / 8 / 16, sm_90 only, with kv_chunk 0 (the launch sizes the splits).
+  for (int cl : {2, 4, 8, 16}) CHECK(why({16, 64, 4, 3, 0, cl}).empty());
+  CHECK_THAT(why({16, 64, 4, 3, 0, 3}), Catch::Contains("cluster must be 1, 2, 4, 8 or 16"));
+  CHECK_THAT(why({16, 64, 4, 3, 0, 32}), Catch::Contains("cluster must be"));
+  CHECK_THAT(why({16, 64, 4, 3, 0, 2}, 128, parse_arch("sm_89")), Catch::Contains("needs sm_90"));
+  CHECK_THAT(why({16, 64, 4, 3, 512, 2}), Catch::Contains("kv_chunk must be 0 with a cluster"));
   // The same ring fits sm_90 but not sm_86's 99 KB.
   CHECK(why({16, 128, 4, 3, 0}).empty());
   CHECK_THAT(why({16, 128, 4, 3, 0}, 128, parse_arch("sm_86")), Catch::Contains("shared memory"));
@@ -260,6 +270,11 @@ TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the bina
   const std::regex re(
       "attention_decode__(bf16|fp16)_d(64|128)_(paged|contiguous)__m\\d+_n\\d+_w\\d_s\\d_c\\d+__sm_\\d+a?");
   CHECK(std::regex_match(variant_name(p, c, arch), re));
+  // A cluster config: its own kernel (the cluster dims are compiled in), "_cl<n>" in the name.
+  const Config cl{16, 64, 4, 3, 0, 4};
+  CHECK(variant_name(p, cl, arch) == "attention_decode__bf16_d128_paged__m16_n64_w4_s3_c0_cl4__sm_90a");
+  CHECK(name_expression(p, cl) ==
+        "kt::decode::attention_decode_cluster<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 3, 4>");
   const KernelSource k = kernel_source(p, c, arch);
   CHECK(k.source.find("attention_decode/attention_decode.cuh") != std::string::npos);
   CHECK(k.dynamic_smem_bytes == unsigned(smem_bytes(c, 128)));
@@ -278,6 +293,11 @@ TEST_CASE("attention_decode: problem and config JSON round trip; bad JSON names 
   const Config c{32, 128, 8, 6, 2048};
   CHECK(same_config(config_from_json(config_to_json(c)), c));
   CHECK_FALSE(same_config(c, Config{32, 128, 8, 6, 1024}));
+  CHECK_FALSE(config_to_json(c).contains("cluster"));  // configs without a cluster keep their JSON
+  const Config cl{32, 128, 8, 6, 0, 8};
+  CHECK(config_to_json(cl)["cluster"] == 8);
+  CHECK(same_config(config_from_json(config_to_json(cl)), cl));
+  CHECK_FALSE(same_config(cl, Config{32, 128, 8, 6, 0}));
 
   auto j = problem_to_json(p);
   j.erase("kv_len");
@@ -373,6 +393,22 @@ TEST_CASE("attention_decode: launch dims, workspace sizes and bind_config", "[ge
   CHECK(a.partial_lse == nullptr);
   CHECK(a.counters == nullptr);
   CHECK_NOTHROW(check_params(p, whole, a));
+  // A cluster of 4: 4 splits of ceil(1000 / 4) = 250 keys rounded up to whole tiles (256), split-major blocks of
+  // one row block consecutive (one cluster); no workspace, the pointers cleared.
+  const Config cl{16, 64, 4, 3, 0, 4};
+  CHECK(num_splits(cl, p.kv_len) == 4);
+  CHECK(split_keys(cl, p.kv_len) == 256);
+  CHECK(launch_dims(p, cl).grid_x == 3u * 4u);
+  CHECK_FALSE(uses_workspace(p, cl));
+  CHECK(workspace_bytes(p, cl) == 0);
+  CHECK(counter_bytes(p, cl) == 0);
+  bind_config(a, p, cl, ws, cnt);
+  CHECK(a.kv_chunk == 256);
+  CHECK(a.partial_o == nullptr);
+  CHECK(a.counters == nullptr);
+  CHECK_NOTHROW(check_params(p, cl, a));
+  a.kv_chunk = 0;
+  CHECK_THROWS_WITH(check_params(p, cl, a), Catch::Contains("kv_chunk"));
   // FLOPs: causal pairs of 5 new tokens at kv_len 1000 are 996 + ... + 1000.
   CHECK(p.flops() == Approx(4.0 * 2 * 28 * (996 + 997 + 998 + 999 + 1000) * 128));
   CHECK(p.min_bytes() == Approx((2.0 * 2 * 1000 * 4 * 128 + 2.0 * 2 * 5 * 28 * 128) * 2));
