@@ -53,6 +53,14 @@ struct FwdParams {
   float scale_log2;     ///< softmax_scale * log2(e): the kernel works with exp2
 };
 
+/// Kernel arguments of the Hopper mainloop (flash_fwd_ws.cuh, passed __grid_constant__): the FwdParams plus TMA maps of
+/// Q, K and V, each a 4-D tensor {head_dim, seqlen, heads, batch} of 16-bit elements with the FwdParams strides, box
+/// {64, 64, 1, 1}, 128-byte swizzle.
+struct FwdTmaParams {
+  FwdParams p;
+  TmaDescriptor q_map, k_map, v_map;
+};
+
 /// Query-row fragments of 16 rows that each warp owns.
 KT_HD constexpr int m_frags_per_warp(const Config& c) { return c.tile_m / (16 * c.warps); }
 

@@ -157,6 +157,15 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c
         "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
+/// 4-D tile load (coordinates c0 innermost) into dst on mbarrier bar.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const void* map, int c0, int c1, int c2, int c3,
+                                            unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::
+          "r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
 __device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4,
                                             unsigned bar, L2Hint h) {
   if (h.on)

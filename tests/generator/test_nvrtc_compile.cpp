@@ -89,3 +89,33 @@ TEST_CASE("cache keys separate arch, options and source", "[nvrtc]") {
   CHECK(compiler.cache_key(a) == compiler.cache_key(attn::kernel_source(p, c, parse_arch("sm_90a"))));
   CHECK(compiler.options(parse_arch("sm_90a"))[0] == "--gpu-architecture=sm_90a");
 }
+
+TEST_CASE("flash_fwd_ws (Hopper mainloop): every dtype, head_dim, tile_n and consumer count compiles for sm_90a",
+          "[nvrtc][attention]") {
+  const ArchId arch = parse_arch("sm_90a");
+  std::vector<KernelSource> sources;
+  for (const char* dt : {"bf16", "f16"})
+    for (int d : {64, 128})
+      for (bool causal : {true, false})
+        for (int tile_n : {64, 128})
+          for (int consumers : {1, 2}) {
+            KernelSource k;
+            k.family = "attention_prefill";
+            k.variant_name = std::string("flash_fwd_ws_") + dt + "_d" + std::to_string(d) + (causal ? "_causal" : "") +
+                             "_n" + std::to_string(tile_n) + "_c" + std::to_string(consumers);
+            k.name_expression = std::string("kt::attn::flash_fwd_ws<kt::DType::") + dt + ", " + std::to_string(d) +
+                                ", " + (causal ? "true" : "false") + ", " + std::to_string(tile_n) + ", " +
+                                std::to_string(consumers) + ", 2>";
+            k.source = "#include \"attention/flash_fwd_ws.cuh\"\n";
+            k.arch = arch;
+            sources.push_back(k);
+          }
+  Compiler compiler(nullptr);
+  const auto results = compiler.compile_all(sources);
+  for (const auto& r : results) {
+    INFO(r.kernel.variant_name << "\n" << r.error);
+    REQUIRE(r.ok);
+    CHECK(r.report.spill_store_bytes == 0);
+    std::cout << r.kernel.variant_name << ": " << r.report.registers << " registers" << std::endl;
+  }
+}

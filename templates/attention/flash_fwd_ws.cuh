@@ -1,0 +1,257 @@
+// Flash-attention forward (prefill) for Hopper (sm_90a): warp-specialized, TMA-fed wgmma mainloop, after the
+// structure of FlashAttention-3 (Shah et al., "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
+// Low-precision", 2024): a producer warpgroup streams K and V by TMA into an mbarrier ring (pipe::TmaRing), consumer
+// warpgroups of 64 query rows each compute S = Q K^T with wgmma from shared memory, the online softmax in registers
+// (exp2, scale folded into log2 space), and O += P V with P as wgmma's register A operand and V read MN-major.
+//
+// Shared memory (every operand in the 128-byte swizzle, as TMA writes it and wgmma reads it): Q [tile_m, D], then per
+// ring slot K [tile_n, D] and V [tile_n, D]; each stored as D / 64 column blocks of [rows][64] (128-byte rows), each
+// block filled by [64 rows][64] TMA boxes. The mbarriers are static shared memory.
+//
+// Block: (Consumers + 1) warpgroups; warpgroup 0 produces (one thread issues every copy), warpgroup 1 + c consumes
+// query rows [64 c, 64 c + 64) of the block's tile. Grid (m-blocks, heads, batch), causal blocks heaviest first.
+// Layouts, strides and GQA mapping: FwdParams in attention_config.h; the tensor maps: FwdTmaParams.
+#pragma once
+#include "attention/attention_config.h"
+#include "common/ptx.cuh"
+#include "common/tma_ring.cuh"
+#include "common/wgmma.cuh"
+
+namespace kt {
+namespace attn {
+
+#if __CUDA_ARCH__ >= 900
+
+/// Bytes of one [rows][D] operand tile in shared memory (D / 64 column blocks of 128-byte rows).
+template <int Rows, int D>
+__host__ __device__ constexpr unsigned ws_tile_bytes() {
+  return Rows * D * 2;
+}
+
+/// Producer (one thread): Q once, then K and V of every key tile through the two rings, each tile as
+/// (tile rows / 64) x (D / 64) boxes of [64 rows][64 columns]. Rows past the sequence read as zeros (TMA bounds).
+template <int D, int TileM, int TileN, int Stages>
+__device__ __forceinline__ void ws_produce(const FwdTmaParams& tp, unsigned sQ, unsigned sKV, unsigned q_bar,
+                                           const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
+                                           int m0, int head, int kv_head, int batch, int n_tiles) {
+  constexpr int kBlocks = D / 64;
+  constexpr unsigned kQBlock = TileM * 128, kKVBlock = TileN * 128;  // one column block of a tile
+  ptx::mbarrier_arrive_expect_tx(q_bar, ws_tile_bytes<TileM, D>());
+#pragma unroll
+  for (int h = 0; h < kBlocks; ++h)
+#pragma unroll
+    for (int rb = 0; rb < TileM / 64; ++rb)
+      ptx::tma_load_4d(sQ + h * kQBlock + rb * 8192, &tp.q_map, 64 * h, m0 + 64 * rb, head, batch, q_bar);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = pipe::TmaRing<Stages>::slot(j);
+    const unsigned sK = sKV + 2 * s * ws_tile_bytes<TileN, D>(), sV = sK + ws_tile_bytes<TileN, D>();
+    k_ring.acquire(j);
+    const unsigned kb = k_ring.arm(s, ws_tile_bytes<TileN, D>());
+#pragma unroll
+    for (int h = 0; h < kBlocks; ++h)
+#pragma unroll
+      for (int rb = 0; rb < TileN / 64; ++rb)
+        ptx::tma_load_4d(sK + h * kKVBlock + rb * 8192, &tp.k_map, 64 * h, j * TileN + 64 * rb, kv_head, batch, kb);
+    v_ring.acquire(j);
+    const unsigned vb = v_ring.arm(s, ws_tile_bytes<TileN, D>());
+#pragma unroll
+    for (int h = 0; h < kBlocks; ++h)
+#pragma unroll
+      for (int rb = 0; rb < TileN / 64; ++rb)
+        ptx::tma_load_4d(sV + h * kKVBlock + rb * 8192, &tp.v_map, 64 * h, j * TileN + 64 * rb, kv_head, batch, vb);
+  }
+}
+
+/// One consumer warpgroup's running state: O [64 rows, D] in the wgmma accumulator layout (a thread holds rows
+/// r = 16 warp + lane / 4 and r + 8: o[4 i + 2 h + e] = O[r + 8 h][8 i + 2 (lane % 4) + e]), and per held row the
+/// raw-score maximum and the thread-partial sum of exp2.
+template <int D>
+struct WsRows {
+  float o[D / 2];
+  float row_max[2], row_sum[2];
+};
+
+/// S = Q K^T for the warpgroup's 64 rows against one [TileN, D] K tile: D / 16 wgmma k-steps, Q and K both K-major
+/// through 128-byte-swizzle descriptors (a k-step is 32 bytes into a column block, a column block every 4 steps).
+template <DType DT, int D, int TileM, int TileN>
+__device__ __forceinline__ void ws_scores(float (&s)[TileN / 2], unsigned sQ_rows, unsigned sK) {
+#pragma unroll
+  for (int i = 0; i < TileN / 2; ++i) s[i] = 0.f;
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const unsigned long long a = wgmma::make_desc_sw128(sQ_rows + (ks / 4) * TileM * 128 + (ks % 4) * 32);
+    const unsigned long long b = wgmma::make_desc_sw128(sK + (ks / 4) * TileN * 128 + (ks % 4) * 32);
+    wgmma::Mma<DT, TileN>::run(s, a, b);
+  }
+  wgmma::commit_group();
+  wgmma::wait_group<0>();
+}
+
+/// Masks (keys at or past seqlen_k; causal: right of the bottom-right aligned diagonal), runs the online softmax step
+/// on the rows the thread holds (a row spread over a quad of lanes) and rescales O; leaves P = exp2(S scale_log2 -
+/// max scale_log2) in s.
+template <bool Causal, int D, int TileN>
+__device__ __forceinline__ void ws_softmax(float (&s)[TileN / 2], WsRows<D>& st, int row0, int n0, int seqlen_k,
+                                           int shift, float scale_log2, bool need_mask) {
+  const int t = threadIdx.x % 4;
+  if (need_mask) {
+#pragma unroll
+    for (int i = 0; i < TileN / 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int row = row0 + 8 * h, col = n0 + 8 * i + 2 * t + e;
+          if (col >= seqlen_k || (Causal && col > row + shift)) s[4 * i + 2 * h + e] = ptx::neg_inf();
+        }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = st.row_max[h];
+#pragma unroll
+    for (int i = 0; i < TileN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * h], s[4 * i + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = mx == ptx::neg_inf() ? 0.f : mx * scale_log2;  // a row with no visible key yet: base 0
+    const float prev = st.row_max[h] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[h] * scale_log2;
+    const float corr = ptx::exp2_approx(prev - base);
+    st.row_max[h] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < TileN / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& v = s[4 * i + 2 * h + e];
+        v = ptx::exp2_approx(fmaf(v, scale_log2, -base));
+        sum += v;
+      }
+    st.row_sum[h] = st.row_sum[h] * corr + sum;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      st.o[4 * i + 2 * h] *= corr;
+      st.o[4 * i + 2 * h + 1] *= corr;
+    }
+  }
+}
+
+/// O += P V: P from the score accumulators packed to 16 bits (the m64nNk16 accumulator layout of keys [16 kk, 16 kk +
+/// 16) is the A register fragment of k-step kk), V [TileN, D] MN-major (head_dim contiguous) through
+/// make_desc_sw128_mn: a k-step is 16 key rows (2048 bytes) further, the second 64-wide column block TileN x 128 bytes.
+template <DType DT, int D, int TileN>
+__device__ __forceinline__ void ws_accumulate_pv(WsRows<D>& st, const float (&s)[TileN / 2], unsigned sV) {
+  unsigned pa[TileN / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < TileN / 16; ++kk) {
+    pa[kk][0] = ptx::pack2<DT>(s[8 * kk + 0], s[8 * kk + 1]);
+    pa[kk][1] = ptx::pack2<DT>(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = ptx::pack2<DT>(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = ptx::pack2<DT>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < TileN / 16; ++kk)
+    wgmma::MmaRSTransB<DT, D>::run(st.o, pa[kk], wgmma::make_desc_sw128_mn(sV + kk * 2048, TileN * 128));
+  wgmma::commit_group();
+  wgmma::wait_group<0>();
+}
+
+/// Epilogue of one consumer thread: O / l in the output dtype for its two rows (4-byte stores of column pairs) below
+/// seqlen_q, and the LSE (natural log; -inf for a row that saw no key) when p.lse is set.
+template <DType DT, int D>
+__device__ __forceinline__ void ws_store(const FwdParams& p, const WsRows<D>& st, unsigned short* o, int row0,
+                                         int batch, int head) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + 8 * h;
+    if (row >= p.seqlen_q) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<unsigned*>(o + (long long)row * p.o_row_stride + 8 * i + 2 * t) =
+          ptx::pack2<DT>(st.o[4 * i + 2 * h] * inv, st.o[4 * i + 2 * h + 1] * inv);
+    if (p.lse != nullptr && t == 0) {
+      const float lse = l > 0.f ? (st.row_max[h] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : ptx::neg_inf();
+      p.lse[((long long)batch * p.num_heads + head) * p.seqlen_q + row] = lse;
+    }
+  }
+}
+
+#endif  // __CUDA_ARCH__ >= 900
+
+/// The kernel (mainloop kWgmmaWs). TileM = 64 x Consumers query rows per block; TileN 64 or 128 keys per ring slot.
+template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages>
+__global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const __grid_constant__ FwdTmaParams tp) {
+#if __CUDA_ARCH__ >= 900
+  constexpr int TileM = 64 * Consumers;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(TileN == 64 || TileN == 128, "tile_n 64 or 128 (whole 64-row TMA boxes)");
+  static_assert(Consumers == 1 || Consumers == 2, "one or two consumer warpgroups");
+  const FwdParams& p = tp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) unsigned long long s_bars[1 + 4 * Stages];  // Q, then the K ring's, then the V ring's
+  const unsigned raw = ptx::smem_u32(smem_raw);
+  const unsigned sQ = (raw + 1023u) & ~1023u;  // the launch requests 1 KB of slack for this alignment
+  const unsigned sKV = sQ + ws_tile_bytes<TileM, D>();
+  const unsigned q_bar = ptx::smem_u32(s_bars);
+  const pipe::TmaRing<Stages> k_ring(s_bars + 1), v_ring(s_bars + 1 + 2 * Stages);
+  const int tid = threadIdx.x, wg = tid / 128;
+
+  const int num_m_blocks = gridDim.x;
+  const int m_block = Causal ? num_m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const int kv_head = head / (p.num_heads / p.num_kv_heads);
+  const int m0 = m_block * TileM;
+  const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  const int n_keys = Causal ? min(p.seqlen_k, min(m0 + TileM, p.seqlen_q) + shift) : p.seqlen_k;
+  const int n_tiles = n_keys > 0 ? (n_keys + TileN - 1) / TileN : 0;
+
+  if (tid == 0) {
+    ptx::mbarrier_init(q_bar, 1);
+    k_ring.init(Consumers * 4);  // one release per consumer warp
+    v_ring.init(Consumers * 4);
+    ptx::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- producer ----
+    if (Consumers == 2) wgmma::setmaxnreg_dec<24>();
+    if (tid == 0 && n_tiles > 0)
+      ws_produce<D, TileM, TileN, Stages>(tp, sQ, sKV, q_bar, k_ring, v_ring, m0, head, kv_head, batch, n_tiles);
+    return;
+  }
+  // ---- consumers ----
+  if (Consumers == 2) wgmma::setmaxnreg_inc<240>();
+  const int c = wg - 1, ct = tid - 128 * wg, warp = ct / 32, lane = ct % 32;
+  const int row0 = m0 + 64 * c + 16 * warp + lane / 4;  // the thread's first row (and row0 + 8)
+  WsRows<D> st;
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
+  st.row_max[0] = st.row_max[1] = ptx::neg_inf();
+  st.row_sum[0] = st.row_sum[1] = 0.f;
+  if (n_tiles > 0) ptx::mbarrier_wait(q_bar, 0);
+  const unsigned sQ_rows = sQ + c * 64 * 128;  // the warpgroup's 64 rows of every Q column block
+  for (int j = 0; j < n_tiles; ++j) {
+    const int slot = pipe::TmaRing<Stages>::slot(j), n0 = j * TileN;
+    const unsigned sK = sKV + 2 * slot * ws_tile_bytes<TileN, D>(), sV = sK + ws_tile_bytes<TileN, D>();
+    float s[TileN / 2];
+    k_ring.wait(j);
+    ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK);
+    if (lane == 0) k_ring.release(j);
+    const bool need_mask = n0 + TileN > p.seqlen_k || (Causal && n0 + TileN - 1 > m0 + 64 * c + shift);
+    ws_softmax<Causal, D, TileN>(s, st, row0, n0, p.seqlen_k, shift, p.scale_log2, need_mask);
+    v_ring.wait(j);
+    ws_accumulate_pv<DT, D, TileN>(st, s, sV);
+    if (lane == 0) v_ring.release(j);
+  }
+  unsigned short* o = static_cast<unsigned short*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  ws_store<DT, D>(p, st, o, row0, batch, head);
+#endif
+}
+
+}  // namespace attn
+}  // namespace kt
