@@ -1204,6 +1204,31 @@ TEST_CASE("qkv_proj kernel arguments are checked", "[generator][qkv]") {
   CHECK_THROWS_WITH(check_params(p, ws_stream, b), Catch::Contains("stream-K"));
 }
 
+TEST_CASE("qkv_proj kv_cache class: its own key, name and binary; the plain class's key and configs",
+          "[generator][qkv]") {
+  const ArchId arch = parse_arch("sm_90a");
+  Problem plain = qwen(quant::Format::int4, DType::bf16, 16);
+  Problem kv = plain;
+  kv.kv_cache = true;
+  CHECK(kv.key() == plain.key() + "/kvcache");
+  CHECK(problem_to_json(plain).count("kv_cache") == 0);  // plain problems keep the JSON they always had
+  CHECK(problem_from_json(problem_to_json(kv)).kv_cache);
+  CHECK(problem_from_json(problem_to_json(kv)).key() == kv.key());
+  // The same class key (the runtime's nearest step finds the plain problem's winners) and the same valid configs.
+  const Family& f = family_type();
+  CHECK(f.class_key(problem_to_json(kv)) == f.class_key(problem_to_json(plain)));
+  const auto cp = valid_configs(plain, arch), ck = valid_configs(kv, arch);
+  REQUIRE(cp.size() == ck.size());
+  for (size_t i = 0; i < cp.size(); ++i) CHECK(same_config(cp[i], ck[i]));
+  // Its own binary: KvCache in the name expression, "_kvcache" in the variant name.
+  const Config& c = cp.front();
+  CHECK(name_expression(kv, c) != name_expression(plain, c));
+  CHECK(name_expression(plain, c).find(", true, true, false, ") != std::string::npos);
+  CHECK(name_expression(kv, c).find(", true, true, true, ") != std::string::npos);
+  CHECK(variant_name(kv, c, arch).find("_rope_kvcache__") != std::string::npos);
+  CHECK(variant_name(plain, c, arch).find("kvcache") == std::string::npos);
+}
+
 TEST_CASE("qkv_proj KV-cache arguments are checked, each error naming the argument", "[generator][qkv]") {
   Problem p = qwen(quant::Format::int8, DType::bf16, 16);  // Hkv 4, D 128
   p.kv_cache = true;
