@@ -59,6 +59,10 @@ std::vector<Config> config_space() {
       for (int warps : {4, 8})
         for (int stages : {1, 2, 3})
           for (int raster : {0, 1}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync, raster});
+  // The Hopper mainloop: one or two consumer warpgroups (tile_m 64 / 128), tile_n 64 or 128, 2..4 ring slots.
+  for (int warps : {4, 8})
+    for (int tile_n : {64, 128})
+      for (int stages : {2, 3, 4}) out.push_back(Config{16 * warps, tile_n, warps, stages, kWgmmaWs, 0});
   return out;
 }
 
@@ -79,13 +83,18 @@ Config default_config(ArchId arch, const Problem& p) {
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << (p.causal ? "causal" : "full") << "__"
-    << "mmasync_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_r" << c.raster << "__"
-    << arch_name(arch);
+    << (c.mainloop == kWgmmaWs ? "wgmmaws_m" : "mmasync_m") << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s"
+    << c.stages << "_r" << c.raster << "__" << arch_name(arch);
   return s.str();
 }
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
+  if (c.mainloop == kWgmmaWs) {  // flash_fwd_ws<dtype, D, causal, tile_n, consumer warpgroups, stages>
+    s << "kt::attn::flash_fwd_ws<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
+      << (p.causal ? "true" : "false") << ", " << c.tile_n << ", " << c.warps / 4 << ", " << c.stages << ">";
+    return s.str();
+  }
   s << "kt::attn::flash_fwd<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
     << (p.causal ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps << ", " << c.stages
     << ", " << c.mainloop << ", " << c.raster << ">";
@@ -97,7 +106,8 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.family = kFamily;
   k.variant_name = variant_name(p, c, arch);
   k.name_expression = name_expression(p, c);
-  k.source = "#include \"attention/flash_fwd.cuh\"\n";
+  k.source =
+      c.mainloop == kWgmmaWs ? "#include \"attention/flash_fwd_ws.cuh\"\n" : "#include \"attention/flash_fwd.cuh\"\n";
   k.arch = arch;
   k.dynamic_smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
   return k;
@@ -109,7 +119,7 @@ LaunchDims launch_dims(const Problem& p, const Config& c) {
   d.grid_x = c.raster == 0 ? m_blocks : static_cast<unsigned>(p.num_heads);
   d.grid_y = c.raster == 0 ? static_cast<unsigned>(p.num_heads) : static_cast<unsigned>(p.batch);
   d.grid_z = c.raster == 0 ? static_cast<unsigned>(p.batch) : m_blocks;
-  d.block_x = static_cast<unsigned>(c.warps * 32);
+  d.block_x = static_cast<unsigned>((c.warps + (c.mainloop == kWgmmaWs ? 4 : 0)) * 32);  // + the producer warpgroup
   d.smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
   return d;
 }

@@ -188,9 +188,10 @@ template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages>
 __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const __grid_constant__ FwdTmaParams tp) {
 #if __CUDA_ARCH__ >= 900
   constexpr int TileM = 64 * Consumers;
-  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(TileN == 64 || TileN == 128, "tile_n 64 or 128 (whole 64-row TMA boxes)");
-  static_assert(Consumers == 1 || Consumers == 2, "one or two consumer warpgroups");
+  // ---- preconditions: the family's single validity rule set ----
+  static_assert(invalid_reason(DT, D, Causal, Config{TileM, TileN, 4 * Consumers, Stages, kWgmmaWs, 0},
+                               ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
+                "invalid attention_prefill wgmma_ws variant: see invalid_reason() in attention_config.h");
   const FwdParams& p = tp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long s_bars[1 + 4 * Stages];  // Q, then the K ring's, then the V ring's

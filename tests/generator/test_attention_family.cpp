@@ -29,9 +29,11 @@ Problem qwen(DType dt = DType::bf16, bool causal = true) {
 
 TEST_CASE("config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
-  CHECK(space.size() == 3 * 3 * 2 * 3 * 2);
-  std::set<std::tuple<int, int, int, int, int>> seen;
-  for (const auto& c : space) seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.raster});
+  // mma.sync: tile_m x tile_n x warps x stages x raster; wgmma_ws: warps {4, 8} (tile_m 16 warps) x tile_n {64, 128}
+  // x stages {2, 3, 4}.
+  CHECK(space.size() == 3 * 3 * 2 * 3 * 2 + 2 * 2 * 3);
+  std::set<std::tuple<int, int, int, int, int, int>> seen;
+  for (const auto& c : space) seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.mainloop, c.raster});
   CHECK(seen.size() == space.size());
 }
 
@@ -96,7 +98,7 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
   const ArchId arch = parse_arch("sm_90a");
   std::set<std::string> names;
   const std::regex form(
-      R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__mmasync_m\d+_n\d+_w\d_s\d_r[01]__sm_90a)");
+      R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__(mmasync|wgmmaws)_m\d+_n\d+_w\d_s\d_r[01]__sm_90a)");
   for (DType dt : {DType::f16, DType::bf16})
     for (bool causal : {false, true})
       for (const auto& c : valid_configs(qwen(dt, causal), arch)) {
