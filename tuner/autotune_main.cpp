@@ -41,6 +41,7 @@
 #include "tuner/sweep_sample.h"
 #include "tuner/work_items.h"
 #include "tuner/worker.h"
+#include "tuner/writer_lock.h"
 
 #ifndef KT_VERSION
 #define KT_VERSION "0.0.0"
@@ -211,6 +212,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
   // GPU: probed by a worker process (this process never initializes CUDA).
   std::string self = "/proc/self/exe";
+  // Declared first, so released last: the database is closed before another writer may open it.
+  kt::WriterLock writer_lock;
   // Declared before the pool, so destroyed after it: the workers' read connections are gone when the
   // database closes, and closing can leave it in rollback-journal mode (TuningDb::~TuningDb).
   std::unique_ptr<kt::db::TuningDb> db;
@@ -224,6 +227,14 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   if (use_gpu && a.db.empty()) {
     std::fprintf(stderr, "autotune: tuning needs --db FILE (or --compile-only)\n");
     return 2;
+  }
+  // One writer per database (tuner/writer_lock.h): a second run on the same file is refused before it compiles.
+  if (!a.db.empty()) {
+    std::string why;
+    if (!writer_lock.acquire(a.db, &why)) {
+      std::fprintf(stderr, "autotune: %s\n", why.c_str());
+      return 2;
+    }
   }
   std::error_code fs_ec;
   const bool db_existed = !a.db.empty() && std::filesystem::exists(a.db, fs_ec);
