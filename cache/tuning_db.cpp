@@ -615,6 +615,29 @@ long long TuningDb::upsert_device(const DeviceRecord& d) {
   return id;
 }
 
+std::vector<DeviceRecord> TuningDb::devices() const {
+  return impl_->guard("read devices", [&] {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, sm_clock_khz, "
+                        "mem_clock_khz FROM devices ORDER BY name, uuid");
+    std::vector<DeviceRecord> out;
+    while (q.executeStep()) {
+      DeviceRecord d;
+      d.name = q.getColumn(0).getString();
+      d.uuid = q.getColumn(1).getString();
+      d.cc_major = q.getColumn(2).getInt();
+      d.cc_minor = q.getColumn(3).getInt();
+      d.sm_count = q.getColumn(4).getInt();
+      d.l2_bytes = q.getColumn(5).getInt64();
+      d.driver_version = q.getColumn(6).getInt();
+      d.sm_clock_khz = q.getColumn(7).getInt();
+      d.mem_clock_khz = q.getColumn(8).getInt();
+      out.push_back(d);
+    }
+    return out;
+  });
+}
+
 long long TuningDb::begin_run(const RunRecord& r) {
   long long id = 0;
   impl_->write_txn("begin run", [&] {

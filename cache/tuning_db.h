@@ -157,6 +157,8 @@ class TuningDb {
 
   /// Inserts the device, or updates its mutable fields (driver, clocks) if its uuid is known. Returns its id.
   long long upsert_device(const DeviceRecord& d);
+  /// Every device row, ordered by name then uuid.
+  std::vector<DeviceRecord> devices() const;
   /// Returns the run id.
   long long begin_run(const RunRecord& r);
   void end_run(long long run_id, long long ended_at);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -131,6 +132,21 @@ FamilyChoice resolve(const Family& f, const std::vector<db::Winner>& winners, co
   return ch;
 }
 
+std::string winners_device(const std::vector<db::DeviceRecord>& devices, const std::vector<db::Winner>& winners,
+                           const std::string& device_name, int cc_major, int cc_minor) {
+  std::map<std::string, long long> count;  // winners per device class
+  for (const auto& w : winners) ++count[w.device_name];
+  if (count.count(device_name)) return device_name;
+  std::string best;
+  long long best_n = 0;
+  for (const auto& d : devices) {  // name order: a tie keeps the smaller name
+    if (d.cc_major != cc_major || d.cc_minor != cc_minor || d.name == best) continue;
+    const auto it = count.find(d.name);
+    if (it != count.end() && it->second > best_n) best = d.name, best_n = it->second;
+  }
+  return best.empty() ? device_name : best;
+}
+
 ArchId arch_for_compute_capability(int cc_major, int cc_minor) {
   if (cc_major < 8)
     throw UnsupportedDevice("compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor) +
@@ -217,10 +233,23 @@ struct Runtime::Impl {
   CUcontext ctx = nullptr;
   std::string db_path;
   std::string device_name;
+  /// The device class whose winners this runtime uses: device_name, or a device of the same compute capability that
+  /// the database was tuned on (winners_device).
+  std::string winners_from;
   ArchId arch{};
   int cc_major = 0, cc_minor = 0;
   std::unique_ptr<db::TuningDb> db;
   std::vector<db::Winner> winners;
+
+  /// resolve() over this runtime's winners; when they come from another device of the same architecture, `why` says
+  /// so.
+  FamilyChoice choose(const Family& f, const nlohmann::json& problem) const {
+    FamilyChoice ch = resolve(f, winners, winners_from, arch, problem);
+    if (winners_from != device_name && ch.step != "default")
+      ch.why += " (this GPU is " + device_name + "; the database has no winners for it, so those of the same " +
+                arch_name(arch) + " device " + winners_from + " are used)";
+    return ch;
+  }
 
   // Resolution (database reads, compilation, module loads) is serialized by resolve_mu; the launch
   // path reads `resolved` under a shared lock.
@@ -317,7 +346,7 @@ struct Runtime::Impl {
       if (!found) {
         const Family& f = A::family();
         const nlohmann::json pj = A::problem_to_json(p);
-        const FamilyChoice ch = resolve(f, winners, device_name, arch, pj);
+        const FamilyChoice ch = choose(f, pj);
         auto config = std::make_shared<const typename A::Config>(A::config_from_json(ch.config));
         Entry e;
         e.config = config;
@@ -387,7 +416,11 @@ Runtime::Runtime(const std::string& db_path) : impl_(std::make_unique<Impl>()) {
   I.cc_major = info.cc_major;
   I.cc_minor = info.cc_minor;
   I.arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
-  if (I.db) I.winners = I.db->winners(I.device_name);  // every family's: resolve() keeps its own
+  I.winners_from = I.device_name;
+  if (I.db) {
+    I.winners_from = winners_device(I.db->devices(), I.db->winners(), I.device_name, I.cc_major, I.cc_minor);
+    I.winners = I.db->winners(I.winners_from);  // every family's: resolve() keeps its own
+  }
 }
 
 Runtime::~Runtime() {
@@ -405,11 +438,12 @@ Runtime::~Runtime() {
 }
 
 Runtime::Choice Runtime::explain(const attn::Problem& p) const {
-  return resolve_attention(impl_->winners, impl_->device_name, impl_->arch, p);
+  return typed_choice<AttentionChoice>(impl_->choose(attn::family_type(), attn::problem_to_json(p)),
+                                       attn::config_from_json);
 }
 
 FamilyChoice Runtime::explain(const std::string& family, const nlohmann::json& problem) const {
-  return resolve(find_family(family), impl_->winners, impl_->device_name, impl_->arch, problem);
+  return impl_->choose(find_family(family), problem);
 }
 
 void Runtime::attention_prefill(const attn::Problem& p, const attn::FwdParams& params, CUstream stream) {
@@ -417,7 +451,7 @@ void Runtime::attention_prefill(const attn::Problem& p, const attn::FwdParams& p
 }
 
 QkvChoice Runtime::explain_qkv(const qkv::Problem& p) const {
-  return resolve_qkv(impl_->winners, impl_->device_name, impl_->arch, p);
+  return typed_choice<QkvChoice>(impl_->choose(qkv::family_type(), qkv::problem_to_json(p)), qkv::config_from_json);
 }
 
 void Runtime::qkv_proj(const qkv::Problem& p, const qkv::QkvParams& params, CUstream stream) {

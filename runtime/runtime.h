@@ -35,6 +35,14 @@ struct FamilyChoice {
   double tuned_median_us = 0;     ///< the winner's median time on its own problem, microseconds (0 for default)
 };
 
+/// Whose winners a runtime on device `device_name` (compute capability cc_major.cc_minor) uses from a database with
+/// these device rows and winners: its own device class when the database has any winner for it; otherwise the device
+/// class of the same compute capability with the most winners (equal counts: the smaller name), whose tuning the GPU of
+/// one architecture shares (same instructions and shared memory; SM count and clocks may differ); otherwise its own
+/// name, which has no winners (every lookup ends at the default). Pure: no CUDA, no database I/O.
+std::string winners_device(const std::vector<db::DeviceRecord>& devices, const std::vector<db::Winner>& winners,
+                           const std::string& device_name, int cc_major, int cc_minor);
+
 /// The lookup chain of any family as a pure function (no CUDA, no database I/O), parameterised by the family's
 /// class key, nearness and unusable() (generator/family.h):
 /// 1. family.canonical_problem(problem): throws ProblemError naming the rule when no variant supports it.
@@ -122,7 +130,9 @@ class Runtime {
   /// else no database (built-in defaults only).
   /// Uses the CUDA context current on the calling thread, else retains device 0's primary context
   /// (and makes it current on the calling thread). Detects the device: its name is the device class
-  /// whose winners are used; its compute capability gives the arch (arch_for_compute_capability).
+  /// whose winners are used (when the database has none for it, those of the device of the same compute
+  /// capability with the most winners: winners_device, and explain says so); its compute capability gives
+  /// the arch (arch_for_compute_capability).
   /// Throws db::DbError (missing or bad database file), cuda::CudaError / std::runtime_error (no
   /// driver or no GPU), UnsupportedDevice (compute capability < 8.0).
   explicit Runtime(const std::string& db_path = "");

@@ -35,11 +35,13 @@
 #include "generator/nvrtc.h"
 #include "generator/registry.h"
 #include "tuner/cli_checks.h"
+#include "tuner/db_diff.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
 #include "tuner/sweep_sample.h"
 #include "tuner/work_items.h"
 #include "tuner/worker.h"
+#include "tuner/writer_lock.h"
 
 #ifndef KT_VERSION
 #define KT_VERSION "0.0.0"
@@ -210,6 +212,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
   // GPU: probed by a worker process (this process never initializes CUDA).
   std::string self = "/proc/self/exe";
+  // Declared first, so released last: the database is closed before another writer may open it.
+  kt::WriterLock writer_lock;
   // Declared before the pool, so destroyed after it: the workers' read connections are gone when the
   // database closes, and closing can leave it in rollback-journal mode (TuningDb::~TuningDb).
   std::unique_ptr<kt::db::TuningDb> db;
@@ -223,6 +227,14 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   if (use_gpu && a.db.empty()) {
     std::fprintf(stderr, "autotune: tuning needs --db FILE (or --compile-only)\n");
     return 2;
+  }
+  // One writer per database (tuner/writer_lock.h): a second run on the same file is refused before it compiles.
+  if (!a.db.empty()) {
+    std::string why;
+    if (!writer_lock.acquire(a.db, &why)) {
+      std::fprintf(stderr, "autotune: %s\n", why.c_str());
+      return 2;
+    }
   }
   std::error_code fs_ec;
   const bool db_existed = !a.db.empty() && std::filesystem::exists(a.db, fs_ec);
@@ -695,6 +707,34 @@ int run_show(const std::string& path, const std::string& family) {
   }
 }
 
+/// autotune diff: the winners of two databases side by side; exit 1 when a problem got slower than the threshold
+/// (or, with require_all, lost its winner), 2 for bad input.
+int run_diff(const std::string& old_path, const std::string& new_path, const std::string& family, double threshold_pct,
+             bool require_all) {
+  try {
+    if (!family.empty()) kt::find_family(family);  // an unknown name fails naming the registered families
+    const kt::db::TuningDb old_db(old_path, true), new_db(new_path, true);
+    const kt::tune::DiffReport r = kt::tune::diff_winners(old_db, new_db, family, threshold_pct / 100);
+    std::printf("%-24s %-62s %10s %10s %7s  %s\n", "device", "problem", "old_us", "new_us", "new/old",
+                "winner (old -> new)");
+    for (const auto& d : r.rows) {
+      const char* mark = !d.in_new()                           ? "  MISSING in new"
+                         : !d.in_old()                         ? "  new problem"
+                         : d.ratio() > 1 + threshold_pct / 100 ? "  SLOWER"
+                                                               : "";
+      std::printf("%-24.24s %-62s %10.2f %10.2f %7.3f  %s -> %s%s\n", d.device_name.c_str(), d.problem_key.c_str(),
+                  d.old_us, d.new_us, d.ratio(), d.in_old() ? d.old_variant.c_str() : "-",
+                  d.in_new() ? d.new_variant.c_str() : "-", mark);
+    }
+    std::printf("%zu problems: %d slower than %.1f%%, %d missing in %s, %d only in %s\n", r.rows.size(), r.slower,
+                threshold_pct, r.only_old, new_path.c_str(), r.only_new, new_path.c_str());
+    return r.slower > 0 || (require_all && r.only_old > 0) ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "autotune diff: %s\n", e.what());
+    return 2;
+  }
+}
+
 int run_merge(const std::string& out, const std::vector<std::string>& in) {
   // Every input is checked before the output is touched: a missing or bad input creates and changes nothing.
   // An input that is the output itself is checked by the read-write open below (which also migrates it:
@@ -786,6 +826,20 @@ int main(int argc, char** argv) {
   merge->add_option("out", merge_out, "output database (created if missing)")->required();
   merge->add_option("in", merge_in, "input databases")->required();
 
+  auto* diff = app.add_subcommand(
+      "diff", "compare two tuning databases problem by problem; exit 1 when a winner got slower (a CI gate)");
+  std::string diff_old, diff_new, diff_family;
+  double diff_threshold = 5;
+  bool diff_require_all = false;
+  diff->add_option("old", diff_old, "baseline database")->required();
+  diff->add_option("new", diff_new, "database to check against it")->required();
+  diff->add_option("--threshold", diff_threshold,
+                   "allowed slowdown of a problem's winner, percent of its old median time (default 5)")
+      ->check(CLI::NonNegativeNumber);
+  diff->add_option("--family", diff_family, "only this family");
+  diff->add_flag("--require-all", diff_require_all,
+                 "also exit 1 when the new database has no winner for a problem the old one tuned");
+
   auto* worker = app.add_subcommand("__worker", "(internal) measuring worker process");
   worker->group("");
   std::string worker_db;
@@ -798,13 +852,15 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   // Tuning options do not apply to show / merge: refuse them rather than ignore them.
-  if (*show || *merge)
+  if (*show || *merge || *diff) {
+    const char* sub = *show ? "show" : *merge ? "merge" : "diff";
     for (const CLI::Option* opt : app.get_options())
       if (opt->count() > 0) {
-        std::fprintf(stderr, "autotune %s: %s is a tuning option; it does not apply here (see %s --help)\n",
-                     *show ? "show" : "merge", opt->get_name().c_str(), *show ? "show" : "merge");
+        std::fprintf(stderr, "autotune %s: %s is a tuning option; it does not apply here (see %s --help)\n", sub,
+                     opt->get_name().c_str(), sub);
         return 2;
       }
+  }
   if (*show) {
     if (!show_family.empty()) {
       try {
@@ -817,6 +873,7 @@ int main(int argc, char** argv) {
     return run_show(show_db, show_family);
   }
   if (*merge) return run_merge(merge_out, merge_in);
+  if (*diff) return run_diff(diff_old, diff_new, diff_family, diff_threshold, diff_require_all);
   if (*worker) return kt::worker_main(worker_db, 0, 1);
   if (a.shapes.empty()) {
     std::fprintf(stderr, "autotune: --shapes FILE is required to tune (see --help)\n");

@@ -784,3 +784,25 @@ TEST_CASE("the plain sqlite3 shell reads the database", "[db]") {
   CHECK(shell("SELECT variant_name FROM winners WHERE problem_key='p2'") == "b\n");
   CHECK(shell("SELECT length(cubin) FROM binaries") == std::to_string(binary("r64", 64, 0, 0).cubin.size()) + "\n");
 }
+
+TEST_CASE("devices() lists every device row by name, with its compute capability", "[db]") {
+  TuningDb db(":memory:");
+  DeviceRecord h = device("NVIDIA H200", "GPU-2");
+  h.cc_major = 9;
+  h.cc_minor = 0;
+  DeviceRecord a = device("NVIDIA A100-SXM4-80GB", "GPU-3");
+  a.cc_major = 8;
+  a.cc_minor = 0;
+  db.upsert_device(h);
+  db.upsert_device(a);
+  db.upsert_device(h);  // the same uuid again: still one row
+  const auto ds = db.devices();
+  REQUIRE(ds.size() == 2);
+  CHECK(ds[0].name == "NVIDIA A100-SXM4-80GB");
+  CHECK(ds[0].cc_major == 8);
+  CHECK(ds[1].name == "NVIDIA H200");
+  CHECK(ds[1].uuid == "GPU-2");
+  CHECK(ds[1].cc_major == 9);
+  CHECK(ds[1].cc_minor == 0);
+  CHECK(TuningDb(":memory:").devices().empty());
+}

@@ -280,3 +280,36 @@ TEST_CASE("Runtime: database winners (exact, nearest), default, launches and the
     kt_runtime_destroy(crt);
   }
 }
+
+TEST_CASE("Runtime: a database tuned on another GPU of this architecture serves its winners, and explain says so",
+          "[gpu][runtime]") {
+  cuda::Context ctx(0);
+  cuda::Stream stream;
+  const cuda::DeviceInfo info = cuda::device_info(0);
+  const ArchId arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
+  const TempDir tmp("kt_runtime_other_gpu");
+  const std::string db_path = (tmp.path / "tuned.db").string();
+  ScopedEnv env_cache("KERNTUNE_CACHE_DIR", (tmp.path / "cubins").string());
+  // The winner is stored under another device name (and uuid) of the same compute capability.
+  cuda::DeviceInfo other = info;
+  other.name = "Another GPU of " + arch_name(arch);
+  other.uuid = "GPU-other-" + info.uuid;
+  const Config c512{64, 64, 4, 2, kMmaSync, 0};
+  REQUIRE(invalid_reason(DType::bf16, 128, true, c512, arch) == nullptr);
+  REQUIRE_FALSE(same_config(c512, default_config(arch, qwen(512))));
+  {
+    kt_test::WinnerDb wdb(db_path, other, "test_runtime_gpu other device");
+    const KernelSource src = kernel_source(qwen(512), c512, arch);
+    wdb.add(kFamily, qwen(512).key(), problem_to_json(qwen(512)).dump(), src.variant_name, config_to_json(c512).dump(),
+            wdb.put_binary(src), 42);
+    REQUIRE(wdb.finish(other.name, kFamily) == 1);
+  }
+  Runtime rt(db_path);
+  const Runtime::Choice ch = rt.explain(qwen(512));
+  CHECK(ch.step == "exact");
+  CHECK(same_config(ch.config, c512));
+  CHECK_THAT(ch.why, Catch::Contains("this GPU is " + info.name));
+  CHECK_THAT(ch.why, Catch::Contains(other.name));
+  run_and_verify(
+      qwen(512), [&](const FwdParams& f) { rt.attention_prefill(qwen(512), f, stream.get()); }, 71);
+}

@@ -631,3 +631,46 @@ TEST_CASE("resolve_qkv over a TuningDb's winners view (split_k variants share on
   // The attention family's winners hold none of it.
   CHECK(resolve_qkv(tdb.winners(kH100, attn::kFamily), kH100, kSm90a, qkvp(16)).step == "default");
 }
+
+TEST_CASE("winners_device: own device class first, else the same compute capability's best-covered, else none",
+          "[runtime]") {
+  auto dev = [](const std::string& name, int major, int minor) {
+    db::DeviceRecord d;
+    d.name = name;
+    d.uuid = "GPU-" + name;
+    d.cc_major = major;
+    d.cc_minor = minor;
+    return d;
+  };
+  auto wins = [](const std::string& device, int n) {
+    std::vector<db::Winner> out;
+    for (int i = 0; i < n; ++i) {
+      db::Winner w;
+      w.device_name = device;
+      w.family = "attention_prefill";
+      w.problem_key = "p" + std::to_string(i);
+      out.push_back(w);
+    }
+    return out;
+  };
+  const std::vector<db::DeviceRecord> devs = {dev("A100", 8, 0), dev("H100 PCIe", 9, 0), dev("H100 SXM", 9, 0),
+                                              dev("H200", 9, 0)};
+  std::vector<db::Winner> ws = wins("H100 SXM", 5);
+  for (const auto& w : wins("H100 PCIe", 2)) ws.push_back(w);
+  for (const auto& w : wins("A100", 9)) ws.push_back(w);
+  // Its own winners, when there are any.
+  auto own = ws;
+  for (const auto& w : wins("H200", 1)) own.push_back(w);
+  CHECK(winners_device(devs, own, "H200", 9, 0) == "H200");
+  // None of its own: the sm_90 device with the most winners (not the A100's, which has more but another arch).
+  CHECK(winners_device(devs, ws, "H200", 9, 0) == "H100 SXM");
+  // Equal counts: the smaller name.
+  auto tie = wins("H100 SXM", 2);
+  for (const auto& w : wins("H100 PCIe", 2)) tie.push_back(w);
+  CHECK(winners_device(devs, tie, "H200", 9, 0) == "H100 PCIe");
+  // Only other architectures, or an empty database: its own name (every lookup ends at the default).
+  CHECK(winners_device(devs, wins("A100", 3), "H200", 9, 0) == "H200");
+  CHECK(winners_device({}, {}, "H200", 9, 0) == "H200");
+  // A device row without winners is not chosen.
+  CHECK(winners_device(devs, wins("A100", 3), "RTX 6000 Ada", 8, 9) == "RTX 6000 Ada");
+}
