@@ -589,12 +589,34 @@ int TuningDb::schema_version() const {
 
 int TuningDb::migrations_applied() const { return impl_->migrations_applied; }
 
+namespace {
+
+// The devices table's record columns, in DeviceRecord's order: written by upsert_device, read by read_device.
+constexpr const char* kDeviceColumns =
+    "name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, sm_clock_khz, mem_clock_khz";
+
+// The DeviceRecord of the current row of a statement that selects kDeviceColumns first.
+DeviceRecord read_device(SQLite::Statement& q) {
+  DeviceRecord d;
+  d.name = q.getColumn(0).getString();
+  d.uuid = q.getColumn(1).getString();
+  d.cc_major = q.getColumn(2).getInt();
+  d.cc_minor = q.getColumn(3).getInt();
+  d.sm_count = q.getColumn(4).getInt();
+  d.l2_bytes = q.getColumn(5).getInt64();
+  d.driver_version = q.getColumn(6).getInt();
+  d.sm_clock_khz = q.getColumn(7).getInt();
+  d.mem_clock_khz = q.getColumn(8).getInt();
+  return d;
+}
+
+}  // namespace
+
 long long TuningDb::upsert_device(const DeviceRecord& d) {
   long long id = 0;
   impl_->write_txn("upsert device", [&] {
     SQLite::Statement ins(*impl_->db,
-                          "INSERT INTO devices(name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, "
-                          "sm_clock_khz, mem_clock_khz) VALUES(?,?,?,?,?,?,?,?,?) "
+                          std::string("INSERT INTO devices(") + kDeviceColumns + ") VALUES(?,?,?,?,?,?,?,?,?) " +
                           "ON CONFLICT(uuid) DO UPDATE SET driver_version = excluded.driver_version, "
                           "sm_clock_khz = excluded.sm_clock_khz, mem_clock_khz = excluded.mem_clock_khz");
     ins.bind(1, d.name);
@@ -618,22 +640,9 @@ long long TuningDb::upsert_device(const DeviceRecord& d) {
 std::vector<DeviceRecord> TuningDb::devices() const {
   return impl_->guard("read devices", [&] {
     SQLite::Statement q(*impl_->db,
-                        "SELECT name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, sm_clock_khz, "
-                        "mem_clock_khz FROM devices ORDER BY name, uuid");
+                        std::string("SELECT ") + kDeviceColumns + " FROM devices ORDER BY name, uuid");
     std::vector<DeviceRecord> out;
-    while (q.executeStep()) {
-      DeviceRecord d;
-      d.name = q.getColumn(0).getString();
-      d.uuid = q.getColumn(1).getString();
-      d.cc_major = q.getColumn(2).getInt();
-      d.cc_minor = q.getColumn(3).getInt();
-      d.sm_count = q.getColumn(4).getInt();
-      d.l2_bytes = q.getColumn(5).getInt64();
-      d.driver_version = q.getColumn(6).getInt();
-      d.sm_clock_khz = q.getColumn(7).getInt();
-      d.mem_clock_khz = q.getColumn(8).getInt();
-      out.push_back(d);
-    }
+    while (q.executeStep()) out.push_back(read_device(q));
     return out;
   });
 }
@@ -688,21 +697,10 @@ std::optional<RunRecord> TuningDb::get_run(long long run_id) const {
 std::optional<DeviceRecord> TuningDb::get_device(long long device_id) const {
   return impl_->guard("get device", [&]() -> std::optional<DeviceRecord> {
     SQLite::Statement q(*impl_->db,
-                        "SELECT name, uuid, cc_major, cc_minor, sm_count, l2_bytes, driver_version, sm_clock_khz, "
-                        "mem_clock_khz FROM devices WHERE id = ?");
+                        std::string("SELECT ") + kDeviceColumns + " FROM devices WHERE id = ?");
     q.bind(1, static_cast<int64_t>(device_id));
     if (!q.executeStep()) return std::nullopt;
-    DeviceRecord d;
-    d.name = q.getColumn(0).getString();
-    d.uuid = q.getColumn(1).getString();
-    d.cc_major = q.getColumn(2).getInt();
-    d.cc_minor = q.getColumn(3).getInt();
-    d.sm_count = q.getColumn(4).getInt();
-    d.l2_bytes = q.getColumn(5).getInt64();
-    d.driver_version = q.getColumn(6).getInt();
-    d.sm_clock_khz = q.getColumn(7).getInt();
-    d.mem_clock_khz = q.getColumn(8).getInt();
-    return d;
+    return read_device(q);
   });
 }
 

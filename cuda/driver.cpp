@@ -440,7 +440,6 @@ void allow_wide_cluster(CUfunction f) {
 void launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
             CUstream stream, const void* params) {
   const Api& a = api();
-  allow_wide_cluster(f);
   if (smem_bytes > 48u * 1024u)
     check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem_bytes)),
           ("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(smem_bytes) + ")").c_str());

@@ -233,7 +233,8 @@ class Stream {
 };
 
 /// Opts f in to a thread-block cluster wider than the 8 portable blocks when it was compiled with one
-/// (__cluster_dims__ 16 on sm_90: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED); nothing otherwise.
+/// (__cluster_dims__ 16 on sm_90: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED); nothing otherwise. Called
+/// once per loaded function (LoadedKernel's constructor), not per launch: launch() below does not call it.
 /// Throws CudaError if the driver refuses.
 void allow_wide_cluster(CUfunction f);
 

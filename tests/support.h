@@ -1,14 +1,18 @@
 // Helpers shared by test files.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -21,6 +25,23 @@ inline std::string autotune_path() {
   if (const char* e = std::getenv("KT_AUTOTUNE"); e && *e) return e;
   if (std::filesystem::exists(KT_AUTOTUNE_PATH)) return KT_AUTOTUNE_PATH;
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "autotune").string();
+}
+
+/// Runs `cmd` through /bin/sh with stderr merged into stdout. Returns the exit status (128 + the signal number when a
+/// signal ended it) and the output. Fails the running test case when the shell cannot be started.
+inline std::pair<int, std::string> run_command(const std::string& cmd) {
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
+  const int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+/// Runs the autotune binary (autotune_path()) with `args` (shell words): exit status and stdout + stderr.
+inline std::pair<int, std::string> run_autotune(const std::string& args) {
+  return run_command(autotune_path() + " " + args);
 }
 
 /// Exit status of kerntune_tests when nothing failed and at least one selected test case was skipped (or every

@@ -353,12 +353,42 @@ __device__ __forceinline__ long long partial_group(const BlockWork& w, const Dec
   return ((long long)w.b * p.num_kv_heads + w.kvh) * w.row_blocks + w.rb;
 }
 
+/// The online merge of split partials (flash decoding's combine; Dao et al., "Flash-Decoding for long-context
+/// inference", 2023): N columns of one row, splits added in a fixed order. Running max M of the splits' LSEs (log2
+/// units), sum of 2^(lse_s - M), and O weighted the same way, rescaled when M grows; a split whose rows saw no key
+/// (LSE -inf) is skipped. The same splits in the same order give the same bits.
+template <int N>
+struct SplitMerge {
+  float M = ptx::neg_inf(), sum = 0.f;
+  float acc[N] = {};
+
+  /// Adds one split: its LSE (log2 units) and its normalized O columns.
+  __device__ __forceinline__ void add(float lse2, const float (&v)[N]) {
+    if (lse2 == ptx::neg_inf()) return;
+    const float mn = fmaxf(M, lse2);
+    const float corr = ptx::exp2_approx(M - mn);  // 0 while M is -inf
+    const float wgt = ptx::exp2_approx(lse2 - mn);
+    sum = sum * corr + wgt;
+#pragma unroll
+    for (int e = 0; e < N; ++e) acc[e] = acc[e] * corr + wgt * v[e];
+    M = mn;
+  }
+
+  /// Normalizes acc to the merged O (0 for a row without keys) and returns the merged LSE (log2 units; -inf for a
+  /// row without keys).
+  __device__ __forceinline__ float finish() {
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < N; ++e) acc[e] *= inv;
+    return sum > 0.f ? M + __log2f(sum) : ptx::neg_inf();
+  }
+};
+
 /// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows with every thread: item i
 /// of valid_rows x D / 4 is row i / (D / 4), columns [4 (i % (D / 4)), + 4), one 16-byte load per split (a warp
-/// reads 512 contiguous bytes of one split's rows), the items spread over the block's threads. A thread runs an
-/// online merge over the splits in split order (running max M of the LSEs, sum of 2^(lse_s - M) and O weighted the
-/// same way, rescaled when M grows) and loads kBatch splits' LSE and O before it uses them, so they are in flight
-/// together; no pass over the LSEs first. Every thread of a row merges the same LSEs in the same order, so the row's
+/// reads 512 contiguous bytes of one split's rows), the items spread over the block's threads. A thread runs a
+/// SplitMerge over the splits in split order and loads kBatch splits' LSE and O before it uses them, so they are in
+/// flight together; no pass over the LSEs first. Every thread of a row merges the same LSEs in the same order, so the row's
 /// sum and LSE agree across its items, and the result has the same bits whichever block arrives last.
 template <DType DT, int D, int TileM, int Threads>
 __device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows) {
@@ -372,37 +402,24 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
     const int r = it / kItemsPerRow, c4 = it % kItemsPerRow;
     const float* lse_r = p.partial_lse + grp * TileM + r;             // split s: lse_r[s TileM]
     const float* o_r = p.partial_o + (grp * TileM + r) * D + c4 * 4;  // split s: o_r[s TileM D]
-    float M = ptx::neg_inf(), sum = 0.f;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    SplitMerge<4> m;
 #pragma unroll 1  // one batch of loads in flight: the registers stay those of the mainloop
     for (int s0 = 0; s0 < S; s0 += kBatch) {
       float l[kBatch];
-      float4 v[kBatch];
+      float v[kBatch][4];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const bool in = s0 + j < S;
         l[j] = in ? __ldcg(lse_r + (long long)(s0 + j) * TileM) : ptx::neg_inf();
-        v[j] = in ? __ldcg(reinterpret_cast<const float4*>(o_r + (long long)(s0 + j) * TileM * D))
-                  : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 f = in ? __ldcg(reinterpret_cast<const float4*>(o_r + (long long)(s0 + j) * TileM * D))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
       }
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (l[j] == ptx::neg_inf()) continue;  // a split whose rows saw no key
-        const float mn = fmaxf(M, l[j]);
-        const float corr = ptx::exp2_approx(M - mn);  // 0 while M is -inf
-        const float wgt = ptx::exp2_approx(l[j] - mn);
-        sum = sum * corr + wgt;
-        acc[0] = acc[0] * corr + wgt * v[j].x;
-        acc[1] = acc[1] * corr + wgt * v[j].y;
-        acc[2] = acc[2] * corr + wgt * v[j].z;
-        acc[3] = acc[3] * corr + wgt * v[j].w;
-        M = mn;
-      }
+      for (int j = 0; j < kBatch; ++j) m.add(l[j], v[j]);
     }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[e] *= inv;
-    store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), c4 == 0);
+    const float lse2 = m.finish();
+    store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, m.acc, lse2, c4 == 0);
   }
 }
 
@@ -410,7 +427,7 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
 /// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
 /// Every block has its merged partial in its own combine area (block_merge: O rows normalized per split, LSE in log2
 /// units; -inf for a split without keys); after one cluster barrier, the items (valid_rows x D / 8 columns) are spread
-/// over the threads of all the cluster's blocks, and each runs the online merge over the splits in rank order (the
+/// over the threads of all the cluster's blocks, and each runs a SplitMerge over the splits in rank order (the
 /// same order, and the same bits, as combine_splits) reading the other blocks' areas with ld.shared::cluster. A
 /// second barrier keeps every block resident until the others have read its area.
 template <DType DT, int D, int TileM, int KG, int Threads, int Cluster>
@@ -423,27 +440,18 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
   const unsigned rank = ptx::cluster_rank();
   for (int it = rank * Threads + threadIdx.x; it < valid_rows * (D / 8); it += Cluster * Threads) {
     const int r = it / (D / 8), ch = it % (D / 8);
-    float M = ptx::neg_inf(), sum = 0.f;
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    SplitMerge<8> m;
 #pragma unroll
     for (int s = 0; s < Cluster; ++s) {
       const unsigned remote = ptx::cluster_map(base, unsigned(s));
       const float l = ptx::ld_cluster_f32(remote + (kLseOff + r) * 4);
-      if (l == ptx::neg_inf()) continue;  // a split whose rows saw no key
+      if (l == ptx::neg_inf()) continue;  // a split whose rows saw no key: no need to read its O
       float v[8];
       merged_row_from<D, TileM, KG>([&](int i) { return ptx::ld_cluster_f4(remote + i * 4); }, r, ch, v);
-      const float mn = fmaxf(M, l);
-      const float corr = ptx::exp2_approx(M - mn);  // 0 while M is -inf
-      const float wgt = ptx::exp2_approx(l - mn);
-      sum = sum * corr + wgt;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] = acc[e] * corr + wgt * v[e];
-      M = mn;
+      m.add(l, v);
     }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), ch == 0);
+    const float lse2 = m.finish();
+    store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, m.acc, lse2, ch == 0);
   }
   ptx::cluster_arrive_release();
   ptx::cluster_wait();  // no block leaves while another still reads its combine area

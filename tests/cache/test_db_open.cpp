@@ -30,6 +30,7 @@ using namespace kt::db;
 
 namespace {
 
+using kt_test::run_autotune;
 using kt_test::TempDir;
 
 // A fresh folder under the system temp dir (mode 0755, so the unprivileged child can read it), removed
@@ -98,17 +99,6 @@ void populate(const std::string& path, int rows, const std::string& uuid = "GPU-
 void raw_exec(const std::string& path, const std::string& sql) {
   SQLite::Database raw(path, SQLite::OPEN_READWRITE);
   raw.exec(sql);
-}
-
-std::pair<int, std::string> run_autotune(const std::string& args) {
-  const std::string cmd = kt_test::autotune_path() + " " + args + " 2>&1";
-  std::array<char, 4096> buf{};
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  const int rc = pclose(f);
-  return {WEXITSTATUS(rc), out};
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cache/tuning_db.h"
+#include "tests/support.h"
 
 namespace fs = std::filesystem;
 using namespace kt::db;
@@ -771,13 +772,8 @@ TEST_CASE("the plain sqlite3 shell reads the database", "[db]") {
     CHECK(db.count("winners") == 3);
   }
   auto shell = [&](const std::string& sql) {
-    const std::string cmd = "sqlite3 '" + tmp.path + "' \"" + sql + "\" 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    CHECK(pclose(p) == 0);
+    const auto [st, out] = kt_test::run_command("sqlite3 '" + tmp.path + "' \"" + sql + "\"");
+    CHECK(st == 0);
     return out;
   };
   CHECK(shell("SELECT count(*) FROM winners") == "3\n");

@@ -18,7 +18,7 @@
 #include "generator/compiler.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
-#include "tests/gpu/winner_db.h"
+#include "tests/winner_db.h"
 #include "tests/support.h"
 #include "tuner/attention_harness.h"
 

@@ -16,7 +16,7 @@
 #include "generator/qkv_family.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
-#include "tests/gpu/winner_db.h"
+#include "tests/winner_db.h"
 #include "tests/support.h"
 #include "tuner/qkv_harness.h"
 

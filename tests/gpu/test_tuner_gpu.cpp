@@ -129,20 +129,6 @@ TEST_CASE("a faulting or hanging candidate is recorded and tuning continues in a
   std::filesystem::remove(dbp);
 }
 
-namespace {
-
-std::pair<int, std::string> run_cmd(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(f);
-  char buf[4096];
-  while (fgets(buf, sizeof buf, f)) out += buf;
-  const int rc = pclose(f);
-  return {WEXITSTATUS(rc), out};
-}
-
-}  // namespace
-
 TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runtime launches every winner",
           "[gpu][tuner][runtime]") {
   const std::string shapes = temp_path("small_shapes.json");
@@ -177,7 +163,7 @@ TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runti
   CHECK(after_kill >= before_kill);
 
   // Resume: completes, measuring only what is missing.
-  auto [rc, out] = run_cmd(base);
+  auto [rc, out] = kt_test::run_command(base);
   INFO(out);
   REQUIRE(rc == 0);
   CHECK_THAT(out, Catch::Contains("already in"));
@@ -185,7 +171,7 @@ TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runti
   const long long total = db.count("measurements");
   CHECK(total == 4 * 12);  // 4 problems x 12 candidates, nothing measured twice
   // The same command again measures nothing.
-  auto [rc2, out2] = run_cmd(base);
+  auto [rc2, out2] = kt_test::run_command(base);
   CHECK(rc2 == 0);
   CHECK_THAT(out2, Catch::Contains("0 candidates to measure"));
   CHECK(db::TuningDb(dbp, true).count("measurements") == total);
@@ -214,7 +200,7 @@ TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runti
     INFO(v.message);
     CHECK(v.pass);
   }
-  const auto show = run_cmd(std::string(kt_test::autotune_path()) + " show --db " + dbp);
+  const auto show = kt_test::run_command(std::string(kt_test::autotune_path()) + " show --db " + dbp);
   CHECK(show.first == 0);
   CHECK_THAT(show.second, Catch::Contains("4 winners"));
   std::filesystem::remove(dbp);

@@ -24,12 +24,7 @@ struct RunResult {
 RunResult run_self(const std::string& args) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   RunResult r;
-  FILE* p = popen(("KT_RUNNER_FIXTURES=1 '" + self + "' " + args + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::tie(r.status, r.output) = kt_test::run_command("KT_RUNNER_FIXTURES=1 '" + self + "' " + args);
   return r;
 }
 

@@ -45,18 +45,6 @@ TuneOptions valid() {
   return o;
 }
 
-// Runs autotune with `args` (shell syntax); returns the exit status and stdout + stderr.
-std::pair<int, std::string> run(const std::string& args) {
-  const std::string cmd = kt_test::autotune_path() + " " + args + " 2>&1";
-  std::array<char, 4096> buf{};
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  const int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
-
 const char* kPrefill = R"({"model":"tiny","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,
   "head_dim":128,"dtypes":["bf16"],"workloads":{"attention_prefill":[{"batch":1,"seqlen":512}]}})";
 
@@ -188,54 +176,54 @@ TEST_CASE("autotune: every argument error exits 2 and names the option", "[tuner
   };
   for (const auto& [opt, msg] : cases) {
     INFO(opt);
-    const auto [rc, out] = run(base + opt);
+    const auto [rc, out] = kt_test::run_autotune(base + opt);
     CHECK(rc == 2);
     CHECK_THAT(out, Catch::Contains(msg));
   }
   for (const char* args : {"show", "merge", "merge out.db", "show --db x.db merge a.db b.db"}) {
     INFO(args);
-    CHECK(run(args).first == 2);
+    CHECK(kt_test::run_autotune(args).first == 2);
   }
   for (const char* args : {"--arch sm_90a show --db x.db", "--compile-only merge out.db in.db"}) {
     INFO(args);
-    const auto [rc, out] = run(args);
+    const auto [rc, out] = kt_test::run_autotune(args);
     CHECK(rc == 2);
     CHECK_THAT(out, Catch::Contains("is a tuning option; it does not apply here"));
     CHECK_FALSE(fs::exists("out.db"));
   }
-  auto [rc, out] = run("show --db " + (t.path / "none.db").string() + " --family foo");
+  auto [rc, out] = kt_test::run_autotune("show --db " + (t.path / "none.db").string() + " --family foo");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("--family: unknown family 'foo'"));
-  std::tie(rc, out) = run("--help");
+  std::tie(rc, out) = kt_test::run_autotune("--help");
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("--shapes"));
-  std::tie(rc, out) = run("--arch sm_90a");
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("--shapes FILE is required"));
 }
 
 TEST_CASE("autotune: shapes files without tunable work, and Hugging Face configs, say so", "[tuner][cli]") {
   TempDir t;
-  auto [rc, out] = run("--arch sm_90a --compile-only --families qkv_proj --shapes " + t.write("p.json", kPrefill));
+  auto [rc, out] = kt_test::run_autotune("--arch sm_90a --compile-only --families qkv_proj --shapes " + t.write("p.json", kPrefill));
   CHECK(rc == 2);
   CHECK_THAT(out,
              Catch::Contains("--families qkv_proj: " + (t.path / "p.json").string() + " has no qkv_proj workloads"));
   const std::string decode = t.write("d.json", R"({"model":"tiny","hidden_size":3584,"num_attention_heads":28,
     "num_key_value_heads":4,"head_dim":128,"workloads":{"attention_decode":[{"batch":1,"kv_len":512}]}})");
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --families qkv_proj --shapes " + decode);
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --families qkv_proj --shapes " + decode);
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("--families qkv_proj: " + decode + " has no qkv_proj workloads"));
   // A Hugging Face config is announced (this one then fails on head_dim 96, before compiling anything).
   const std::string hf = t.write("config.json", R"({"architectures":["PhiForCausalLM"],"hidden_size":3072,
     "num_attention_heads":32,"num_key_value_heads":8,"head_dim":96})");
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + hf);
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --shapes " + hf);
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("reading " + hf + " as a Hugging Face config.json (model PhiForCausalLM") &&
                       Catch::Contains("head_dim 96 is not supported"));
   // A misspelt "workloads" in a kerntune file is an error, not a Hugging Face config.
   std::string misspelt = kPrefill;
   misspelt.replace(misspelt.find("\"workloads\""), 11, "\"workload\"");
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + t.write("m.json", misspelt));
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --shapes " + t.write("m.json", misspelt));
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown field 'workload'"));
   CHECK_THAT(out, !Catch::Contains("Hugging Face config.json ("));
@@ -250,12 +238,12 @@ TEST_CASE("autotune without a GPU: --db gets the binaries, --json a compile repo
   TempDir t;
   const std::string shapes = t.write("s.json", kPrefill);
   const std::string db = (t.path / "k.db").string(), json = (t.path / "r.json").string();
-  auto [rc, out] = run("--shapes " + shapes + " --db " + db);
+  auto [rc, out] = kt_test::run_autotune("--shapes " + shapes + " --db " + db);
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("no GPU found") && Catch::Contains("--arch is needed to compile without a GPU"));
   CHECK_FALSE(fs::exists(db));  // no empty database left behind
 
-  std::tie(rc, out) = run("--arch sm_90a --max-candidates 1 --shapes " + shapes + " --db " + db + " --json " + json);
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --max-candidates 1 --shapes " + shapes + " --db " + db + " --json " + json);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("stored 1 compiled binaries in " + db));
   {
@@ -275,7 +263,7 @@ TEST_CASE("autotune without a GPU: --db gets the binaries, --json a compile repo
 
   // --compile-only with --db stores the binaries too (it used to ignore --db and --json).
   const std::string db2 = (t.path / "co.db").string();
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --max-candidates 1 --shapes " + shapes + " --db " + db2);
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --max-candidates 1 --shapes " + shapes + " --db " + db2);
   CHECK(rc == 0);
   kt::db::TuningDb d2(db2, true);
   CHECK(d2.count("binaries") == 1);
@@ -329,15 +317,7 @@ TEST_CASE("example_attention_prefill checks its database before the GPU", "[tune
   else if (!fs::exists(exe))
     exe = (fs::read_symlink("/proc/self/exe").parent_path() / "example_attention_prefill").string();
   REQUIRE(fs::exists(exe));
-  auto run_example = [&](const std::string& args) {
-    FILE* f = popen((exe + " " + args + " 2>&1").c_str(), "r");
-    REQUIRE(f);
-    std::array<char, 4096> buf{};
-    std::string out;
-    while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-    const int st = pclose(f);
-    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
-  };
+  auto run_example = [&](const std::string& args) { return kt_test::run_command(exe + " " + args); };
   auto [rc, out] = run_example(bad);
   CHECK(rc == 1);
   CHECK_THAT(out, Catch::Contains("error: tuning db '" + bad + "'") && Catch::Contains("not a SQLite database"));
@@ -357,13 +337,8 @@ TEST_CASE("scripts/run.sh without a GPU refuses with an estimate and writes no d
   }
   TempDir t;
   const std::string db = (t.path / "k.db").string();
-  FILE* f = popen(("env -u KT_COMPILE_ONLY KT_DB=" + db + " " + KT_SOURCE_DIR + "/scripts/run.sh 2>&1").c_str(), "r");
-  REQUIRE(f);
-  std::array<char, 4096> buf{};
-  std::string out;
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  const int st = pclose(f);
-  CHECK(WEXITSTATUS(st) == 2);
+  const auto [st, out] = kt_test::run_command("env -u KT_COMPILE_ONLY KT_DB=" + db + " " + KT_SOURCE_DIR + "/scripts/run.sh");
+  CHECK(st == 2);
   CHECK_THAT(out, Catch::Contains("no NVIDIA GPU found") && Catch::Contains(" min on this machine's") &&
                       Catch::Contains("KT_COMPILE_ONLY=1 ./scripts/run.sh"));
   CHECK_FALSE(fs::exists(db));

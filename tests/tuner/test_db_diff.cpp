@@ -2,36 +2,28 @@
 // exit codes (0 none slower, 1 a winner slower than the threshold or, with --require-all, missing, 2 bad input).
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <string>
 #include <utility>
 
 #include "cache/tuning_db.h"
 #include "tests/support.h"
+#include "tests/winner_db.h"
 #include "tuner/db_diff.h"
 
 using namespace kt;
 
 namespace {
 
-/// A database holding, for device "GPU X", one ok measurement per (family, problem key, variant, median us).
+/// A database holding, for device "GPU X", one ok measurement per (family, problem key, variant, median us), each
+/// with a placeholder binary (never loaded).
 void make_db(const std::string& path,
              const std::vector<std::tuple<std::string, std::string, std::string, double>>& rows) {
-  db::TuningDb tdb(path);
   db::DeviceRecord d;
   d.name = "GPU X";
   d.uuid = "GPU-x";
   d.cc_major = 9;
   d.sm_count = 132;
-  const long long dev = tdb.upsert_device(d);
-  db::RunRecord run;
-  run.argv = "test_db_diff";
-  run.started_at = 1700000000;
-  const long long run_id = tdb.begin_run(run);
-  std::vector<db::Measurement> ms;
+  kt_test::WinnerDb wdb(path, d, "test_db_diff");
   for (const auto& [family, key, variant, us] : rows) {
     db::BinaryRecord b;
     b.hash = "hash-" + variant;
@@ -41,34 +33,10 @@ void make_db(const std::string& path,
     b.lowered_name = "lowered";
     b.arch = "sm_90a";
     b.cubin = "not a cubin";
-    tdb.put_binary(b);
-    db::Measurement m;
-    m.run_id = run_id;
-    m.device_id = dev;
-    m.family = family;
-    m.problem_key = key;
-    m.problem_json = "{}";
-    m.variant_name = variant;
-    m.config_json = "{}";
-    m.binary_hash = b.hash;
-    m.status = db::Status::ok;
-    m.median_us = m.p20_us = m.p80_us = us;
-    m.samples_us = {us};
-    m.measured_at = 1700000001;
-    ms.push_back(m);
+    wdb.put_binary(b);
+    wdb.add(family, key, "{}", variant, "{}", b.hash, us);
   }
-  tdb.add_measurements(ms);
-  tdb.end_run(run_id, 1700000002);
-}
-
-std::pair<int, std::string> run(const std::string& args) {
-  std::string out;
-  std::array<char, 4096> buf{};
-  FILE* f = popen((kt_test::autotune_path() + " " + args + " 2>&1").c_str(), "r");
-  REQUIRE(f);
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  const int rc = pclose(f);
-  return {WEXITSTATUS(rc), out};
+  wdb.finish("GPU X", std::get<0>(rows.front()));
 }
 
 }  // namespace
@@ -111,25 +79,25 @@ TEST_CASE("autotune diff: per-problem winners, ratios, the threshold, missing pr
     CHECK_THROWS_AS(tune::diff_winners(o, n, "", -0.1), std::invalid_argument);
   }
   SECTION("CLI") {
-    auto [rc, out] = run("diff " + old_db + " " + new_db);
+    auto [rc, out] = kt_test::run_autotune("diff " + old_db + " " + new_db);
     CHECK(rc == 1);
     CHECK_THAT(out, Catch::Contains("SLOWER"));
     CHECK_THAT(out, Catch::Contains("MISSING in new"));
     CHECK_THAT(out, Catch::Contains("5 problems: 1 slower than 5.0%, 1 missing"));
-    std::tie(rc, out) = run("diff " + old_db + " " + new_db + " --threshold 30");
+    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --threshold 30");
     CHECK(rc == 0);
-    std::tie(rc, out) = run("diff " + old_db + " " + new_db + " --threshold 30 --require-all");
+    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --threshold 30 --require-all");
     CHECK(rc == 1);
-    std::tie(rc, out) = run("diff " + old_db + " " + new_db + " --family attention_decode --threshold 0");
+    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --family attention_decode --threshold 0");
     CHECK(rc == 0);
-    std::tie(rc, out) = run("diff " + old_db + " " + (tmp.path / "missing.db").string());
+    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + (tmp.path / "missing.db").string());
     CHECK(rc == 2);
     CHECK_THAT(out, Catch::Contains("autotune diff:"));
-    std::tie(rc, out) = run("diff " + old_db + " " + new_db + " --family nope");
+    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --family nope");
     CHECK(rc == 2);
-    std::tie(rc, out) = run("diff " + old_db + " " + new_db + " --threshold -1");
+    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --threshold -1");
     CHECK(rc == 2);
-    std::tie(rc, out) = run("diff " + old_db + " " + new_db + " --budget-ms 5");
+    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --budget-ms 5");
     CHECK(rc == 2);
   }
 }

@@ -31,16 +31,6 @@ Candidate cand(const std::string& name, double us, int regs, int smem, db::Statu
   return c;
 }
 
-std::pair<int, std::string> run(const std::string& args) {
-  std::string cmd = kt_test::autotune_path() + " " + args + " 2>&1";
-  std::array<char, 4096> buf{};
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  int rc = pclose(f);
-  return {WEXITSTATUS(rc), out};
-}
 }  // namespace
 
 TEST_CASE("percentiles interpolate", "[tuner]") {
@@ -123,7 +113,7 @@ TEST_CASE("make_inputs draws random non-zero data, and verify catches unwritten 
 }
 
 TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
-  auto [rc, out] = run("--arch sm_91 --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json --compile-only");
+  auto [rc, out] = kt_test::run_autotune("--arch sm_91 --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json --compile-only");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown --arch 'sm_91'") && Catch::Contains("sm_80, sm_86, sm_89, sm_90, sm_90a"));
 
@@ -131,28 +121,28 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   std::ofstream(bad)
       << R"({"model":"x","hidden_size":3072,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":96,
     "workloads":{"attention_prefill":[{"batch":1,"seqlen":128}]}})";
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + bad);
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --shapes " + bad);
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains(bad) && Catch::Contains("head_dim 96 is not supported"));
 
   std::ofstream(bad) << R"({"model":"x","hidden_size":3072,"num_attention_heads":32,"head_dim":96,
     "workloads":{"attention_prefill":[{"batch":1,"seqlen":128}]}})";
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --shapes " + bad);
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --shapes " + bad);
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("num_key_value_heads"));
 
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) +
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) +
                           "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'"));
   // `autotune show` checks --family against the registry before opening the database.
-  std::tie(rc, out) = run("show --db /nonexistent/kt.db --family gemm");
+  std::tie(rc, out) = kt_test::run_autotune("show --db /nonexistent/kt.db --family gemm");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill") &&
                       Catch::Contains("qkv_proj"));
 
   std::tie(rc, out) =
-      run("--arch sm_90a --compile-only --only '(' --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+      kt_test::run_autotune("--arch sm_90a --compile-only --only '(' --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("--only '('") && Catch::Contains("not a valid regular expression"));
   // --only keeps the matching candidates and the default (the baseline): a regex that matches nothing leaves one
@@ -160,11 +150,11 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   std::ofstream(bad)
       << R"({"model":"x","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,"head_dim":128,
     "qkv_bias":true,"dtypes":["bf16"],"workloads":{"qkv_proj":{"tokens":[1],"formats":["int4"]}}})";
-  std::tie(rc, out) = run("--arch sm_90a --compile-only --only no_such_variant --shapes " + bad);
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --only no_such_variant --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 1 distinct binaries"));
   std::tie(rc, out) =
-      run("--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
+      kt_test::run_autotune("--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 3 distinct binaries"));
   std::filesystem::remove(bad);

@@ -14,16 +14,6 @@
 
 namespace {
 
-std::pair<int, std::string> run(const std::string& args) {
-  std::string out;
-  std::array<char, 4096> buf{};
-  FILE* f = popen((kt_test::autotune_path() + " " + args + " 2>&1").c_str(), "r");
-  REQUIRE(f);
-  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
-  const int rc = pclose(f);
-  return {WEXITSTATUS(rc), out};
-}
-
 }  // namespace
 
 TEST_CASE("WriterLock: one holder per database; the autotune CLI refuses a second writer naming the first", "[tuner]") {
@@ -40,7 +30,7 @@ TEST_CASE("WriterLock: one holder per database; the autotune CLI refuses a secon
   std::ofstream(shapes) << R"({"model":"t","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,)"
                         << R"("head_dim":128,"qkv_bias":true,"dtypes":["bf16"],)"
                         << R"("workloads":{"attention_prefill":[{"batch":1,"seqlen":512,"causal":true}]}})";
-  auto [rc, out] = run("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
+  auto [rc, out] = kt_test::run_autotune("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("another autotune"));
   CHECK_THAT(out, Catch::Contains(db));
@@ -48,7 +38,7 @@ TEST_CASE("WriterLock: one holder per database; the autotune CLI refuses a secon
   a.release();
   REQUIRE(b.acquire(db, &why));
   b.release();
-  std::tie(rc, out) = run("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
   INFO(out);
   CHECK(rc == 0);
   // A directory where the lock file would go: refused with the reason.

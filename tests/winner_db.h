@@ -1,6 +1,7 @@
-// A tuning database of hand-picked "winners" for the runtime's [gpu] tests: each test compiles the variants it
-// wants the runtime to find (NVRTC, no cubin cache) and records them as ok measurements of the current device, so
-// that the runtime's exact and nearest steps resolve to known configs and never to the default.
+// A tuning database of hand-picked "winners": the runtime's [gpu] tests compile the variants they want the runtime to
+// find (NVRTC, no cubin cache) and record them as ok measurements of the current device, so that the runtime's exact
+// and nearest steps resolve to known configs and never to the default; CPU tests of the database tools (autotune
+// diff) store placeholder binaries for a made-up device.
 #pragma once
 #include <string>
 #include <vector>
@@ -16,8 +17,20 @@ namespace kt_test {
 
 class WinnerDb {
  public:
-  /// Opens (creates) the database at path and starts a run on the device `info` describes; argv names the test.
-  WinnerDb(const std::string& path, const kt::cuda::DeviceInfo& info, const std::string& argv) : db_(path) {
+  /// Opens (creates) the database at path and starts a run on `device`; argv names the test.
+  WinnerDb(const std::string& path, const kt::db::DeviceRecord& device, const std::string& argv) : db_(path) {
+    device_id_ = db_.upsert_device(device);
+    kt::db::RunRecord run;
+    run.argv = argv;
+    run.started_at = 1700000000;
+    run_id_ = db_.begin_run(run);
+  }
+
+  /// The same, on the device `info` describes (the GPU the test runs on).
+  WinnerDb(const std::string& path, const kt::cuda::DeviceInfo& info, const std::string& argv)
+      : WinnerDb(path, device_record(info), argv) {}
+
+  static kt::db::DeviceRecord device_record(const kt::cuda::DeviceInfo& info) {
     kt::db::DeviceRecord d;
     d.name = info.name;
     d.uuid = info.uuid;
@@ -26,12 +39,11 @@ class WinnerDb {
     d.sm_count = info.sm_count;
     d.l2_bytes = info.l2_bytes;
     d.driver_version = info.driver_version;
-    device_id_ = db_.upsert_device(d);
-    kt::db::RunRecord run;
-    run.argv = argv;
-    run.started_at = 1700000000;
-    run_id_ = db_.begin_run(run);
+    return d;
   }
+
+  /// Stores a ready binary record (no compile).
+  void put_binary(const kt::db::BinaryRecord& b) { db_.put_binary(b); }
 
   /// Compiles src (REQUIREs success) and stores its binary; returns the binary's hash.
   std::string put_binary(const kt::KernelSource& src) {
@@ -49,7 +61,7 @@ class WinnerDb {
     b.registers = r.report.registers;
     b.static_smem_bytes = r.report.static_smem_bytes;
     b.dynamic_smem_bytes = int(src.dynamic_smem_bytes);
-    db_.put_binary(b);
+    put_binary(b);
     return b.hash;
   }
 
