@@ -28,6 +28,10 @@ struct Config {
   int mainloop;  ///< Mainloop
   int raster;    ///< block order: 0 = m-block fastest (per (batch, head), causal heaviest first),
                  ///<              1 = m-block slowest (causal: heaviest blocks of every head first)
+  int overlap;   ///< kWgmmaWs: 1 = intra-warpgroup overlap (tile j's softmax runs while tile j - 1's P V is on the
+                 ///< tensor cores; FlashAttention-3, Algorithm 2), 0 = each GEMM waited for; kMmaSync: 0
+  int pingpong;  ///< kWgmmaWs with two consumer warpgroups and overlap: 1 = they take turns issuing GEMMs (one's
+                 ///< softmax under the other's GEMMs; FlashAttention-3's warp-scheduler barriers), 0 = not; else 0
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of
@@ -90,7 +94,11 @@ KT_HD constexpr const char* invalid_reason_ws(int head_dim, const Config& c, Arc
   if (c.tile_n != 64 && c.tile_n != 128) return "tile_n must be 64 or 128";
   // stages: 2..4 K/V ring slots.
   if (c.stages < 2 || c.stages > 4) return "stages must be 2, 3 or 4";
-  if (c.raster != 0) return "raster must be 0";
+  if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
+  if (c.overlap != 0 && c.overlap != 1) return "overlap must be 0 or 1";
+  if (c.pingpong != 0 && c.pingpong != 1) return "pingpong must be 0 or 1";
+  if (c.pingpong == 1 && (c.warps != 8 || c.overlap != 1))
+    return "pingpong needs two consumer warpgroups (warps 8) and overlap";
   if (smem_bytes(c, head_dim) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
   return nullptr;
 }
@@ -115,6 +123,8 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causa
   if (c.tile_n % 16 != 0 || c.tile_n < 32 || c.tile_n > 128) return "tile_n must be 32, 48, ..., 128";
   // raster: one of the two block orders.
   if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
+  // overlap and pingpong are wgmma_ws schedules.
+  if (c.overlap != 0 || c.pingpong != 0) return "overlap and pingpong must be 0 for the mma.sync mainloop";
   // stages: 1 (no prefetch) to 3 K/V buffers.
   if (c.stages < 1 || c.stages > 3) return "stages must be 1, 2 or 3";
   // cp.async tile loads: every thread moves the same number of 16-byte chunks.

@@ -9,10 +9,16 @@
 // block filled by [64 rows][64] TMA boxes. The mbarriers are static shared memory.
 //
 // Block: (Consumers + 1) warpgroups; warpgroup 0 produces (one thread issues every copy), warpgroup 1 + c consumes
-// query rows [64 c, 64 c + 64) of the block's tile. Grid (m-blocks, heads, batch), causal blocks heaviest first.
+// query rows [64 c, 64 c + 64) of the block's tile. Grid and block order: block_order.cuh (Raster).
+//
+// Overlap (FlashAttention-3's intra-warpgroup overlap, its Algorithm 2): a consumer issues tile j's Q K^T and tile
+// j - 1's P V together and runs tile j's softmax while the P V product is still on the tensor cores. Pingpong (two
+// consumers; FlashAttention-3's warp-scheduler barriers): the consumers take turns issuing their GEMMs, so that one's
+// softmax runs while the other's GEMMs hold the tensor cores.
 // Layouts, strides and GQA mapping: FwdParams in attention_config.h; the tensor maps: FwdTmaParams.
 #pragma once
 #include "attention/attention_config.h"
+#include "attention/block_order.cuh"
 #include "common/ptx.cuh"
 #include "common/tma_ring.cuh"
 #include "common/wgmma.cuh"
@@ -71,8 +77,9 @@ struct WsRows {
   float row_max[2], row_sum[2];
 };
 
-/// S = Q K^T for the warpgroup's 64 rows against one [TileN, D] K tile: D / 16 wgmma k-steps, Q and K both K-major
-/// through 128-byte-swizzle descriptors (a k-step is 32 bytes into a column block, a column block every 4 steps).
+/// Issues S = Q K^T for the warpgroup's 64 rows against one [TileN, D] K tile (one commit group; the caller waits):
+/// D / 16 wgmma k-steps, Q and K both K-major through 128-byte-swizzle descriptors (a k-step is 32 bytes into a column
+/// block, a column block every 4 steps).
 template <DType DT, int D, int TileM, int TileN>
 __device__ __forceinline__ void ws_scores(float (&s)[TileN / 2], unsigned sQ_rows, unsigned sK) {
 #pragma unroll
@@ -85,15 +92,15 @@ __device__ __forceinline__ void ws_scores(float (&s)[TileN / 2], unsigned sQ_row
     wgmma::Mma<DT, TileN>::run(s, a, b);
   }
   wgmma::commit_group();
-  wgmma::wait_group<0>();
+  wgmma::fence_operands(s);
 }
 
-/// Masks (keys at or past seqlen_k; causal: right of the bottom-right aligned diagonal), runs the online softmax step
-/// on the rows the thread holds (a row spread over a quad of lanes) and rescales O; leaves P = exp2(S scale_log2 -
-/// max scale_log2) in s.
+/// Masks (keys at or past seqlen_k; causal: right of the bottom-right aligned diagonal) and runs the online softmax
+/// step on the rows the thread holds (a row spread over a quad of lanes): leaves P = exp2(S scale_log2 - max
+/// scale_log2) in s, updates the row maxima and sums, and returns in corr the factor that O's rows take (ws_rescale).
 template <bool Causal, int D, int TileN>
-__device__ __forceinline__ void ws_softmax(float (&s)[TileN / 2], WsRows<D>& st, int row0, int n0, int seqlen_k,
-                                           int shift, float scale_log2, bool need_mask) {
+__device__ __forceinline__ void ws_softmax(float (&s)[TileN / 2], WsRows<D>& st, float (&corr)[2], int row0, int n0,
+                                           int seqlen_k, int shift, float scale_log2, bool need_mask) {
   const int t = threadIdx.x % 4;
   if (need_mask) {
 #pragma unroll
@@ -115,7 +122,7 @@ __device__ __forceinline__ void ws_softmax(float (&s)[TileN / 2], WsRows<D>& st,
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float base = mx == ptx::neg_inf() ? 0.f : mx * scale_log2;  // a row with no visible key yet: base 0
     const float prev = st.row_max[h] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[h] * scale_log2;
-    const float corr = ptx::exp2_approx(prev - base);
+    corr[h] = ptx::exp2_approx(prev - base);
     st.row_max[h] = mx;
     float sum = 0.f;
 #pragma unroll
@@ -126,34 +133,135 @@ __device__ __forceinline__ void ws_softmax(float (&s)[TileN / 2], WsRows<D>& st,
         v = ptx::exp2_approx(fmaf(v, scale_log2, -base));
         sum += v;
       }
-    st.row_sum[h] = st.row_sum[h] * corr + sum;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      st.o[4 * i + 2 * h] *= corr;
-      st.o[4 * i + 2 * h + 1] *= corr;
-    }
+    st.row_sum[h] = st.row_sum[h] * corr[h] + sum;
   }
 }
 
-/// O += P V: P from the score accumulators packed to 16 bits (the m64nNk16 accumulator layout of keys [16 kk, 16 kk +
-/// 16) is the A register fragment of k-step kk), V [TileN, D] MN-major (head_dim contiguous) through
+/// O's rows times the softmax step's correction (the P V product that accumulates into O has completed).
+template <int D>
+__device__ __forceinline__ void ws_rescale(WsRows<D>& st, const float (&corr)[2]) {
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.o[4 * i + 2 * h] *= corr[h];
+      st.o[4 * i + 2 * h + 1] *= corr[h];
+    }
+}
+
+/// P packed to 16 bits as wgmma A fragments: the m64nNk16 accumulator layout of keys [16 kk, 16 kk + 16) is the A
+/// register fragment of k-step kk.
+template <DType DT, int TileN>
+__device__ __forceinline__ void ws_pack_p(unsigned (&pa)[TileN / 16][4], const float (&s)[TileN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < TileN / 16; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) pa[kk][q] = ptx::pack2<DT>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+}
+
+/// Issues O += P V (one commit group; the caller waits): V [TileN, D] MN-major (head_dim contiguous) through
 /// make_desc_sw128_mn: a k-step is 16 key rows (2048 bytes) further, the second 64-wide column block TileN x 128 bytes.
 template <DType DT, int D, int TileN>
-__device__ __forceinline__ void ws_accumulate_pv(WsRows<D>& st, const float (&s)[TileN / 2], unsigned sV) {
-  unsigned pa[TileN / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < TileN / 16; ++kk) {
-    pa[kk][0] = ptx::pack2<DT>(s[8 * kk + 0], s[8 * kk + 1]);
-    pa[kk][1] = ptx::pack2<DT>(s[8 * kk + 2], s[8 * kk + 3]);
-    pa[kk][2] = ptx::pack2<DT>(s[8 * kk + 4], s[8 * kk + 5]);
-    pa[kk][3] = ptx::pack2<DT>(s[8 * kk + 6], s[8 * kk + 7]);
-  }
+__device__ __forceinline__ void ws_pv(WsRows<D>& st, unsigned (&pa)[TileN / 16][4], unsigned sV) {
   wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < TileN / 16; ++kk)
     wgmma::MmaRSTransB<DT, D>::run(st.o, pa[kk], wgmma::make_desc_sw128_mn(sV + kk * 2048, TileN * 128));
   wgmma::commit_group();
+  wgmma::fence_operands(st.o);
+#pragma unroll
+  for (int kk = 0; kk < TileN / 16; ++kk) wgmma::fence_operands(pa[kk]);
+}
+
+/// Pingpong turns of the two consumer warpgroups (FlashAttention-3's warp-scheduler barriers): consumer c waits on
+/// named barrier 1 + c (256 threads) before it issues a turn's GEMMs and arrives on the other's after. Consumer 0's
+/// first turn is opened by its own arrival (open); consumer 1 skips its last arrival, so every barrier use completes.
+/// Without Pingpong every call is a no-op.
+template <bool Pingpong>
+struct WsTurns {
+  int c;
+  __device__ __forceinline__ void open() const {
+    if (Pingpong && c == 0) ptx::named_barrier_arrive(1, 256);
+  }
+  __device__ __forceinline__ void begin() const {
+    if (Pingpong) ptx::named_barrier(1 + c, 256);
+  }
+  __device__ __forceinline__ void end(bool last) const {
+    if (Pingpong && !(last && c == 1)) ptx::named_barrier_arrive(2 - c, 256);
+  }
+};
+
+/// One consumer warpgroup's mainloop over key tiles [0, n_tiles) (n_tiles >= 1). Without Overlap: per tile, Q K^T,
+/// softmax, P V, each waited for. With Overlap: tile j's Q K^T and tile j - 1's P V are issued together (one turn) and
+/// tile j's softmax runs while P V is in flight; O is rescaled once P V has completed.
+template <DType DT, int D, bool Causal, int TileM, int TileN, int Stages, bool Overlap, bool Pingpong>
+__device__ __forceinline__ void ws_consume(const FwdParams& p, WsRows<D>& st, unsigned sQ_rows, unsigned sKV,
+                                           const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
+                                           int c, int row0, int m0, int n_tiles) {
+  const bool lead = threadIdx.x % 32 == 0;  // one release per consumer warp
+  const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  const WsTurns<Pingpong> turn{c};
+  auto sK = [&](int j) { return sKV + 2 * pipe::TmaRing<Stages>::slot(j) * ws_tile_bytes<TileN, D>(); };
+  auto sV = [&](int j) { return sK(j) + ws_tile_bytes<TileN, D>(); };
+  auto softmax = [&](float (&s)[TileN / 2], float (&corr)[2], int j) {
+    const int n0 = j * TileN;
+    const bool need_mask = n0 + TileN > p.seqlen_k || (Causal && n0 + TileN - 1 > m0 + 64 * c + shift);
+    ws_softmax<Causal, D, TileN>(s, st, corr, row0, n0, p.seqlen_k, shift, p.scale_log2, need_mask);
+  };
+  float s[TileN / 2], corr[2];
+  unsigned pa[TileN / 16][4];
+  if (!Overlap) {
+    for (int j = 0; j < n_tiles; ++j) {
+      k_ring.wait(j);
+      ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(j));
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(s);
+      if (lead) k_ring.release(j);
+      softmax(s, corr, j);
+      ws_rescale(st, corr);
+      ws_pack_p<DT, TileN>(pa, s);
+      v_ring.wait(j);
+      ws_pv<DT, D, TileN>(st, pa, sV(j));
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(st.o);
+      if (lead) v_ring.release(j);
+    }
+    return;
+  }
+  turn.open();
+  k_ring.wait(0);
+  turn.begin();
+  ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(0));
+  turn.end(false);
   wgmma::wait_group<0>();
+  wgmma::fence_operands(s);
+  if (lead) k_ring.release(0);
+  softmax(s, corr, 0);  // O is still 0: no rescale
+  ws_pack_p<DT, TileN>(pa, s);
+  for (int j = 1; j < n_tiles; ++j) {
+    k_ring.wait(j);
+    turn.begin();
+    ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(j));
+    v_ring.wait(j - 1);
+    ws_pv<DT, D, TileN>(st, pa, sV(j - 1));
+    turn.end(false);
+    wgmma::wait_group<1>();  // Q K^T of tile j has completed; P V of tile j - 1 may still run
+    wgmma::fence_operands(s);
+    if (lead) k_ring.release(j);
+    softmax(s, corr, j);
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(st.o);
+    if (lead) v_ring.release(j - 1);
+    ws_rescale(st, corr);
+    ws_pack_p<DT, TileN>(pa, s);
+  }
+  v_ring.wait(n_tiles - 1);
+  turn.begin();
+  ws_pv<DT, D, TileN>(st, pa, sV(n_tiles - 1));
+  turn.end(true);
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(st.o);
+  if (lead) v_ring.release(n_tiles - 1);
 }
 
 /// Epilogue of one consumer thread: O / l in the output dtype for its two rows (4-byte stores of column pairs) below
@@ -184,12 +292,14 @@ __device__ __forceinline__ void ws_store(const FwdParams& p, const WsRows<D>& st
 #endif  // __CUDA_ARCH__ >= 900
 
 /// The kernel (mainloop kWgmmaWs). TileM = 64 x Consumers query rows per block; TileN 64 or 128 keys per ring slot.
-template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages>
+template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong>
 __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const __grid_constant__ FwdTmaParams tp) {
 #if __CUDA_ARCH__ >= 900
   constexpr int TileM = 64 * Consumers;
   // ---- preconditions: the family's single validity rule set ----
-  static_assert(invalid_reason(DT, D, Causal, Config{TileM, TileN, 4 * Consumers, Stages, kWgmmaWs, 0},
+  static_assert(invalid_reason(DT, D, Causal,
+                               Config{TileM, TileN, 4 * Consumers, Stages, kWgmmaWs, Raster, Overlap ? 1 : 0,
+                                      Pingpong ? 1 : 0},
                                ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_prefill wgmma_ws variant: see invalid_reason() in attention_config.h");
   const FwdParams& p = tp.p;
@@ -202,13 +312,11 @@ __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const _
   const pipe::TmaRing<Stages> k_ring(s_bars + 1), v_ring(s_bars + 1 + 2 * Stages);
   const int tid = threadIdx.x, wg = tid / 128;
 
-  const int num_m_blocks = gridDim.x;
-  const int m_block = Causal ? num_m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int head = blockIdx.y, batch = blockIdx.z;
+  const BlockTile tile = block_tile<Causal, Raster>();
+  const int head = tile.head, batch = tile.batch;
   const int kv_head = head / (p.num_heads / p.num_kv_heads);
-  const int m0 = m_block * TileM;
-  const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
-  const int n_keys = Causal ? min(p.seqlen_k, min(m0 + TileM, p.seqlen_q) + shift) : p.seqlen_k;
+  const int m0 = tile.m_block * TileM;
+  const int n_keys = keys_needed<Causal>(p, m0, TileM);
   const int n_tiles = n_keys > 0 ? (n_keys + TileN - 1) / TileN : 0;
 
   if (tid == 0) {
@@ -234,20 +342,10 @@ __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const _
   for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
   st.row_max[0] = st.row_max[1] = ptx::neg_inf();
   st.row_sum[0] = st.row_sum[1] = 0.f;
-  if (n_tiles > 0) ptx::mbarrier_wait(q_bar, 0);
-  const unsigned sQ_rows = sQ + c * 64 * 128;  // the warpgroup's 64 rows of every Q column block
-  for (int j = 0; j < n_tiles; ++j) {
-    const int slot = pipe::TmaRing<Stages>::slot(j), n0 = j * TileN;
-    const unsigned sK = sKV + 2 * slot * ws_tile_bytes<TileN, D>(), sV = sK + ws_tile_bytes<TileN, D>();
-    float s[TileN / 2];
-    k_ring.wait(j);
-    ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK);
-    if (lane == 0) k_ring.release(j);
-    const bool need_mask = n0 + TileN > p.seqlen_k || (Causal && n0 + TileN - 1 > m0 + 64 * c + shift);
-    ws_softmax<Causal, D, TileN>(s, st, row0, n0, p.seqlen_k, shift, p.scale_log2, need_mask);
-    v_ring.wait(j);
-    ws_accumulate_pv<DT, D, TileN>(st, s, sV);
-    if (lane == 0) v_ring.release(j);
+  if (n_tiles > 0) {
+    ptx::mbarrier_wait(q_bar, 0);
+    ws_consume<DT, D, Causal, TileM, TileN, Stages, Overlap, Pingpong>(p, st, sQ + c * 64 * 128, sKV, k_ring, v_ring,
+                                                                       c, row0, m0, n_tiles);
   }
   unsigned short* o = static_cast<unsigned short*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
   ws_store<DT, D>(p, st, o, row0, batch, head);

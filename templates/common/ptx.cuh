@@ -51,6 +51,11 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void named_barrier(unsigned id, unsigned count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+/// Arrives on named barrier `id` without waiting (PTX ISA "bar.arrive"): the producer side of a named barrier whose
+/// other `count` - 32 k threads wait in bar.sync.
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 
 // ---- sm_80: L2 cache policies (PTX ISA "createpolicy"; the ".L2::cache_hint" qualifier of ld and cp.async.bulk)
 /// An optional L2 cache policy for a load: `on` false = no hint (the plain instruction), else `policy`.
