@@ -59,6 +59,16 @@ std::vector<Config> config_space() {
       for (int warps : {4, 8})
         for (int stages : {1, 2, 3})
           for (int raster : {0, 1}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync, raster});
+  // The Hopper mainloop: one or two consumer warpgroups (tile_m 64 / 128), tile_n 64 or 128, 2..4 ring slots,
+  // both block orders, intra-warpgroup overlap off / on, and with two consumers and overlap, pingpong off / on.
+  for (int warps : {4, 8})
+    for (int tile_n : {64, 128})
+      for (int stages : {2, 3, 4})
+        for (int raster : {0, 1})
+          for (int overlap : {0, 1})
+            for (int pingpong : {0, 1})
+              if (pingpong == 0 || (warps == 8 && overlap == 1))
+                out.push_back(Config{16 * warps, tile_n, warps, stages, kWgmmaWs, raster, overlap, pingpong});
   return out;
 }
 
@@ -71,6 +81,7 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
 
 Config default_config(ArchId arch, const Problem& p) {
   Config c{128, 64, 4, 2, kMmaSync, 0};
+  if (arch.sm == 90 && arch.arch_specific) c = Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1};
   if (const char* why = invalid_reason(p.dtype, p.head_dim, p.causal, c, arch))
     fail(std::string("no default config for ") + arch_name(arch) + ": " + why);
   return c;
@@ -79,13 +90,21 @@ Config default_config(ArchId arch, const Problem& p) {
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << (p.causal ? "causal" : "full") << "__"
-    << "mmasync_m" << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_r" << c.raster << "__"
-    << arch_name(arch);
+    << (c.mainloop == kWgmmaWs ? "wgmmaws_m" : "mmasync_m") << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s"
+    << c.stages << "_r" << c.raster;
+  if (c.mainloop == kWgmmaWs) s << "_o" << c.overlap << "_p" << c.pingpong;
+  s << "__" << arch_name(arch);
   return s.str();
 }
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
+  if (c.mainloop == kWgmmaWs) {  // flash_fwd_ws<dtype, D, causal, tile_n, consumers, stages, raster, overlap, pingpong>
+    s << "kt::attn::flash_fwd_ws<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
+      << (p.causal ? "true" : "false") << ", " << c.tile_n << ", " << c.warps / 4 << ", " << c.stages << ", "
+      << c.raster << ", " << (c.overlap ? "true" : "false") << ", " << (c.pingpong ? "true" : "false") << ">";
+    return s.str();
+  }
   s << "kt::attn::flash_fwd<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
     << (p.causal ? "true" : "false") << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps << ", " << c.stages
     << ", " << c.mainloop << ", " << c.raster << ">";
@@ -97,7 +116,8 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   k.family = kFamily;
   k.variant_name = variant_name(p, c, arch);
   k.name_expression = name_expression(p, c);
-  k.source = "#include \"attention/flash_fwd.cuh\"\n";
+  k.source =
+      c.mainloop == kWgmmaWs ? "#include \"attention/flash_fwd_ws.cuh\"\n" : "#include \"attention/flash_fwd.cuh\"\n";
   k.arch = arch;
   k.dynamic_smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
   return k;
@@ -109,7 +129,7 @@ LaunchDims launch_dims(const Problem& p, const Config& c) {
   d.grid_x = c.raster == 0 ? m_blocks : static_cast<unsigned>(p.num_heads);
   d.grid_y = c.raster == 0 ? static_cast<unsigned>(p.num_heads) : static_cast<unsigned>(p.batch);
   d.grid_z = c.raster == 0 ? static_cast<unsigned>(p.batch) : m_blocks;
-  d.block_x = static_cast<unsigned>(c.warps * 32);
+  d.block_x = static_cast<unsigned>((c.warps + (c.mainloop == kWgmmaWs ? 4 : 0)) * 32);  // + the producer warpgroup
   d.smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
   return d;
 }
@@ -180,8 +200,8 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n},     {"warps", c.warps},
-          {"stages", c.stages}, {"mainloop", c.mainloop}, {"raster", c.raster}};
+  return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n},     {"warps", c.warps},   {"stages", c.stages},
+          {"mainloop", c.mainloop}, {"raster", c.raster}, {"overlap", c.overlap}, {"pingpong", c.pingpong}};
 }
 
 Config config_from_json(const nlohmann::json& j) {
@@ -192,12 +212,15 @@ Config config_from_json(const nlohmann::json& j) {
   c.stages = field<int>(j, "stages", "config");
   c.mainloop = field<int>(j, "mainloop", "config");
   c.raster = field<int>(j, "raster", "config");
+  // overlap and pingpong came with the wgmma_ws mainloop: configs stored before it have neither (both 0).
+  c.overlap = j.contains("overlap") ? field<int>(j, "overlap", "config") : 0;
+  c.pingpong = j.contains("pingpong") ? field<int>(j, "pingpong", "config") : 0;
   return c;
 }
 
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages &&
-         a.mainloop == b.mainloop && a.raster == b.raster;
+         a.mainloop == b.mainloop && a.raster == b.raster && a.overlap == b.overlap && a.pingpong == b.pingpong;
 }
 
 void check_params(const Problem& p, const FwdParams& a) {

@@ -42,29 +42,37 @@ struct Problem {
 void check_problem(const Problem& p);
 
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
-/// tile_m {64, 128, 256} x tile_n {32, 64, 128} x warps {4, 8} x stages {1, 2, 3} x raster {0, 1}, mainloop mma.sync.
+/// mma.sync: tile_m {64, 128, 256} x tile_n {32, 64, 128} x warps {4, 8} x stages {1, 2, 3} x raster {0, 1};
+/// wgmma_ws (sm_90a): warps {4, 8} (tile_m 16 warps) x tile_n {64, 128} x stages {2, 3, 4} x raster {0, 1} x
+/// overlap {0, 1} x pingpong {0, 1} (pingpong 1 only with warps 8 and overlap 1).
 std::vector<Config> config_space();
 
 /// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) is null.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 
-/// The family's built-in default for an arch (used when nothing is tuned): tile 128x64, 4 warps,
-/// 2 stages, as FlashAttention-2 picks for head_dim 128 on sm_80+ (64x64 for head_dim 64 uses 128x64 too).
+/// The family's built-in default for an arch (used when nothing is tuned). sm_90a: wgmma_ws, tile 128x128, two
+/// consumer warpgroups in pingpong with overlap, 2 stages, raster 1 (FlashAttention-3's choice for head_dim 128; on
+/// the H200 the fastest or within 4% of the fastest wgmma_ws variant on every causal qwen7b prefill workload).
+/// Other archs: mma.sync, tile 128x64, 4 warps, 2 stages, as FlashAttention-2 picks for head_dim 128 on sm_80+.
 Config default_config(ArchId arch, const Problem& p);
 
-/// "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2_r0__sm_90a": every kernel axis in
-/// declaration order. Not in the name: batch, sequence lengths and the GQA ratio, which are
+/// "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2_r0__sm_90a" or
+/// "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1__sm_90a": every kernel axis of the mainloop
+/// in declaration order. Not in the name: batch, sequence lengths and the GQA ratio, which are
 /// run-time arguments of one and the same binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
-/// "kt::attn::flash_fwd<kt::DType::bf16, 128, true, 128, 64, 4, 2, 0, 0>"
+/// "kt::attn::flash_fwd<kt::DType::bf16, 128, true, 128, 64, 4, 2, 0, 0>" or
+/// "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 1, true, true>" (tile_n, consumer warpgroups,
+/// stages, raster, overlap, pingpong)
 std::string name_expression(const Problem& p, const Config& c);
 
 /// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 
 /// Grid (m_blocks, num_heads, batch) for raster 0 or (num_heads, batch, m_blocks) for raster 1, with
-/// m_blocks = ceil(seqlen_q / tile_m); block warps * 32 threads; dynamic smem bytes; no cluster.
+/// m_blocks = ceil(seqlen_q / tile_m); block warps * 32 threads (wgmma_ws: + 128, the producer warpgroup); dynamic
+/// smem bytes; no cluster.
 LaunchDims launch_dims(const Problem& p, const Config& c);
 
 /// Kernel arguments for contiguous tensors in FlashAttention layout (strides derived from the shape).
@@ -74,7 +82,8 @@ FwdParams contiguous_params(const Problem& p, const void* q, const void* k, cons
 
 /// JSON forms stored in the tuning database:
 ///   problem {"dtype":"bf16","batch":1,"seqlen_q":512,"seqlen_k":512,"num_heads":28,"num_kv_heads":4,"head_dim":128,"causal":true}
-///   config  {"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1}
+///   config  {"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1,"overlap":0,"pingpong":0}
+///           (overlap and pingpong may be absent: 0, as in databases written before the wgmma_ws mainloop)
 /// from_json throws ProblemError naming a missing or mistyped field.
 nlohmann::json problem_to_json(const Problem& p);
 Problem problem_from_json(const nlohmann::json& j);

@@ -6,30 +6,11 @@
 
 #include "cuda/driver.h"
 #include "quant/quant.h"  // format_packed_k_blocked
+#include "runtime/tma.h"
 
 namespace kt {
 namespace qkv {
 namespace {
-
-static_assert(sizeof(TmaDescriptor) == sizeof(CUtensorMap) && alignof(TmaDescriptor) == alignof(CUtensorMap),
-              "TmaDescriptor must mirror CUtensorMap");
-
-/// Encodes a tiled tensor map of `rank` dimensions (CUDA Driver API cuTensorMapEncodeTiled): dims[0] innermost,
-/// strides[i] = bytes between consecutive indices of dimension i + 1, box = the elements copied per dimension, element
-/// strides 1, no interleave, L2 promotion 256 B; out-of-bounds elements read as zeros. `what` names the map in the
-/// error cuda::check throws.
-TmaDescriptor encode_tiled(const void* base, CUtensorMapDataType type, int rank, const cuuint64_t* dims,
-                           const cuuint64_t* strides, const cuuint32_t* box, bool swizzle128, const char* what) {
-  TmaDescriptor d;
-  const cuuint32_t estrides[5] = {1, 1, 1, 1, 1};
-  cuda::check(cuda::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&d), type, cuuint32_t(rank),
-                                                 const_cast<void*>(base), dims, strides, box, estrides,
-                                                 CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-              what);
-  return d;
-}
 
 /// A 2-D map over `rows` rows of `inner` elements (elem_bytes 2 or 1) with `row_bytes` between rows; box {box_inner,
 /// box_rows}; swizzle 128 B (16-bit operands) or none (packed bytes).

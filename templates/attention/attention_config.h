@@ -15,20 +15,23 @@ namespace kt {
 namespace attn {
 
 /// Mainloop implementation. kMmaSync: FlashAttention-2 style, mma.sync.m16n8k16 tensor-core
-/// instructions fed by ldmatrix from a cp.async multi-stage shared-memory pipeline (sm_80+).
-/// Reserved for later: a Hopper mainloop (wgmma + TMA + warp specialization, sm_90a) as further
-/// variants of this same family.
-enum Mainloop : int { kMmaSync = 0 };
+/// instructions fed by ldmatrix from a cp.async multi-stage shared-memory pipeline (sm_80+), flash_fwd.cuh.
+/// kWgmmaWs: Hopper (sm_90a), a TMA producer warpgroup and wgmma consumer warpgroups, flash_fwd_ws.cuh.
+enum Mainloop : int { kMmaSync = 0, kWgmmaWs = 1 };
 
 /// Speed-only knobs. Never part of the database key.
 struct Config {
   int tile_m;    ///< query rows per thread block
   int tile_n;    ///< key/value rows per mainloop iteration
-  int warps;     ///< warps per block; each warp owns tile_m / warps query rows
-  int stages;    ///< K/V shared-memory buffers (1 = load-then-compute, >= 2 = cp.async prefetch ring)
+  int warps;     ///< warps that own query rows (tile_m / warps each); kWgmmaWs adds a producer warpgroup
+  int stages;    ///< K/V shared-memory buffers (1 = load-then-compute, >= 2 = a prefetch ring: cp.async or TMA)
   int mainloop;  ///< Mainloop
   int raster;    ///< block order: 0 = m-block fastest (per (batch, head), causal heaviest first),
                  ///<              1 = m-block slowest (causal: heaviest blocks of every head first)
+  int overlap;   ///< kWgmmaWs: 1 = intra-warpgroup overlap (tile j's softmax runs while tile j - 1's P V is on the
+                 ///< tensor cores; FlashAttention-3, Algorithm 2), 0 = each GEMM waited for; kMmaSync: 0
+  int pingpong;  ///< kWgmmaWs with two consumer warpgroups and overlap: 1 = they take turns issuing GEMMs (one's
+                 ///< softmax under the other's GEMMs; FlashAttention-3's warp-scheduler barriers), 0 = not; else 0
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of
@@ -53,13 +56,23 @@ struct FwdParams {
   float scale_log2;     ///< softmax_scale * log2(e): the kernel works with exp2
 };
 
+/// Kernel arguments of the Hopper mainloop (flash_fwd_ws.cuh, passed __grid_constant__): the FwdParams plus TMA maps of
+/// Q, K and V, each a 4-D tensor {head_dim, seqlen, heads, batch} of 16-bit elements with the FwdParams strides, box
+/// {64, 64, 1, 1}, 128-byte swizzle.
+struct FwdTmaParams {
+  FwdParams p;
+  TmaDescriptor q_map, k_map, v_map;
+};
+
 /// Query-row fragments of 16 rows that each warp owns.
 KT_HD constexpr int m_frags_per_warp(const Config& c) { return c.tile_m / (16 * c.warps); }
 
 /// Dynamic shared memory of a block in bytes: the Q tile plus `stages` K and V tiles
-/// ([tile_m, head_dim] + stages * 2 * [tile_n, head_dim] elements of 2 bytes).
+/// ([tile_m, head_dim] + stages * 2 * [tile_n, head_dim] elements of 2 bytes); kWgmmaWs also 1 KB of slack to align
+/// the tiles to the 128-byte swizzle's 1024 bytes.
 KT_HD constexpr int smem_bytes(const Config& c, int head_dim) {
-  return (c.tile_m * head_dim + (c.stages < 1 ? 1 : c.stages) * 2 * c.tile_n * head_dim) * 2;
+  return (c.tile_m * head_dim + (c.stages < 1 ? 1 : c.stages) * 2 * c.tile_n * head_dim) * 2 +
+         (c.mainloop == kWgmmaWs ? 1024 : 0);
 }
 
 /// Fp32 registers a thread holds for the output accumulator and the score tile, plus the Q
@@ -70,6 +83,26 @@ KT_HD constexpr int accumulator_registers(const Config& c, int head_dim) {
          (m_frags_per_warp(c) == 1 ? (head_dim / 16) * 4 : 0);
 }
 
+/// The rules of the Hopper mainloop (invalid_reason's kWgmmaWs part).
+KT_HD constexpr const char* invalid_reason_ws(int head_dim, const Config& c, ArchId arch) {
+  // wgmma, TMA and setmaxnreg: sm_90a (arch-specific) only.
+  if (arch.sm != 90 || !arch.arch_specific) return "the wgmma_ws mainloop needs sm_90a";
+  // warps: one or two consumer warpgroups, each owning 64 query rows (16 per warp).
+  if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8 (one or two consumer warpgroups)";
+  if (c.tile_m != 16 * c.warps) return "tile_m must be 16 * warps (64 query rows per consumer warpgroup)";
+  // tile_n: whole [64 rows][64 columns] TMA boxes, one wgmma N of at most 128 for the score tile.
+  if (c.tile_n != 64 && c.tile_n != 128) return "tile_n must be 64 or 128";
+  // stages: 2..4 K/V ring slots.
+  if (c.stages < 2 || c.stages > 4) return "stages must be 2, 3 or 4";
+  if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
+  if (c.overlap != 0 && c.overlap != 1) return "overlap must be 0 or 1";
+  if (c.pingpong != 0 && c.pingpong != 1) return "pingpong must be 0 or 1";
+  if (c.pingpong == 1 && (c.warps != 8 || c.overlap != 1))
+    return "pingpong needs two consumer warpgroups (warps 8) and overlap";
+  if (smem_bytes(c, head_dim) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
+  return nullptr;
+}
+
 /// nullptr if (kernel class, config, arch) is a valid variant, otherwise the rule it breaks.
 /// One clause per rule; flash_fwd.cuh static_asserts the same function.
 KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causal, const Config& c, ArchId arch) {
@@ -77,8 +110,9 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causa
   if (dtype != DType::f16 && dtype != DType::bf16) return "dtype must be fp16 or bf16";
   // head_dim: 64 or 128 (the shared-memory swizzle works on 8 chunks of 16 bytes per 64 columns).
   if (head_dim != 64 && head_dim != 128) return "head_dim must be 64 or 128";
+  if (c.mainloop == kWgmmaWs) return invalid_reason_ws(head_dim, c, arch);
   // mainloop: mma.sync m16n8k16 with bf16 needs sm_80 or newer.
-  if (c.mainloop != kMmaSync) return "unknown mainloop (only mma.sync is implemented)";
+  if (c.mainloop != kMmaSync) return "unknown mainloop (mma.sync or wgmma_ws)";
   if (arch.sm < 80) return "mma.sync mainloop needs sm_80 or newer";
   // warps: 4 or 8 warps per block.
   if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8";
@@ -89,6 +123,8 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causa
   if (c.tile_n % 16 != 0 || c.tile_n < 32 || c.tile_n > 128) return "tile_n must be 32, 48, ..., 128";
   // raster: one of the two block orders.
   if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
+  // overlap and pingpong are wgmma_ws schedules.
+  if (c.overlap != 0 || c.pingpong != 0) return "overlap and pingpong must be 0 for the mma.sync mainloop";
   // stages: 1 (no prefetch) to 3 K/V buffers.
   if (c.stages < 1 || c.stages > 3) return "stages must be 1, 2 or 3";
   // cp.async tile loads: every thread moves the same number of 16-byte chunks.

@@ -11,6 +11,7 @@
 // Layouts, strides and GQA mapping: FwdParams in attention_config.h.
 #pragma once
 #include "attention/attention_config.h"
+#include "attention/block_order.cuh"
 #include "common/ptx.cuh"
 #include "common/swizzle.cuh"
 
@@ -274,13 +275,8 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
   const unsigned k_lane = swz<D>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2) * 2;  // B: keys, d chunk
   const unsigned v_lane = swz<D>(lane % 8 + ((lane / 8) % 2) * 8, lane / 16) * 2;  // B^T: keys, d chunk
 
-  // Raster 0: grid (m-blocks, heads, batch); raster 1: grid (heads, batch, m-blocks). Causal blocks are
-  // visited heaviest (most keys) first: per (batch, head) in raster 0, across the whole grid in raster 1.
-  const int num_m_blocks = Raster == 0 ? gridDim.x : gridDim.z;
-  const int m_index = Raster == 0 ? blockIdx.x : blockIdx.z;
-  const int m_block = Causal ? num_m_blocks - 1 - m_index : m_index;
-  const int head = Raster == 0 ? blockIdx.y : blockIdx.x;
-  const int batch = Raster == 0 ? blockIdx.z : blockIdx.y;
+  const BlockTile tile = block_tile<Causal, Raster>();
+  const int m_block = tile.m_block, head = tile.head, batch = tile.batch;
   const int kv_head = head / (p.num_heads / p.num_kv_heads);
   const int m0 = m_block * TileM;
   const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
@@ -293,12 +289,7 @@ __global__ void __launch_bounds__(Warps * 32) flash_fwd(const FwdParams p) {
       static_cast<const unsigned short*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
   unsigned short* o = static_cast<unsigned short*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
 
-  // Keys this block needs: all, or (causal) up to the last query row's diagonal.
-  int n_keys = p.seqlen_k;
-  if (Causal) {
-    const int m_end = min(m0 + TileM, p.seqlen_q);
-    n_keys = min(p.seqlen_k, m_end + shift);
-  }
+  const int n_keys = keys_needed<Causal>(p, m0, TileM);
   const int n_tiles = n_keys > 0 ? (n_keys + TileN - 1) / TileN : 0;
 
   float acc_o[MF][DT8][4];  // [16 rows x D] per m-fragment

@@ -31,4 +31,10 @@ KT_HD constexpr int max_smem_per_block(int sm) {
   return sm >= 90 ? 227 * 1024 : sm == 80 || sm == 87 ? 163 * 1024 : sm >= 86 ? 99 * 1024 : 48 * 1024;
 }
 
+/// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the
+/// host by cuTensorMapEncodeTiled and read by cp.async.bulk.tensor from the kernel's parameter space.
+struct alignas(128) TmaDescriptor {
+  unsigned long long opaque[16];
+};
+
 }  // namespace kt

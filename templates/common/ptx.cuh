@@ -51,6 +51,11 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void named_barrier(unsigned id, unsigned count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+/// Arrives on named barrier `id` without waiting (PTX ISA "bar.arrive"): the producer side of a named barrier whose
+/// other `count` - 32 k threads wait in bar.sync.
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 
 // ---- sm_80: L2 cache policies (PTX ISA "createpolicy"; the ".L2::cache_hint" qualifier of ld and cp.async.bulk)
 /// An optional L2 cache policy for a load: `on` false = no hint (the plain instruction), else `policy`.
@@ -156,6 +161,15 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c
             "r"(dst),
         "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
+}
+/// 4-D tile load (coordinates c0 innermost) into dst on mbarrier bar.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const void* map, int c0, int c1, int c2, int c3,
+                                            unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::
+          "r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
 }
 __device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4,
                                             unsigned bar, L2Hint h) {

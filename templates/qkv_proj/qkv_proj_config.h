@@ -389,11 +389,7 @@ struct QkvParams {
   int num_pages, page_size;
 };
 
-/// A TMA tensor map (CUDA Driver API CUtensorMap: 128 opaque bytes, 128-byte aligned as in CUDA 13), encoded on the host by
-/// cuTensorMapEncodeTiled and read by cp.async.bulk.tensor from the kernel's parameter space.
-struct alignas(128) TmaDescriptor {
-  unsigned long long opaque[16];
-};
+using kt::TmaDescriptor;  // common/kt_types.h
 /// Kernel arguments of wgmma_ws, wgmma_pairs and gemv tma / tma_x (passed __grid_constant__): the QkvParams plus two
 /// tensor maps, written by qkv::launch (runtime/qkv.cpp); gemv tma uses only w_map, tma_x also x_map, both
 /// described at qkv_gemv_tma (qkv_gemv.cuh); wgmma_pairs' w_map: qkv_wgmma_pairs.cuh.

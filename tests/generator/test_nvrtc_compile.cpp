@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <set>
+#include <tuple>
 
 #include "generator/arch.h"
 #include "generator/attention_family.h"
@@ -88,4 +89,31 @@ TEST_CASE("cache keys separate arch, options and source", "[nvrtc]") {
   CHECK(compiler.cache_key(a) != compiler.cache_key(b));
   CHECK(compiler.cache_key(a) == compiler.cache_key(attn::kernel_source(p, c, parse_arch("sm_90a"))));
   CHECK(compiler.options(parse_arch("sm_90a"))[0] == "--gpu-architecture=sm_90a");
+}
+
+TEST_CASE("flash_fwd_ws (Hopper mainloop): every wgmma_ws config compiles for sm_90a without spills or serialized wgmma",
+          "[nvrtc][attention]") {
+  const ArchId arch = parse_arch("sm_90a");
+  std::vector<KernelSource> sources;
+  // Every wgmma_ws config of two problem classes that between them cover both dtypes, both head_dims and both
+  // causal modes (the CI sweep compiles one of every kernel class of the rest).
+  for (const auto& [dt, d, causal] : {std::tuple{DType::bf16, 128, true}, std::tuple{DType::f16, 64, false}}) {
+    attn::Problem p;
+    p.dtype = dt;
+    p.head_dim = d;
+    p.causal = causal;
+    for (const auto& c : attn::valid_configs(p, arch))
+      if (c.mainloop == attn::kWgmmaWs) sources.push_back(attn::kernel_source(p, c, arch));
+  }
+  REQUIRE(sources.size() >= 40);
+  Compiler compiler(nullptr);
+  const auto results = compiler.compile_all(sources);
+  for (const auto& r : results) {
+    INFO(r.kernel.variant_name << "\n" << r.error << r.report.log);
+    REQUIRE(r.ok);
+    CHECK(r.report.spill_store_bytes == 0);
+    // ptxas serializes wgmma (C7515, "Potential Performance Loss") when it cannot prove the accumulators untouched
+    // while a wgmma is in flight: the overlap schedule would silently become a sequential one.
+    CHECK(r.report.log.find("serialized") == std::string::npos);
+  }
 }

@@ -62,6 +62,13 @@ std::vector<Variant> load_variants(const Problem& p, const std::vector<Config>& 
 
 std::string describe(const Problem& p) { return p.key(); }
 
+/// A few wgmma_ws configs (one consumer; two with overlap; two in pingpong) where the GPU runs them (sm_90a), else none.
+std::vector<Config> ws_configs(ArchId arch) {
+  if (!(arch.sm == 90 && arch.arch_specific)) return {};
+  return {Config{64, 64, 4, 3, kWgmmaWs, 0, 0, 0}, Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 0},
+          Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1}};
+}
+
 /// Runs every variant on p (same inputs, one reference) and checks each.
 void check_variants(const Problem& p, const std::vector<Variant>& variants, size_t max_ref_rows, uint64_t seed) {
   auto& env = GpuEnv::get();
@@ -124,11 +131,12 @@ TEST_CASE("broad problem sweep with a few variants", "[gpu][attention]") {
   int idx = 0;
   std::map<std::string, std::vector<Variant>> cache;
   auto variants_for = [&](const Problem& p) -> const std::vector<Variant>& {
-    const std::string key = variant_name(p, Config{0, 0, 0, 0, 0, 0}, env.arch);
+    const std::string key = variant_name(p, Config{}, env.arch);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     std::vector<Config> cs = {default_config(env.arch, p), Config{64, 64, 4, 2, kMmaSync, 0},
                               Config{128, 64, 8, 3, kMmaSync, 1}};
+    for (const Config& c : ws_configs(env.arch)) cs.push_back(c);
     return cache.emplace(key, load_variants(p, cs)).first->second;
   };
   std::vector<Problem> problems;
@@ -177,7 +185,9 @@ TEST_CASE("strided Q/K/V views into one fused QKV buffer, no LSE", "[gpu][attent
                           reinterpret_cast<void*>(dout.ptr()), nullptr);
     a.q_row_stride = a.k_row_stride = a.v_row_stride = (long long)H * p.head_dim;
     a.q_batch_stride = a.k_batch_stride = a.v_batch_stride = a.q_row_stride * p.seqlen_q;
-    const auto variants = load_variants(p, {default_config(env.arch, p), Config{128, 64, 8, 2, kMmaSync, 1}});
+    std::vector<Config> cs = {default_config(env.arch, p), Config{128, 64, 8, 2, kMmaSync, 1}};
+    for (const Config& c : ws_configs(env.arch)) cs.push_back(c);  // Q, K and V through tensor maps of the views
+    const auto variants = load_variants(p, cs);
     const RefRows ref = reference_rows(in, a.softmax_scale, 2048, 3);
     for (const auto& v : variants) {
       dout.fill_u16(0xFFFF);

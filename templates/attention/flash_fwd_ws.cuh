@@ -1,0 +1,356 @@
+// Flash-attention forward (prefill) for Hopper (sm_90a): warp-specialized, TMA-fed wgmma mainloop, after the
+// structure of FlashAttention-3 (Shah et al., "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
+// Low-precision", 2024): a producer warpgroup streams K and V by TMA into an mbarrier ring (pipe::TmaRing), consumer
+// warpgroups of 64 query rows each compute S = Q K^T with wgmma from shared memory, the online softmax in registers
+// (exp2, scale folded into log2 space), and O += P V with P as wgmma's register A operand and V read MN-major.
+//
+// Shared memory (every operand in the 128-byte swizzle, as TMA writes it and wgmma reads it): Q [tile_m, D], then per
+// ring slot K [tile_n, D] and V [tile_n, D]; each stored as D / 64 column blocks of [rows][64] (128-byte rows), each
+// block filled by [64 rows][64] TMA boxes. The mbarriers are static shared memory.
+//
+// Block: (Consumers + 1) warpgroups; warpgroup 0 produces (one thread issues every copy), warpgroup 1 + c consumes
+// query rows [64 c, 64 c + 64) of the block's tile. Grid and block order: block_order.cuh (Raster).
+//
+// Overlap (FlashAttention-3's intra-warpgroup overlap, its Algorithm 2): a consumer issues tile j's Q K^T and tile
+// j - 1's P V together and runs tile j's softmax while the P V product is still on the tensor cores. Pingpong (two
+// consumers; FlashAttention-3's warp-scheduler barriers): the consumers take turns issuing their GEMMs, so that one's
+// softmax runs while the other's GEMMs hold the tensor cores.
+// Layouts, strides and GQA mapping: FwdParams in attention_config.h; the tensor maps: FwdTmaParams.
+#pragma once
+#include "attention/attention_config.h"
+#include "attention/block_order.cuh"
+#include "common/ptx.cuh"
+#include "common/tma_ring.cuh"
+#include "common/wgmma.cuh"
+
+namespace kt {
+namespace attn {
+
+#if __CUDA_ARCH__ >= 900
+
+/// Bytes of one [rows][D] operand tile in shared memory (D / 64 column blocks of 128-byte rows).
+template <int Rows, int D>
+__host__ __device__ constexpr unsigned ws_tile_bytes() {
+  return Rows * D * 2;
+}
+
+/// Producer (one thread): Q once, then K and V of every key tile through the two rings, each tile as
+/// (tile rows / 64) x (D / 64) boxes of [64 rows][64 columns]. Rows past the sequence read as zeros (TMA bounds).
+template <int D, int TileM, int TileN, int Stages>
+__device__ __forceinline__ void ws_produce(const FwdTmaParams& tp, unsigned sQ, unsigned sKV, unsigned q_bar,
+                                           const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
+                                           int m0, int head, int kv_head, int batch, int n_tiles) {
+  constexpr int kBlocks = D / 64;
+  constexpr unsigned kQBlock = TileM * 128, kKVBlock = TileN * 128;  // one column block of a tile
+  ptx::mbarrier_arrive_expect_tx(q_bar, ws_tile_bytes<TileM, D>());
+#pragma unroll
+  for (int h = 0; h < kBlocks; ++h)
+#pragma unroll
+    for (int rb = 0; rb < TileM / 64; ++rb)
+      ptx::tma_load_4d(sQ + h * kQBlock + rb * 8192, &tp.q_map, 64 * h, m0 + 64 * rb, head, batch, q_bar);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = pipe::TmaRing<Stages>::slot(j);
+    const unsigned sK = sKV + 2 * s * ws_tile_bytes<TileN, D>(), sV = sK + ws_tile_bytes<TileN, D>();
+    k_ring.acquire(j);
+    const unsigned kb = k_ring.arm(s, ws_tile_bytes<TileN, D>());
+#pragma unroll
+    for (int h = 0; h < kBlocks; ++h)
+#pragma unroll
+      for (int rb = 0; rb < TileN / 64; ++rb)
+        ptx::tma_load_4d(sK + h * kKVBlock + rb * 8192, &tp.k_map, 64 * h, j * TileN + 64 * rb, kv_head, batch, kb);
+    v_ring.acquire(j);
+    const unsigned vb = v_ring.arm(s, ws_tile_bytes<TileN, D>());
+#pragma unroll
+    for (int h = 0; h < kBlocks; ++h)
+#pragma unroll
+      for (int rb = 0; rb < TileN / 64; ++rb)
+        ptx::tma_load_4d(sV + h * kKVBlock + rb * 8192, &tp.v_map, 64 * h, j * TileN + 64 * rb, kv_head, batch, vb);
+  }
+}
+
+/// One consumer warpgroup's running state: O [64 rows, D] in the wgmma accumulator layout (a thread holds rows
+/// r = 16 warp + lane / 4 and r + 8: o[4 i + 2 h + e] = O[r + 8 h][8 i + 2 (lane % 4) + e]), and per held row the
+/// raw-score maximum and the thread-partial sum of exp2.
+template <int D>
+struct WsRows {
+  float o[D / 2];
+  float row_max[2], row_sum[2];
+};
+
+/// Issues S = Q K^T for the warpgroup's 64 rows against one [TileN, D] K tile (one commit group; the caller waits):
+/// D / 16 wgmma k-steps, Q and K both K-major through 128-byte-swizzle descriptors (a k-step is 32 bytes into a column
+/// block, a column block every 4 steps).
+template <DType DT, int D, int TileM, int TileN>
+__device__ __forceinline__ void ws_scores(float (&s)[TileN / 2], unsigned sQ_rows, unsigned sK) {
+#pragma unroll
+  for (int i = 0; i < TileN / 2; ++i) s[i] = 0.f;
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const unsigned long long a = wgmma::make_desc_sw128(sQ_rows + (ks / 4) * TileM * 128 + (ks % 4) * 32);
+    const unsigned long long b = wgmma::make_desc_sw128(sK + (ks / 4) * TileN * 128 + (ks % 4) * 32);
+    wgmma::Mma<DT, TileN>::run(s, a, b);
+  }
+  wgmma::commit_group();
+  wgmma::fence_operands(s);
+}
+
+/// Masks (keys at or past seqlen_k; causal: right of the bottom-right aligned diagonal) and runs the online softmax
+/// step on the rows the thread holds (a row spread over a quad of lanes): leaves P = exp2(S scale_log2 - max
+/// scale_log2) in s, updates the row maxima and sums, and returns in corr the factor that O's rows take (ws_rescale).
+template <bool Causal, int D, int TileN>
+__device__ __forceinline__ void ws_softmax(float (&s)[TileN / 2], WsRows<D>& st, float (&corr)[2], int row0, int n0,
+                                           int seqlen_k, int shift, float scale_log2, bool need_mask) {
+  const int t = threadIdx.x % 4;
+  if (need_mask) {
+#pragma unroll
+    for (int i = 0; i < TileN / 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int row = row0 + 8 * h, col = n0 + 8 * i + 2 * t + e;
+          if (col >= seqlen_k || (Causal && col > row + shift)) s[4 * i + 2 * h + e] = ptx::neg_inf();
+        }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = st.row_max[h];
+#pragma unroll
+    for (int i = 0; i < TileN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * h], s[4 * i + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = mx == ptx::neg_inf() ? 0.f : mx * scale_log2;  // a row with no visible key yet: base 0
+    const float prev = st.row_max[h] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[h] * scale_log2;
+    corr[h] = ptx::exp2_approx(prev - base);
+    st.row_max[h] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < TileN / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& v = s[4 * i + 2 * h + e];
+        v = ptx::exp2_approx(fmaf(v, scale_log2, -base));
+        sum += v;
+      }
+    st.row_sum[h] = st.row_sum[h] * corr[h] + sum;
+  }
+}
+
+/// O's rows times the softmax step's correction (the P V product that accumulates into O has completed).
+template <int D>
+__device__ __forceinline__ void ws_rescale(WsRows<D>& st, const float (&corr)[2]) {
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.o[4 * i + 2 * h] *= corr[h];
+      st.o[4 * i + 2 * h + 1] *= corr[h];
+    }
+}
+
+/// P packed to 16 bits as wgmma A fragments: the m64nNk16 accumulator layout of keys [16 kk, 16 kk + 16) is the A
+/// register fragment of k-step kk.
+template <DType DT, int TileN>
+__device__ __forceinline__ void ws_pack_p(unsigned (&pa)[TileN / 16][4], const float (&s)[TileN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < TileN / 16; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) pa[kk][q] = ptx::pack2<DT>(s[8 * kk + 2 * q], s[8 * kk + 2 * q + 1]);
+}
+
+/// Issues O += P V (one commit group; the caller waits): V [TileN, D] MN-major (head_dim contiguous) through
+/// make_desc_sw128_mn: a k-step is 16 key rows (2048 bytes) further, the second 64-wide column block TileN x 128 bytes.
+template <DType DT, int D, int TileN>
+__device__ __forceinline__ void ws_pv(WsRows<D>& st, unsigned (&pa)[TileN / 16][4], unsigned sV) {
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < TileN / 16; ++kk)
+    wgmma::MmaRSTransB<DT, D>::run(st.o, pa[kk], wgmma::make_desc_sw128_mn(sV + kk * 2048, TileN * 128));
+  wgmma::commit_group();
+  wgmma::fence_operands(st.o);
+#pragma unroll
+  for (int kk = 0; kk < TileN / 16; ++kk) wgmma::fence_operands(pa[kk]);
+}
+
+/// Pingpong turns of the two consumer warpgroups (FlashAttention-3's warp-scheduler barriers): consumer c waits on
+/// named barrier 1 + c (256 threads) before it issues a turn's GEMMs and arrives on the other's after. Consumer 0's
+/// first turn is opened by its own arrival (open); consumer 1 skips its last arrival, so every barrier use completes.
+/// Without Pingpong every call is a no-op.
+template <bool Pingpong>
+struct WsTurns {
+  int c;
+  __device__ __forceinline__ void open() const {
+    if (Pingpong && c == 0) ptx::named_barrier_arrive(1, 256);
+  }
+  __device__ __forceinline__ void begin() const {
+    if (Pingpong) ptx::named_barrier(1 + c, 256);
+  }
+  __device__ __forceinline__ void end(bool last) const {
+    if (Pingpong && !(last && c == 1)) ptx::named_barrier_arrive(2 - c, 256);
+  }
+};
+
+/// One consumer warpgroup's mainloop over key tiles [0, n_tiles) (n_tiles >= 1). Without Overlap: per tile, Q K^T,
+/// softmax, P V, each waited for. With Overlap: tile j's Q K^T and tile j - 1's P V are issued together (one turn) and
+/// tile j's softmax runs while P V is in flight; O is rescaled once P V has completed.
+template <DType DT, int D, bool Causal, int TileM, int TileN, int Stages, bool Overlap, bool Pingpong>
+__device__ __forceinline__ void ws_consume(const FwdParams& p, WsRows<D>& st, unsigned sQ_rows, unsigned sKV,
+                                           const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
+                                           int c, int row0, int m0, int n_tiles) {
+  const bool lead = threadIdx.x % 32 == 0;  // one release per consumer warp
+  const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  const WsTurns<Pingpong> turn{c};
+  auto sK = [&](int j) { return sKV + 2 * pipe::TmaRing<Stages>::slot(j) * ws_tile_bytes<TileN, D>(); };
+  auto sV = [&](int j) { return sK(j) + ws_tile_bytes<TileN, D>(); };
+  auto softmax = [&](float (&s)[TileN / 2], float (&corr)[2], int j) {
+    const int n0 = j * TileN;
+    const bool need_mask = n0 + TileN > p.seqlen_k || (Causal && n0 + TileN - 1 > m0 + 64 * c + shift);
+    ws_softmax<Causal, D, TileN>(s, st, corr, row0, n0, p.seqlen_k, shift, p.scale_log2, need_mask);
+  };
+  float s[TileN / 2], corr[2];
+  unsigned pa[TileN / 16][4];
+  if (!Overlap) {
+    for (int j = 0; j < n_tiles; ++j) {
+      k_ring.wait(j);
+      ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(j));
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(s);
+      if (lead) k_ring.release(j);
+      softmax(s, corr, j);
+      ws_rescale(st, corr);
+      ws_pack_p<DT, TileN>(pa, s);
+      v_ring.wait(j);
+      ws_pv<DT, D, TileN>(st, pa, sV(j));
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(st.o);
+      if (lead) v_ring.release(j);
+    }
+    return;
+  }
+  turn.open();
+  k_ring.wait(0);
+  turn.begin();
+  ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(0));
+  turn.end(false);
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(s);
+  if (lead) k_ring.release(0);
+  softmax(s, corr, 0);  // O is still 0: no rescale
+  ws_pack_p<DT, TileN>(pa, s);
+  for (int j = 1; j < n_tiles; ++j) {
+    k_ring.wait(j);
+    turn.begin();
+    ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(j));
+    v_ring.wait(j - 1);
+    ws_pv<DT, D, TileN>(st, pa, sV(j - 1));
+    turn.end(false);
+    wgmma::wait_group<1>();  // Q K^T of tile j has completed; P V of tile j - 1 may still run
+    wgmma::fence_operands(s);
+    if (lead) k_ring.release(j);
+    softmax(s, corr, j);
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(st.o);
+    if (lead) v_ring.release(j - 1);
+    ws_rescale(st, corr);
+    ws_pack_p<DT, TileN>(pa, s);
+  }
+  v_ring.wait(n_tiles - 1);
+  turn.begin();
+  ws_pv<DT, D, TileN>(st, pa, sV(n_tiles - 1));
+  turn.end(true);
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(st.o);
+  if (lead) v_ring.release(n_tiles - 1);
+}
+
+/// Epilogue of one consumer thread: O / l in the output dtype for its two rows (4-byte stores of column pairs) below
+/// seqlen_q, and the LSE (natural log; -inf for a row that saw no key) when p.lse is set.
+template <DType DT, int D>
+__device__ __forceinline__ void ws_store(const FwdParams& p, const WsRows<D>& st, unsigned short* o, int row0,
+                                         int batch, int head) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + 8 * h;
+    if (row >= p.seqlen_q) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<unsigned*>(o + (long long)row * p.o_row_stride + 8 * i + 2 * t) =
+          ptx::pack2<DT>(st.o[4 * i + 2 * h] * inv, st.o[4 * i + 2 * h + 1] * inv);
+    if (p.lse != nullptr && t == 0) {
+      const float lse = l > 0.f ? (st.row_max[h] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : ptx::neg_inf();
+      p.lse[((long long)batch * p.num_heads + head) * p.seqlen_q + row] = lse;
+    }
+  }
+}
+
+#endif  // __CUDA_ARCH__ >= 900
+
+/// The kernel (mainloop kWgmmaWs). TileM = 64 x Consumers query rows per block; TileN 64 or 128 keys per ring slot.
+template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong>
+__global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const __grid_constant__ FwdTmaParams tp) {
+#if __CUDA_ARCH__ >= 900
+  constexpr int TileM = 64 * Consumers;
+  // ---- preconditions: the family's single validity rule set ----
+  static_assert(invalid_reason(DT, D, Causal,
+                               Config{TileM, TileN, 4 * Consumers, Stages, kWgmmaWs, Raster, Overlap ? 1 : 0,
+                                      Pingpong ? 1 : 0},
+                               ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
+                "invalid attention_prefill wgmma_ws variant: see invalid_reason() in attention_config.h");
+  const FwdParams& p = tp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) unsigned long long s_bars[1 + 4 * Stages];  // Q, then the K ring's, then the V ring's
+  const unsigned raw = ptx::smem_u32(smem_raw);
+  const unsigned sQ = (raw + 1023u) & ~1023u;  // the launch requests 1 KB of slack for this alignment
+  const unsigned sKV = sQ + ws_tile_bytes<TileM, D>();
+  const unsigned q_bar = ptx::smem_u32(s_bars);
+  const pipe::TmaRing<Stages> k_ring(s_bars + 1), v_ring(s_bars + 1 + 2 * Stages);
+  const int tid = threadIdx.x, wg = tid / 128;
+
+  const BlockTile tile = block_tile<Causal, Raster>();
+  const int head = tile.head, batch = tile.batch;
+  const int kv_head = head / (p.num_heads / p.num_kv_heads);
+  const int m0 = tile.m_block * TileM;
+  const int n_keys = keys_needed<Causal>(p, m0, TileM);
+  const int n_tiles = n_keys > 0 ? (n_keys + TileN - 1) / TileN : 0;
+
+  if (tid == 0) {
+    ptx::mbarrier_init(q_bar, 1);
+    k_ring.init(Consumers * 4);  // one release per consumer warp
+    v_ring.init(Consumers * 4);
+    ptx::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- producer ----
+    if (Consumers == 2) wgmma::setmaxnreg_dec<24>();
+    if (tid == 0 && n_tiles > 0)
+      ws_produce<D, TileM, TileN, Stages>(tp, sQ, sKV, q_bar, k_ring, v_ring, m0, head, kv_head, batch, n_tiles);
+    return;
+  }
+  // ---- consumers ----
+  if (Consumers == 2) wgmma::setmaxnreg_inc<240>();
+  const int c = wg - 1, ct = tid - 128 * wg, warp = ct / 32, lane = ct % 32;
+  const int row0 = m0 + 64 * c + 16 * warp + lane / 4;  // the thread's first row (and row0 + 8)
+  WsRows<D> st;
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
+  st.row_max[0] = st.row_max[1] = ptx::neg_inf();
+  st.row_sum[0] = st.row_sum[1] = 0.f;
+  if (n_tiles > 0) {
+    ptx::mbarrier_wait(q_bar, 0);
+    ws_consume<DT, D, Causal, TileM, TileN, Stages, Overlap, Pingpong>(p, st, sQ + c * 64 * 128, sKV, k_ring, v_ring,
+                                                                       c, row0, m0, n_tiles);
+  }
+  unsigned short* o = static_cast<unsigned short*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  ws_store<DT, D>(p, st, o, row0, batch, head);
+#endif
+}
+
+}  // namespace attn
+}  // namespace kt
