@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """kerntune against its anchors, side by side in ONE process on ONE GPU, for every workload of a shapes file.
 
-    python3 bench/bench_all.py --db qwen7b-h100.db [--shapes shapes/qwen7b.json] [--sections prefill,decode,qkv]
-                               [--out FILE.json] [--plots-dir DIR] [--quick] [--append]
+    python3 bench/bench_all.py --db qwen7b-h100.db [--shapes shapes/qwen7b.json[,shapes/llama8b.json...]]
+                               [--sections prefill,decode,qkv] [--out FILE.json] [--plots-dir DIR] [--quick] [--append]
+
+Several shapes files (comma-separated, each naming a different "model"): every section runs over each file in the
+order given (the prefill rows of the first file, then of the second; likewise decode and qkv), each row carries the
+"model" it was measured for, and the section's table gets a "heads" column (Hq/Hkv) telling the geometries apart.
 
 Needs a CUDA GPU, torch (2.11 tested: torch.nn.attention.sdpa_kernel, torch.cuda.CUDAGraph), the kerntune Python
 package (python/kerntune, ctypes over libkerntune.so; found through sys.path, $KERNTUNE_LIB as that package says)
@@ -68,7 +72,9 @@ Timing: the same for kerntune and for every anchor.
 
 Writes: bench/results/<gpu>.json (gpu = torch.cuda.get_device_name() slugified, e.g. nvidia_h100_80gb_hbm3.json;
 --out overrides), rewritten after every section, with device, driver (nvidia-smi), torch/CUDA versions, date (UTC
-ISO 8601), kerntune version, db path, the command, the timing settings and all rows (schema "kerntune-bench/1",
+ISO 8601), kerntune version, db path, the shapes file(s) ("shapes": the --shapes paths relative to the repository,
+comma-joined; "model" and "geometry": the first file's; with several files also "models": [{model, shapes,
+geometry}] per file, in order), the command, the timing settings and all rows (schema "kerntune-bench/1",
 read by bench/make_report.py), and PNGs (matplotlib Agg) in --plots-dir (default bench/results/):
 <gpu>_prefill.png (TFLOP/s per workload sorted by S, one line per backend, one panel per dtype) and <gpu>_qkv.png
 (us vs M, log-log, one panel per format, lines for kerntune and each anchor). Prints one table per section (after
@@ -408,7 +414,7 @@ def sdpa_backends():
     return (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION))
 
 
-def run_prefill(ctx, cfg, timer, l2, rows):
+def run_prefill(ctx, cfg, timer, l2, rows, table=True):
     from torch.nn.attention import sdpa_kernel
     hq, hkv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     dev = "cuda"
@@ -420,8 +426,8 @@ def run_prefill(ctx, cfg, timer, l2, rows):
             sk = int(w.get("seqlen_k", s))
             causal = bool(w.get("causal", True))
             flops = 4.0 * b * hq * s * sk * d / (2.0 if causal else 1.0)
-            base = dict(section="prefill", dtype=dname, batch=b, seqlen=s, seqlen_k=sk, causal=causal, flops=flops,
-                        num_heads=hq, num_kv_heads=hkv, head_dim=d)
+            base = dict(section="prefill", model=cfg.get("model"), dtype=dname, batch=b, seqlen=s, seqlen_k=sk,
+                        causal=causal, flops=flops, num_heads=hq, num_kv_heads=hkv, head_dim=d)
             elt = torch.finfo(dt).bits // 8
             set_bytes = (b * s * hq * d + 2 * b * sk * hkv * d) * elt
             cnt = n_copies(set_bytes, l2)
@@ -491,7 +497,8 @@ def run_prefill(ctx, cfg, timer, l2, rows):
             gc.collect()
             torch.cuda.empty_cache()
     rows.extend(out_rows)
-    print_prefill_table(out_rows)
+    if table:
+        print_prefill_table(out_rows)
 
 
 #: The decode workloads benchmarked (batch, kv_len, q_len), each contiguous and paged (DECODE_PAGE tokens per page):
@@ -532,7 +539,7 @@ def paged_copy(k, v, page, gen):
     return kp, vp, table
 
 
-def run_decode(ctx, cfg, timer, l2, rows, every=False):
+def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
     from torch.nn.attention import sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
     hq, hkv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
@@ -545,8 +552,9 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False):
             kv_bytes = 2 * b * kv * hkv * d * elt
             nbytes = kv_bytes + 2 * b * ql * hq * d * elt
             layout = f"paged{page}" if page else "contiguous"
-            base = dict(section="decode", dtype=dname, batch=b, kv_len=kv, q_len=ql, page_size=page, layout=layout,
-                        causal=causal, bytes=nbytes, num_heads=hq, num_kv_heads=hkv, head_dim=d)
+            base = dict(section="decode", model=cfg.get("model"), dtype=dname, batch=b, kv_len=kv, q_len=ql,
+                        page_size=page, layout=layout, causal=causal, bytes=nbytes, num_heads=hq, num_kv_heads=hkv,
+                        head_dim=d)
             tag = f"decode {dname} B={b} kv={kv} q_len={ql} {layout}"
             cnt = n_copies(nbytes, l2)
             impls = ("kerntune", "read_ceiling") + (() if page else tuple(i for i, _ in sdpa_backends()))
@@ -642,10 +650,11 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False):
             gc.collect()
             torch.cuda.empty_cache()
     rows.extend(out_rows)
-    print_decode_table(out_rows)
+    if table:
+        print_decode_table(out_rows)
 
 
-def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16):
+def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16, table=True):
     from kerntune import weight_element_dtype  # the package is pure Python: importable without the library
     hidden, hq, hkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     has_bias = bool(cfg.get("qkv_bias", False))
@@ -659,7 +668,8 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16):
     formats = list(spec.get("formats", []))
     dev = "cuda"
     out_rows = []
-    base0 = dict(section="qkv", n=n, k=kdim, num_heads=hq, num_kv_heads=hkv, head_dim=d, bias=has_bias)
+    base0 = dict(section="qkv", model=cfg.get("model"), n=n, k=kdim, num_heads=hq, num_kv_heads=hkv, head_dim=d,
+                 bias=has_bias)
 
     gen = torch.Generator().manual_seed(0)
     w32 = torch.randn(n, kdim, generator=gen) * 0.02  # CPU float32, rows: q heads, k heads, v heads
@@ -834,7 +844,8 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16):
         gc.collect()
         torch.cuda.empty_cache()
     rows.extend(out_rows)
-    print_qkv_table(out_rows)
+    if table:
+        print_qkv_table(out_rows)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -857,19 +868,48 @@ def _rfmt(r, width):
     return f"{r:{width - 1}.2f}x" if r is not None else f"{'-':>{width}}"
 
 
+def geo_key(r):
+    """The model and head geometry a row was measured for (rows of several shapes files are told apart by it)."""
+    return (r.get("model"), r.get("num_heads"), r.get("num_kv_heads"), r.get("head_dim"))
+
+
+def heads_labels(rows):
+    """{geo_key: "Hq/Hkv" label} when the rows come from more than one model / head geometry (several shapes files:
+    the tables then get a "heads" column); None when they are all of one (the single-file tables, unchanged).
+    Labels that would coincide get the head_dim, then the model name."""
+    keys = list(dict.fromkeys(geo_key(r) for r in rows))
+    if len(keys) <= 1:
+        return None
+    for fmt in ("{1}/{2}", "{1}/{2}/d{3}", "{1}/{2}/d{3} {0}"):
+        labels = {k: fmt.format(*k) for k in keys}
+        if len(set(labels.values())) == len(keys):
+            break
+    return labels
+
+
+def _heads_col(heads):
+    """(header cell, cell function) of the optional "heads" column: empty strings when heads is None."""
+    if not heads:
+        return "", lambda g: ""
+    w = max([len("heads")] + [len(v) for v in heads.values()])
+    return f"{'heads':{w}} ", lambda g: f"{heads[g]:{w}} "
+
+
 def print_errors(rows, limit=600):
     """Every error of the section, each distinct text once with the rows it hit (the first `limit` characters;
-    the JSON keeps the full text and, for kerntune, a short traceback)."""
+    the JSON keeps the full text and, for kerntune, a short traceback). Rows of several models name theirs."""
     by_text = {}
     for r in rows:
         if r.get("error"):
             by_text.setdefault(r["error"], []).append(r)
     if not by_text:
         return
+    keys = ("impl", "dtype", "format", "batch", "seqlen", "kv_len", "m")
+    if heads_labels(rows):
+        keys = ("model",) + keys
     log("errors:")
     for text, rs in by_text.items():
-        where = ", ".join(" ".join(f"{k}={r[k]}" for k in ("impl", "dtype", "format", "batch", "seqlen", "kv_len", "m")
-                                   if k in r) for r in rs)
+        where = ", ".join(" ".join(f"{k}={r[k]}" for k in keys if k in r) for r in rs)
         body = text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars, full text in the JSON)"
         log(f"  [{where}]\n    {body}")
         if rs[0].get("traceback"):
@@ -877,33 +917,37 @@ def print_errors(rows, limit=600):
 
 
 def print_prefill_table(rows):
+    """One line per workload; a leading "heads" column (Hq/Hkv) when the rows are of more than one geometry."""
+    head, col = _heads_col(heads_labels(rows))
     idx = {}
     for r in rows:
-        idx.setdefault((r["dtype"], r["batch"], r["seqlen"], r["causal"]), {})[r["impl"]] = r
+        idx.setdefault((geo_key(r), r["dtype"], r["batch"], r["seqlen"], r["causal"]), {})[r["impl"]] = r
     log("\nattention prefill (TFLOP/s; ratio = kerntune / anchor, > 1 = kerntune faster)")
-    log(f"{'dtype':5} {'B':>3} {'S':>6} {'causal':6} {'kerntune':>9} {'rel_err':>8} {'flash':>7} {'cudnn':>7}"
+    log(f"{head}{'dtype':5} {'B':>3} {'S':>6} {'causal':6} {'kerntune':>9} {'rel_err':>8} {'flash':>7} {'cudnn':>7}"
         f" {'vs_flash':>8} {'vs_cudnn':>8}  kerntune kernel")
-    for (dt, b, s, c), by in idx.items():
+    for (g, dt, b, s, c), by in idx.items():
         kt_, fl, cu = (by.get(k, {}).get("tflops") for k in ("kerntune", "sdpa_flash", "sdpa_cudnn"))
         ktr = by.get("kerntune", {})
         ex = ktr.get("explain") or ""
-        log(f"{dt:5} {b:3} {s:6} {str(c):6} {_fmt(kt_, '.1f', 9)} {_fmt(ktr.get('rel_err'), '.1e', 8)}"
+        log(f"{col(g)}{dt:5} {b:3} {s:6} {str(c):6} {_fmt(kt_, '.1f', 9)} {_fmt(ktr.get('rel_err'), '.1e', 8)}"
             f" {_fmt(fl, '.1f', 7)} {_fmt(cu, '.1f', 7)} {_rfmt(_ratio(kt_, fl), 8)} {_rfmt(_ratio(kt_, cu), 8)}"
             f"  {short(ex, 90) if ktr.get('us') else 'FAILED: ' + short(ktr.get('error'), 80)}")
     print_errors(rows)
 
 
 def print_decode_table(rows):
+    head, col = _heads_col(heads_labels(rows))
     idx = {}
     for r in rows:
-        idx.setdefault((r["dtype"], r["batch"], r["kv_len"], r.get("q_len", 1), r.get("page_size", 0)), {})[r["impl"]] = r
-    contig = {k[:4]: by for k, by in idx.items() if k[4] == 0}
+        idx.setdefault((geo_key(r), r["dtype"], r["batch"], r["kv_len"], r.get("q_len", 1), r.get("page_size", 0)),
+                       {})[r["impl"]] = r
+    contig = {k[:5]: by for k, by in idx.items() if k[5] == 0}
     log("\nattention decode (us and GB/s = (K+V cache + q + o bytes) / time; ceiling = a pure read of the K+V bytes;"
         " ratio = anchor time / kerntune time, > 1 = kerntune faster; paged rows against the contiguous anchors)")
-    log(f"{'dtype':5} {'B':>3} {'kv_len':>7} {'q':>2} {'layout':10} {'MB':>7} {'kerntune':>9} {'GB/s':>6}"
+    log(f"{head}{'dtype':5} {'B':>3} {'kv_len':>7} {'q':>2} {'layout':10} {'MB':>7} {'kerntune':>9} {'GB/s':>6}"
         f" {'%ceil':>6} {'flash_us':>9} {'cudnn_us':>9} {'vs_flash':>8} {'vs_cudnn':>8} {'do_bench':>8}  kerntune kernel")
-    for (dt, b, kv, ql, page), by in idx.items():
-        anchors = contig.get((dt, b, kv, ql), {})
+    for (g, dt, b, kv, ql, page), by in idx.items():
+        anchors = contig.get((g, dt, b, kv, ql), {})
         fl, cu = anchors.get("sdpa_flash", {}).get("us"), anchors.get("sdpa_cudnn", {}).get("us")
         ktr, ceil = by.get("kerntune", {}), by.get("read_ceiling", {})
         kt_us = ktr.get("us")
@@ -911,7 +955,7 @@ def print_decode_table(rows):
         mb = next(iter(by.values()))["bytes"] / 1e6
         layout = f"paged{page}" if page else "contiguous"
         ex = ktr.get("explain") or ""
-        log(f"{dt:5} {b:3} {kv:7} {ql:2} {layout:10} {mb:7.1f} {_fmt(kt_us, '.1f', 9)} {_fmt(ktr.get('gbps'), '.0f', 6)}"
+        log(f"{col(g)}{dt:5} {b:3} {kv:7} {ql:2} {layout:10} {mb:7.1f} {_fmt(kt_us, '.1f', 9)} {_fmt(ktr.get('gbps'), '.0f', 6)}"
             f" {_fmt(pct, '.0f', 6)} {_fmt(fl, '.1f', 9)} {_fmt(cu, '.1f', 9)} {_rfmt(_ratio(fl, kt_us), 8)}"
             f" {_rfmt(_ratio(cu, kt_us), 8)} {_fmt(ktr.get('flush_us'), '.1f', 8)}"
             f"  {short(ex, 80) if kt_us else 'FAILED: ' + short(ktr.get('error'), 80)}")
@@ -919,45 +963,55 @@ def print_decode_table(rows):
 
 
 def print_qkv_table(rows):
-    anc = {(r["impl"], r["dtype"], r["m"]): r for r in rows if r["impl"] != "kerntune"}
+    """Each kerntune row against the anchors of its model; a leading "heads" column (Hq/Hkv) when the rows are of
+    more than one geometry."""
+    heads = heads_labels(rows)
+    head, col = _heads_col(heads)
+    anc = {(geo_key(r), r["impl"], r["dtype"], r["m"]): r for r in rows if r["impl"] != "kerntune"}
     log("\nQ/K/V projection (us per call; ratio = anchor time / kerntune time, > 1 = kerntune faster;"
         " anchors in the kerntune row's activation dtype; kerntune includes bias + RoPE + split, anchors GEMM(+bias))")
-    log(f"{'format':9} {'act':4} {'M':>6} {'kerntune':>9} {'rel_err':>8} {'cuBLAS':>8} {'3xlin':>8} {'tinygemm':>9}"
+    log(f"{head}{'format':9} {'act':4} {'M':>6} {'kerntune':>9} {'rel_err':>8} {'cuBLAS':>8} {'3xlin':>8} {'tinygemm':>9}"
         f" {'vs_cuBLAS':>9} {'vs_3xlin':>8} {'vs_tiny':>8}")
     for r in rows:
         if r["impl"] != "kerntune":
             continue
         us = r.get("us")
-        cb = anc.get(("cublas_fused", r["dtype"], r["m"]), {}).get("us")
-        l3 = anc.get(("linear_x3", r["dtype"], r["m"]), {}).get("us")
-        tg = anc.get(("tinygemm_int4", "bf16", r["m"]), {}).get("us")
-        log(f"{r['format']:9} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('rel_err'), '.1e', 8)}"
+        g = geo_key(r)
+        cb = anc.get((g, "cublas_fused", r["dtype"], r["m"]), {}).get("us")
+        l3 = anc.get((g, "linear_x3", r["dtype"], r["m"]), {}).get("us")
+        tg = anc.get((g, "tinygemm_int4", "bf16", r["m"]), {}).get("us")
+        log(f"{col(g)}{r['format']:9} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('rel_err'), '.1e', 8)}"
             f" {_fmt(cb, '.1f', 8)} {_fmt(l3, '.1f', 8)} {_fmt(tg, '.1f', 9)} {_rfmt(_ratio(cb, us), 9)}"
             f" {_rfmt(_ratio(l3, us), 8)} {_rfmt(_ratio(tg, us), 8)}"
             + ("" if us else "  FAILED: " + short(r.get("error"), 80)))
     log("anchors alone (us):")
-    ms = sorted({r["m"] for r in rows})
-    log(f"{'M':>6} {'cuBLAS fp16':>12} {'cuBLAS bf16':>12} {'3xlin fp16':>11} {'3xlin bf16':>11} {'tinygemm':>9}")
-    for m in ms:
-        g = lambda impl, dt: anc.get((impl, dt, m), {}).get("us")
-        log(f"{m:6} {_fmt(g('cublas_fused', 'fp16'), '.1f', 12)} {_fmt(g('cublas_fused', 'bf16'), '.1f', 12)}"
+    gms = [(gk, m) for gk in dict.fromkeys(geo_key(r) for r in rows)
+           for m in sorted({r["m"] for r in rows if geo_key(r) == gk})]
+    log(f"{head}{'M':>6} {'cuBLAS fp16':>12} {'cuBLAS bf16':>12} {'3xlin fp16':>11} {'3xlin bf16':>11} {'tinygemm':>9}")
+    for gk, m in gms:
+        g = lambda impl, dt: anc.get((gk, impl, dt, m), {}).get("us")
+        log(f"{col(gk)}{m:6} {_fmt(g('cublas_fused', 'fp16'), '.1f', 12)} {_fmt(g('cublas_fused', 'bf16'), '.1f', 12)}"
             f" {_fmt(g('linear_x3', 'fp16'), '.1f', 11)} {_fmt(g('linear_x3', 'bf16'), '.1f', 11)}"
             f" {_fmt(g('tinygemm_int4', 'bf16'), '.1f', 9)}")
     flushed = [r for r in rows if r["impl"] == "kerntune" and r.get("flush_us")]
     if flushed:
         log("\ndo_bench-style (triton.testing.do_bench's method: L2 flushed, one call between events; us; ratio ="
             " anchor / kerntune):")
-        log(f"{'format':9} {'act':4} {'M':>6} {'kerntune':>9} {'p80':>6} {'host':>6} {'cuBLAS':>8} {'tinygemm':>9}"
+        log(f"{head}{'format':9} {'act':4} {'M':>6} {'kerntune':>9} {'p80':>6} {'host':>6} {'cuBLAS':>8} {'tinygemm':>9}"
             f" {'vs_cuBLAS':>9} {'vs_tiny':>8}   (host: median host time of one call)")
         for r in flushed:
             us = r["flush_us"]
-            cb = anc.get(("cublas_fused", r["dtype"], r["m"]), {}).get("flush_us")
-            tg = anc.get(("tinygemm_int4", "bf16", r["m"]), {}).get("flush_us")
-            log(f"{r['format']:9} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('flush_p80_us'), '.1f', 6)}"
+            g = geo_key(r)
+            cb = anc.get((g, "cublas_fused", r["dtype"], r["m"]), {}).get("flush_us")
+            tg = anc.get((g, "tinygemm_int4", "bf16", r["m"]), {}).get("flush_us")
+            log(f"{col(g)}{r['format']:9} {r['dtype']:4} {r['m']:6} {_fmt(us, '.1f', 9)} {_fmt(r.get('flush_p80_us'), '.1f', 6)}"
                 f" {_fmt(r.get('flush_host_us'), '.0f', 6)} {_fmt(cb, '.1f', 8)} {_fmt(tg, '.1f', 9)}"
                 f" {_rfmt(_ratio(cb, us), 9)} {_rfmt(_ratio(tg, us), 8)}")
-        cbf = {m: anc.get(("cublas_fused", "fp16", m), {}).get("flush_us") for m in sorted({r["m"] for r in flushed})}
-        log("cuBLAS fp16: " + ", ".join(f"M={m} {_fmt(v, '.1f', 0)}" for m, v in cbf.items()))
+        for gk in dict.fromkeys(geo_key(r) for r in flushed):
+            cbf = {m: anc.get((gk, "cublas_fused", "fp16", m), {}).get("flush_us")
+                   for m in sorted({r["m"] for r in flushed if geo_key(r) == gk})}
+            log((f"{heads[gk]} " if heads else "") + "cuBLAS fp16: "
+                + ", ".join(f"M={m} {_fmt(v, '.1f', 0)}" for m, v in cbf.items()))
     print_errors(rows)
 
 
@@ -983,18 +1037,21 @@ def make_plots(rows, plots_dir, slug, json_dir, device):
     pre = [r for r in rows if r["section"] == "prefill"]
     if pre:
         dtypes = list(dict.fromkeys(r["dtype"] for r in pre))
+        heads = heads_labels(pre)  # rows of several geometries: Hq/Hkv is part of each point's key and tick label
+        hl = (lambda r: heads[geo_key(r)]) if heads else (lambda r: "")
         fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.5), squeeze=False)
         for ax, dt in zip(axes[0], dtypes):
-            keys = sorted({(r["seqlen"], r["batch"], r["causal"]) for r in pre if r["dtype"] == dt})
+            keys = sorted({(r["seqlen"], r["batch"], r["causal"], hl(r)) for r in pre if r["dtype"] == dt})
             xs = list(range(len(keys)))
             for impl in ("kerntune", "sdpa_flash", "sdpa_cudnn"):
-                by = {(r["seqlen"], r["batch"], r["causal"]): r.get("tflops") for r in pre
+                by = {(r["seqlen"], r["batch"], r["causal"], hl(r)): r.get("tflops") for r in pre
                       if r["dtype"] == dt and r["impl"] == impl}
                 ys = [by.get(k) if by.get(k) is not None else float("nan") for k in keys]
                 ax.plot(xs, ys, marker="o", label=LABEL[impl], color=COLOR[impl],
                         linewidth=2.2 if impl == "kerntune" else 1.2)
             ax.set_xticks(xs)
-            ax.set_xticklabels([f"S={s}\nB={b}" + ("" if c else "\nfull") for s, b, c in keys], fontsize=8)
+            ax.set_xticklabels([f"S={s}\nB={b}" + ("" if c else "\nfull") + (f"\n{h}" if h else "")
+                                for s, b, c, h in keys], fontsize=8)
             ax.set_ylabel("TFLOP/s")
             ax.set_title(f"attention prefill, {dt}")
             ax.grid(alpha=0.3)
@@ -1008,18 +1065,23 @@ def make_plots(rows, plots_dir, slug, json_dir, device):
     qkv = [r for r in rows if r["section"] == "qkv"]
     kts = [r for r in qkv if r["impl"] == "kerntune"]
     if kts:
-        fmts = list(dict.fromkeys(r["format"] for r in kts))
+        # one panel per format (per model and format when the rows are of several models)
+        heads = heads_labels(qkv)
+        gk = geo_key if heads else (lambda r: None)
+        panels = list(dict.fromkeys((gk(r), r["format"]) for r in kts))
+        fmts = [fmt for _, fmt in panels]
         cols = min(3, len(fmts))
         nrow = int(math.ceil(len(fmts) / cols))
         fig, axes = plt.subplots(nrow, cols, figsize=(5.2 * cols, 4.0 * nrow), squeeze=False)
-        for i, fmt in enumerate(fmts):
+        for i, (g, fmt) in enumerate(panels):
             ax = axes[i // cols][i % cols]
-            mine = [r for r in kts if r["format"] == fmt]
+            mine = [r for r in kts if r["format"] == fmt and gk(r) == g]
             act = mine[0]["dtype"]
             series = [("kerntune", f"kerntune {fmt} weights ({act})", [(r["m"], r.get("us")) for r in mine])]
             for impl, dt in (("cublas_fused", act), ("linear_x3", act), ("tinygemm_int4", "bf16")):
                 series.append((impl, f"{LABEL[impl]} ({dt})",
-                               [(r["m"], r.get("us")) for r in qkv if r["impl"] == impl and r["dtype"] == dt]))
+                               [(r["m"], r.get("us")) for r in qkv
+                                if r["impl"] == impl and r["dtype"] == dt and gk(r) == g]))
             for impl, label, pts in series:
                 pts = sorted((m, us) for m, us in pts if us)
                 if pts:
@@ -1030,7 +1092,8 @@ def make_plots(rows, plots_dir, slug, json_dir, device):
             ax.set_xlabel("tokens M")
             ax.set_ylabel("us")
             n_bad = sum(1 for r in mine if not r.get("us"))
-            ax.set_title(f"Q/K/V projection, {fmt} weights" + (f" (kerntune failed at {n_bad} M)" if n_bad else ""))
+            ax.set_title(f"Q/K/V projection, {fmt} weights" + (f" (kerntune failed at {n_bad} M)" if n_bad else "")
+                         + (f"\n{g[0]} (heads {heads[g]})" if heads else ""))
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
         for j in range(len(fmts), nrow * cols):
@@ -1061,9 +1124,17 @@ def driver_version():
         return "unknown"
 
 
+def geometry(cfg):
+    """The model fields of a shapes file, as the results JSON records them."""
+    return {k: cfg.get(k) for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                    "qkv_bias", "rope_theta")}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default=os.path.join(REPO, "shapes", "qwen7b.json"), help="shapes file (default shapes/qwen7b.json)")
+    ap.add_argument("--shapes", default=os.path.join(REPO, "shapes", "qwen7b.json"),
+                    help="shapes file, or a comma-separated list of them (each section runs over every file, in "
+                         "order; default shapes/qwen7b.json)")
     ap.add_argument("--db", required=True, help="tuning database written by `autotune` for this GPU")
     ap.add_argument("--out", help="results JSON (default bench/results/<gpu>.json)")
     ap.add_argument("--plots-dir", default=os.path.join(REPO, "bench", "results"), help="PNG folder (default bench/results)")
@@ -1095,11 +1166,30 @@ def main():
     if bad or not sections:
         print(f"error: --sections: unknown {bad or '(empty)'}; choose from prefill,decode,qkv", file=sys.stderr)
         return 2
-    try:
-        cfg = json.load(open(args.shapes))
-    except Exception as e:
-        print(f"error: --shapes {args.shapes}: {err_text(e)}", file=sys.stderr)
+    shapes_paths = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if not shapes_paths:
+        print("error: --shapes: no file named", file=sys.stderr)
         return 2
+    cfgs = []
+    for path in shapes_paths:
+        try:
+            cfgs.append(json.load(open(path)))
+        except Exception as e:
+            print(f"error: --shapes {path}: {err_text(e)}", file=sys.stderr)
+            return 2
+    if len(cfgs) > 1:  # the rows of several files are told apart by their "model"
+        seen = {}
+        for path, c in zip(shapes_paths, cfgs):
+            name = c.get("model") if isinstance(c, dict) else None
+            if not name:
+                print(f"error: --shapes {path}: no \"model\" name (needed to tell the rows of several files apart)",
+                      file=sys.stderr)
+                return 2
+            if name in seen:
+                print(f"error: --shapes: {seen[name]} and {path} both name the model {name!r}", file=sys.stderr)
+                return 2
+            seen[name] = path
+    cfg = cfgs[0]
     if not os.path.isfile(args.db):
         print(f"error: --db {args.db}: no such file (write one with `autotune --db ...` on this GPU)", file=sys.stderr)
         return 2
@@ -1154,11 +1244,14 @@ def main():
         kerntune_version=ctx.version,
         kerntune_error=ctx.kt_error,
         db=args.db,
-        shapes=rel_to_repo(args.shapes),
+        shapes=",".join(rel_to_repo(p) for p in shapes_paths),
         command=shlex.join(cmd),
-        model=cfg.get("model"),
-        geometry={k: cfg.get(k) for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                                          "qkv_bias", "rope_theta")},
+        model=cfg.get("model"),  # the first file's (as before several files were allowed); all of them: "models"
+        geometry=geometry(cfg),
+        # several files: each one's model, path and geometry, in --shapes order (a single file's results keep the
+        # layout they had before several were allowed: no "models")
+        **({"models": [dict(model=c.get("model"), shapes=rel_to_repo(p), geometry=geometry(c))
+                       for p, c in zip(shapes_paths, cfgs)]} if len(cfgs) > 1 else {}),
         timing=dict(method="CUDA graph of L launches over C rotated input copies (> 3x L2), replayed; "
                            "per-launch median over replays", samples=samples, budget_ms=budget,
                     replay_us=args.replay_us, max_launches=args.max_launches, warmup_replays=timer.warmup_replays,
@@ -1186,6 +1279,19 @@ def main():
                 errs = {a: b for a, b in (old.get(k) or {}).items() if a not in sections}
                 if errs:
                     results[k] = errs
+            # "models" also names the models of kept rows that this run's shapes files do not measure
+            mine = results.get("models") or [dict(model=cfg.get("model"), shapes=results["shapes"],
+                                                  geometry=results["geometry"])]
+            theirs = old.get("models") or [dict(model=old.get("model"), shapes=old.get("shapes"),
+                                                geometry=old.get("geometry"))]
+            kept_models = {r.get("model") for r in kept}
+            names = {m.get("model") for m in mine}
+            extra = [m for m in theirs if m.get("model") in kept_models and m.get("model") not in names]
+            if extra:
+                items = [(a, b) for a, b in results.items() if a != "models"]
+                at = [a for a, _ in items].index("geometry") + 1
+                results = dict(items[:at] + [("models", mine + extra)] + items[at:])
+                results["shapes"] = ",".join(dict.fromkeys(str(m.get("shapes")) for m in mine + extra))
             log(f"--append: kept {len(kept)} rows of sections {sorted({r['section'] for r in kept})} from {out_path}")
         except Exception as e:
             log(f"WARNING: --append: not appending to {out_path} ({err_text(e)}); writing a new file")
@@ -1200,20 +1306,39 @@ def main():
         f" driver {results['driver']}, torch {torch.__version__}, kerntune {ctx.version}, db {args.db}")
     log(f"timing: {samples} replays (budget {budget:.0f} ms/row), graph replay ~{args.replay_us:.0f} us,"
         f" cold L2 via rotated copies > 3x L2")
+    multi = len(cfgs) > 1
+
+    def section_error(sec, msg):
+        log("ERROR: " + msg + "\n" + traceback.format_exc())
+        errs = results.setdefault("section_errors", {})
+        errs[sec] = f"{errs[sec]}; {msg}" if sec in errs else msg
+
     for sec in sections:
         log(f"\n== {sec} ==")
         fn = {"prefill": run_prefill, "decode": run_decode, "qkv": run_qkv}[sec]
-        try:
-            if sec == "qkv":
-                fn(ctx, cfg, timer, l2, results["rows"], args.quant_act_dtype, args.flush_max_m)
-            elif sec == "decode":
-                fn(ctx, cfg, timer, l2, results["rows"], args.decode_all)
-            else:
-                fn(ctx, cfg, timer, l2, results["rows"])
-        except Exception as e:  # a section that dies is recorded; the others still run
-            msg = f"section {sec} aborted: {err_text(e)}"
-            log("ERROR: " + msg + "\n" + traceback.format_exc())
-            results.setdefault("section_errors", {})[sec] = msg
+        table = {"prefill": print_prefill_table, "decode": print_decode_table, "qkv": print_qkv_table}[sec]
+        first_row, done = len(results["rows"]), 0
+        # every shapes file in --shapes order; with several, each file's rows are kept back from the section's
+        # table, printed once over all of them (one "heads" column telling the geometries apart)
+        for path, c in zip(shapes_paths, cfgs):
+            if multi:
+                log(f"-- {c.get('model')} ({rel_to_repo(path)})")
+            try:
+                if sec == "qkv":
+                    fn(ctx, c, timer, l2, results["rows"], args.quant_act_dtype, args.flush_max_m, table=not multi)
+                elif sec == "decode":
+                    fn(ctx, c, timer, l2, results["rows"], args.decode_all, table=not multi)
+                else:
+                    fn(ctx, c, timer, l2, results["rows"], table=not multi)
+                done += 1
+            except Exception as e:  # a section that dies is recorded; the others (and the other files) still run
+                section_error(sec, f"section {sec} aborted" + (f" for {c.get('model')} ({rel_to_repo(path)})"
+                                                               if multi else "") + f": {err_text(e)}")
+        if multi and done:
+            try:
+                table(results["rows"][first_row:])
+            except Exception as e:
+                section_error(sec, f"section {sec}: table failed: {err_text(e)}")
         save()
 
     plots, perr = make_plots(results["rows"], args.plots_dir, slug, os.path.dirname(out_path), device)

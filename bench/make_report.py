@@ -25,6 +25,9 @@ Tables and ratios (all from the JSON's raw times; "x" ratios > 1 mean kerntune i
     ratio = anchor us / kerntune us. tinygemm is compared with the 4-bit formats only.
   Every row where kerntune is slower than an anchor (ratio < 1) says so in its note column, e.g.
   "slower than cuBLAS (0.45x)"; failures (kerntune or anchor) are named there too.
+  Rows of several models (bench_all.py --shapes A,B; each row's "model" and num_heads / num_kv_heads): each table
+  gets a "heads" column (Hq/Hkv, e.g. "28/4") before its first, rows are compared with the anchors of their own
+  model, and the prefill (and Q/K/V) text names every geometry with its model. Rows of one model: no such column.
 
 Exit status: 0 ok; 2 bad input: results missing or unreadable, or README without both markers (the message names
 them), in which case nothing is written.
@@ -90,6 +93,70 @@ def good(row):
     return bool(row) and not row.get("error") and row.get("us") is not None
 
 
+def geo_key(row):
+    """The model and head geometry a row was measured for (bench_all.py --shapes A,B: rows of several models)."""
+    return (row.get("model"), row.get("num_heads"), row.get("num_kv_heads"), row.get("head_dim"))
+
+
+def heads_labels(rows):
+    """{geo_key: "Hq/Hkv"} when the rows are of more than one model / head geometry (the tables then get a "heads"
+    column); None when they are all of one (the tables keep their single-model layout). Labels that would
+    coincide get the head_dim, then the model name."""
+    keys = list(dict.fromkeys(geo_key(r) for r in rows))
+    if len(keys) <= 1:
+        return None
+    for fmt in ("{1}/{2}", "{1}/{2}/d{3}", "{1}/{2}/d{3} {0}"):
+        labels = {k: fmt.format(*k) for k in keys}
+        if len(set(labels.values())) == len(keys):
+            break
+    return labels
+
+
+def model_name(key, models):
+    """The model of a geo_key: the rows' own "model", else the results file's "models" entry of that geometry."""
+    if key[0]:
+        return key[0]
+    names = [m.get("model") for m in models or []
+             if (m.get("geometry") or {}).get("num_attention_heads") == key[1]
+             and (m.get("geometry") or {}).get("num_key_value_heads") == key[2]
+             and (m.get("geometry") or {}).get("head_dim") == key[3] and m.get("model")]
+    return ", ".join(names) if names else None
+
+
+def and_join(items):
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def heads_text(rows, models=None):
+    """'28 query / 4 KV, head_dim 128' for rows of one geometry; for several, each with its model:
+    '28 query / 4 KV (Qwen2.5-7B) and 32 / 8 (Llama-3.1-8B), head_dim 128' (the head_dim per geometry when they
+    differ)."""
+    keys = list(dict.fromkeys(geo_key(r) for r in rows))
+    if len(keys) <= 1:
+        first = rows[0]
+        return "%s query / %s KV, head_dim %s" % (first.get("num_heads", "?"), first.get("num_kv_heads", "?"),
+                                                  first.get("head_dim", "?"))
+    one_d = len({k[3] for k in keys}) == 1
+    parts = []
+    for i, k in enumerate(keys):
+        text = ("%s query / %s KV" if i == 0 else "%s / %s") % (k[1], k[2])
+        if not one_d:
+            text += ", head_dim %s" % k[3]
+        name = model_name(k, models)
+        parts.append(text + (" (%s)" % name if name else ""))
+    return and_join(parts) + (", head_dim %s" % keys[0][3] if one_d else "")
+
+
+def shapes_text(shapes):
+    """The results' "shapes" for the header: `a.json`, or `a.json` and `b.json` for a comma-joined list of paths
+    (bench_all.py --shapes A,B); any other text as it is."""
+    parts = [p.strip() for p in str(shapes).split(",")]
+    if len(parts) > 1 and all(p and " " not in p for p in parts):
+        return and_join("`%s`" % p for p in parts)
+    return "`%s`" % shapes
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # sections
 # ---------------------------------------------------------------------------------------------------------------
@@ -112,25 +179,26 @@ def notes_for(kt_row, anchors, kt_label="kerntune"):
     return "; ".join(notes), slower
 
 
-def prefill_section(rows):
+def prefill_section(rows, models=None):
     pre = [r for r in rows if r.get("section") == "prefill"]
     if not pre:
         return []
+    heads = heads_labels(pre)  # several geometries: a "heads" column before "dtype"
     groups = {}
     for r in pre:
-        key = (r["dtype"], r["batch"], r["seqlen"], r.get("seqlen_k", r["seqlen"]), r.get("causal", True))
+        key = (geo_key(r), r["dtype"], r["batch"], r["seqlen"], r.get("seqlen_k", r["seqlen"]), r.get("causal", True))
         groups.setdefault(key, {})[r["impl"]] = r
-    first = pre[0]
     out = ["### Attention prefill", "",
-           "Heads %s query / %s KV, head_dim %s. TFLOP/s = 4·B·Hq·S²·D / time, halved when causal. Anchors: torch "
+           "Heads %s. TFLOP/s = 4·B·Hq·S²·D / time, halved when causal. Anchors: torch "
            "SDPA with the FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION backends on transposed views of the "
            "same [B, S, H, D] tensors, `enable_gqa=True`. vs = kerntune TFLOP/s / anchor TFLOP/s (> 1: kerntune "
-           "faster)." % (first.get("num_heads", "?"), first.get("num_kv_heads", "?"), first.get("head_dim", "?")),
+           "faster)." % heads_text(pre, models),
            "",
+           ("| heads " if heads else "") +
            "| dtype | B | S | causal | kerntune TFLOP/s | SDPA flash | SDPA cuDNN | vs flash | vs cuDNN | note |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           ("|---" if heads else "") + "|---|---|---|---|---|---|---|---|---|---|"]
     counts = {"sdpa_flash": [0, 0], "sdpa_cudnn": [0, 0]}  # [kerntune faster, compared]
-    for (dt, b, s, sk, causal), by in groups.items():
+    for (g, dt, b, s, sk, causal), by in groups.items():
         kt = by.get("kerntune")
         kt_us = kt.get("us") if good(kt) else None
         anchors, cells = [], []
@@ -146,7 +214,8 @@ def prefill_section(rows):
         note, _ = notes_for(kt, anchors)
         tf = lambda row: num(row.get("tflops")) if good(row) else ("failed" if row and row.get("error") else "-")
         s_txt = str(s) if sk == s else "%s/%s" % (s, sk)
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lead = "| %s " % cell(heads[g]) if heads else ""
+        out.append(lead + "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             dt, b, s_txt, "yes" if causal else "no", tf(kt), tf(by.get("sdpa_flash")), tf(by.get("sdpa_cudnn")),
             ratio_text(cells[0]) if cells[0] is not None else "-", ratio_text(cells[1]) if cells[1] is not None else "-",
             cell(note)))
@@ -165,26 +234,28 @@ def decode_section(rows):
     dec = [r for r in rows if r.get("section") == "decode"]
     if not dec:
         return []
+    heads = heads_labels(dec)  # several geometries: a "heads" column before "dtype"
     groups = {}
     for r in dec:
-        key = (r["dtype"], r["batch"], r["kv_len"], r.get("q_len", 1), r.get("page_size", 0))
+        key = (geo_key(r), r["dtype"], r["batch"], r["kv_len"], r.get("q_len", 1), r.get("page_size", 0))
         groups.setdefault(key, {})[r["impl"]] = r
-    contig = {k[:4]: by for k, by in groups.items() if k[4] == 0}
+    contig = {k[:5]: by for k, by in groups.items() if k[5] == 0}
     out = ["### Attention decode", "",
            "q_len new tokens per sequence (causal among themselves) against a KV cache of kv_len tokens, contiguous or "
            "paged (shuffled block table). GB/s = (K + V cache + q + o bytes) / time; read ceiling = the GB/s a pure "
            "read of the same K + V bytes reaches on this GPU (one `torch.sum`), measured in the same run. Anchors "
            "(SDPA with the equivalent mask) run on the contiguous cache; a paged row is compared with them. vs = "
            "anchor time / kerntune time; do_bench = one call with the L2 flushed.", "",
+           ("| heads " if heads else "") +
            "| dtype | B | KV len | q_len | layout | bytes (MB) | kerntune | % of read ceiling | SDPA flash us | "
            "SDPA cuDNN us | vs flash | vs cuDNN | do_bench kerntune / cuDNN us | note |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (dt, b, kv, ql, page), by in groups.items():
+           ("|---" if heads else "") + "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (g, dt, b, kv, ql, page), by in groups.items():
         any_row = next(iter(by.values()))
         mb = any_row.get("bytes", 0) / 1e6
         kt = by.get("kerntune")
         kt_us = kt.get("us") if good(kt) else None
-        anchor_rows = contig.get((dt, b, kv, ql), {})
+        anchor_rows = contig.get((g, dt, b, kv, ql), {})
         cells, anchors = [], []
         for impl in ("sdpa_flash", "sdpa_cudnn"):
             a = anchor_rows.get(impl)
@@ -207,7 +278,8 @@ def decode_section(rows):
         cu = anchor_rows.get("sdpa_cudnn") or {}
         flush = "%s / %s" % (num(kt.get("flush_us")) if kt and kt.get("flush_us") else "-",
                              num(cu.get("flush_us")) if cu.get("flush_us") else "-")
-        out.append("| %s | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        out.append(("| %s " % cell(heads[g]) if heads else "") +
+                   "| %s | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             dt, b, kv, ql, "paged %d" % page if page else "contiguous", mb, kt_cell, pct, cells[0], cells[1],
             ratio_text(anchors[0][2]) if anchors[0][2] is not None else "-",
             ratio_text(anchors[1][2]) if anchors[1][2] is not None else "-", flush, cell(note)))
@@ -215,38 +287,48 @@ def decode_section(rows):
     return out
 
 
-def qkv_section(rows):
+def qkv_section(rows, models=None):
     qkv = [r for r in rows if r.get("section") == "qkv"]
     if not qkv:
         return []
+    heads = heads_labels(qkv)  # several models: a "heads" column before "format", anchors per model
     anc = {}
     for r in qkv:
         if r["impl"] != "kerntune":
-            anc[(r["impl"], r["dtype"], r["m"])] = r
+            anc[(geo_key(r), r["impl"], r["dtype"], r["m"])] = r
     kts = [r for r in qkv if r["impl"] == "kerntune"]
-    first = qkv[0]
+    shapes = []  # "K .. -> N .. (heads)" of each model, from its first row
+    firsts = {}
+    for r in qkv:
+        firsts.setdefault(geo_key(r), r)
+    for first in firsts.values():
+        text = "K %s -> N %s (%s query + 2 x %s KV heads of %s" % (
+            first.get("k", "?"), first.get("n", "?"), first.get("num_heads", "?"), first.get("num_kv_heads", "?"),
+            first.get("head_dim", "?"))
+        name = model_name(geo_key(first), models) if heads else None
+        shapes.append(text + ("; %s)" % name if name else ")"))
     out = ["### Fused Q/K/V projection", "",
-           "K %s -> N %s (%s query + 2 x %s KV heads of %s). kerntune: one kernel = GEMM with the packed weight + bias + "
+           "%s. kerntune: one kernel = GEMM with the packed weight + bias + "
            "RoPE + split into Q/K/V. Anchors do the GEMM (+ bias) only: cuBLAS = one `F.linear` on the concatenated "
            "weight, 3x F.linear = separate q/k/v calls, tinygemm int4 = `torch.ops.aten._weight_int4pack_mm` (bf16, "
            "group 128, no bias; compared with the 4-bit formats only). Activations: fp16 for the fp16 formats (fp16, fp16_kb64), bf16 "
            "otherwise; each row's anchors use the same activation dtype. us per call; vs = anchor time / kerntune "
-           "time (> 1: kerntune faster)." % (first.get("k", "?"), first.get("n", "?"), first.get("num_heads", "?"),
-                                            first.get("num_kv_heads", "?"), first.get("head_dim", "?")),
+           "time (> 1: kerntune faster)." % and_join(shapes),
            "",
+           ("| heads " if heads else "") +
            "| format | M | act | kerntune us | cuBLAS us | 3x F.linear us | tinygemm int4 us | vs cuBLAS | vs 3x F.linear "
            "| vs tinygemm | note |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           ("|---" if heads else "") + "|---|---|---|---|---|---|---|---|---|---|---|"]
     counts = {"cublas_fused": [0, 0], "linear_x3": [0, 0], "tinygemm_int4": [0, 0]}
     for r in kts:
         kt_us = r.get("us") if good(r) else None
-        m, act, fmt = r["m"], r["dtype"], r["format"]
+        m, act, fmt, g = r["m"], r["dtype"], r["format"], geo_key(r)
         impls = [("cublas_fused", act), ("linear_x3", act)]
         if fmt in FOUR_BIT:
             impls.append(("tinygemm_int4", "bf16"))
         anchors, us_cells, ratio_cells = [], {}, {}
         for impl, dt in impls:
-            a = anc.get((impl, dt, m))
+            a = anc.get((g, impl, dt, m))
             a_us = a.get("us") if good(a) else None
             rr = ratio(a_us, kt_us)
             anchors.append((LABEL[impl], a, rr))
@@ -259,7 +341,8 @@ def qkv_section(rows):
         if r.get("note"):
             note = (note + "; " if note else "") + short(r["note"], 60)
         kt_cell = num(kt_us) if kt_us is not None else ("failed" if r.get("error") else "-")
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lead = "| %s " % cell(heads[g]) if heads else ""
+        out.append(lead + "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             fmt, m, act, kt_cell, us_cells.get("cublas_fused", "-"), us_cells.get("linear_x3", "-"),
             us_cells.get("tinygemm_int4", "-"), ratio_cells.get("cublas_fused", "-"), ratio_cells.get("linear_x3", "-"),
             ratio_cells.get("tinygemm_int4", "-"), cell(note)))
@@ -272,18 +355,19 @@ def qkv_section(rows):
     if summary:
         out += ["kerntune is " + ", ".join(summary) + ".", ""]
     # the anchors alone, both activation dtypes
-    ms = sorted({k[2] for k in anc})
-    if ms:
+    gms = [(g, m) for g in dict.fromkeys(k[0] for k in anc) for m in sorted({k[3] for k in anc if k[0] == g})]
+    if gms:
         out += ["Anchors alone (us):", "",
+                ("| heads " if heads else "") +
                 "| M | cuBLAS fp16 | cuBLAS bf16 | 3x F.linear fp16 | 3x F.linear bf16 | tinygemm int4 (bf16) |",
-                "|---|---|---|---|---|---|"]
-        for m in ms:
+                ("|---" if heads else "") + "|---|---|---|---|---|---|"]
+        for g, m in gms:
             cells = []
             for impl, dt in (("cublas_fused", "fp16"), ("cublas_fused", "bf16"), ("linear_x3", "fp16"),
                              ("linear_x3", "bf16"), ("tinygemm_int4", "bf16")):
-                a = anc.get((impl, dt, m))
+                a = anc.get((g, impl, dt, m))
                 cells.append(num(a["us"]) if good(a) else ("failed" if a and a.get("error") else "-"))
-            out.append("| %s | %s |" % (m, " | ".join(cells)))
+            out.append(("| %s " % cell(heads[g]) if heads else "") + "| %s | %s |" % (m, " | ".join(cells)))
         out.append("")
     return out
 
@@ -303,10 +387,11 @@ def build_section(res, results_path, readme_path):
     t = res.get("timing", {})
     shown = os.path.relpath(res_abs, REPO) if res_abs.startswith(REPO + os.sep) else results_path
     out.append(
-        "Measured by `%s` on %s at %s (torch %s, CUDA %s, kerntune %s, tuning database `%s`, shapes `%s`); this "
+        "Measured by `%s` on %s at %s (torch %s, CUDA %s, kerntune %s, tuning database `%s`, shapes %s); this "
         "section was written by `python3 bench/make_report.py --results %s`. Raw data: [%s](%s)." % (
             res.get("command", "python3 bench/bench_all.py"), res["device"], date, res.get("torch", "?"),
-            res.get("cuda", "?"), res.get("kerntune_version", "?"), res.get("db", "?"), res.get("shapes", "?"),
+            res.get("cuda", "?"), res.get("kerntune_version", "?"), res.get("db", "?"),
+            shapes_text(res.get("shapes", "?")),
             shown, os.path.basename(res_abs), link(res_abs)))
     out.append("")
     out.append(
@@ -330,10 +415,10 @@ def build_section(res, results_path, readme_path):
                 lines.append("![%s](%s)" % (title, link(os.path.join(res_dir, p))))
         return lines + ([""] if lines else [])
 
-    out += prefill_section(rows)
+    out += prefill_section(rows, res.get("models"))
     out += images("_prefill", "attention prefill TFLOP/s")
     out += decode_section(rows)
-    out += qkv_section(rows)
+    out += qkv_section(rows, res.get("models"))
     out += images("_qkv", "Q/K/V projection us vs M")
     while out and out[-1] == "":
         out.pop()

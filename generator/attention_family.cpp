@@ -1,5 +1,6 @@
 #include "generator/attention_family.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -60,15 +61,18 @@ std::vector<Config> config_space() {
         for (int stages : {1, 2, 3})
           for (int raster : {0, 1}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync, raster});
   // The Hopper mainloop: one or two consumer warpgroups (tile_m 64 / 128), tile_n 64 or 128, 2..4 ring slots,
-  // both block orders, intra-warpgroup overlap off / on, and with two consumers and overlap, pingpong off / on.
+  // both block orders, intra-warpgroup overlap off / on, with two consumers and overlap pingpong off / on, and one
+  // block per tile or persistent.
   for (int warps : {4, 8})
     for (int tile_n : {64, 128})
       for (int stages : {2, 3, 4})
         for (int raster : {0, 1})
           for (int overlap : {0, 1})
             for (int pingpong : {0, 1})
-              if (pingpong == 0 || (warps == 8 && overlap == 1))
-                out.push_back(Config{16 * warps, tile_n, warps, stages, kWgmmaWs, raster, overlap, pingpong});
+              for (int persistent : {0, 1})
+                if (pingpong == 0 || (warps == 8 && overlap == 1))
+                  out.push_back(
+                      Config{16 * warps, tile_n, warps, stages, kWgmmaWs, raster, overlap, pingpong, persistent});
   return out;
 }
 
@@ -92,17 +96,19 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << (p.causal ? "causal" : "full") << "__"
     << (c.mainloop == kWgmmaWs ? "wgmmaws_m" : "mmasync_m") << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s"
     << c.stages << "_r" << c.raster;
-  if (c.mainloop == kWgmmaWs) s << "_o" << c.overlap << "_p" << c.pingpong;
+  if (c.mainloop == kWgmmaWs) s << "_o" << c.overlap << "_p" << c.pingpong << "_pers" << c.persistent;
   s << "__" << arch_name(arch);
   return s.str();
 }
 
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
-  if (c.mainloop == kWgmmaWs) {  // flash_fwd_ws<dtype, D, causal, tile_n, consumers, stages, raster, overlap, pingpong>
+  if (c.mainloop == kWgmmaWs) {  // flash_fwd_ws<dtype, D, causal, tile_n, consumers, stages, raster, overlap, pingpong,
+                                 // persistent>
     s << "kt::attn::flash_fwd_ws<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
       << (p.causal ? "true" : "false") << ", " << c.tile_n << ", " << c.warps / 4 << ", " << c.stages << ", "
-      << c.raster << ", " << (c.overlap ? "true" : "false") << ", " << (c.pingpong ? "true" : "false") << ">";
+      << c.raster << ", " << (c.overlap ? "true" : "false") << ", " << (c.pingpong ? "true" : "false") << ", "
+      << (c.persistent ? "true" : "false") << ">";
     return s.str();
   }
   s << "kt::attn::flash_fwd<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
@@ -123,12 +129,18 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
   return k;
 }
 
-LaunchDims launch_dims(const Problem& p, const Config& c) {
+LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   LaunchDims d;
   const unsigned m_blocks = static_cast<unsigned>((p.seqlen_q + c.tile_m - 1) / c.tile_m);
   d.grid_x = c.raster == 0 ? m_blocks : static_cast<unsigned>(p.num_heads);
   d.grid_y = c.raster == 0 ? static_cast<unsigned>(p.num_heads) : static_cast<unsigned>(p.batch);
   d.grid_z = c.raster == 0 ? static_cast<unsigned>(p.batch) : m_blocks;
+  if (c.persistent == 1) {
+    if (sm_count < 1) fail("a persistent attention_prefill config needs the GPU's SM count");
+    const unsigned long long tiles = 1ull * m_blocks * unsigned(p.num_heads) * unsigned(p.batch);
+    d.grid_x = static_cast<unsigned>(std::min<unsigned long long>(tiles, unsigned(sm_count)));
+    d.grid_y = d.grid_z = 1;
+  }
   d.block_x = static_cast<unsigned>((c.warps + (c.mainloop == kWgmmaWs ? 4 : 0)) * 32);  // + the producer warpgroup
   d.smem_bytes = static_cast<unsigned>(smem_bytes(c, p.head_dim));
   return d;
@@ -201,7 +213,8 @@ Problem problem_from_json(const nlohmann::json& j) {
 
 nlohmann::json config_to_json(const Config& c) {
   return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n},     {"warps", c.warps},   {"stages", c.stages},
-          {"mainloop", c.mainloop}, {"raster", c.raster}, {"overlap", c.overlap}, {"pingpong", c.pingpong}};
+          {"mainloop", c.mainloop}, {"raster", c.raster}, {"overlap", c.overlap}, {"pingpong", c.pingpong},
+          {"persistent", c.persistent}};
 }
 
 Config config_from_json(const nlohmann::json& j) {
@@ -212,15 +225,17 @@ Config config_from_json(const nlohmann::json& j) {
   c.stages = field<int>(j, "stages", "config");
   c.mainloop = field<int>(j, "mainloop", "config");
   c.raster = field<int>(j, "raster", "config");
-  // overlap and pingpong came with the wgmma_ws mainloop: configs stored before it have neither (both 0).
+  // overlap, pingpong and persistent came with the wgmma_ws mainloop: configs stored before it have none (all 0).
   c.overlap = j.contains("overlap") ? field<int>(j, "overlap", "config") : 0;
   c.pingpong = j.contains("pingpong") ? field<int>(j, "pingpong", "config") : 0;
+  c.persistent = j.contains("persistent") ? field<int>(j, "persistent", "config") : 0;
   return c;
 }
 
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages &&
-         a.mainloop == b.mainloop && a.raster == b.raster && a.overlap == b.overlap && a.pingpong == b.pingpong;
+         a.mainloop == b.mainloop && a.raster == b.raster && a.overlap == b.overlap && a.pingpong == b.pingpong &&
+         a.persistent == b.persistent;
 }
 
 void check_params(const Problem& p, const FwdParams& a) {

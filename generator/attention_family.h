@@ -44,7 +44,7 @@ void check_problem(const Problem& p);
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
 /// mma.sync: tile_m {64, 128, 256} x tile_n {32, 64, 128} x warps {4, 8} x stages {1, 2, 3} x raster {0, 1};
 /// wgmma_ws (sm_90a): warps {4, 8} (tile_m 16 warps) x tile_n {64, 128} x stages {2, 3, 4} x raster {0, 1} x
-/// overlap {0, 1} x pingpong {0, 1} (pingpong 1 only with warps 8 and overlap 1).
+/// overlap {0, 1} x pingpong {0, 1} (pingpong 1 only with warps 8 and overlap 1) x persistent {0, 1}.
 std::vector<Config> config_space();
 
 /// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) is null.
@@ -57,23 +57,23 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);
 
 /// "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2_r0__sm_90a" or
-/// "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1__sm_90a": every kernel axis of the mainloop
+/// "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1_pers0__sm_90a": every kernel axis of the mainloop
 /// in declaration order. Not in the name: batch, sequence lengths and the GQA ratio, which are
 /// run-time arguments of one and the same binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
 /// "kt::attn::flash_fwd<kt::DType::bf16, 128, true, 128, 64, 4, 2, 0, 0>" or
-/// "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 1, true, true>" (tile_n, consumer warpgroups,
-/// stages, raster, overlap, pingpong)
+/// "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 1, true, true, false>" (tile_n, consumer
+/// warpgroups, stages, raster, overlap, pingpong, persistent)
 std::string name_expression(const Problem& p, const Config& c);
 
 /// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 
 /// Grid (m_blocks, num_heads, batch) for raster 0 or (num_heads, batch, m_blocks) for raster 1, with
-/// m_blocks = ceil(seqlen_q / tile_m); block warps * 32 threads (wgmma_ws: + 128, the producer warpgroup); dynamic
-/// smem bytes; no cluster.
-LaunchDims launch_dims(const Problem& p, const Config& c);
+/// m_blocks = ceil(seqlen_q / tile_m); persistent: (min(tiles, sm_count), 1, 1) (throws ProblemError when
+/// sm_count < 1). Block warps * 32 threads (wgmma_ws: + 128, the producer warpgroup); dynamic smem bytes; no cluster.
+LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count = 0);
 
 /// Kernel arguments for contiguous tensors in FlashAttention layout (strides derived from the shape).
 /// softmax_scale <= 0 selects 1/sqrt(head_dim).
@@ -82,8 +82,8 @@ FwdParams contiguous_params(const Problem& p, const void* q, const void* k, cons
 
 /// JSON forms stored in the tuning database:
 ///   problem {"dtype":"bf16","batch":1,"seqlen_q":512,"seqlen_k":512,"num_heads":28,"num_kv_heads":4,"head_dim":128,"causal":true}
-///   config  {"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1,"overlap":0,"pingpong":0}
-///           (overlap and pingpong may be absent: 0, as in databases written before the wgmma_ws mainloop)
+///   config  {"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1,"overlap":0,"pingpong":0,
+///            "persistent":0} (the last three may be absent: 0, as in databases written before the wgmma_ws mainloop)
 /// from_json throws ProblemError naming a missing or mistyped field.
 nlohmann::json problem_to_json(const Problem& p);
 Problem problem_from_json(const nlohmann::json& j);

@@ -54,8 +54,8 @@ struct Traits {
   static KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
     return attn::kernel_source(p, c, arch);
   }
-  static LaunchDims launch_dims(const Problem& p, const Config& c, const DeviceModel&) {
-    return attn::launch_dims(p, c);
+  static LaunchDims launch_dims(const Problem& p, const Config& c, const DeviceModel& device) {
+    return attn::launch_dims(p, c, device.sm_count);
   }
   static size_t workspace_bytes(const Problem&, const Config&, const DeviceModel&) { return 0; }
 };

@@ -1,5 +1,6 @@
 #include "runtime/attention.h"
 
+#include "cuda/driver.h"
 #include "runtime/tma.h"
 
 namespace kt {
@@ -21,7 +22,7 @@ TmaDescriptor encode_4d(const void* base, int head_dim, int seqlen, int heads, i
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const FwdParams& params,
             CUstream stream) {
   check_params(problem, params);
-  const LaunchDims d = launch_dims(problem, config);
+  const LaunchDims d = launch_dims(problem, config, config.persistent ? cuda::current_sm_count() : 0);
   if (config.mainloop != kWgmmaWs) {
     kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &params);
     return;

@@ -400,6 +400,7 @@ class Parser {
     // Default workloads: those of shapes/qwen7b.json.
     const int prefill[][2] = {{1, 512}, {4, 1024}, {1, 2048}, {8, 2048}, {1, 8192}, {2, 16384}};
     for (const auto& w : prefill) out.prefill.push_back({w[0], w[1], w[1], true});
+    out.prefill.push_back({1, 8192, 8192, false});
     out.qkv_tokens = {1, 16, 64, 256, 1024, 4096, 16384};
     out.qkv_formats = {"fp16", "fp16_kb64", "int8",  "int8_kb64",   "int4",  "int4_kb128",
                        "nf4",  "nf4_kb128", "mxfp4", "mxfp4_kb128", "nvfp4", "nvfp4_kb128"};

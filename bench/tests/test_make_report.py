@@ -11,7 +11,10 @@ appears in exactly the table cells whose ratio (anchor time / kerntune time) is 
 the contiguous anchors (rows of a results file from before the decode family say there is no kerntune decode
 kernel); failures are named; image
 links are relative to the README; --stdout writes nothing; a README without the markers (or with them reversed)
-gives exit status 2, a message naming both markers, and an unchanged file.
+gives exit status 2, a message naming both markers, and an unchanged file. Prefill rows of two models
+(bench_all.py --shapes A,B) get a "heads" column before "dtype", each row compared with its own model's anchors
+(the same workload in both models), the heads sentence names both geometries with their models, and the header
+lists both shapes files; rows of one model keep the table without that column.
 """
 import json
 import os
@@ -153,6 +156,89 @@ def slower_notes(note):
     return dict(re.findall(r"slower than ([A-Za-z0-9. ]+?) \(([0-9.]+)x\)", note))
 
 
+# Two models' prefill rows (bench_all.py --shapes shapes/qwen7b.json,shapes/llama8b.json):
+# (model, Hq, Hkv, dtype, B, S, causal) -> us of kerntune, flash, cudnn. B=1 S=8192 non-causal is in both models, with
+# different times: each row must be compared with its own model's anchors.
+TWO_MODELS = {
+    ("Qwen2.5-7B", 28, 4, "bf16", 1, 512, True): (20.0, 25.0, 18.0),
+    ("Qwen2.5-7B", 28, 4, "bf16", 1, 8192, False): (1000.0, 1100.0, 900.0),   # 1.10x flash, 0.90x cuDNN
+    ("Llama-3.1-8B", 32, 8, "bf16", 1, 4096, True): (400.0, 400.0, 500.0),
+    ("Llama-3.1-8B", 32, 8, "bf16", 1, 8192, False): (1000.0, 800.0, 1300.0),  # 0.80x flash, 1.30x cuDNN
+}
+
+
+def two_model_results(with_model=True):
+    """A results file of two shapes files, prefill only; with_model=False: rows without their "model" field (the
+    names then come from the file's "models")."""
+    rows = []
+    for (model, hq, hkv, dt, b, s, causal), times in TWO_MODELS.items():
+        flops = 4.0 * b * hq * s * s * 128 / (2 if causal else 1)
+        for impl, us in zip(("kerntune", "sdpa_flash", "sdpa_cudnn"), times):
+            r = dict(section="prefill", dtype=dt, batch=b, seqlen=s, seqlen_k=s, causal=causal, flops=flops,
+                     num_heads=hq, num_kv_heads=hkv, head_dim=128, impl=impl, us=us,
+                     tflops=flops / (us * 1e-6) / 1e12)
+            if with_model:
+                r["model"] = model
+            rows.append(r)
+    geo = lambda hidden, hq, hkv: dict(hidden_size=hidden, num_attention_heads=hq, num_key_value_heads=hkv,
+                                       head_dim=128)
+    return dict(schema="kerntune-bench/1", device="NVIDIA H200", driver="580.159.04", torch="2.11.0+cu130",
+                cuda="13.0", date_utc="2026-11-29T10:00:00+00:00", kerntune_version="0.1.0", db="h200.db",
+                shapes="shapes/qwen7b.json,shapes/llama8b.json", model="Qwen2.5-7B", geometry=geo(3584, 28, 4),
+                models=[dict(model="Qwen2.5-7B", shapes="shapes/qwen7b.json", geometry=geo(3584, 28, 4)),
+                        dict(model="Llama-3.1-8B", shapes="shapes/llama8b.json", geometry=geo(4096, 32, 8))],
+                command="python3 bench/bench_all.py --db h200.db --shapes shapes/qwen7b.json,shapes/llama8b.json "
+                        "--sections prefill", timing=dict(samples=40), rows=rows, plots=[])
+
+
+def check_two_models(tmp):
+    """Prefill rows of two geometries: the heads column, the per-model comparison, the sentence and the header."""
+    readme = os.path.join(tmp, "README_TWO.md")
+    for with_model in (True, False):
+        what = "two models (rows %s \"model\")" % ("with" if with_model else "without")
+        res_path = os.path.join(tmp, "two_models_%d.json" % with_model)
+        with open(res_path, "w") as f:
+            json.dump(two_model_results(with_model), f)
+        with open(readme, "w") as f:
+            f.write(README.format(begin=BEGIN, end=END))
+        rc, out, err = run("--results", res_path, "--readme", readme, "--stdout")
+        check(rc == 0, "%s: exit 0 (rc=%d, stderr=%s)" % (what, rc, err))
+        prose = " ".join(out.split())  # the prose is wrapped at 120 columns
+        check("Heads 28 query / 4 KV (Qwen2.5-7B) and 32 / 8 (Llama-3.1-8B), head_dim 128." in prose,
+              "%s: the heads sentence names both geometries and models" % what)
+        check("shapes `shapes/qwen7b.json` and `shapes/llama8b.json`" in prose,
+              "%s: the header lists both shapes files" % what)
+        header = [line for line in out.splitlines() if line.startswith("| ") and "kerntune TFLOP/s" in line]
+        check(len(header) == 1 and header[0].startswith("| heads | dtype | B | S | causal |"),
+              "%s: the prefill table starts with a heads column (%r)" % (what, header))
+        pre = table_rows(out, "| heads | dtype |")
+        check(pre is not None and len(pre) == len(TWO_MODELS), "%s: one prefill row per model and workload (%r)"
+              % (what, pre))
+        hq_of = {"28/4": (28, 4), "32/8": (32, 8)}
+        got = set()
+        for row in pre or []:
+            check(row["heads"] in hq_of, "%s: heads cell is Hq/Hkv (%r)" % (what, row["heads"]))
+            if row["heads"] not in hq_of:
+                continue
+            hq, hkv = hq_of[row["heads"]]
+            key = [k for k in TWO_MODELS if k[1:6] == (hq, hkv, row["dtype"], int(row["B"]), int(row["S"]))]
+            check(len(key) == 1, "%s: row %r is one of the workloads" % (what, row))
+            if len(key) != 1:
+                continue
+            got.add(key[0])
+            kt_us, fl_us, cu_us = TWO_MODELS[key[0]]
+            check(row["vs flash"] == "%.2fx" % (fl_us / kt_us) and row["vs cuDNN"] == "%.2fx" % (cu_us / kt_us),
+                  "%s: %s S=%s compared with its own model's anchors (%r)" % (what, row["heads"], row["S"], row))
+        check(got == set(TWO_MODELS), "%s: every (model, workload) has its row" % what)
+        # the same workload of the two models: two rows, in the order of the files
+        s8192 = [r["heads"] for r in pre or [] if r["S"] == "8192"]
+        check(s8192 == ["28/4", "32/8"], "%s: B=1 S=8192 once per model, first file first (%r)" % (what, s8192))
+        notes = [r["note"] for r in pre or [] if r["S"] == "8192"]
+        check(len(notes) == 2 and slower_notes(notes[0]) == {"SDPA cuDNN": "0.90"}
+              and slower_notes(notes[1]) == {"SDPA flash": "0.80"},
+              "%s: each B=1 S=8192 row's note names its own slower anchor (%r)" % (what, notes))
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         res_dir = os.path.join(tmp, "bench", "results")
@@ -180,6 +266,10 @@ def main():
         check("torch 2.11.0+cu130" in section, "torch version named")
         check("](bench/results/nvidia_h100_80gb_hbm3_prefill.png)" in section, "prefill image link relative to README")
         check("](bench/results/nvidia_h100_80gb_hbm3_qkv.png)" in section, "qkv image link relative to README")
+        # one model: no heads column, the single-geometry sentence and header as they always were
+        check("| heads " not in section, "one model: no heads column")
+        check("Heads 28 query / 4 KV, head_dim 128. TFLOP/s" in " ".join(section.split()), "one model: heads sentence")
+        check("shapes `shapes/qwen7b.json`);" in " ".join(section.split()), "one model: shapes in the header")
 
         # 2. idempotent
         rc, out, err = run("--results", res_path, "--readme", readme)
@@ -276,6 +366,9 @@ def main():
         # 8. unreadable results -> exit 2
         rc, out, err = run("--results", os.path.join(tmp, "nope.json"), "--readme", readme)
         check(rc == 2 and "cannot read results" in err, "missing results file: exit 2 with a message")
+
+        # 9. prefill rows of two models
+        check_two_models(tmp)
 
     n_fail = len(FAILURES)
     print("test_make_report: %s" % ("all checks passed" if not n_fail else "%d check(s) failed" % n_fail))

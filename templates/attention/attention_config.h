@@ -32,6 +32,8 @@ struct Config {
                  ///< tensor cores; FlashAttention-3, Algorithm 2), 0 = each GEMM waited for; kMmaSync: 0
   int pingpong;  ///< kWgmmaWs with two consumer warpgroups and overlap: 1 = they take turns issuing GEMMs (one's
                  ///< softmax under the other's GEMMs; FlashAttention-3's warp-scheduler barriers), 0 = not; else 0
+  int persistent;  ///< kWgmmaWs: 1 = at most one block per SM loops over the tiles in the raster's order, loading the
+                   ///< next tile's Q under this tile's last GEMMs and epilogue; 0 = one block per tile; kMmaSync: 0
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of
@@ -99,6 +101,7 @@ KT_HD constexpr const char* invalid_reason_ws(int head_dim, const Config& c, Arc
   if (c.pingpong != 0 && c.pingpong != 1) return "pingpong must be 0 or 1";
   if (c.pingpong == 1 && (c.warps != 8 || c.overlap != 1))
     return "pingpong needs two consumer warpgroups (warps 8) and overlap";
+  if (c.persistent != 0 && c.persistent != 1) return "persistent must be 0 or 1";
   if (smem_bytes(c, head_dim) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
   return nullptr;
 }
@@ -124,7 +127,8 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causa
   // raster: one of the two block orders.
   if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
   // overlap and pingpong are wgmma_ws schedules.
-  if (c.overlap != 0 || c.pingpong != 0) return "overlap and pingpong must be 0 for the mma.sync mainloop";
+  if (c.overlap != 0 || c.pingpong != 0 || c.persistent != 0)
+    return "overlap, pingpong and persistent must be 0 for the mma.sync mainloop";
   // stages: 1 (no prefetch) to 3 K/V buffers.
   if (c.stages < 1 || c.stages > 3) return "stages must be 1, 2 or 3";
   // cp.async tile loads: every thread moves the same number of 16-byte chunks.

@@ -26,6 +26,37 @@ __device__ __forceinline__ BlockTile block_tile() {
   return t;
 }
 
+/// The tiles of a launch in the order of a non-persistent grid's linear block index (x fastest), for the raster's grid:
+/// raster 0 (m-blocks, heads, batch), raster 1 (heads, batch, m-blocks); causal m-blocks heaviest first, as
+/// block_tile. Persistent: block b of a grid of G blocks computes tiles b, b + G, b + 2 G, ... (a static schedule: with
+/// heaviest-first order every round hands the G blocks tiles of similar cost). Otherwise block b computes tile b alone.
+template <bool Causal, int Raster, bool Persistent>
+struct TileScheduler {
+  int m_blocks, heads, batches;
+
+  __device__ __forceinline__ int total() const { return m_blocks * heads * batches; }
+  __device__ __forceinline__ int first() const {
+    return Persistent ? int(blockIdx.x) : int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  }
+  __device__ __forceinline__ int stride() const { return Persistent ? int(gridDim.x) : total(); }
+  /// Tile t (0 <= t < total()).
+  __device__ __forceinline__ BlockTile tile(int t) const {
+    int m_index;
+    BlockTile b;
+    if (Raster == 0) {
+      m_index = t % m_blocks;
+      b.head = (t / m_blocks) % heads;
+      b.batch = t / (m_blocks * heads);
+    } else {
+      b.head = t % heads;
+      b.batch = (t / heads) % batches;
+      m_index = t / (heads * batches);
+    }
+    b.m_block = Causal ? m_blocks - 1 - m_index : m_index;
+    return b;
+  }
+};
+
 /// Keys the query rows [m0, m0 + tile_m) attend to: all seqlen_k, or (causal, bottom-right aligned: row r sees keys
 /// up to r + seqlen_k - seqlen_q) up to the last row's diagonal; 0 or less when no row sees a key.
 template <bool Causal>

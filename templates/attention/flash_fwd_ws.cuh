@@ -34,31 +34,32 @@ __host__ __device__ constexpr unsigned ws_tile_bytes() {
   return Rows * D * 2;
 }
 
-/// Producer (one thread): Q once, then K and V of every key tile through the two rings, each tile as
-/// (tile rows / 64) x (D / 64) boxes of [64 rows][64 columns]. Rows past the sequence read as zeros (TMA bounds).
+/// Producer (one thread), one tile: Q (into the Q buffer, on q_full), then K and V of its n_tiles key tiles through the
+/// two rings at ring steps step0, step0 + 1, ...; each tile as (tile rows / 64) x (D / 64) boxes of [64 rows][64
+/// columns]. Rows past the sequence read as zeros (TMA bounds).
 template <int D, int TileM, int TileN, int Stages>
-__device__ __forceinline__ void ws_produce(const FwdTmaParams& tp, unsigned sQ, unsigned sKV, unsigned q_bar,
+__device__ __forceinline__ void ws_produce(const FwdTmaParams& tp, unsigned sQ, unsigned sKV, unsigned q_full,
                                            const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
-                                           int m0, int head, int kv_head, int batch, int n_tiles) {
+                                           int m0, int head, int kv_head, int batch, int n_tiles, int step0) {
   constexpr int kBlocks = D / 64;
   constexpr unsigned kQBlock = TileM * 128, kKVBlock = TileN * 128;  // one column block of a tile
-  ptx::mbarrier_arrive_expect_tx(q_bar, ws_tile_bytes<TileM, D>());
+  ptx::mbarrier_arrive_expect_tx(q_full, ws_tile_bytes<TileM, D>());
 #pragma unroll
   for (int h = 0; h < kBlocks; ++h)
 #pragma unroll
     for (int rb = 0; rb < TileM / 64; ++rb)
-      ptx::tma_load_4d(sQ + h * kQBlock + rb * 8192, &tp.q_map, 64 * h, m0 + 64 * rb, head, batch, q_bar);
+      ptx::tma_load_4d(sQ + h * kQBlock + rb * 8192, &tp.q_map, 64 * h, m0 + 64 * rb, head, batch, q_full);
   for (int j = 0; j < n_tiles; ++j) {
-    const int s = pipe::TmaRing<Stages>::slot(j);
+    const int step = step0 + j, s = pipe::TmaRing<Stages>::slot(step);
     const unsigned sK = sKV + 2 * s * ws_tile_bytes<TileN, D>(), sV = sK + ws_tile_bytes<TileN, D>();
-    k_ring.acquire(j);
+    k_ring.acquire(step);
     const unsigned kb = k_ring.arm(s, ws_tile_bytes<TileN, D>());
 #pragma unroll
     for (int h = 0; h < kBlocks; ++h)
 #pragma unroll
       for (int rb = 0; rb < TileN / 64; ++rb)
         ptx::tma_load_4d(sK + h * kKVBlock + rb * 8192, &tp.k_map, 64 * h, j * TileN + 64 * rb, kv_head, batch, kb);
-    v_ring.acquire(j);
+    v_ring.acquire(step);
     const unsigned vb = v_ring.arm(s, ws_tile_bytes<TileN, D>());
 #pragma unroll
     for (int h = 0; h < kBlocks; ++h)
@@ -175,7 +176,8 @@ __device__ __forceinline__ void ws_pv(WsRows<D>& st, unsigned (&pa)[TileN / 16][
 
 /// Pingpong turns of the two consumer warpgroups (FlashAttention-3's warp-scheduler barriers): consumer c waits on
 /// named barrier 1 + c (256 threads) before it issues a turn's GEMMs and arrives on the other's after. Consumer 0's
-/// first turn is opened by its own arrival (open); consumer 1 skips its last arrival, so every barrier use completes.
+/// first turn is opened by its own arrival (open, once per block); consumer 1 skips its last arrival of the block, so
+/// every barrier use completes. Both consumers take the same turns (they work on the same tiles).
 /// Without Pingpong every call is a no-op.
 template <bool Pingpong>
 struct WsTurns {
@@ -191,18 +193,26 @@ struct WsTurns {
   }
 };
 
-/// One consumer warpgroup's mainloop over key tiles [0, n_tiles) (n_tiles >= 1). Without Overlap: per tile, Q K^T,
-/// softmax, P V, each waited for. With Overlap: tile j's Q K^T and tile j - 1's P V are issued together (one turn) and
-/// tile j's softmax runs while P V is in flight; O is rescaled once P V has completed.
+/// One consumer warpgroup's mainloop over one tile's key tiles [0, n_tiles) (n_tiles >= 1), at ring steps step0 + j.
+/// Without Overlap: per key tile, Q K^T, softmax, P V, each waited for. With Overlap: key tile j's Q K^T and tile
+/// j - 1's P V are issued together (one turn) and tile j's softmax runs while P V is in flight; O is rescaled once P V
+/// has completed. Once the last Q K^T has completed, each warp arrives on q_empty (the producer may load the next
+/// tile's Q). last: this is the warpgroup's last tile (its last turn).
 template <DType DT, int D, bool Causal, int TileM, int TileN, int Stages, bool Overlap, bool Pingpong>
 __device__ __forceinline__ void ws_consume(const FwdParams& p, WsRows<D>& st, unsigned sQ_rows, unsigned sKV,
                                            const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
-                                           int c, int row0, int m0, int n_tiles) {
+                                           unsigned q_empty, int c, int row0, int m0, int n_tiles, int step0,
+                                           bool last) {
   const bool lead = threadIdx.x % 32 == 0;  // one release per consumer warp
   const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
   const WsTurns<Pingpong> turn{c};
-  auto sK = [&](int j) { return sKV + 2 * pipe::TmaRing<Stages>::slot(j) * ws_tile_bytes<TileN, D>(); };
+  // Key tile j's ring step, K slot and V slot.
+  auto step = [&](int j) { return step0 + j; };
+  auto sK = [&](int j) { return sKV + 2 * pipe::TmaRing<Stages>::slot(step0 + j) * ws_tile_bytes<TileN, D>(); };
   auto sV = [&](int j) { return sK(j) + ws_tile_bytes<TileN, D>(); };
+  auto q_done = [&](int j) {
+    if (lead && j == n_tiles - 1) ptx::mbarrier_arrive(q_empty);
+  };
   auto softmax = [&](float (&s)[TileN / 2], float (&corr)[2], int j) {
     const int n0 = j * TileN;
     const bool need_mask = n0 + TileN > p.seqlen_k || (Causal && n0 + TileN - 1 > m0 + 64 * c + shift);
@@ -212,56 +222,58 @@ __device__ __forceinline__ void ws_consume(const FwdParams& p, WsRows<D>& st, un
   unsigned pa[TileN / 16][4];
   if (!Overlap) {
     for (int j = 0; j < n_tiles; ++j) {
-      k_ring.wait(j);
+      k_ring.wait(step(j));
       ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(j));
       wgmma::wait_group<0>();
       wgmma::fence_operands(s);
-      if (lead) k_ring.release(j);
+      if (lead) k_ring.release(step(j));
+      q_done(j);
       softmax(s, corr, j);
       ws_rescale(st, corr);
       ws_pack_p<DT, TileN>(pa, s);
-      v_ring.wait(j);
+      v_ring.wait(step(j));
       ws_pv<DT, D, TileN>(st, pa, sV(j));
       wgmma::wait_group<0>();
       wgmma::fence_operands(st.o);
-      if (lead) v_ring.release(j);
+      if (lead) v_ring.release(step(j));
     }
     return;
   }
-  turn.open();
-  k_ring.wait(0);
+  k_ring.wait(step(0));
   turn.begin();
   ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(0));
   turn.end(false);
   wgmma::wait_group<0>();
   wgmma::fence_operands(s);
-  if (lead) k_ring.release(0);
+  if (lead) k_ring.release(step(0));
+  q_done(0);
   softmax(s, corr, 0);  // O is still 0: no rescale
   ws_pack_p<DT, TileN>(pa, s);
   for (int j = 1; j < n_tiles; ++j) {
-    k_ring.wait(j);
+    k_ring.wait(step(j));
     turn.begin();
     ws_scores<DT, D, TileM, TileN>(s, sQ_rows, sK(j));
-    v_ring.wait(j - 1);
+    v_ring.wait(step(j - 1));
     ws_pv<DT, D, TileN>(st, pa, sV(j - 1));
     turn.end(false);
-    wgmma::wait_group<1>();  // Q K^T of tile j has completed; P V of tile j - 1 may still run
+    wgmma::wait_group<1>();  // Q K^T of key tile j has completed; P V of tile j - 1 may still run
     wgmma::fence_operands(s);
-    if (lead) k_ring.release(j);
+    if (lead) k_ring.release(step(j));
+    q_done(j);
     softmax(s, corr, j);
     wgmma::wait_group<0>();
     wgmma::fence_operands(st.o);
-    if (lead) v_ring.release(j - 1);
+    if (lead) v_ring.release(step(j - 1));
     ws_rescale(st, corr);
     ws_pack_p<DT, TileN>(pa, s);
   }
-  v_ring.wait(n_tiles - 1);
+  v_ring.wait(step(n_tiles - 1));
   turn.begin();
   ws_pv<DT, D, TileN>(st, pa, sV(n_tiles - 1));
-  turn.end(true);
+  turn.end(last);
   wgmma::wait_group<0>();
   wgmma::fence_operands(st.o);
-  if (lead) v_ring.release(n_tiles - 1);
+  if (lead) v_ring.release(step(n_tiles - 1));
 }
 
 /// Epilogue of one consumer thread: O / l in the output dtype for its two rows (4-byte stores of column pairs) below
@@ -289,66 +301,109 @@ __device__ __forceinline__ void ws_store(const FwdParams& p, const WsRows<D>& st
   }
 }
 
+/// Consumers: every tile of the block (TileScheduler), each with its own O, row maxima and sums; a tile without keys
+/// (causal rows above the diagonal) stores o = 0 and LSE = -inf without touching shared memory.
+template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong,
+          bool Persistent>
+__device__ __forceinline__ void ws_consumer(const FwdParams& p, const TileScheduler<Causal, Raster, Persistent>& sched,
+                                            unsigned sQ, unsigned sKV, unsigned q_full, unsigned q_empty,
+                                            const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
+                                            int c) {
+  constexpr int TileM = 64 * Consumers;
+  const int ct = threadIdx.x - 128 * (c + 1), warp = ct / 32, lane = ct % 32;
+  auto keys = [&](int t) {  // key tiles of tile t
+    const int n = keys_needed<Causal>(p, sched.tile(t).m_block * TileM, TileM);
+    return n > 0 ? (n + TileN - 1) / TileN : 0;
+  };
+  auto next_work = [&](int t) {  // the first tile at or after t with keys, or total
+    while (t < sched.total() && keys(t) == 0) t += sched.stride();
+    return t;
+  };
+  int t_work = next_work(sched.first());
+  if (t_work < sched.total()) WsTurns<Pingpong>{c}.open();
+  int step = 0, qi = 0;
+  for (int t = sched.first(); t < sched.total(); t += sched.stride()) {
+    const BlockTile tile = sched.tile(t);
+    const int m0 = tile.m_block * TileM, n_tiles = keys(t);
+    const int row0 = m0 + 64 * c + 16 * warp + lane / 4;  // the thread's first row (and row0 + 8)
+    WsRows<D> st;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
+    st.row_max[0] = st.row_max[1] = ptx::neg_inf();
+    st.row_sum[0] = st.row_sum[1] = 0.f;
+    if (n_tiles > 0) {
+      t_work = next_work(t + sched.stride());
+      ptx::mbarrier_wait(q_full, unsigned(qi & 1));
+      ws_consume<DT, D, Causal, TileM, TileN, Stages, Overlap, Pingpong>(
+          p, st, sQ + c * 64 * 128, sKV, k_ring, v_ring, q_empty, c, row0, m0, n_tiles, step,
+          t_work >= sched.total());
+      step += n_tiles;
+      ++qi;
+    }
+    unsigned short* o =
+        static_cast<unsigned short*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
+    ws_store<DT, D>(p, st, o, row0, tile.batch, tile.head);
+  }
+}
+
 #endif  // __CUDA_ARCH__ >= 900
 
-/// The kernel (mainloop kWgmmaWs). TileM = 64 x Consumers query rows per block; TileN 64 or 128 keys per ring slot.
-template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong>
+/// The kernel (mainloop kWgmmaWs). TileM = 64 x Consumers query rows per tile; TileN 64 or 128 keys per ring slot.
+/// Persistent: a grid of at most one block per SM loops over the tiles (TileScheduler); the producer loads the next
+/// tile's Q as soon as the consumers' last Q K^T of the current tile has completed, under their last P V and epilogue.
+template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong,
+          bool Persistent>
 __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const __grid_constant__ FwdTmaParams tp) {
 #if __CUDA_ARCH__ >= 900
   constexpr int TileM = 64 * Consumers;
   // ---- preconditions: the family's single validity rule set ----
   static_assert(invalid_reason(DT, D, Causal,
                                Config{TileM, TileN, 4 * Consumers, Stages, kWgmmaWs, Raster, Overlap ? 1 : 0,
-                                      Pingpong ? 1 : 0},
+                                      Pingpong ? 1 : 0, Persistent ? 1 : 0},
                                ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_prefill wgmma_ws variant: see invalid_reason() in attention_config.h");
   const FwdParams& p = tp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  __shared__ __align__(8) unsigned long long s_bars[1 + 4 * Stages];  // Q, then the K ring's, then the V ring's
+  // Q full, Q empty, then the K ring's and the V ring's full and empty barriers.
+  __shared__ __align__(8) unsigned long long s_bars[2 + 4 * Stages];
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned sQ = (raw + 1023u) & ~1023u;  // the launch requests 1 KB of slack for this alignment
   const unsigned sKV = sQ + ws_tile_bytes<TileM, D>();
-  const unsigned q_bar = ptx::smem_u32(s_bars);
-  const pipe::TmaRing<Stages> k_ring(s_bars + 1), v_ring(s_bars + 1 + 2 * Stages);
+  const unsigned q_full = ptx::smem_u32(s_bars), q_empty = q_full + 8;
+  const pipe::TmaRing<Stages> k_ring(s_bars + 2), v_ring(s_bars + 2 + 2 * Stages);
+  const TileScheduler<Causal, Raster, Persistent> sched{(p.seqlen_q + TileM - 1) / TileM, p.num_heads, p.batch};
   const int tid = threadIdx.x, wg = tid / 128;
 
-  const BlockTile tile = block_tile<Causal, Raster>();
-  const int head = tile.head, batch = tile.batch;
-  const int kv_head = head / (p.num_heads / p.num_kv_heads);
-  const int m0 = tile.m_block * TileM;
-  const int n_keys = keys_needed<Causal>(p, m0, TileM);
-  const int n_tiles = n_keys > 0 ? (n_keys + TileN - 1) / TileN : 0;
-
   if (tid == 0) {
-    ptx::mbarrier_init(q_bar, 1);
-    k_ring.init(Consumers * 4);  // one release per consumer warp
+    ptx::mbarrier_init(q_full, 1);
+    ptx::mbarrier_init(q_empty, Consumers * 4);  // one arrival per consumer warp
+    k_ring.init(Consumers * 4);                  // one release per consumer warp
     v_ring.init(Consumers * 4);
     ptx::mbarrier_init_fence();
   }
   __syncthreads();
 
-  if (wg == 0) {  // ---- producer ----
+  if (wg == 0) {  // ---- producer: one thread issues every copy ----
     if (Consumers == 2) wgmma::setmaxnreg_dec<24>();
-    if (tid == 0 && n_tiles > 0)
-      ws_produce<D, TileM, TileN, Stages>(tp, sQ, sKV, q_bar, k_ring, v_ring, m0, head, kv_head, batch, n_tiles);
+    if (tid != 0) return;
+    int step = 0, qi = 0;
+    for (int t = sched.first(); t < sched.total(); t += sched.stride()) {
+      const BlockTile tile = sched.tile(t);
+      const int m0 = tile.m_block * TileM, n_keys = keys_needed<Causal>(p, m0, TileM);
+      if (n_keys <= 0) continue;
+      const int n_tiles = (n_keys + TileN - 1) / TileN;
+      if (qi > 0) ptx::mbarrier_wait(q_empty, unsigned((qi - 1) & 1));  // the previous tile's Q is no longer read
+      const int kv_head = tile.head / (p.num_heads / p.num_kv_heads);
+      ws_produce<D, TileM, TileN, Stages>(tp, sQ, sKV, q_full, k_ring, v_ring, m0, tile.head, kv_head, tile.batch,
+                                          n_tiles, step);
+      step += n_tiles;
+      ++qi;
+    }
     return;
   }
-  // ---- consumers ----
   if (Consumers == 2) wgmma::setmaxnreg_inc<240>();
-  const int c = wg - 1, ct = tid - 128 * wg, warp = ct / 32, lane = ct % 32;
-  const int row0 = m0 + 64 * c + 16 * warp + lane / 4;  // the thread's first row (and row0 + 8)
-  WsRows<D> st;
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
-  st.row_max[0] = st.row_max[1] = ptx::neg_inf();
-  st.row_sum[0] = st.row_sum[1] = 0.f;
-  if (n_tiles > 0) {
-    ptx::mbarrier_wait(q_bar, 0);
-    ws_consume<DT, D, Causal, TileM, TileN, Stages, Overlap, Pingpong>(p, st, sQ + c * 64 * 128, sKV, k_ring, v_ring,
-                                                                       c, row0, m0, n_tiles);
-  }
-  unsigned short* o = static_cast<unsigned short*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
-  ws_store<DT, D>(p, st, o, row0, batch, head);
+  ws_consumer<DT, D, Causal, TileN, Consumers, Stages, Raster, Overlap, Pingpong, Persistent>(
+      p, sched, sQ, sKV, q_full, q_empty, k_ring, v_ring, wg - 1);
 #endif
 }
 

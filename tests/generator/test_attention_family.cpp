@@ -30,11 +30,11 @@ Problem qwen(DType dt = DType::bf16, bool causal = true) {
 TEST_CASE("config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
   // mma.sync: tile_m x tile_n x warps x stages x raster; wgmma_ws: tile_n {64, 128} x stages {2, 3, 4} x raster {0, 1}
-  // x (warps 4: overlap {0, 1}; warps 8: overlap 0, overlap 1 with pingpong {0, 1}).
-  CHECK(space.size() == 3 * 3 * 2 * 3 * 2 + 2 * 3 * 2 * (2 + 3));
-  std::set<std::tuple<int, int, int, int, int, int, int, int>> seen;
+  // x (warps 4: overlap {0, 1}; warps 8: overlap 0, overlap 1 with pingpong {0, 1}) x persistent {0, 1}.
+  CHECK(space.size() == 3 * 3 * 2 * 3 * 2 + 2 * 3 * 2 * (2 + 3) * 2);
+  std::set<std::tuple<int, int, int, int, int, int, int, int, int>> seen;
   for (const auto& c : space)
-    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.mainloop, c.raster, c.overlap, c.pingpong});
+    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.mainloop, c.raster, c.overlap, c.pingpong, c.persistent});
   CHECK(seen.size() == space.size());
 }
 
@@ -99,7 +99,7 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
   const ArchId arch = parse_arch("sm_90a");
   std::set<std::string> names;
   const std::regex form(
-      R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__(mmasync_m\d+_n\d+_w\d_s\d_r[01]|wgmmaws_m\d+_n\d+_w\d_s\d_r[01]_o[01]_p[01])__sm_90a)");
+      R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__(mmasync_m\d+_n\d+_w\d_s\d_r[01]|wgmmaws_m\d+_n\d+_w\d_s\d_r[01]_o[01]_p[01]_pers[01])__sm_90a)");
   for (DType dt : {DType::f16, DType::bf16})
     for (bool causal : {false, true})
       for (const auto& c : valid_configs(qwen(dt, causal), arch)) {
@@ -107,7 +107,8 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
         CHECK(std::regex_match(n, form));
         const std::string tail = "_r" + std::to_string(c.raster) +
                                  (c.mainloop == kWgmmaWs
-                                      ? "_o" + std::to_string(c.overlap) + "_p" + std::to_string(c.pingpong)
+                                      ? "_o" + std::to_string(c.overlap) + "_p" + std::to_string(c.pingpong) +
+                                            "_pers" + std::to_string(c.persistent)
                                       : "");
         CHECK(n.find("_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_w" +
                      std::to_string(c.warps) + "_s" + std::to_string(c.stages) + tail) != std::string::npos);
@@ -117,15 +118,15 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
         "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2_r0__sm_90a");
   CHECK(name_expression(qwen(DType::f16, false), Config{64, 32, 4, 3, kMmaSync, 1}) ==
         "kt::attn::flash_fwd<kt::DType::f16, 128, false, 64, 32, 4, 3, 0, 1>");
-  CHECK(variant_name(qwen(), Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1}, arch) ==
-        "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1__sm_90a");
-  CHECK(name_expression(qwen(), Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 0}) ==
-        "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 0, true, false>");
+  CHECK(variant_name(qwen(), Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1}, arch) ==
+        "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1_pers1__sm_90a");
+  CHECK(name_expression(qwen(), Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 0, 0}) ==
+        "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 0, true, false, false>");
   // A config stored before overlap and pingpong existed reads back with both 0.
   CHECK(same_config(config_from_json(nlohmann::json::parse(
                         R"({"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1})")),
                     Config{128, 64, 4, 2, kMmaSync, 1}));
-  const Config ws{128, 128, 8, 3, kWgmmaWs, 0, 1, 1};
+  const Config ws{128, 128, 8, 3, kWgmmaWs, 0, 1, 1, 1};
   CHECK(same_config(config_from_json(config_to_json(ws)), ws));
   // The GQA ratio and sequence lengths are run-time arguments: they do not change the variant.
   Problem other = qwen();
@@ -151,6 +152,15 @@ TEST_CASE("launch dims, FLOPs and kernel arguments derive from the problem", "[g
   CHECK(d1.grid_x == 28);
   CHECK(d1.grid_y == 3);
   CHECK(d1.grid_z == 8);
+  // Persistent: one block per SM at most (8 x 28 x 3 = 672 tiles), a producer warpgroup on top of the consumers.
+  const Config pers{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1};
+  const auto dp = launch_dims(p, pers, 132);
+  CHECK(dp.grid_x == 132);
+  CHECK(dp.grid_y == 1);
+  CHECK(dp.grid_z == 1);
+  CHECK(dp.block_x == 384);
+  CHECK(launch_dims(p, pers, 1000).grid_x == 672);
+  CHECK_THROWS_AS(launch_dims(p, pers), ProblemError);
   p.batch = 1;
   // causal, Sq == Sk: S (S + 1) / 2 visible pairs; non-causal: S^2.
   Problem s = qwen();

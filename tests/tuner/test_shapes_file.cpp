@@ -74,13 +74,14 @@ TEST_CASE("shapes/qwen7b.json loads with the exact values", "[shapes]") {
   REQUIRE(s.dtypes.size() == 2);
   CHECK(s.dtypes[0] == kt::DType::bf16);
   CHECK(s.dtypes[1] == kt::DType::f16);
-  const int prefill[][2] = {{1, 512}, {4, 1024}, {1, 2048}, {8, 2048}, {1, 8192}, {2, 16384}};
-  REQUIRE(s.prefill.size() == 6);
-  for (size_t i = 0; i < 6; ++i) {
+  // Six causal workloads, then one non-causal.
+  const int prefill[][2] = {{1, 512}, {4, 1024}, {1, 2048}, {8, 2048}, {1, 8192}, {2, 16384}, {1, 8192}};
+  REQUIRE(s.prefill.size() == 7);
+  for (size_t i = 0; i < 7; ++i) {
     CHECK(s.prefill[i].batch == prefill[i][0]);
     CHECK(s.prefill[i].seqlen_q == prefill[i][1]);
     CHECK(s.prefill[i].seqlen_k == prefill[i][1]);
-    CHECK(s.prefill[i].causal);
+    CHECK(s.prefill[i].causal == (i < 6));
   }
   CHECK(s.qkv_tokens == std::vector<int>{1, 16, 64, 256, 1024, 4096, 16384});
   CHECK(s.qkv_formats == std::vector<std::string>{"fp16", "fp16_kb64", "int8", "int8_kb64", "int4", "int4_kb128", "nf4",

@@ -68,9 +68,10 @@ TEST_CASE("cold-L2 rotation covers more than 3x the L2", "[tuner]") {
 TEST_CASE("qwen7b shapes give the prefill problems, dtypes outer", "[tuner]") {
   const auto s = load_shapes(std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   const auto ps = attention_prefill_problems(s);
-  REQUIRE(ps.size() == 12);
+  REQUIRE(ps.size() == 14);
   CHECK(ps[0].key() == "attention_prefill/bf16/b1/sq512/sk512/h28/kv4/d128/causal");
-  CHECK(ps[11].key() == "attention_prefill/fp16/b2/sq16384/sk16384/h28/kv4/d128/causal");
+  CHECK(ps[6].key() == "attention_prefill/bf16/b1/sq8192/sk8192/h28/kv4/d128/full");
+  CHECK(ps[12].key() == "attention_prefill/fp16/b2/sq16384/sk16384/h28/kv4/d128/causal");
 }
 
 TEST_CASE("make_inputs draws random non-zero data, and verify catches unwritten or wrong output", "[tuner]") {
