@@ -617,8 +617,8 @@ long long TuningDb::upsert_device(const DeviceRecord& d) {
   impl_->write_txn("upsert device", [&] {
     SQLite::Statement ins(*impl_->db,
                           std::string("INSERT INTO devices(") + kDeviceColumns + ") VALUES(?,?,?,?,?,?,?,?,?) " +
-                          "ON CONFLICT(uuid) DO UPDATE SET driver_version = excluded.driver_version, "
-                          "sm_clock_khz = excluded.sm_clock_khz, mem_clock_khz = excluded.mem_clock_khz");
+                              "ON CONFLICT(uuid) DO UPDATE SET driver_version = excluded.driver_version, "
+                              "sm_clock_khz = excluded.sm_clock_khz, mem_clock_khz = excluded.mem_clock_khz");
     ins.bind(1, d.name);
     ins.bind(2, d.uuid);
     ins.bind(3, d.cc_major);
@@ -639,8 +639,7 @@ long long TuningDb::upsert_device(const DeviceRecord& d) {
 
 std::vector<DeviceRecord> TuningDb::devices() const {
   return impl_->guard("read devices", [&] {
-    SQLite::Statement q(*impl_->db,
-                        std::string("SELECT ") + kDeviceColumns + " FROM devices ORDER BY name, uuid");
+    SQLite::Statement q(*impl_->db, std::string("SELECT ") + kDeviceColumns + " FROM devices ORDER BY name, uuid");
     std::vector<DeviceRecord> out;
     while (q.executeStep()) out.push_back(read_device(q));
     return out;
@@ -696,8 +695,7 @@ std::optional<RunRecord> TuningDb::get_run(long long run_id) const {
 
 std::optional<DeviceRecord> TuningDb::get_device(long long device_id) const {
   return impl_->guard("get device", [&]() -> std::optional<DeviceRecord> {
-    SQLite::Statement q(*impl_->db,
-                        std::string("SELECT ") + kDeviceColumns + " FROM devices WHERE id = ?");
+    SQLite::Statement q(*impl_->db, std::string("SELECT ") + kDeviceColumns + " FROM devices WHERE id = ?");
     q.bind(1, static_cast<int64_t>(device_id));
     if (!q.executeStep()) return std::nullopt;
     return read_device(q);

@@ -212,9 +212,9 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"tile_m", c.tile_m}, {"tile_n", c.tile_n},     {"warps", c.warps},   {"stages", c.stages},
-          {"mainloop", c.mainloop}, {"raster", c.raster}, {"overlap", c.overlap}, {"pingpong", c.pingpong},
-          {"persistent", c.persistent}};
+  return {{"tile_m", c.tile_m},   {"tile_n", c.tile_n},     {"warps", c.warps},
+          {"stages", c.stages},   {"mainloop", c.mainloop}, {"raster", c.raster},
+          {"overlap", c.overlap}, {"pingpong", c.pingpong}, {"persistent", c.persistent}};
 }
 
 Config config_from_json(const nlohmann::json& j) {

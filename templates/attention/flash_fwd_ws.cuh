@@ -203,7 +203,7 @@ __device__ __forceinline__ void ws_consume(const FwdParams& p, WsRows<D>& st, un
                                            const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
                                            unsigned q_empty, int c, int row0, int m0, int n_tiles, int step0,
                                            bool last) {
-  const bool lead = threadIdx.x % 32 == 0;  // one release per consumer warp
+  const bool lead = threadIdx.x % 32 == 0;    // one release per consumer warp
   const int shift = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
   const WsTurns<Pingpong> turn{c};
   // Key tile j's ring step, K slot and V slot.
@@ -213,7 +213,7 @@ __device__ __forceinline__ void ws_consume(const FwdParams& p, WsRows<D>& st, un
   auto q_done = [&](int j) {
     if (lead && j == n_tiles - 1) ptx::mbarrier_arrive(q_empty);
   };
-  auto softmax = [&](float (&s)[TileN / 2], float (&corr)[2], int j) {
+  auto softmax = [&](float(&s)[TileN / 2], float(&corr)[2], int j) {
     const int n0 = j * TileN;
     const bool need_mask = n0 + TileN > p.seqlen_k || (Causal && n0 + TileN - 1 > m0 + 64 * c + shift);
     ws_softmax<Causal, D, TileN>(s, st, corr, row0, n0, p.seqlen_k, shift, p.scale_log2, need_mask);
@@ -335,13 +335,11 @@ __device__ __forceinline__ void ws_consumer(const FwdParams& p, const TileSchedu
       t_work = next_work(t + sched.stride());
       ptx::mbarrier_wait(q_full, unsigned(qi & 1));
       ws_consume<DT, D, Causal, TileM, TileN, Stages, Overlap, Pingpong>(
-          p, st, sQ + c * 64 * 128, sKV, k_ring, v_ring, q_empty, c, row0, m0, n_tiles, step,
-          t_work >= sched.total());
+          p, st, sQ + c * 64 * 128, sKV, k_ring, v_ring, q_empty, c, row0, m0, n_tiles, step, t_work >= sched.total());
       step += n_tiles;
       ++qi;
     }
-    unsigned short* o =
-        static_cast<unsigned short*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
+    unsigned short* o = static_cast<unsigned short*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
     ws_store<DT, D>(p, st, o, row0, tile.batch, tile.head);
   }
 }

@@ -105,11 +105,11 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
       for (const auto& c : valid_configs(qwen(dt, causal), arch)) {
         const auto n = variant_name(qwen(dt, causal), c, arch);
         CHECK(std::regex_match(n, form));
-        const std::string tail = "_r" + std::to_string(c.raster) +
-                                 (c.mainloop == kWgmmaWs
-                                      ? "_o" + std::to_string(c.overlap) + "_p" + std::to_string(c.pingpong) +
-                                            "_pers" + std::to_string(c.persistent)
-                                      : "");
+        const std::string tail =
+            "_r" + std::to_string(c.raster) +
+            (c.mainloop == kWgmmaWs ? "_o" + std::to_string(c.overlap) + "_p" + std::to_string(c.pingpong) + "_pers" +
+                                          std::to_string(c.persistent)
+                                    : "");
         CHECK(n.find("_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_w" +
                      std::to_string(c.warps) + "_s" + std::to_string(c.stages) + tail) != std::string::npos);
         CHECK(names.insert(n).second);

@@ -91,8 +91,9 @@ TEST_CASE("cache keys separate arch, options and source", "[nvrtc]") {
   CHECK(compiler.options(parse_arch("sm_90a"))[0] == "--gpu-architecture=sm_90a");
 }
 
-TEST_CASE("flash_fwd_ws (Hopper mainloop): every wgmma_ws config compiles for sm_90a without spills or serialized wgmma",
-          "[nvrtc][attention]") {
+TEST_CASE(
+    "flash_fwd_ws (Hopper mainloop): every wgmma_ws config compiles for sm_90a without spills or serialized wgmma",
+    "[nvrtc][attention]") {
   const ArchId arch = parse_arch("sm_90a");
   std::vector<KernelSource> sources;
   // Every wgmma_ws config of two problem classes that between them cover both dtypes, both head_dims and both

@@ -19,8 +19,8 @@
 #include "reference/dtype_convert.h"
 #include "runtime/decode.h"
 #include "runtime/runtime.h"
-#include "tests/winner_db.h"
 #include "tests/support.h"
+#include "tests/winner_db.h"
 #include "tuner/decode_harness.h"
 #include "tuner/tuner_registry.h"
 

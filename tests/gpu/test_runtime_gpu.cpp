@@ -18,8 +18,8 @@
 #include "generator/compiler.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
-#include "tests/winner_db.h"
 #include "tests/support.h"
+#include "tests/winner_db.h"
 #include "tuner/attention_harness.h"
 
 using namespace kt;

@@ -16,8 +16,8 @@
 #include "generator/qkv_family.h"
 #include "kerntune/kerntune.h"
 #include "runtime/runtime.h"
-#include "tests/winner_db.h"
 #include "tests/support.h"
+#include "tests/winner_db.h"
 #include "tuner/qkv_harness.h"
 
 using namespace kt;

@@ -204,7 +204,8 @@ TEST_CASE("autotune: every argument error exits 2 and names the option", "[tuner
 
 TEST_CASE("autotune: shapes files without tunable work, and Hugging Face configs, say so", "[tuner][cli]") {
   TempDir t;
-  auto [rc, out] = kt_test::run_autotune("--arch sm_90a --compile-only --families qkv_proj --shapes " + t.write("p.json", kPrefill));
+  auto [rc, out] =
+      kt_test::run_autotune("--arch sm_90a --compile-only --families qkv_proj --shapes " + t.write("p.json", kPrefill));
   CHECK(rc == 2);
   CHECK_THAT(out,
              Catch::Contains("--families qkv_proj: " + (t.path / "p.json").string() + " has no qkv_proj workloads"));
@@ -243,7 +244,8 @@ TEST_CASE("autotune without a GPU: --db gets the binaries, --json a compile repo
   CHECK_THAT(out, Catch::Contains("no GPU found") && Catch::Contains("--arch is needed to compile without a GPU"));
   CHECK_FALSE(fs::exists(db));  // no empty database left behind
 
-  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --max-candidates 1 --shapes " + shapes + " --db " + db + " --json " + json);
+  std::tie(rc, out) =
+      kt_test::run_autotune("--arch sm_90a --max-candidates 1 --shapes " + shapes + " --db " + db + " --json " + json);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("stored 1 compiled binaries in " + db));
   {
@@ -263,7 +265,8 @@ TEST_CASE("autotune without a GPU: --db gets the binaries, --json a compile repo
 
   // --compile-only with --db stores the binaries too (it used to ignore --db and --json).
   const std::string db2 = (t.path / "co.db").string();
-  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --max-candidates 1 --shapes " + shapes + " --db " + db2);
+  std::tie(rc, out) =
+      kt_test::run_autotune("--arch sm_90a --compile-only --max-candidates 1 --shapes " + shapes + " --db " + db2);
   CHECK(rc == 0);
   kt::db::TuningDb d2(db2, true);
   CHECK(d2.count("binaries") == 1);
@@ -337,7 +340,8 @@ TEST_CASE("scripts/run.sh without a GPU refuses with an estimate and writes no d
   }
   TempDir t;
   const std::string db = (t.path / "k.db").string();
-  const auto [st, out] = kt_test::run_command("env -u KT_COMPILE_ONLY KT_DB=" + db + " " + KT_SOURCE_DIR + "/scripts/run.sh");
+  const auto [st, out] =
+      kt_test::run_command("env -u KT_COMPILE_ONLY KT_DB=" + db + " " + KT_SOURCE_DIR + "/scripts/run.sh");
   CHECK(st == 2);
   CHECK_THAT(out, Catch::Contains("no NVIDIA GPU found") && Catch::Contains(" min on this machine's") &&
                       Catch::Contains("KT_COMPILE_ONLY=1 ./scripts/run.sh"));

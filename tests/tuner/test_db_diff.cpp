@@ -88,7 +88,8 @@ TEST_CASE("autotune diff: per-problem winners, ratios, the threshold, missing pr
     CHECK(rc == 0);
     std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --threshold 30 --require-all");
     CHECK(rc == 1);
-    std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + new_db + " --family attention_decode --threshold 0");
+    std::tie(rc, out) =
+        kt_test::run_autotune("diff " + old_db + " " + new_db + " --family attention_decode --threshold 0");
     CHECK(rc == 0);
     std::tie(rc, out) = kt_test::run_autotune("diff " + old_db + " " + (tmp.path / "missing.db").string());
     CHECK(rc == 2);

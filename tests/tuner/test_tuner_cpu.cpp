@@ -114,7 +114,8 @@ TEST_CASE("make_inputs draws random non-zero data, and verify catches unwritten 
 }
 
 TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
-  auto [rc, out] = kt_test::run_autotune("--arch sm_91 --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json --compile-only");
+  auto [rc, out] = kt_test::run_autotune("--arch sm_91 --shapes " + std::string(KT_SOURCE_DIR) +
+                                         "/shapes/qwen7b.json --compile-only");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown --arch 'sm_91'") && Catch::Contains("sm_80, sm_86, sm_89, sm_90, sm_90a"));
 
@@ -132,8 +133,8 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("num_key_value_heads"));
 
-  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --families gemm --shapes " + std::string(KT_SOURCE_DIR) +
-                          "/shapes/qwen7b.json");
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --families gemm --shapes " +
+                                            std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'"));
   // `autotune show` checks --family against the registry before opening the database.
@@ -142,8 +143,8 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   CHECK_THAT(out, Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill") &&
                       Catch::Contains("qkv_proj"));
 
-  std::tie(rc, out) =
-      kt_test::run_autotune("--arch sm_90a --compile-only --only '(' --shapes " + std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --only '(' --shapes " +
+                                            std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("--only '('") && Catch::Contains("not a valid regular expression"));
   // --only keeps the matching candidates and the default (the baseline): a regex that matches nothing leaves one
@@ -154,8 +155,8 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
   std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --compile-only --only no_such_variant --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 1 distinct binaries"));
-  std::tie(rc, out) =
-      kt_test::run_autotune("--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
+  std::tie(rc, out) = kt_test::run_autotune(
+      "--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 3 distinct binaries"));
   std::filesystem::remove(bad);

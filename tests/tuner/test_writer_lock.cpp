@@ -12,9 +12,7 @@
 #include "tests/support.h"
 #include "tuner/writer_lock.h"
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("WriterLock: one holder per database; the autotune CLI refuses a second writer naming the first", "[tuner]") {
   kt_test::TempDir tmp("kt_writer_lock");
@@ -30,7 +28,8 @@ TEST_CASE("WriterLock: one holder per database; the autotune CLI refuses a secon
   std::ofstream(shapes) << R"({"model":"t","hidden_size":3584,"num_attention_heads":28,"num_key_value_heads":4,)"
                         << R"("head_dim":128,"qkv_bias":true,"dtypes":["bf16"],)"
                         << R"("workloads":{"attention_prefill":[{"batch":1,"seqlen":512,"causal":true}]}})";
-  auto [rc, out] = kt_test::run_autotune("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
+  auto [rc, out] =
+      kt_test::run_autotune("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("another autotune"));
   CHECK_THAT(out, Catch::Contains(db));
@@ -38,7 +37,8 @@ TEST_CASE("WriterLock: one holder per database; the autotune CLI refuses a secon
   a.release();
   REQUIRE(b.acquire(db, &why));
   b.release();
-  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
+  std::tie(rc, out) =
+      kt_test::run_autotune("--arch sm_90 --shapes " + shapes + " --db " + db + " --compile-only --max-candidates 1");
   INFO(out);
   CHECK(rc == 0);
   // A directory where the lock file would go: refused with the reason.
