@@ -20,7 +20,12 @@ Sections (each row of each section is one JSON row; nothing is skipped silently:
            transposed [B, H, S, D] views of the same [B, S, H, D] tensors (what FlashAttention-layout users do),
            enable_gqa=True. Unit: TFLOP/s, FLOPs = 4 * B * Hq * Sq * Sk * D, halved when causal (for Sq = Sk this is
            the usual 4*B*Hq*S^2*D/2 of FlashAttention's benchmarks; the diagonal is not counted separately).
-           Ratio = kerntune TFLOP/s / anchor TFLOP/s (> 1: kerntune faster).
+           Ratio = kerntune TFLOP/s / anchor TFLOP/s (> 1: kerntune faster). The GPU's dense-matmul peak, once
+           per run and per dtype of these rows (before the first file's rows; not per model): torch.matmul of two
+           [8192, 8192] random normal matrices into a preallocated out=, timed like the rows (rows impl
+           "matmul_peak": us, tflops = 2 * 8192^3 / time); every timed prefill row then carries peak_frac = its
+           TFLOP/s / that peak (none when the peak failed: the peak row carries the error), and the table an
+           "of_peak" column under a line giving the peak per dtype.
   decode   DECODE_POINTS (B 1 / 16 / 64, kv_len 4096 / 2048 / 32768, q_len 1; B 16 kv_len 4096 q_len 4 and 8), each
            with a contiguous and a paged (64-token pages, shuffled block table) cache, x "dtypes" (--decode-all: every
            attention_decode entry of the shapes file instead, lists expanded). kerntune rt.attention_decode(q, k_cache,
@@ -414,8 +419,67 @@ def sdpa_backends():
     return (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION))
 
 
-def run_prefill(ctx, cfg, timer, l2, rows, table=True):
+#: The dense matmul whose TFLOP/s is the prefill rows' "peak": torch.matmul of two [MATMUL_PEAK_N]^2 matrices.
+MATMUL_PEAK_N = 8192
+
+
+def prefill_peak_dtypes(cfgs):
+    """The dtypes of the prefill rows of these shapes files (those with attention_prefill workloads), in order."""
+    return list(dict.fromkeys(d for c in cfgs if (c.get("workloads") or {}).get("attention_prefill")
+                              for d in c.get("dtypes", ["bf16", "fp16"])))
+
+
+def run_matmul_peak(timer, l2, dtypes, rows):
+    """The dense-matmul peak of this GPU, once per dtype: torch.matmul(a, b, out=c) of two [N, N] matrices
+    (N = MATMUL_PEAK_N, random normal data, the output preallocated so that the timed call allocates nothing), timed
+    with timer.measure() over rotated input copies exactly as the attention rows are. TFLOP/s = 2 * N^3 / time.
+    Appends (and returns) one row per dtype: section "prefill", impl "matmul_peak"; a failure is a row with "error"
+    (the prefill rows of that dtype then carry no peak_frac)."""
+    n = MATMUL_PEAK_N
+    dev = "cuda"
+    flops = 2.0 * n * n * n
+    out_rows = []
+    for di, dname in enumerate(dtypes):
+        r = dict(section="prefill", impl="matmul_peak", dtype=dname, m=n, n=n, k=n, flops=flops)
+        a = b = c = fns = None
+        try:
+            dt = dtype_of(dname)
+            elt = torch.finfo(dt).bits // 8
+            cnt = n_copies(2 * n * n * elt, l2)
+            torch.manual_seed(5000 + di)
+            a = [torch.randn(n, n, device=dev, dtype=dt) for _ in range(cnt)]
+            b = [torch.randn(n, n, device=dev, dtype=dt) for _ in range(cnt)]
+            c = torch.empty(n, n, device=dev, dtype=dt)
+            torch.matmul(a[0], b[0], out=c)
+            torch.cuda.synchronize()
+            rr = torch.arange(0, n, n // 64, device=dev)  # 64 rows of the output against float64
+            r["rel_err"] = rel_err(c[rr], a[0][rr].double() @ b[0].double())
+            fns = [(lambda i=i: torch.matmul(a[i], b[i], out=c)) for i in range(cnt)]
+            r.update(timer.measure(fns))
+            r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
+        except Exception as e:
+            r["error"] = err_text(e)
+        out_rows.append(r)
+        log(f"  .. matmul peak {dname} [{n} x {n}] x [{n} x {n}]: "
+            + (f"{r['us']:.1f} us, {r['tflops']:.1f} TFLOP/s" if "us" in r else f"FAILED {short(r.get('error'), 200)}")
+            + eager_tag(r))
+        a = b = c = fns = None
+        gc.collect()
+        torch.cuda.empty_cache()
+    rows.extend(out_rows)
+    return out_rows
+
+
+def peak_tflops(peaks):
+    """{dtype: TFLOP/s} of the measured matmul_peak rows (failed ones left out)."""
+    return {r["dtype"]: r["tflops"] for r in peaks or () if r.get("impl") == "matmul_peak" and r.get("tflops")}
+
+
+def run_prefill(ctx, cfg, timer, l2, rows, table=True, peaks=None):
+    """peaks: the run's matmul_peak rows (run_matmul_peak): each timed row gets peak_frac = its TFLOP/s / the peak of
+    its dtype, and the table (table=True) shows them. None: no peak_frac, the table as it was."""
     from torch.nn.attention import sdpa_kernel
+    peak = peak_tflops(peaks)
     hq, hkv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     dev = "cuda"
     out_rows = []
@@ -468,6 +532,8 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True):
                                for i in range(cnt)]
                         r.update(timer.measure(fns))
                         r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
+                        if dname in peak:
+                            r["peak_frac"] = r["tflops"] / peak[dname]
                 except Exception as e:
                     r["error"] = err_text(e)
                     r["traceback"] = traceback.format_exc(limit=3)
@@ -488,6 +554,8 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True):
                         del out
                         r.update(timer.measure(fns))
                     r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
+                    if dname in peak:
+                        r["peak_frac"] = r["tflops"] / peak[dname]
                 except Exception as e:  # a backend refusing the shape is data, not a crash
                     r["error"] = err_text(e)
                 out_rows.append(r)
@@ -498,7 +566,7 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True):
             torch.cuda.empty_cache()
     rows.extend(out_rows)
     if table:
-        print_prefill_table(out_rows)
+        print_prefill_table((peaks or []) + out_rows)
 
 
 #: The decode workloads benchmarked (batch, kv_len, q_len), each contiguous and paged (DECODE_PAGE tokens per page):
@@ -868,23 +936,9 @@ def _rfmt(r, width):
     return f"{r:{width - 1}.2f}x" if r is not None else f"{'-':>{width}}"
 
 
-def geo_key(r):
-    """The model and head geometry a row was measured for (rows of several shapes files are told apart by it)."""
-    return (r.get("model"), r.get("num_heads"), r.get("num_kv_heads"), r.get("head_dim"))
-
-
-def heads_labels(rows):
-    """{geo_key: "Hq/Hkv" label} when the rows come from more than one model / head geometry (several shapes files:
-    the tables then get a "heads" column); None when they are all of one (the single-file tables, unchanged).
-    Labels that would coincide get the head_dim, then the model name."""
-    keys = list(dict.fromkeys(geo_key(r) for r in rows))
-    if len(keys) <= 1:
-        return None
-    for fmt in ("{1}/{2}", "{1}/{2}/d{3}", "{1}/{2}/d{3} {0}"):
-        labels = {k: fmt.format(*k) for k in keys}
-        if len(set(labels.values())) == len(keys):
-            break
-    return labels
+# The rows' model / head geometry and the "heads" labels: one definition, shared with the README report.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_report import geo_key, heads_labels  # noqa: E402
 
 
 def _heads_col(heads):
@@ -905,7 +959,7 @@ def print_errors(rows, limit=600):
     if not by_text:
         return
     keys = ("impl", "dtype", "format", "batch", "seqlen", "kv_len", "m")
-    if heads_labels(rows):
+    if heads_labels([r for r in rows if r.get("impl") != "matmul_peak"]):
         keys = ("model",) + keys
     log("errors:")
     for text, rs in by_text.items():
@@ -917,19 +971,31 @@ def print_errors(rows, limit=600):
 
 
 def print_prefill_table(rows):
-    """One line per workload; a leading "heads" column (Hq/Hkv) when the rows are of more than one geometry."""
-    head, col = _heads_col(heads_labels(rows))
+    """One line per workload; a leading "heads" column (Hq/Hkv) when the rows are of more than one geometry. With
+    matmul_peak rows among them: a line with the measured peak per dtype above the table and an "of_peak" column
+    (kerntune TFLOP/s / that peak)."""
+    peaks = [r for r in rows if r.get("impl") == "matmul_peak"]
+    body = [r for r in rows if r.get("impl") != "matmul_peak"]
+    head, col = _heads_col(heads_labels(body))
     idx = {}
-    for r in rows:
+    for r in body:
         idx.setdefault((geo_key(r), r["dtype"], r["batch"], r["seqlen"], r["causal"]), {})[r["impl"]] = r
-    log("\nattention prefill (TFLOP/s; ratio = kerntune / anchor, > 1 = kerntune faster)")
-    log(f"{head}{'dtype':5} {'B':>3} {'S':>6} {'causal':6} {'kerntune':>9} {'rel_err':>8} {'flash':>7} {'cudnn':>7}"
+    log("\nattention prefill (TFLOP/s; ratio = kerntune / anchor, > 1 = kerntune faster"
+        + ("; of_peak = kerntune / the matmul peak of its dtype)" if peaks else ")"))
+    if peaks:
+        n = MATMUL_PEAK_N
+        log(f"matmul peak (torch.matmul [{n} x {n}] x [{n} x {n}], timed the same way): "
+            + ", ".join(f"{r['dtype']} " + (f"{r['tflops']:.1f} TFLOP/s" if r.get("tflops") else "FAILED")
+                        for r in peaks))
+    pk = f" {'of_peak':>7}" if peaks else ""
+    log(f"{head}{'dtype':5} {'B':>3} {'S':>6} {'causal':6} {'kerntune':>9} {'rel_err':>8}{pk} {'flash':>7} {'cudnn':>7}"
         f" {'vs_flash':>8} {'vs_cudnn':>8}  kerntune kernel")
     for (g, dt, b, s, c), by in idx.items():
         kt_, fl, cu = (by.get(k, {}).get("tflops") for k in ("kerntune", "sdpa_flash", "sdpa_cudnn"))
         ktr = by.get("kerntune", {})
         ex = ktr.get("explain") or ""
-        log(f"{col(g)}{dt:5} {b:3} {s:6} {str(c):6} {_fmt(kt_, '.1f', 9)} {_fmt(ktr.get('rel_err'), '.1e', 8)}"
+        pc = f" {_fmt(ktr.get('peak_frac'), '.2f', 7)}" if peaks else ""
+        log(f"{col(g)}{dt:5} {b:3} {s:6} {str(c):6} {_fmt(kt_, '.1f', 9)} {_fmt(ktr.get('rel_err'), '.1e', 8)}{pc}"
             f" {_fmt(fl, '.1f', 7)} {_fmt(cu, '.1f', 7)} {_rfmt(_ratio(kt_, fl), 8)} {_rfmt(_ratio(kt_, cu), 8)}"
             f"  {short(ex, 90) if ktr.get('us') else 'FAILED: ' + short(ktr.get('error'), 80)}")
     print_errors(rows)
@@ -1034,7 +1100,7 @@ def make_plots(rows, plots_dir, slug, json_dir, device):
         return [], f"no plots: matplotlib unavailable ({err_text(e)})"
     os.makedirs(plots_dir, exist_ok=True)
     made = []
-    pre = [r for r in rows if r["section"] == "prefill"]
+    pre = [r for r in rows if r["section"] == "prefill" and r.get("impl") != "matmul_peak"]
     if pre:
         dtypes = list(dict.fromkeys(r["dtype"] for r in pre))
         heads = heads_labels(pre)  # rows of several geometries: Hq/Hkv is part of each point's key and tick label
@@ -1318,6 +1384,17 @@ def main():
         fn = {"prefill": run_prefill, "decode": run_decode, "qkv": run_qkv}[sec]
         table = {"prefill": print_prefill_table, "decode": print_decode_table, "qkv": print_qkv_table}[sec]
         first_row, done = len(results["rows"]), 0
+        peaks = None
+        if sec == "prefill":  # the dense-matmul peak, once per run and dtype, before the first file's rows
+            dtypes = prefill_peak_dtypes(cfgs)
+            try:
+                peaks = run_matmul_peak(timer, l2, dtypes, results["rows"])
+            except Exception as e:  # run_matmul_peak keeps its failures as rows; this is a crash outside them
+                del results["rows"][first_row:]
+                peaks = [dict(section="prefill", impl="matmul_peak", dtype=d, error=f"matmul peak: {err_text(e)}")
+                         for d in dtypes]
+                results["rows"].extend(peaks)
+                log(f"  .. matmul peak FAILED {short(err_text(e), 200)}")
         # every shapes file in --shapes order; with several, each file's rows are kept back from the section's
         # table, printed once over all of them (one "heads" column telling the geometries apart)
         for path, c in zip(shapes_paths, cfgs):
@@ -1329,7 +1406,7 @@ def main():
                 elif sec == "decode":
                     fn(ctx, c, timer, l2, results["rows"], args.decode_all, table=not multi)
                 else:
-                    fn(ctx, c, timer, l2, results["rows"], table=not multi)
+                    fn(ctx, c, timer, l2, results["rows"], table=not multi, peaks=peaks)
                 done += 1
             except Exception as e:  # a section that dies is recorded; the others (and the other files) still run
                 section_error(sec, f"section {sec} aborted" + (f" for {c.get('model')} ({rel_to_repo(path)})"

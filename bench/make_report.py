@@ -16,6 +16,10 @@ relative to the README's folder.
 
 Tables and ratios (all from the JSON's raw times; "x" ratios > 1 mean kerntune is faster):
   - attention prefill: TFLOP/s of kerntune, SDPA flash, SDPA cuDNN; ratio = kerntune TFLOP/s / anchor TFLOP/s.
+    When the results hold the run's dense-matmul peak (rows impl "matmul_peak", one per dtype: torch.matmul of two
+    [8192, 8192] matrices, timed the same way), a column "of bf16/fp16 matmul peak" = kerntune TFLOP/s / the peak of
+    the row's dtype (two decimals) after kerntune's TFLOP/s, and a sentence under the table giving the peaks; those
+    rows are no table rows. Without them, the table is as it always was.
   - attention decode: kerntune us and GB/s, its share of the read ceiling (a pure read of the same K + V bytes in
     the same run), SDPA flash / cuDNN us on the contiguous cache (paged rows compared with those), ratio = anchor us /
     kerntune us, and the do_bench-style times where measured. A results file from before the decode family (kerntune
@@ -179,10 +183,40 @@ def notes_for(kt_row, anchors, kt_label="kerntune"):
     return "; ".join(notes), slower
 
 
+DTYPE_ORDER = ("bf16", "fp16")
+
+
+def matmul_peaks(rows):
+    """The run's matmul_peak rows (bench_all.py: one per dtype of the prefill rows), bf16 first, then fp16."""
+    peaks = [r for r in rows if r.get("section") == "prefill" and r.get("impl") == "matmul_peak"]
+    order = lambda r: (DTYPE_ORDER.index(r.get("dtype")) if r.get("dtype") in DTYPE_ORDER else len(DTYPE_ORDER),
+                       str(r.get("dtype")))
+    return sorted(peaks, key=order)
+
+
+def peak_sentence(peaks):
+    """'Matmul peak: torch.matmul [8192 x 8192] x [8192 x 8192] in the same run, timed the same way: X TFLOP/s bf16,
+    Y fp16.' (a failed peak is named with its error)."""
+    first = peaks[0]
+    m, n, k = (first.get(x, 8192) for x in ("m", "n", "k"))
+    parts = []
+    for r in peaks:
+        if r.get("tflops") and not r.get("error"):
+            parts.append("%s TFLOP/s %s" % (num(r["tflops"]), r.get("dtype")))
+        else:
+            parts.append("%s failed (%s)" % (r.get("dtype"), short(r.get("error") or "not measured", 60)))
+    return ("Matmul peak: torch.matmul [%s x %s] x [%s x %s] in the same run, timed the same way: %s." % (
+        m, k, k, n, ", ".join(parts)))
+
+
 def prefill_section(rows, models=None):
-    pre = [r for r in rows if r.get("section") == "prefill"]
+    pre = [r for r in rows if r.get("section") == "prefill" and r.get("impl") != "matmul_peak"]
     if not pre:
         return []
+    peaks = matmul_peaks(rows)  # the run's dense-matmul peak per dtype: an "of ... matmul peak" column
+    peak = {r["dtype"]: r["tflops"] for r in peaks if r.get("tflops") and not r.get("error")}
+    peak_head = ("of %s matmul peak | " % "/".join(dict.fromkeys(str(r.get("dtype")) for r in peaks))
+                 if peaks else "")
     heads = heads_labels(pre)  # several geometries: a "heads" column before "dtype"
     groups = {}
     for r in pre:
@@ -195,8 +229,9 @@ def prefill_section(rows, models=None):
            "faster)." % heads_text(pre, models),
            "",
            ("| heads " if heads else "") +
-           "| dtype | B | S | causal | kerntune TFLOP/s | SDPA flash | SDPA cuDNN | vs flash | vs cuDNN | note |",
-           ("|---" if heads else "") + "|---|---|---|---|---|---|---|---|---|---|"]
+           "| dtype | B | S | causal | kerntune TFLOP/s | " + peak_head +
+           "SDPA flash | SDPA cuDNN | vs flash | vs cuDNN | note |",
+           ("|---" if heads else "") + "|---|---|---|---|---|" + ("---|" if peaks else "") + "---|---|---|---|---|"]
     counts = {"sdpa_flash": [0, 0], "sdpa_cudnn": [0, 0]}  # [kerntune faster, compared]
     for (g, dt, b, s, sk, causal), by in groups.items():
         kt = by.get("kerntune")
@@ -215,11 +250,18 @@ def prefill_section(rows, models=None):
         tf = lambda row: num(row.get("tflops")) if good(row) else ("failed" if row and row.get("error") else "-")
         s_txt = str(s) if sk == s else "%s/%s" % (s, sk)
         lead = "| %s " % cell(heads[g]) if heads else ""
-        out.append(lead + "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            dt, b, s_txt, "yes" if causal else "no", tf(kt), tf(by.get("sdpa_flash")), tf(by.get("sdpa_cudnn")),
+        of_peak = ""
+        if peaks:
+            kt_tf = kt.get("tflops") if good(kt) else None
+            of_peak = "%s | " % ("%.2f" % (kt_tf / peak[dt]) if kt_tf and peak.get(dt) else "-")
+        out.append(lead + "| %s | %s | %s | %s | %s | %s%s | %s | %s | %s | %s |" % (
+            dt, b, s_txt, "yes" if causal else "no", tf(kt), of_peak, tf(by.get("sdpa_flash")),
+            tf(by.get("sdpa_cudnn")),
             ratio_text(cells[0]) if cells[0] is not None else "-", ratio_text(cells[1]) if cells[1] is not None else "-",
             cell(note)))
     out.append("")
+    if peaks:
+        out += [peak_sentence(peaks), ""]
     summary = []
     for impl in ("sdpa_flash", "sdpa_cudnn"):
         faster, total = counts[impl]

@@ -122,38 +122,19 @@ struct Mma<DType::{dt}, {n}> {{
 """
 
 
-def body_rs(dt, ptx_dt, n):
+def body_rs(dt, ptx_dt, n, trans_b=False):
+    """MmaRS (B K-major) or, with trans_b, MmaRSTransB (B MN-major: the instruction's imm-trans-b = 1)."""
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     a = ", ".join(f"%{regs + i}" for i in range(4))
     return f"""template <>
-struct MmaRS<DType::{dt}, {n}> {{
+struct {"MmaRSTransB" if trans_b else "MmaRS"}<DType::{dt}, {n}> {{
   static __device__ __forceinline__ void run(float (&d)[{regs}], const unsigned (&a)[4], unsigned long long b) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_dt}.{ptx_dt} "
-        "{{{outs}}}, {{{a}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n"
-        : {cons}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-        : "memory");
-  }}
-}};
-"""
-
-
-def body_rs_tb(dt, ptx_dt, n):
-    regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    a = ", ".join(f"%{regs + i}" for i in range(4))
-    return f"""template <>
-struct MmaRSTransB<DType::{dt}, {n}> {{
-  static __device__ __forceinline__ void run(float (&d)[{regs}], const unsigned (&a)[4], unsigned long long b) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_dt}.{ptx_dt} "
-        "{{{outs}}}, {{{a}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"
+        "{{{outs}}}, {{{a}}}, %{regs + 4}, p, 1, 1, {1 if trans_b else 0};\\n}}\\n"
         : {cons}
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
         : "memory");
@@ -168,7 +149,7 @@ for dt, ptx_dt in (("f16", "f16"), ("bf16", "bf16")):
         out.append(body(dt, ptx_dt, n))
         out.append(body_rs(dt, ptx_dt, n))
     for n in NS_TB:
-        out.append(body_rs_tb(dt, ptx_dt, n))
+        out.append(body_rs(dt, ptx_dt, n, trans_b=True))
 out.append("}  // namespace wgmma\n}  // namespace kt\n")
 text = "".join(out)
 if sys.argv[1:] == ["--stdout"]:

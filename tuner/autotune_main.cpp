@@ -5,6 +5,7 @@
 //   autotune --arch sm_90a --shapes shapes/qwen7b.json --compile-only            CI sweep, no GPU
 //   autotune show --db qwen7b-h100.db                                            list winners
 //   autotune merge out.db a.db b.db                                              merge databases
+//   autotune --shard 0/4 --shapes s.json --db shard0.db                          one of 4 shards of the work
 //
 // Exit codes: 0 ok; 1 a valid variant failed to compile, or a problem has no verified candidate;
 // 2 bad input (arguments, shapes file, unsupported problem, arch mismatch, database); 130 interrupted
@@ -68,7 +69,8 @@ struct TuneArgs {
   std::string arch, shapes, db, cache_dir, json_out, strategy = "exhaustive";
   std::vector<std::string> families;
   int jobs = 0, max_candidates = 0;
-  std::string only;  ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
+  std::string only;   ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
+  std::string shard;  ///< --shard i/N: this process's part of the (problem, candidate) pairs (kt::shard_work)
   double budget_ms = 100, watchdog_s = 30;
   bool compile_only = false, retune = false, no_cache = false;
   int sample = -1;  ///< --sample N (compile-only): kernel classes + defaults + N more (tuner/sweep_sample.h); -1 all
@@ -301,6 +303,17 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   const kt::DeviceModel model =
       use_gpu && device.sm_count > 0 ? kt::device_model(arch, device.sm_count) : kt::device_model(arch);
   kt::WorkPlan plan = kt::build_work(problems, arch, model, wopt);
+  if (!a.shard.empty()) {  // --shard i/N: this process's pairs only, and only the binaries they use
+    int index = 0, count = 1;
+    kt::cli::parse_shard(a.shard, index, count);  // checked in main: does not throw here
+    size_t all = 0;
+    for (const auto& it : plan.items) all += it.variants.size();
+    plan = kt::shard_work(plan, index, count);
+    size_t mine = 0;
+    for (const auto& it : plan.items) mine += it.variants.size();
+    std::printf("autotune: --shard %d/%d: %zu of %zu (problem, candidate) pairs, %zu binaries\n", index, count, mine,
+                all, plan.sources.size());
+  }
   std::vector<kt::KernelSource>& sources = plan.sources;
   const std::vector<Item>& items = plan.items;
   std::string per_family;
@@ -798,6 +811,10 @@ int main(int argc, char** argv) {
   app.add_option("--only", a.only,
                  "keep only the candidates whose variant name matches this regular expression (ECMAScript, searched "
                  "anywhere in the name; the default config is always kept); applied before --max-candidates");
+  app.add_option("--shard", a.shard,
+                 "i/N: tune only shard i (0 <= i < N) of the (problem, candidate) pairs; N processes with 0/N .. "
+                 "(N-1)/N cover every pair exactly once, each into its own --db, then `autotune merge` "
+                 "(examples/distributed/)");
   app.add_option("--budget-ms", a.budget_ms, "measured GPU time per candidate, milliseconds (default 100)");
   app.add_option("--watchdog-s", a.watchdog_s,
                  "seconds before a candidate's worker is killed as timed out (default 30)");
@@ -896,6 +913,8 @@ int main(int argc, char** argv) {
     o.strategy_given = app.count("--strategy") > 0;
     o.cache_dir_given = app.count("--cache-dir") > 0;
     kt::cli::check_tune_options(o);
+    int shard_index = 0, shard_count = 1;
+    if (!a.shard.empty()) kt::cli::parse_shard(a.shard, shard_index, shard_count);  // refused before any work
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;

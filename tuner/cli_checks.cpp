@@ -137,4 +137,20 @@ std::string compile_estimate(size_t binaries, int threads) {
   return b;
 }
 
+void parse_shard(const std::string& text, int& index, int& count) {
+  const auto bad = [&] {
+    return CliError("--shard '" + text +
+                    "': expected i/N with 0 <= i < N, e.g. 0/4 .. 3/4 (Slurm's $SLURM_ARRAY_TASK_ID, Kubernetes' "
+                    "$JOB_COMPLETION_INDEX)");
+  };
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == text.size()) throw bad();
+  const std::string a = text.substr(0, slash), b = text.substr(slash + 1);
+  for (const std::string* part : {&a, &b})
+    if (part->size() > 6 || part->find_first_not_of("0123456789") != std::string::npos) throw bad();
+  index = std::stoi(a);
+  count = std::stoi(b);
+  if (count < 1 || index >= count) throw bad();
+}
+
 }  // namespace kt::cli

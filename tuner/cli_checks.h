@@ -49,6 +49,10 @@ std::vector<std::string> check_families(const ShapesFile& shapes, const std::vec
 /// else "sm_<major><minor>". Throws CliError when kerntune has no kernels for it (naming the supported archs).
 std::string arch_for_gpu(const std::string& gpu_name, int cc_major, int cc_minor);
 
+/// Parses --shard "i/N" (0 <= i < N, N >= 1; decimal integers) into index and count. Throws CliError naming the
+/// option and the accepted form.
+void parse_shard(const std::string& text, int& index, int& count);
+
 /// A rough wall-time estimate for compiling `binaries` variants on `threads` threads, e.g. "about 21 min"
 /// (at kCompileSecondsPerBinary per binary per thread; cached binaries take no time).
 constexpr double kCompileSecondsPerBinary = 0.3;

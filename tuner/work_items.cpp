@@ -1,7 +1,9 @@
 #include "tuner/work_items.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <stdexcept>
 
 #include "generator/registry.h"
 
@@ -58,6 +60,40 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
     plan.items.push_back(std::move(it));
   }
   return plan;
+}
+
+int shard_of(const std::string& family, const std::string& problem_key, const std::string& variant, int count) {
+  if (count < 1) throw std::invalid_argument("shard count must be >= 1, got " + std::to_string(count));
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a, 64-bit
+  for (const std::string* part : {&family, &problem_key, &variant}) {
+    for (unsigned char c : *part) h = (h ^ c) * 0x100000001B3ull;
+    h = (h ^ '\n') * 0x100000001B3ull;
+  }
+  return int(h % uint64_t(count));
+}
+
+WorkPlan shard_work(const WorkPlan& plan, int index, int count) {
+  if (count < 1 || index < 0 || index >= count)
+    throw std::invalid_argument("--shard " + std::to_string(index) + "/" + std::to_string(count) +
+                                ": the index must be in [0, count) and count >= 1 (e.g. 0/4 .. 3/4)");
+  WorkPlan out;
+  std::map<size_t, size_t> kept_source;  // plan.sources index -> out.sources index
+  for (const auto& it : plan.items) {
+    WorkItem k = it;
+    k.configs.clear();
+    k.variants.clear();
+    k.source.clear();
+    for (size_t c = 0; c < it.variants.size(); ++c) {
+      if (shard_of(it.family, it.key, it.variants[c], count) != index) continue;
+      auto [pos, added] = kept_source.emplace(it.source[c], out.sources.size());
+      if (added) out.sources.push_back(plan.sources[it.source[c]]);
+      k.configs.push_back(it.configs[c]);
+      k.variants.push_back(it.variants[c]);
+      k.source.push_back(pos->second);
+    }
+    if (!k.variants.empty()) out.items.push_back(std::move(k));
+  }
+  return out;
 }
 
 }  // namespace kt

@@ -53,4 +53,16 @@ struct WorkPlan {
 WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const DeviceModel& device,
                     const WorkOptions& options);
 
+/// The shard of a (problem, candidate) pair for `count` shards: FNV-1a of "family\nproblem key\nvariant" modulo
+/// count. It depends on the pair alone (not on its position in a plan), so processes whose plans differ in order
+/// or in other candidates still agree on every pair they share.
+int shard_of(const std::string& family, const std::string& problem_key, const std::string& variant, int count);
+
+/// Shard `index` of `count` (0 <= index < count) of `plan` (autotune --shard index/count): each item keeps the
+/// candidates shard_of assigns to the shard (the default config too only when it falls there); items left without
+/// candidates are dropped, and so are the binaries no kept candidate uses. The count shards of a plan are disjoint
+/// and together hold every (problem, candidate) pair of it exactly once. Throws std::invalid_argument when count < 1
+/// or index is outside [0, count).
+WorkPlan shard_work(const WorkPlan& plan, int index, int count);
+
 }  // namespace kt

@@ -14,7 +14,10 @@ links are relative to the README; --stdout writes nothing; a README without the 
 gives exit status 2, a message naming both markers, and an unchanged file. Prefill rows of two models
 (bench_all.py --shapes A,B) get a "heads" column before "dtype", each row compared with its own model's anchors
 (the same workload in both models), the heads sentence names both geometries with their models, and the header
-lists both shapes files; rows of one model keep the table without that column.
+lists both shapes files; rows of one model keep the table without that column. With the run's dense-matmul peak
+(rows impl "matmul_peak", one per dtype) the prefill table gets an "of bf16/fp16 matmul peak" column (kerntune
+TFLOP/s / the peak of the row's dtype, two decimals; "-" where that peak failed) and a sentence under the table
+giving the peaks; the peak rows are no table rows and change neither the counts nor anything else of the section.
 """
 import json
 import os
@@ -239,6 +242,121 @@ def check_two_models(tmp):
               "%s: each B=1 S=8192 row's note names its own slower anchor (%r)" % (what, notes))
 
 
+# The run's dense-matmul peak per dtype (bench_all.py: torch.matmul [8192 x 8192] x [8192 x 8192], timed the same way).
+PEAK_TFLOPS = {"bf16": 800.0, "fp16": 640.0}
+
+
+def peak_rows(failed=()):
+    """matmul_peak rows as bench_all.py writes them (fp16 first, as a shapes file may list it: the report orders
+    them bf16, fp16); dtypes in `failed` carry an error instead of a time."""
+    rows = []
+    flops = 2.0 * 8192 ** 3
+    for dt in ("fp16", "bf16"):
+        r = dict(section="prefill", impl="matmul_peak", dtype=dt, m=8192, n=8192, k=8192, flops=flops)
+        if dt in failed:
+            r["error"] = "RuntimeError: CUDA error: out of memory"
+        else:
+            tf = PEAK_TFLOPS[dt]
+            r.update(us=flops / (tf * 1e12) * 1e6, tflops=tf, p20_us=1.0, p80_us=1.0, replays=40,
+                     launches_per_replay=2, copies=1, timing="graph", rel_err=2e-3)
+        rows.append(r)
+    return rows
+
+
+def strip_peak(section):
+    """The section with the matmul-peak column of the prefill table and the peak sentence (+ its blank line) removed:
+    what the report must be without the peak rows."""
+    lines = section.split("\n")
+    out, col, i = [], None, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("| ") and "matmul peak |" in line:
+            cells = line.split(" | ")
+            col = [j for j, c in enumerate(cells) if c.endswith("matmul peak")][0]
+        if col is not None and line.startswith("|"):
+            cells = line.split("|")  # no escaped pipes in the cells before the note column
+            del cells[col + 1]
+            line = "|".join(cells)
+        elif col is not None:
+            col = None
+        if line.startswith("Matmul peak:"):
+            while lines[i]:  # the sentence may be wrapped
+                i += 1
+            i += 1
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def check_matmul_peak(tmp):
+    """Prefill rows with the run's matmul peak: the column, its values, the sentence; nothing else changes."""
+    readme = os.path.join(tmp, "README_PEAK.md")
+    with open(readme, "w") as f:
+        f.write(README.format(begin=BEGIN, end=END))
+    base = fake_results()
+    res_path = os.path.join(tmp, "peak.json")  # one path for every variant: the section names it
+    with open(res_path, "w") as f:
+        json.dump(base, f)
+    rc, plain, err = run("--results", res_path, "--readme", readme, "--stdout")
+    check(rc == 0, "peak: run without peak rows exits 0 (%s)" % err)
+    check("matmul peak" not in plain.lower(), "peak: no peak column or sentence without matmul_peak rows")
+    flops = lambda b, s: 4.0 * b * 28 * s * s * 128 / 2
+    for failed in ((), ("fp16",)):
+        what = "peak%s" % (" (fp16 failed)" if failed else "")
+        res = dict(base, rows=peak_rows(failed) + base["rows"])
+        with open(res_path, "w") as f:
+            json.dump(res, f)
+        rc, out, err = run("--results", res_path, "--readme", readme, "--stdout")
+        check(rc == 0, "%s: exit 0 (rc=%d, stderr=%s)" % (what, rc, err))
+        header = [line for line in out.splitlines() if line.startswith("| ") and "kerntune TFLOP/s" in line]
+        check(len(header) == 1 and "| kerntune TFLOP/s | of bf16/fp16 matmul peak | SDPA flash |" in header[0],
+              "%s: the column after kerntune TFLOP/s (%r)" % (what, header))
+        pre = table_rows(out, "| dtype | B | S |")
+        check(pre is not None and len(pre) == len(PREFILL), "%s: one row per workload, no peak rows (%r)" % (what, pre))
+        for row in pre or []:
+            key = (row["dtype"], int(row["B"]), int(row["S"]))
+            kt_tf = flops(key[1], key[2]) / (PREFILL[key][0] * 1e-6) / 1e12
+            want = "-" if row["dtype"] in failed else "%.2f" % (kt_tf / PEAK_TFLOPS[row["dtype"]])
+            check(row.get("of bf16/fp16 matmul peak") == want, "%s: %s S=%s of peak %r, want %r"
+                  % (what, row["dtype"], row["S"], row.get("of bf16/fp16 matmul peak"), want))
+        bf512 = [r for r in pre or [] if r["dtype"] == "bf16" and r["S"] == "512"]
+        check(bf512 and bf512[0]["of bf16/fp16 matmul peak"] == "0.12", "%s: 93.95 / 800 reads 0.12" % what)
+        prose = " ".join(out.split())
+        sentence = ("Matmul peak: torch.matmul [8192 x 8192] x [8192 x 8192] in the same run, timed the same way: "
+                    + ("800.0 TFLOP/s bf16, 640.0 TFLOP/s fp16." if not failed else
+                       "800.0 TFLOP/s bf16, fp16 failed (RuntimeError: CUDA error: out of memory)."))
+        check(sentence in prose, "%s: the peak sentence (%r)" % (what, [l for l in out.splitlines() if "eak" in l]))
+        # directly under the table
+        lines = out.splitlines()
+        at = [i for i, l in enumerate(lines) if l.startswith("Matmul peak:")]
+        check(len(at) == 1 and lines[at[0] - 1] == "" and lines[at[0] - 2].startswith("| fp16 | 1 | 512 |"),
+              "%s: the sentence right under the prefill table" % what)
+        check(out.count("matmul_peak") == 0 and "at least as fast as SDPA flash in 3 of 3 rows" in prose
+              and "SDPA cuDNN in 0 of 2 rows" in prose, "%s: counts over the workload rows only" % what)
+        check(strip_peak(out) == plain, "%s: without the column and the sentence, the section is the one without "
+              "peak rows" % what)
+    # two models: the peak rows (no geometry, no model) add no heads label
+    two = two_model_results()
+    two["rows"] = [r for r in peak_rows() if r["dtype"] == "bf16"] + two["rows"]
+    res_path = os.path.join(tmp, "peak_two.json")
+    with open(res_path, "w") as f:
+        json.dump(two, f)
+    rc, out, err = run("--results", res_path, "--readme", readme, "--stdout")
+    check(rc == 0, "peak, two models: exit 0 (%s)" % err)
+    check("Heads 28 query / 4 KV (Qwen2.5-7B) and 32 / 8 (Llama-3.1-8B), head_dim 128." in " ".join(out.split()),
+          "peak, two models: the heads sentence names the two geometries only")
+    pre = table_rows(out, "| heads | dtype |")
+    check(pre is not None and len(pre) == len(TWO_MODELS) and {r["heads"] for r in pre} == {"28/4", "32/8"},
+          "peak, two models: one row per model and workload, heads 28/4 and 32/8 (%r)" % pre)
+    for row in pre or []:
+        key = [k for k in TWO_MODELS if k[1:3] == tuple(int(x) for x in row["heads"].split("/"))
+               and k[5] == int(row["S"])][0]
+        kt_tf = 4.0 * key[4] * key[1] * key[5] ** 2 * 128 / (2 if key[6] else 1) / (TWO_MODELS[key][0] * 1e-6) / 1e12
+        check(row.get("of bf16 matmul peak") == "%.2f" % (kt_tf / PEAK_TFLOPS["bf16"]),
+              "peak, two models: %s S=%s of bf16 peak (%r)" % (row["heads"], row["S"], row))
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         res_dir = os.path.join(tmp, "bench", "results")
@@ -369,6 +487,9 @@ def main():
 
         # 9. prefill rows of two models
         check_two_models(tmp)
+
+        # 10. the run's matmul peak
+        check_matmul_peak(tmp)
 
     n_fail = len(FAILURES)
     print("test_make_report: %s" % ("all checks passed" if not n_fail else "%d check(s) failed" % n_fail))
