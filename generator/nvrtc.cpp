@@ -29,7 +29,12 @@ NvrtcApi load() {
     if (lib) break;
     tried += "\n  " + c + ": " + dlerror();
   }
-  if (!lib) throw std::runtime_error("NVRTC (libnvrtc.so.13) could not be loaded; tried:" + tried);
+  if (!lib)
+    throw std::runtime_error(
+        "NVRTC (libnvrtc.so.13) could not be loaded: install the CUDA 13 toolkit (set CUDA_HOME when it is not at "
+        "/usr/local/cuda) or the nvidia-cuda-nvrtc wheel (pip install 'nvidia-cuda-nvrtc>=13,<14', which the kerntune "
+        "Python package loads when no toolkit is found); tried:" +
+        tried);
   NvrtcApi a{};
   load_symbol(lib, "nvrtcVersion", a.Version);
   load_symbol(lib, "nvrtcGetErrorString", a.GetErrorString);

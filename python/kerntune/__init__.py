@@ -11,8 +11,10 @@ compile. torch is imported only by the functions that take tensors, so `import k
     q, k, v = rt.qkv_proj(x, pw, bias, positions, num_heads=28, num_kv_heads=4, head_dim=128, rope_theta=1e6)
     o = rt.attention_decode(q, k_cache, v_cache, seqlens_k, block_table)  # q [B,q_len,Hq,D], paged or contiguous
 
-The library is found by kt.load_library(): its argument, else $KERNTUNE_LIB, else <repo>/build-gpu/libkerntune.so,
-<repo>/build-rel/runtime/libkerntune.so, <repo>/build/runtime/libkerntune.so. See python/README.md.
+Install with `pip install .` at the repository root (the library is built into the package), or use a source
+checkout with PYTHONPATH=python. The library is found by kt.load_library(): its argument, else $KERNTUNE_LIB, else
+the package's own copy, <repo>/build-gpu/libkerntune.so, <repo>/build-rel/runtime/libkerntune.so,
+<repo>/build/runtime/libkerntune.so. See python/README.md.
 """
 
 from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_ERROR_DATABASE, KT_ERROR_INTERNAL,
@@ -24,8 +26,13 @@ from ._lib import (KT_DTYPE_BF16, KT_DTYPE_FP16, KT_ERROR_CUDA, KT_ERROR_DATABAS
 from ._quant import PackedWeight, quantize
 from ._runtime import Runtime, attention, attention_decode, default_runtime, explain_attention, explain_qkv, qkv_proj
 
-#: Version of this Python package (the library's is kt.version()).
-__version__ = "0.1.0"
+#: Version of this Python package: the wheel's (written from CMakeLists.txt's project(VERSION) when it is built),
+#: else, in a source checkout, CMakeLists.txt's itself. The library's is kt.version(); they agree.
+try:
+    from ._version import __version__
+except ImportError:  # a source checkout (PYTHONPATH=python)
+    from ._lib import source_version as _source_version
+    __version__ = _source_version()
 
 #: Weight format names accepted by quantize() and PackedWeight.
 FORMATS = tuple(WEIGHT_FORMATS)

@@ -317,12 +317,24 @@ _PROTOTYPES = {
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The repository root: two levels up from the package directory (<repo>/python/kerntune).
 REPO_ROOT = PACKAGE_DIR.parent.parent
-#: Searched in this order when neither load_library(path) nor $KERNTUNE_LIB names the library.
+#: Searched in this order when neither load_library(path) nor $KERNTUNE_LIB names the library: the wheel's copy
+#: inside the package (pip install .), then the build folders of a source checkout.
 DEFAULT_LIBRARY_PATHS = (
+    PACKAGE_DIR / "libkerntune.so",
     REPO_ROOT / "build-gpu" / "libkerntune.so",
     REPO_ROOT / "build-rel" / "runtime" / "libkerntune.so",
     REPO_ROOT / "build" / "runtime" / "libkerntune.so",
 )
+
+def source_version():
+    """CMakeLists.txt's project(kerntune VERSION x.y.z) in a source checkout; "0+unknown" when it cannot be read."""
+    import re
+    try:
+        m = re.search(r"project\(kerntune VERSION ([0-9]+\.[0-9]+\.[0-9]+)", (REPO_ROOT / "CMakeLists.txt").read_text())
+    except OSError:
+        m = None
+    return m.group(1) if m else "0+unknown"
+
 
 _lock = threading.RLock()
 _lib = None
@@ -351,10 +363,41 @@ def _has_buffer_lengths(cdll):
     return st == KT_ERROR_INVALID_ARGUMENT and b"has 128 bytes" in cdll.kt_last_error()
 
 
+#: Where a CUDA toolkit keeps NVRTC; libkerntune.so looks there itself (generator/nvrtc.cpp).
+def _toolkit_nvrtc_paths():
+    homes = [os.environ["CUDA_HOME"]] if os.environ.get("CUDA_HOME") else []
+    return [Path(h) / "lib64" / "libnvrtc.so.13" for h in homes + ["/usr/local/cuda"]]
+
+
+def find_nvrtc_wheel(search_paths=None):
+    """Path of libnvrtc.so.13 from the nvidia-cuda-nvrtc wheel (nvidia/cu13/lib/ under a sys.path entry), or None."""
+    import sys
+    for entry in (sys.path if search_paths is None else search_paths):
+        cand = Path(entry or ".") / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _preload_nvrtc():
+    """NVRTC compiles the kernels a tuning database does not hold. libkerntune.so opens it by name, then from the
+    toolkit; when there is no toolkit, the nvidia-cuda-nvrtc wheel's copy is loaded here (RTLD_GLOBAL), so that the
+    library's dlopen("libnvrtc.so.13") finds it. Without either, the first compile fails naming both."""
+    if any(p.is_file() for p in _toolkit_nvrtc_paths()):
+        return
+    wheel = find_nvrtc_wheel()
+    if wheel is not None:
+        try:
+            ctypes.CDLL(str(wheel), mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass  # the library's own search then reports what it tried
+
+
 def load_library(path=None):
     """Loads libkerntune.so and makes it the library every kerntune call uses; returns the ctypes.CDLL.
 
-    Search: `path` if given; else $KERNTUNE_LIB if set; else <repo>/build-gpu/libkerntune.so,
+    Search: `path` if given; else $KERNTUNE_LIB if set; else the copy inside this package (a wheel: pip install .),
+    <repo>/build-gpu/libkerntune.so,
     <repo>/build-rel/runtime/libkerntune.so, <repo>/build/runtime/libkerntune.so (repo = two levels up from
     this package's directory), the first that loads. A path named by the argument or $KERNTUNE_LIB is the only
     one tried. With no argument, a library already loaded is returned as it is.
@@ -379,6 +422,7 @@ def load_library(path=None):
                 tried.append(f"{cand} (not found)")
                 continue
             try:
+                _preload_nvrtc()
                 cdll = ctypes.CDLL(str(cand))
             except OSError as e:
                 tried.append(f"{cand} ({e})")

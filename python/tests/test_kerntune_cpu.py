@@ -68,6 +68,22 @@ def test_version():
     assert kt.library_path() is not None and Path(kt.library_path()).resolve() == Path(LIB_PATH).resolve()
 
 
+def test_package_version_is_the_library_version():
+    # One source: CMakeLists.txt's project(VERSION), through the wheel's _version.py or the source checkout.
+    assert kt.__version__ == kt.version(), (kt.__version__, kt.version())
+    assert _lib.DEFAULT_LIBRARY_PATHS[0] == _lib.PACKAGE_DIR / "libkerntune.so"  # a wheel's own copy first
+
+
+def test_find_nvrtc_wheel_looks_in_the_wheels_layout():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        assert _lib.find_nvrtc_wheel([d]) is None
+        lib = Path(d) / "nvidia" / "cu13" / "lib"
+        lib.mkdir(parents=True)
+        (lib / "libnvrtc.so.13").write_bytes(b"")
+        assert _lib.find_nvrtc_wheel(["/nonexistent", d]) == lib / "libnvrtc.so.13"
+
+
 def test_load_library_errors_name_the_paths():
     e = raises(kt.KerntuneError, kt.load_library, "/nonexistent/libkerntune.so")
     assert e.status == kt.KT_ERROR_LIBRARY and e.status_name == "KT_ERROR_LIBRARY"
