@@ -19,21 +19,25 @@ namespace attn {
 /// kWgmmaWs: Hopper (sm_90a), a TMA producer warpgroup and wgmma consumer warpgroups, flash_fwd_ws.cuh.
 enum Mainloop : int { kMmaSync = 0, kWgmmaWs = 1 };
 
-/// Speed-only knobs. Never part of the database key.
+/// Speed-only knobs. Never part of the database key. The wgmma_ws fields default to 0 (their value for mma.sync),
+/// so an mma.sync config is spelled with its first six fields.
 struct Config {
-  int tile_m;      ///< query rows per thread block
-  int tile_n;      ///< key/value rows per mainloop iteration
-  int warps;       ///< warps that own query rows (tile_m / warps each); kWgmmaWs adds a producer warpgroup
-  int stages;      ///< K/V shared-memory buffers (1 = load-then-compute, >= 2 = a prefetch ring: cp.async or TMA)
-  int mainloop;    ///< Mainloop
-  int raster;      ///< block order: 0 = m-block fastest (per (batch, head), causal heaviest first),
-                   ///<              1 = m-block slowest (causal: heaviest blocks of every head first)
-  int overlap;     ///< kWgmmaWs: 1 = intra-warpgroup overlap (tile j's softmax runs while tile j - 1's P V is on the
-                   ///< tensor cores; FlashAttention-3, Algorithm 2), 0 = each GEMM waited for; kMmaSync: 0
-  int pingpong;    ///< kWgmmaWs with two consumer warpgroups and overlap: 1 = they take turns issuing GEMMs (one's
-                   ///< softmax under the other's GEMMs; FlashAttention-3's warp-scheduler barriers), 0 = not; else 0
-  int persistent;  ///< kWgmmaWs: 1 = at most one block per SM loops over the tiles in the raster's order, loading the
-                   ///< next tile's Q under this tile's last GEMMs and epilogue; 0 = one block per tile; kMmaSync: 0
+  int tile_m;    ///< query rows per thread block
+  int tile_n;    ///< key/value rows per mainloop iteration
+  int warps;     ///< warps that own query rows (tile_m / warps each); kWgmmaWs adds a producer warpgroup
+  int stages;    ///< K/V shared-memory buffers (1 = load-then-compute, >= 2 = a prefetch ring: cp.async or TMA)
+  int mainloop;  ///< Mainloop
+  int raster;    ///< block order: 0 = m-block fastest (per (batch, head), causal heaviest first),
+                 ///<              1 = m-block slowest (causal: heaviest blocks of every head first)
+  /// kWgmmaWs: 1 = intra-warpgroup overlap (tile j's softmax runs while tile j - 1's P V is on the tensor cores;
+  /// FlashAttention-3, Algorithm 2), 0 = each GEMM waited for. kMmaSync: 0.
+  int overlap = 0;
+  /// kWgmmaWs with two consumer warpgroups and overlap: 1 = they take turns issuing GEMMs (one's softmax under the
+  /// other's GEMMs; FlashAttention-3's warp-scheduler barriers), 0 = not. Otherwise 0.
+  int pingpong = 0;
+  /// kWgmmaWs: 1 = at most one block per SM loops over the tiles in the raster's order, loading the next tile's Q
+  /// under this tile's last GEMMs and epilogue; 0 = one block per tile. kMmaSync: 0.
+  int persistent = 0;
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of
