@@ -52,9 +52,9 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 
 /// The family's built-in default for an arch (used when nothing is tuned). sm_90a: wgmma_ws, tile 128x128, two
 /// consumer warpgroups in pingpong with overlap, 2 stages, raster 1, one block per tile (FlashAttention-3's tile for
-/// head_dim 128). On the H200 it is the fastest or within 4% of the fastest one-block-per-tile wgmma_ws variant on
-/// the causal qwen7b prefill workloads; persistent variants take 10-15% less time at B 8 S 2048 and B 4 S 1024 and lose
-/// at B 1, so the tuner, not the default, chooses them.
+/// head_dim 128). On the H200 it is within 3% of the fastest one-block-per-tile wgmma_ws variant on the causal qwen7b
+/// prefill workloads up to S 8192, and at least 10% slower than 3 stages at B 2 S 16384; persistent variants take
+/// 10-15% less time at B 8 S 2048 and B 4 S 1024 and lose at B 1. The tuner, not the default, makes those choices.
 /// Other archs: mma.sync, tile 128x64, 4 warps, 2 stages, as FlashAttention-2 picks for head_dim 128 on sm_80+.
 Config default_config(ArchId arch, const Problem& p);
 
