@@ -867,6 +867,23 @@ std::optional<Winner> TuningDb::winner(const std::string& device_name, const std
   });
 }
 
+std::vector<VariantMedian> TuningDb::variant_medians(const std::string& device_name) const {
+  return impl_->guard("read variant medians", [&] {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT m.family, m.problem_key, m.variant_name, MIN(m.config_json), MIN(m.median_us) "
+                        "FROM measurements m JOIN devices d ON d.id = m.device_id "
+                        "WHERE d.name = ? AND m.status = 'ok' "
+                        "GROUP BY m.family, m.problem_key, m.variant_name "
+                        "ORDER BY m.family, m.problem_key, m.variant_name");
+    q.bind(1, device_name);
+    std::vector<VariantMedian> out;
+    while (q.executeStep())
+      out.push_back({q.getColumn(0).getString(), q.getColumn(1).getString(), q.getColumn(2).getString(),
+                     q.getColumn(3).getString(), q.getColumn(4).getDouble()});
+    return out;
+  });
+}
+
 MergeCounts TuningDb::merge_from(const std::string& other_path) {
   Impl& I = *impl_;
   if (I.read_only) I.fail("merge", "opened read-only");

@@ -124,6 +124,16 @@ struct Winner {
   long long measurement_id = 0;
 };
 
+/// The best 'ok' median of one variant on one problem (every variant measured, not only the winner): what the
+/// runtime's nearest step checks a tuned config against the default with.
+struct VariantMedian {
+  std::string family;
+  std::string problem_key;
+  std::string variant_name;
+  std::string config_json;
+  double median_us = 0;  ///< microseconds: the smallest median among the variant's 'ok' rows for the problem
+};
+
 /// Rows one merge inserted (what was already there is not counted).
 struct MergeCounts {
   long long devices = 0, runs = 0, binaries = 0, measurements = 0;
@@ -186,6 +196,9 @@ class TuningDb {
   std::vector<Winner> winners(const std::string& device_name = "", const std::string& family = "") const;
   std::optional<Winner> winner(const std::string& device_name, const std::string& family,
                                const std::string& problem_key) const;
+  /// Per (family, problem key, variant) measured 'ok' on device class `device_name`: the smallest median, ordered by
+  /// family, problem key, variant name.
+  std::vector<VariantMedian> variant_medians(const std::string& device_name) const;
 
   /// Copies every device, run, binary and measurement of another database file into this one
   /// (ids remapped, devices unified by uuid, binaries by hash, measurements and runs kept as they

@@ -34,6 +34,14 @@ struct Traits {
     return {std::fabs(std::log(double(p.seqlen_q) / t.seqlen_q)) + std::fabs(std::log(double(p.seqlen_k) / t.seqlen_k)),
             std::fabs(std::log(double(p.batch) * p.num_heads / (double(t.batch) * t.num_heads)))};
   }
+  static std::vector<std::pair<std::string, long long>> bucket_sizes(const Problem& p) {
+    return {{"seqlen_q", p.seqlen_q}, {"seqlen_k", p.seqlen_k}};
+  }
+  static Problem with_bucket_sizes(Problem p, const std::vector<long long>& s) {
+    p.seqlen_q = int(s[0]);
+    p.seqlen_k = int(s[1]);
+    return p;
+  }
   static double flops(const Problem& p) { return p.flops(); }
   static double min_bytes(const Problem&) { return 0; }
 

@@ -38,6 +38,14 @@ struct Traits {
     return {std::fabs(std::log(double(p.batch) / t.batch)) + std::fabs(std::log(double(p.kv_len) / t.kv_len)),
             -double(t.kv_len)};
   }
+  static std::vector<std::pair<std::string, long long>> bucket_sizes(const Problem& p) {
+    return {{"batch", p.batch}, {"kv_len", p.kv_len}};
+  }
+  static Problem with_bucket_sizes(Problem p, const std::vector<long long>& s) {
+    p.batch = int(s[0]);
+    p.kv_len = int(s[1]);
+    return p;
+  }
   static double flops(const Problem& p) { return p.flops(); }
   static double min_bytes(const Problem& p) { return p.min_bytes(); }
 

@@ -64,6 +64,13 @@ class Family {
   virtual std::string class_key(const nlohmann::json& problem) const = 0;
   /// Distance of `tuned` from `asked` (both of one class_key).
   virtual Nearness nearness(const nlohmann::json& asked, const nlohmann::json& tuned) const = 0;
+  /// The sizes the nearest step interpolates and the bucket grid spans, by problem JSON field name, in a fixed
+  /// order (qkv_proj: m; attention_prefill: seqlen_q, seqlen_k; attention_decode: batch, kv_len). Each is >= 1.
+  virtual std::vector<std::pair<std::string, long long>> bucket_sizes(const nlohmann::json& problem) const = 0;
+  /// `problem` with its bucket sizes replaced by `sizes` (bucket_sizes' order), canonical. Throws ProblemError when
+  /// the count differs or the result is a problem no variant supports.
+  virtual nlohmann::json with_bucket_sizes(const nlohmann::json& problem,
+                                           const std::vector<long long>& sizes) const = 0;
   /// FLOPs of one call, and the bytes it must move at least (0 where not meaningful).
   virtual double flops(const nlohmann::json& problem) const = 0;
   virtual double min_bytes(const nlohmann::json& problem) const = 0;
@@ -94,5 +101,16 @@ class Family {
   virtual size_t workspace_bytes(const nlohmann::json& problem, const nlohmann::json& config,
                                  const DeviceModel& device) const = 0;
 };
+
+/// The power-of-two bucket of a size x >= 1: the k with 2^(k - 1/2) <= x < 2^(k + 1/2), so 2^k is x's nearest power
+/// of two in log space (3 -> 2, i.e. 4; 5 -> 2; 6 -> 3, i.e. 8; 1000 -> 10, i.e. 1024). Exact integer arithmetic.
+/// Throws std::invalid_argument for x < 1 or x >= 2^31.
+int size_bucket(long long x);
+
+/// The runtime's bucket of a problem: its class_key, then "/<name>~<2^k>" for each of its bucket_sizes, e.g.
+/// "qkv_proj/bf16/int4/k3584/h28/kv4/d128/bias/rope/m~16" for m 12..22. The runtime's nearest step only answers from
+/// a tuned problem of the same bucket (runtime/runtime.h, resolve), and the tuner's default grid tunes one problem
+/// per bucket between the sizes a shapes file names (tuner/work_items.h, bucket_grid).
+std::string bucket_key(const Family& family, const nlohmann::json& problem);
 
 }  // namespace kt

@@ -5,6 +5,8 @@
 //   Problem problem_from_json(json); json problem_to_json(Problem); Config config_from_json(json);
 //   json config_to_json(Config); void check_problem(Problem); std::string key(Problem);
 //   std::string class_key(Problem); Nearness nearness(Problem asked, Problem tuned);
+//   std::vector<std::pair<std::string, long long>> bucket_sizes(Problem);
+//   Problem with_bucket_sizes(Problem, std::vector<long long>);
 //   double flops(Problem); double min_bytes(Problem);
 //   std::vector<Config> enumerate(Problem, ArchId, DeviceModel); Config default_config(ArchId, Problem);
 //   bool same_config(Config, Config); const char* unusable(Problem, Config, ArchId);
@@ -37,6 +39,18 @@ class FamilyAdapter final : public Family {
   std::string class_key(const json& j) const override { return T::class_key(T::problem_from_json(j)); }
   Nearness nearness(const json& asked, const json& tuned) const override {
     return T::nearness(T::problem_from_json(asked), T::problem_from_json(tuned));
+  }
+  std::vector<std::pair<std::string, long long>> bucket_sizes(const json& j) const override {
+    return T::bucket_sizes(T::problem_from_json(j));
+  }
+  json with_bucket_sizes(const json& j, const std::vector<long long>& sizes) const override {
+    if (sizes.size() != T::bucket_sizes(T::problem_from_json(j)).size())
+      throw ProblemError(name_ + ": with_bucket_sizes needs " +
+                         std::to_string(T::bucket_sizes(T::problem_from_json(j)).size()) + " sizes, got " +
+                         std::to_string(sizes.size()));
+    for (long long x : sizes)
+      if (x < 1 || x > (1ll << 30)) throw ProblemError(name_ + ": bucket size " + std::to_string(x) + " out of range");
+    return canonical_problem(T::problem_to_json(T::with_bucket_sizes(T::problem_from_json(j), sizes)));
   }
   double flops(const json& j) const override { return T::flops(T::problem_from_json(j)); }
   double min_bytes(const json& j) const override { return T::min_bytes(T::problem_from_json(j)); }

@@ -35,6 +35,11 @@ struct Traits {
   static Nearness nearness(const Problem& p, const Problem& t) {
     return {std::fabs(std::log(double(p.m) / t.m)), -double(t.m)};
   }
+  static std::vector<std::pair<std::string, long long>> bucket_sizes(const Problem& p) { return {{"m", p.m}}; }
+  static Problem with_bucket_sizes(Problem p, const std::vector<long long>& s) {
+    p.m = int(s[0]);
+    return p;
+  }
   static double flops(const Problem& p) { return p.flops(); }
   static double min_bytes(const Problem& p) { return p.min_bytes(); }
 

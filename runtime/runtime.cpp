@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -36,11 +37,12 @@ std::string fmt2(double x) {
 /// A log distance on the 1e-9 grid, so that equal distances tie exactly.
 long long quantized(double d) { return std::llround(d * 1e9); }
 
-/// A usable tuned winner: its row, config and rank for the nearest step.
+/// A usable tuned winner: its row, config, rank for the nearest step and whether it lies in the asked bucket.
 struct Candidate {
   const db::Winner* w;
   nlohmann::json config;
   long long distance, tie;
+  bool same_bucket;
 };
 
 /// The typed choice of a family from the generic one.
@@ -57,20 +59,54 @@ Choice typed_choice(const FamilyChoice& g, ConfigFromJson config_from_json) {
   return c;
 }
 
+/// The rows of `medians` (ordered by family, problem key, variant) for one problem.
+std::pair<const db::VariantMedian*, const db::VariantMedian*> rows_of(const std::vector<db::VariantMedian>& medians,
+                                                                      const std::string& family,
+                                                                      const std::string& problem_key) {
+  auto key = [](const db::VariantMedian& m) { return std::tie(m.family, m.problem_key); };
+  const auto target = std::tie(family, problem_key);
+  auto lo = std::lower_bound(medians.begin(), medians.end(), target,
+                             [&](const db::VariantMedian& m, const auto& t) { return key(m) < t; });
+  auto hi = std::upper_bound(medians.begin(), medians.end(), target,
+                             [&](const auto& t, const db::VariantMedian& m) { return t < key(m); });
+  return {medians.data() + (lo - medians.begin()), medians.data() + (hi - medians.begin())};
+}
+
+/// A tuned problem of the bucket where both `c` and the default were measured and the default was faster, or "".
+std::string slower_than_default_at(const Family& f, const Candidate& c, const nlohmann::json& default_config,
+                                   const std::vector<Candidate>& bucket,
+                                   const std::vector<db::VariantMedian>& medians) {
+  for (const auto& t : bucket) {
+    double mine = -1, dflt = -1;
+    const auto [lo, hi] = rows_of(medians, f.name(), t.w->problem_key);
+    for (auto* m = lo; m != hi; ++m) {
+      if (m->variant_name == c.w->variant_name) mine = m->median_us;
+      try {
+        if (f.same_config(nlohmann::json::parse(m->config_json), default_config)) dflt = m->median_us;
+      } catch (const std::exception&) {
+        // a row this build cannot read is no evidence
+      }
+    }
+    if (mine > 0 && dflt > 0 && mine > dflt) return t.w->problem_key;
+  }
+  return "";
+}
+
 }  // namespace
 
 FamilyChoice resolve(const Family& f, const std::vector<db::Winner>& winners, const std::string& device_name,
-                     ArchId arch, const nlohmann::json& problem) {
+                     ArchId arch, const nlohmann::json& problem, const std::vector<db::VariantMedian>* medians) {
   const nlohmann::json p = f.canonical_problem(problem);
   const std::string key = f.problem_key(p);
   const std::string cls = f.class_key(p);
+  const std::string bucket = bucket_key(f, p);
 
   // Usable winners: this family and device class, parsable, same kernel class, config usable here.
   std::vector<Candidate> cands;
   int rejected = 0;
   for (const auto& w : winners) {
     if (w.family != f.name() || w.device_name != device_name) continue;
-    Candidate c{&w, {}, 0, 0};
+    Candidate c{&w, {}, 0, 0, false};
     try {
       const nlohmann::json tuned = f.canonical_problem(nlohmann::json::parse(w.problem_json));
       c.config = nlohmann::json::parse(w.config_json);
@@ -82,6 +118,7 @@ FamilyChoice resolve(const Family& f, const std::vector<db::Winner>& winners, co
       const Nearness n = f.nearness(p, tuned);
       c.distance = quantized(n.distance);
       c.tie = quantized(n.tie);
+      c.same_bucket = bucket_key(f, tuned) == bucket;
     } catch (const std::exception&) {
       continue;  // a row this build cannot read is not a candidate
     }
@@ -107,25 +144,39 @@ FamilyChoice resolve(const Family& f, const std::vector<db::Winner>& winners, co
     ch.why = "tuned for exactly this problem on " + device_name + " (median " + fmt2(exact->w->median_us) + " us)";
     return ch;
   }
-  // 2. nearest: (distance, tie, key, measurement id).
-  auto rank = [](const Candidate& c) {
-    return std::make_tuple(c.distance, c.tie, std::cref(c.w->problem_key), c.w->measurement_id);
-  };
-  const Candidate* best = nullptr;
+  // 2. nearest within the bucket: (distance, tie, key, measurement id), skipping a config the database shows slower
+  // than the default on a tuned problem of the bucket.
+  std::vector<Candidate> in_bucket;
   for (const auto& c : cands)
-    if (!best || rank(c) < rank(*best)) best = &c;
-  if (best) {
+    if (c.same_bucket) in_bucket.push_back(c);
+  std::sort(in_bucket.begin(), in_bucket.end(), [](const Candidate& a, const Candidate& b) {
+    return std::make_tuple(a.distance, a.tie, std::cref(a.w->problem_key), a.w->measurement_id) <
+           std::make_tuple(b.distance, b.tie, std::cref(b.w->problem_key), b.w->measurement_id);
+  });
+  const nlohmann::json dflt = f.default_config(p, arch);
+  std::string skipped;
+  for (const auto& c : in_bucket) {
+    const std::string at = medians ? slower_than_default_at(f, c, dflt, in_bucket, *medians) : "";
+    if (!at.empty()) {
+      if (skipped.empty()) skipped = c.w->problem_key + "'s winner (slower than the default at " + at + ")";
+      continue;
+    }
     ch.step = "nearest";
-    fill(*best);
-    ch.why = "nearest tuned problem " + best->w->problem_key + " (log distance " + fmt2(double(best->distance) * 1e-9) +
-             ") on " + device_name;
+    fill(c);
+    ch.why = "nearest tuned problem " + c.w->problem_key + " in bucket " + bucket + " (log distance " +
+             fmt2(double(c.distance) * 1e-9) + ") on " + device_name;
+    if (!skipped.empty()) ch.why += "; skipped " + skipped;
     return ch;
   }
   // 3. the family's built-in default.
   ch.step = "default";
-  ch.config = f.default_config(p, arch);
+  ch.config = dflt;
   ch.variant_name = f.variant_name(p, ch.config, arch);
-  ch.why = "no tuned " + cls + " problem for " + (device_name.empty() ? "this device" : device_name);
+  if (!skipped.empty()) ch.why = "skipped " + skipped;
+  else if (!cands.empty())
+    ch.why = "no tuned problem in bucket " + bucket + " (" + std::to_string(cands.size()) + " tuned " + cls +
+             " problem(s) in other buckets)";
+  else ch.why = "no tuned " + cls + " problem for " + (device_name.empty() ? "this device" : device_name);
   if (rejected > 0)
     ch.why += " (" + std::to_string(rejected) + " tuned config(s) " + f.rejected_as() + " on " + arch_name(arch) + ")";
   ch.why += ": built-in default for " + arch_name(arch);
@@ -240,11 +291,14 @@ struct Runtime::Impl {
   int cc_major = 0, cc_minor = 0;
   std::unique_ptr<db::TuningDb> db;
   std::vector<db::Winner> winners;
+  /// Every variant's best median on the tuned problems of winners_from: the evidence resolve() checks a nearest
+  /// winner against the default with.
+  std::vector<db::VariantMedian> medians;
 
   /// resolve() over this runtime's winners; when they come from another device of the same architecture, `why` says
   /// so.
   FamilyChoice choose(const Family& f, const nlohmann::json& problem) const {
-    FamilyChoice ch = resolve(f, winners, winners_from, arch, problem);
+    FamilyChoice ch = resolve(f, winners, winners_from, arch, problem, &medians);
     if (winners_from != device_name && ch.step != "default")
       ch.why += " (this GPU is " + device_name + "; the database has no winners for it, so those of the same " +
                 arch_name(arch) + " device " + winners_from + " are used)";
@@ -420,6 +474,7 @@ Runtime::Runtime(const std::string& db_path) : impl_(std::make_unique<Impl>()) {
   if (I.db) {
     I.winners_from = winners_device(I.db->devices(), I.db->winners(), I.device_name, I.cc_major, I.cc_minor);
     I.winners = I.db->winners(I.winners_from);  // every family's: resolve() keeps its own
+    I.medians = I.db->variant_medians(I.winners_from);
   }
 }
 

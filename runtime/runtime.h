@@ -44,20 +44,27 @@ std::string winners_device(const std::vector<db::DeviceRecord>& devices, const s
                            const std::string& device_name, int cc_major, int cc_minor);
 
 /// The lookup chain of any family as a pure function (no CUDA, no database I/O), parameterised by the family's
-/// class key, nearness and unusable() (generator/family.h):
+/// class key, bucket sizes, nearness and unusable() (generator/family.h):
 /// 1. family.canonical_problem(problem): throws ProblemError naming the rule when no variant supports it.
 /// 2. exact: a winner of the family on `device_name` whose problem_key is the problem's key (the smallest
 ///    measurement id among duplicates).
-/// 3. nearest: among winners of the family and device class whose problem has the same class_key, the one with
-///    the smallest family.nearness() (distance, then tie, each quantized to 1e-9), then the smaller problem key,
-///    then the smaller measurement id.
+/// 3. nearest, inside the problem's bucket: among winners of the family and device class whose problem has the
+///    same bucket_key (the class_key and every bucket size in the same power-of-two bucket: generator/family.h,
+///    size_bucket), the one with the smallest family.nearness() (distance, then tie, each quantized to 1e-9), then
+///    the smaller problem key, then the smaller measurement id. A winner is passed over when `medians` shows it
+///    slower than the default config: on some tuned problem of the bucket both were measured and the default's
+///    median is the smaller. A tuned problem in another bucket never answers: the default is the rule there, since
+///    a winner tuned at another size is not known to beat it (a config tuned at M 1 can be 40% slower than the
+///    default at M 16).
 /// In steps 2 and 3 a winner is skipped when its problem/config JSON does not parse (or its problem is one no
 /// variant supports), when its family or device class differs, or when family.unusable() rejects its config for
 /// the problem on `arch` (counted in the default's `why`).
 /// 4. default: family.default_config(problem, arch).
-/// Deterministic: the result depends only on the arguments, not on the order of `winners`.
+/// `medians`: TuningDb::variant_medians(device_name) (ordered by family, problem key, variant), or nullptr for no
+/// evidence. Deterministic: the result depends only on the arguments, not on the order of `winners`.
 FamilyChoice resolve(const Family& family, const std::vector<db::Winner>& winners, const std::string& device_name,
-                     ArchId arch, const nlohmann::json& problem);
+                     ArchId arch, const nlohmann::json& problem,
+                     const std::vector<db::VariantMedian>* medians = nullptr);
 
 /// Which step of the lookup chain answered for a problem, and what it chose.
 struct AttentionChoice {
@@ -77,8 +84,9 @@ struct AttentionChoice {
 ///    (head_dim not 64/128, num_heads % num_kv_heads != 0, sizes < 1, ...).
 /// 2. exact: a winner of family attention_prefill on `device_name` whose problem_key == p.key().
 /// 3. nearest: among winners of the same family and device class with the same dtype, head_dim and
-///    causal flag, the one minimising |ln(sq/sq')| + |ln(sk/sk')| (sequence lengths; ties, within 1e-9,
-///    broken by |ln(batch*heads / batch'*heads')|, then by problem key).
+///    causal flag whose seqlen_q and seqlen_k lie in the asked problem's power-of-two buckets, the one minimising
+///    |ln(sq/sq')| + |ln(sk/sk')| (sequence lengths; ties, within 1e-9, broken by
+///    |ln(batch*heads / batch'*heads')|, then by problem key).
 /// In steps 2 and 3 a winner is skipped when its problem/config JSON does not parse, when its family
 /// or device class differs, or when invalid_reason() rejects its config for p's class on `arch`
 /// (e.g. more shared memory than the arch allows).
@@ -106,7 +114,8 @@ struct QkvChoice {
 ///    multiple of 64 or of the format's block, head_dim not 64/128, num_heads % num_kv_heads != 0, ...).
 /// 2. exact: a winner of family qkv_proj on `device_name` whose problem_key == p.key().
 /// 3. nearest: among winners of the same family and device class with the same dtype, weight format, k,
-///    num_heads, num_kv_heads, head_dim, bias and RoPE flags, the one minimising |ln(m / m')| (tokens; ties,
+///    num_heads, num_kv_heads, head_dim, bias and RoPE flags whose m lies in the asked m's power-of-two bucket, the
+///    one minimising |ln(m / m')| (tokens; ties,
 ///    within 1e-9, broken by the larger m' -- its grid has no more token tiles here than where it was tuned --, then
 ///    by problem key).
 /// In steps 2 and 3 a winner is skipped when its problem/config JSON does not parse, when its family or device

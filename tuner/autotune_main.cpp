@@ -66,7 +66,7 @@ void install_signal_handlers() {
 }
 
 struct TuneArgs {
-  std::string arch, shapes, db, cache_dir, json_out, strategy = "exhaustive";
+  std::string arch, shapes, db, cache_dir, json_out, strategy = "exhaustive", grid = "buckets";
   std::vector<std::string> families;
   int jobs = 0, max_candidates = 0;
   std::string only;   ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
@@ -207,6 +207,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     problems = kt::collect_problems(shapes, a.families);
     if (a.strategy != "exhaustive" && a.strategy != "halving")
       throw std::invalid_argument("unknown --strategy '" + a.strategy + "': use exhaustive or halving");
+    if (a.grid != "buckets" && a.grid != "listed")
+      throw std::invalid_argument("unknown --grid '" + a.grid + "': use buckets or listed");
+    if (a.grid == "buckets") {  // the runtime's buckets between the named sizes (tuner/work_items.h, bucket_grid)
+      auto grid = kt::bucket_grid(problems);
+      problems.insert(problems.end(), std::make_move_iterator(grid.begin()), std::make_move_iterator(grid.end()));
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;
@@ -511,20 +517,58 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     size_t item;
     std::vector<size_t> cands;  // indices into the item's configs
   };
-  std::vector<Todo> todo;
-  size_t total = 0, skipped = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    Todo t{i, {}};
-    for (size_t c = 0; c < items[i].configs.size(); ++c) {
-      if (!a.retune && db->has_measurement(device_id, items[i].family, items[i].key, items[i].variants[c])) {
-        ++skipped;
-        continue;
-      }
-      t.cands.push_back(c);
+  // A bucket-grid problem measures its default and the kGridTransfer fastest 'ok' candidates of each named
+  // neighbour, as the database holds them when it is reached (the neighbours come first in the plan).
+  auto transferred = [&](const Item& it) {
+    std::set<std::string> keep = {it.default_variant};
+    for (const auto& key : it.transfer_from) {
+      std::map<std::string, double> best;  // variant -> its smallest ok median
+      for (const auto& m : db->measurements(device.name, it.family, key))
+        if (m.status == kt::db::Status::ok && (!best.count(m.variant_name) || m.median_us < best[m.variant_name]))
+          best[m.variant_name] = m.median_us;
+      std::vector<std::pair<double, std::string>> order;
+      for (const auto& [v, us] : best) order.push_back({us, v});
+      std::sort(order.begin(), order.end());
+      for (size_t k = 0; k < order.size() && k < size_t(kt::kGridTransfer); ++k) keep.insert(order[k].second);
     }
-    total += t.cands.size();
+    return keep;
+  };
+  auto pending = [&](const Item& it, const std::set<std::string>* only) {
+    std::vector<size_t> cands;
+    for (size_t c = 0; c < it.configs.size(); ++c)
+      if ((!only || only->count(it.variants[c])) &&
+          (a.retune || !db->has_measurement(device_id, it.family, it.key, it.variants[c])))
+        cands.push_back(c);
+    return cands;
+  };
+  std::vector<Todo> todo;
+  size_t total = 0, skipped = 0, grid_items = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
+    Todo t{i, {}};
+    if (it.transfer_from.empty()) {
+      t.cands = pending(it, nullptr);
+      skipped += it.configs.size() - t.cands.size();
+      total += t.cands.size();
+    } else {  // counted from what the neighbours hold now; chosen again when reached
+      ++grid_items;
+      const auto keep = transferred(it);
+      t.cands = pending(it, &keep);
+      const size_t kept = std::count_if(it.variants.begin(), it.variants.end(), [&](auto& v) { return keep.count(v); });
+      if (keep.size() > 1) {  // the neighbours are measured: exact
+        total += t.cands.size();
+        skipped += kept - t.cands.size();
+      } else {  // not yet: at most the default and kGridTransfer per neighbour
+        total += std::min(it.configs.size(), 1 + kt::kGridTransfer * it.transfer_from.size());
+      }
+    }
     todo.push_back(std::move(t));
   }
+  if (grid_items)
+    std::printf(
+        "autotune: %zu of the %zu problems fill the runtime's power-of-two buckets between the named sizes (--grid "
+        "buckets): each measures its default and the %d fastest candidates of its %d nearest named problems\n",
+        grid_items, items.size(), kt::kGridTransfer, kt::kGridNeighbours);
   std::printf("autotune: %zu candidates to measure (%zu already in %s%s), strategy %s, budget %.0f ms each\n", total,
               skipped, a.db.c_str(), a.retune ? "" : "; --retune measures them again", a.strategy.c_str(), a.budget_ms);
 
@@ -573,6 +617,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     if (g_interrupted) break;
     const Item& it = items[t.item];
     int n_compiled = 0, n_failed = 0, n_verified = 0;
+    if (!it.transfer_from.empty()) {  // the neighbours' fastest, as measured by now
+      const auto keep = transferred(it);
+      t.cands = pending(it, &keep);
+    }
     if (!t.cands.empty()) {
       try {
         // float64 reference rows: as many as the family's registration asks (a row's cost differs per family).
@@ -808,6 +856,10 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", a.strategy,
                  "exhaustive (default) or halving (all at budget/4, best quarter at full budget)");
   app.add_option("--max-candidates", a.max_candidates, "at most N candidates per problem (default first), 0 = all");
+  app.add_option("--grid", a.grid,
+                 "buckets (default): also tune one problem per power-of-two bucket of the sizes between those the "
+                 "shapes file names, from the named problems' fastest candidates (the runtime's nearest step stays "
+                 "inside a bucket); listed: only the named problems");
   app.add_option("--only", a.only,
                  "keep only the candidates whose variant name matches this regular expression (ECMAScript, searched "
                  "anywhere in the name; the default config is always kept); applied before --max-candidates");

@@ -1,9 +1,12 @@
 #include "tuner/work_items.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include "generator/registry.h"
 
@@ -23,10 +26,101 @@ std::vector<ProblemRef> collect_problems(const ShapesFile& shapes, std::vector<s
   return out;
 }
 
+std::vector<ProblemRef> bucket_grid(const std::vector<ProblemRef>& named) {
+  // Named problems by (family, class), in first-seen order.
+  std::vector<std::pair<std::string, std::vector<const ProblemRef*>>> classes;
+  for (const auto& pr : named) {
+    if (!pr.transfer_from.empty()) continue;
+    const std::string id = pr.family->family->name() + "|" + pr.family->family->class_key(pr.problem);
+    auto it = std::find_if(classes.begin(), classes.end(), [&](const auto& c) { return c.first == id; });
+    if (it == classes.end()) classes.push_back({id, {&pr}});
+    else it->second.push_back(&pr);
+  }
+  std::vector<ProblemRef> out;
+  for (const auto& [id, members] : classes) {
+    const Family& f = *members.front()->family->family;
+    auto sizes_of = [&](const ProblemRef* pr) {
+      std::vector<long long> s;
+      for (const auto& [name, x] : f.bucket_sizes(pr->problem)) s.push_back(x);
+      return s;
+    };
+    const size_t axes = sizes_of(members.front()).size();
+    // Tie groups: an axis joins an earlier one when every named problem has equal sizes on both.
+    std::vector<size_t> group(axes);
+    size_t groups = 0;
+    std::vector<size_t> lead;  // first axis of each group
+    for (size_t a = 0; a < axes; ++a) {
+      group[a] = groups;
+      for (size_t g = 0; g < lead.size(); ++g)
+        if (std::all_of(members.begin(), members.end(),
+                        [&](const ProblemRef* pr) { return sizes_of(pr)[a] == sizes_of(pr)[lead[g]]; })) {
+          group[a] = g;
+          break;
+        }
+      if (group[a] == groups) {
+        lead.push_back(a);
+        ++groups;
+      }
+    }
+    // Bucket range per group, and the bucket tuples the named problems hold.
+    std::vector<int> lo(groups, 1 << 30), hi(groups, -1);
+    std::set<std::vector<int>> held;
+    std::vector<std::vector<int>> member_buckets;
+    for (const auto* pr : members) {
+      const auto s = sizes_of(pr);
+      std::vector<int> b(groups);
+      for (size_t g = 0; g < groups; ++g) {
+        b[g] = size_bucket(s[lead[g]]);
+        lo[g] = std::min(lo[g], b[g]);
+        hi[g] = std::max(hi[g], b[g]);
+      }
+      held.insert(b);
+      member_buckets.push_back(b);
+    }
+    // Every bucket tuple of the ranges' product, in lexicographic order.
+    std::vector<int> point(lo);
+    while (true) {
+      if (!held.count(point)) {
+        // The named problem nearest in buckets (then the earlier one) lends the other fields.
+        size_t base = 0;
+        int best = 1 << 30;
+        for (size_t m = 0; m < members.size(); ++m) {
+          int d = 0;
+          for (size_t g = 0; g < groups; ++g) d += std::abs(member_buckets[m][g] - point[g]);
+          if (d < best) best = d, base = m;
+        }
+        std::vector<long long> sizes(axes);
+        for (size_t a = 0; a < axes; ++a) sizes[a] = 1ll << point[group[a]];
+        try {
+          ProblemRef grid{members[base]->family, f.with_bucket_sizes(members[base]->problem, sizes), {}};
+          std::vector<std::pair<std::tuple<long long, long long, std::string>, std::string>> near;
+          for (const auto* pr : members) {
+            const Nearness n = f.nearness(grid.problem, pr->problem);
+            const std::string key = f.problem_key(pr->problem);
+            near.push_back({{std::llround(n.distance * 1e9), std::llround(n.tie * 1e9), key}, key});
+          }
+          std::sort(near.begin(), near.end());
+          for (size_t k = 0; k < near.size() && k < size_t(kGridNeighbours); ++k)
+            grid.transfer_from.push_back(near[k].second);
+          out.push_back(std::move(grid));
+        } catch (const ProblemError&) {
+          // a size the family refuses here (e.g. a grid too large): no grid problem in this bucket
+        }
+      }
+      size_t g = 0;
+      while (g < groups && point[g] == hi[g]) point[g] = lo[g], ++g;
+      if (g == groups) break;
+      ++point[g];
+    }
+  }
+  return out;
+}
+
 WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const DeviceModel& device,
                     const WorkOptions& options) {
   WorkPlan plan;
   std::map<std::string, size_t> index;  // family + name expression -> sources index (one binary per expression)
+  std::map<std::string, std::vector<std::string>> variants_of;  // family + problem key -> its candidates' names
   auto add_source = [&](KernelSource src) {
     const std::string id = src.family + "|" + src.name_expression;
     auto it = index.find(id);
@@ -38,7 +132,7 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
   for (const auto& pr : problems) {
     const Family& f = *pr.family->family;
     const auto& p = pr.problem;
-    WorkItem it{f.name(), f.problem_key(p), p, f.flops(p), f.min_bytes(p), {}, {}, {}, ""};
+    WorkItem it{f.name(), f.problem_key(p), p, f.flops(p), f.min_bytes(p), {}, {}, {}, "", pr.transfer_from};
     auto valid = f.enumerate(p, arch, device);
     const auto def = f.default_config(p, arch);
     std::stable_partition(valid.begin(), valid.end(), [&](const auto& c) { return f.same_config(c, def); });
@@ -48,6 +142,17 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
                                    return !f.same_config(c, def) && !options.keep(f.variant_name(p, c, arch));
                                  }),
                   valid.end());
+    if (!pr.transfer_from.empty()) {  // a grid problem: what its neighbours measure, and its default
+      std::set<std::string> theirs;
+      for (const auto& key : pr.transfer_from)
+        if (const auto n = variants_of.find(f.name() + "|" + key); n != variants_of.end())
+          theirs.insert(n->second.begin(), n->second.end());
+      valid.erase(std::remove_if(valid.begin(), valid.end(),
+                                 [&](const auto& c) {
+                                   return !f.same_config(c, def) && !theirs.count(f.variant_name(p, c, arch));
+                                 }),
+                  valid.end());
+    }
     if (options.max_candidates > 0 && int(valid.size()) > options.max_candidates)
       valid.resize(size_t(options.max_candidates));
     it.default_variant = f.variant_name(p, def, arch);
@@ -57,6 +162,7 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
       it.configs.push_back(c);
       it.source.push_back(add_source(std::move(src)));
     }
+    variants_of[it.family + "|" + it.key] = it.variants;
     plan.items.push_back(std::move(it));
   }
   return plan;

@@ -18,6 +18,9 @@ namespace kt {
 struct ProblemRef {
   const TunerFamily* family;
   nlohmann::json problem;  ///< canonical problem JSON
+  /// Empty for a problem the shapes file names. For a bucket-grid problem (bucket_grid): the keys of the named
+  /// problems whose best candidates it measures, besides its default.
+  std::vector<std::string> transfer_from = {};
 };
 
 /// The problems of `shapes` for the families named in `families`, or for every registered family the file names
@@ -25,6 +28,23 @@ struct ProblemRef {
 /// Throws std::invalid_argument naming an unknown family, ProblemError naming the file and the rule for an
 /// unsupported problem.
 std::vector<ProblemRef> collect_problems(const ShapesFile& shapes, std::vector<std::string>& families);
+
+/// How many of each neighbour's fastest candidates a bucket-grid problem measures (besides its own default).
+constexpr int kGridTransfer = 3;
+/// How many named problems (the nearest) a bucket-grid problem takes candidates from.
+constexpr int kGridNeighbours = 2;
+
+/// The bucket grid between the problems a shapes file names (autotune's default, --grid buckets): for each family
+/// and kernel class (Family::class_key), every combination of power-of-two buckets (generator/family.h,
+/// size_bucket) of the family's bucket sizes between the smallest and largest bucket the named problems of the class
+/// reach, less the buckets a named problem already holds, gets one problem at the bucket's power-of-two sizes. Its
+/// other fields come from the named problem nearest in buckets; bucket sizes equal in every named problem of the
+/// class stay equal (attention_prefill's seqlen_q = seqlen_k). Each grid problem names its kGridNeighbours nearest
+/// named problems (Family::nearness) in transfer_from: the tuner measures only their kGridTransfer fastest candidates
+/// and the default there, so the grid costs a few candidates per bucket. Returns only the added problems, in the
+/// order of `named` (family, then class), then of the buckets. Deterministic. Sizes a family refuses
+/// (with_bucket_sizes throws) are left out.
+std::vector<ProblemRef> bucket_grid(const std::vector<ProblemRef>& named);
 
 /// One problem's candidates, family-neutral: what the tuning loop, the database and the report need.
 struct WorkItem {
@@ -35,6 +55,8 @@ struct WorkItem {
   std::vector<std::string> variants;    ///< per candidate
   std::vector<size_t> source;           ///< per candidate: index of its binary in WorkPlan::sources
   std::string default_variant;
+  /// Bucket-grid problems only (ProblemRef::transfer_from): the named problems whose candidates it measures.
+  std::vector<std::string> transfer_from = {};
 };
 
 struct WorkOptions {
@@ -49,7 +71,8 @@ struct WorkPlan {
 };
 
 /// Enumerates every problem's candidates for `arch` and `device` in the family's order, the default config first,
-/// then `keep`, then `max_candidates`.
+/// then `keep`, then `max_candidates`. A bucket-grid problem keeps its default and the candidates whose variant
+/// name one of its transfer_from problems (earlier in `problems`) has.
 WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const DeviceModel& device,
                     const WorkOptions& options);
 

@@ -156,22 +156,23 @@ TEST_CASE("Runtime::attention_decode: tuned split variant (exact, nearest), defa
 
   SECTION("exact and nearest from the database (no NVRTC), ragged lengths, repeated launches") {
     CHECK(rt.explain(kFamily, problem_to_json(tuned)).step == "exact");
-    const Problem near = qwen(3, 4096);  // kv_len a bucket above the longest sequence
+    const Problem near = qwen(3, 2560);  // batch and kv_len in the tuned problem's bucket (4, 2048)
     const FamilyChoice ch = rt.explain(kFamily, problem_to_json(near));
     INFO(ch.why);
     CHECK(ch.step == "nearest");
     CHECK(ch.tuned_problem_key == tuned.key());
+    CHECK(rt.explain(kFamily, problem_to_json(qwen(3, 4096))).step == "default");  // bucket (4, 4096): not tuned
     // Ragged: the full capacity, empty, a page boundary crossed by one token, one token.
     const std::vector<int> lens4 = {2048, 0, 65, 1};
     const auto launch_t = [&](const DecodeParams& a) { rt.attention_decode(tuned, a, stream.get()); };
     const auto o1 = run_and_verify(tuned, lens4, 2048, launch_t, 3);
     const auto o2 = run_and_verify(tuned, lens4, 2048, launch_t, 3);
     CHECK(o1 == o2);  // deterministic combine; the counters were reset by the first launch
-    const std::vector<int> lens3 = {4096, 1000, 17};
+    const std::vector<int> lens3 = {2560, 1000, 17};
     run_and_verify(
-        near, lens3, 4096, [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 4);
+        near, lens3, 2560, [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 4);
     run_and_verify(
-        near, {0, 0, 3000}, 4096, [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 5);
+        near, {0, 0, 2000}, 2560, [&](const DecodeParams& a) { rt.attention_decode(near, a, stream.get()); }, 5);
     CHECK(rt.resolved_problems(kFamily) == 2);
     CHECK(count_files(cache_dir) == 0);  // both from the database's binary
   }

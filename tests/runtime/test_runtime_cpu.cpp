@@ -75,47 +75,53 @@ TEST_CASE("resolve_attention: exact problem key", "[runtime]") {
   CHECK(c.why.find("exactly") != std::string::npos);
 }
 
-TEST_CASE("resolve_attention: nearest by log distance of the sequence lengths", "[runtime]") {
+TEST_CASE("resolve_attention: nearest inside the bucket, by log distance of the sequence lengths", "[runtime]") {
   const auto ws = three_tuned();
-  auto c = resolve_attention(ws, kH100, kSm90a, qwen(3000));
+  auto c = resolve_attention(ws, kH100, kSm90a, qwen(2500));  // bucket 2048: [1449, 2897)
   CHECK(c.step == "nearest");
   CHECK(c.tuned_problem_key == qwen(2048).key());
   CHECK(same_config(c.config, cB));
   CHECK(c.binary_hash == "hash_" + qwen(2048).key());  // same kernel class: the tuned binary is reused
-  CHECK(c.variant_name == variant_name(qwen(3000), cB, kSm90a));
+  CHECK(c.variant_name == variant_name(qwen(2500), cB, kSm90a));
   CHECK(c.why.find(qwen(2048).key()) != std::string::npos);
-  CHECK(c.why.find("log distance 0.76") != std::string::npos);  // 2 * ln(3000/2048) = 0.763
+  CHECK(c.why.find("log distance 0.40") != std::string::npos);  // 2 * ln(2500/2048) = 0.399
+  CHECK(c.why.find("seqlen_q~2048/seqlen_k~2048") != std::string::npos);
 
-  c = resolve_attention(ws, kH100, kSm90a, qwen(6000));
+  c = resolve_attention(ws, kH100, kSm90a, qwen(6000));  // bucket 8192: [5793, 11586)
   CHECK(c.step == "nearest");
   CHECK(c.tuned_problem_key == qwen(8192).key());
   CHECK(same_config(c.config, cC));
 
-  c = resolve_attention(ws, kH100, kSm90a, qwen(100));
+  c = resolve_attention(ws, kH100, kSm90a, qwen(400));  // bucket 512
   CHECK(c.tuned_problem_key == qwen(512).key());
 
-  // seqlen_q and seqlen_k count separately: sq 512 / sk 8192 is ln 16 = 2.77 away from all three
-  // (0 + ln 16, ln 4 + ln 4, ln 16 + 0); batch*heads are equal, so the smallest key wins.
+  // Outside every tuned bucket: the default, whose why names the bucket. 3000 lies in bucket 4096, 100 in 128,
+  // and sq 512 / sk 8192 in (512, 8192), which no tuned problem shares.
   Problem mixed = qwen(512);
   mixed.seqlen_k = 8192;
-  c = resolve_attention(ws, kH100, kSm90a, mixed);
-  CHECK(c.step == "nearest");
-  const std::vector<std::string> keys = {qwen(512).key(), qwen(2048).key(), qwen(8192).key()};
-  CHECK(c.tuned_problem_key == *std::min_element(keys.begin(), keys.end()));
+  for (const Problem& p : {qwen(3000), qwen(100), mixed}) {
+    c = resolve_attention(ws, kH100, kSm90a, p);
+    INFO(p.key() << ": " << c.why);
+    CHECK(c.step == "default");
+    CHECK(same_config(c.config, default_config(kSm90a, p)));
+    CHECK(c.why.find("no tuned problem in bucket") != std::string::npos);
+    CHECK(c.why.find("3 tuned attention_prefill/bf16/d128/causal problem(s) in other buckets") != std::string::npos);
+  }
+  CHECK(resolve_attention(ws, kH100, kSm90a, qwen(3000)).why.find("seqlen_q~4096/seqlen_k~4096") != std::string::npos);
 }
 
 TEST_CASE("resolve_attention: nearest ties go to the closest batch*heads, then the key", "[runtime]") {
-  Problem far = qwen(1024);
+  Problem far = qwen(1600);
   far.batch = 8;
-  Problem near = qwen(4096);  // same distance in sequence length as 1024 from 2048
+  Problem near = qwen(2500);  // same distance in sequence length as 1600 from 2000 (ln 1.25), same bucket
   std::vector<db::Winner> ws = {winner(far, cA), winner(near, cB)};
-  auto c = resolve_attention(ws, kH100, kSm90a, qwen(2048));
+  auto c = resolve_attention(ws, kH100, kSm90a, qwen(2000));
   CHECK(c.step == "nearest");
   CHECK(c.tuned_problem_key == near.key());
   // Make batch*heads equal: the smaller key wins, whatever the order of the rows.
   far.batch = 1;
   ws = {winner(near, cB), winner(far, cA)};
-  c = resolve_attention(ws, kH100, kSm90a, qwen(2048));
+  c = resolve_attention(ws, kH100, kSm90a, qwen(2000));
   CHECK(c.tuned_problem_key == std::min(near.key(), far.key()));
 }
 
@@ -125,7 +131,7 @@ TEST_CASE("resolve_attention: nearest skips another dtype, head_dim, causal flag
       winner(qwen(2048, DType::bf16, 64), cA),          // other head_dim
       winner(qwen(2048, DType::bf16, 128, false), cA),  // not causal
       winner(qwen(2048), cA, "NVIDIA A100-SXM4-80GB"),  // other device class
-      winner(qwen(8192), cB),                           // the only usable one: far, but right class
+      winner(qwen(2500), cB),                           // the only usable one: right class and bucket
   };
   db::Winner other_family = winner(qwen(2048), cA);
   other_family.family = "attention_decode";
@@ -136,7 +142,7 @@ TEST_CASE("resolve_attention: nearest skips another dtype, head_dim, causal flag
 
   const auto c = resolve_attention(ws, kH100, kSm90a, qwen(2048));
   CHECK(c.step == "nearest");
-  CHECK(c.tuned_problem_key == qwen(8192).key());
+  CHECK(c.tuned_problem_key == qwen(2500).key());
   CHECK(same_config(c.config, cB));
 
   // Without the usable row nothing qualifies: the default answers.
@@ -152,20 +158,20 @@ TEST_CASE("resolve_attention: a tuned config invalid on the asked arch is skippe
   REQUIRE(invalid_reason(DType::bf16, 128, true, big, kSm90a) == nullptr);
   REQUIRE(invalid_reason(DType::bf16, 128, true, big, kSm86) != nullptr);
   const std::string dev = "NVIDIA GeForce RTX 3090";
-  std::vector<db::Winner> ws = {winner(qwen(2048), big, dev), winner(qwen(512), cA, dev)};
+  std::vector<db::Winner> ws = {winner(qwen(2048), big, dev), winner(qwen(1600), cA, dev)};
 
   // On sm_90a the exact (big) winner is fine.
   CHECK(resolve_attention(ws, dev, kSm90a, qwen(2048)).step == "exact");
-  // On sm_86 the exact row is rejected, and so would be a nearest one: 512 answers.
+  // On sm_86 the exact row is rejected, and so would be a nearest one: 1600 (same bucket) answers.
   auto c = resolve_attention(ws, dev, kSm86, qwen(2048));
   CHECK(c.step == "nearest");
-  CHECK(c.tuned_problem_key == qwen(512).key());
+  CHECK(c.tuned_problem_key == qwen(1600).key());
   CHECK(same_config(c.config, cA));
-  c = resolve_attention(ws, dev, kSm86, qwen(4096));
-  CHECK(c.tuned_problem_key == qwen(512).key());
+  c = resolve_attention(ws, dev, kSm86, qwen(2200));  // nearer to 2048 than to 1600
+  CHECK(c.tuned_problem_key == qwen(1600).key());
   // Only the big one: default, and the why says a tuned config was invalid.
   ws.pop_back();
-  c = resolve_attention(ws, dev, kSm86, qwen(4096));
+  c = resolve_attention(ws, dev, kSm86, qwen(2200));
   CHECK(c.step == "default");
   CHECK(c.binary_hash.empty());
   CHECK(c.why.find("invalid on sm_86") != std::string::npos);
@@ -314,10 +320,10 @@ TEST_CASE("resolve_attention over a TuningDb's winners view", "[runtime]") {
     CHECK(c.binary_hash == "h_" + variant_name(qwen(512), cB, kSm90a));
     REQUIRE(tdb.get_binary(c.binary_hash));
     CHECK(tdb.get_binary(c.binary_hash)->variant_name == c.variant_name);
-    c = resolve_attention(ws, kH100, kSm90a, qwen(1000));
+    c = resolve_attention(ws, kH100, kSm90a, qwen(600));  // bucket 512
     CHECK(c.step == "nearest");
     CHECK(same_config(c.config, cB));
-    c = resolve_attention(ws, kH100, kSm90a, qwen(5000));
+    c = resolve_attention(ws, kH100, kSm90a, qwen(7000));  // bucket 8192
     CHECK(c.step == "nearest");
     CHECK(same_config(c.config, cC));
     CHECK(c.tuned_problem_key == qwen(8192).key());
@@ -390,10 +396,10 @@ TEST_CASE("resolve_qkv: exact problem key", "[runtime]") {
   }
 }
 
-TEST_CASE("resolve_qkv: nearest by log distance of m", "[runtime]") {
+TEST_CASE("resolve_qkv: nearest inside m's power-of-two bucket, by log distance of m", "[runtime]") {
   const auto ws = qkv_three_tuned();
-  // 20 -> 16; 1000 -> 256 (|ln(1000/256)| = 1.36 < |ln(4096/1000)| = 1.41); 3000 -> 4096; 1 -> 16; 10^5 -> 4096.
-  for (auto [ask, tuned] : {std::pair<int, int>{20, 16}, {1000, 256}, {3000, 4096}, {1, 16}, {100000, 4096}}) {
+  // Buckets: 16 holds 12..22, 256 holds 182..362, 4096 holds 2897..5792.
+  for (auto [ask, tuned] : {std::pair<int, int>{20, 16}, {13, 16}, {300, 256}, {3000, 4096}, {5000, 4096}}) {
     const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(ask));
     INFO(ask << ": " << ch.why);
     CHECK(ch.step == "nearest");
@@ -403,18 +409,30 @@ TEST_CASE("resolve_qkv: nearest by log distance of m", "[runtime]") {
     CHECK(qkv::same_config(ch.config, tuned == 16 ? q16 : tuned == 256 ? q256 : q4096));
     CHECK(ch.why.find(qkvp(tuned).key()) != std::string::npos);
   }
-  CHECK(resolve_qkv(ws, kH100, kSm90a, qkvp(1000)).why.find("log distance 1.36") != std::string::npos);
+  CHECK(resolve_qkv(ws, kH100, kSm90a, qkvp(300)).why.find("log distance 0.16") != std::string::npos);
   CHECK(resolve_qkv(ws, kH100, kSm90a, qkvp(20)).why.find("log distance 0.22") != std::string::npos);
+  CHECK(
+      resolve_qkv(ws, kH100, kSm90a, qkvp(20)).why.find("bucket qkv_proj/bf16/nf4/k3584/h28/kv4/d128/bias/rope/m~16") !=
+      std::string::npos);
+  // Between the tuned buckets, below and above them: the default (a winner tuned at another m is not known to beat
+  // it there).
+  for (int ask : {1, 11, 23, 1000, 2896, 5793, 100000}) {
+    const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(ask));
+    INFO(ask << ": " << ch.why);
+    CHECK(ch.step == "default");
+    CHECK(qkv::same_config(ch.config, qkv::default_config(kSm90a, qkvp(ask))));
+    CHECK(ch.why.find("no tuned problem in bucket") != std::string::npos);
+  }
 }
 
 TEST_CASE("resolve_qkv: nearest ties go to the larger tuned m, whatever the key order", "[runtime]") {
-  // 16 is |ln 2| from both 8 and 32; the key of m8 sorts after m32, the larger m wins either way.
-  REQUIRE(qkvp(32).key() < qkvp(8).key());
-  std::vector<db::Winner> ws = {qwin(qkvp(8), q16), qwin(qkvp(32), q256)};
+  // 30 is |ln 1.2| from both 25 and 36 (all three in bucket 32); the key of m25 sorts first, the larger m wins.
+  REQUIRE(qkvp(25).key() < qkvp(36).key());
+  std::vector<db::Winner> ws = {qwin(qkvp(25), q16), qwin(qkvp(36), q256)};
   for (int t = 0; t < 2; ++t) {
-    const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(16));
+    const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(30));
     CHECK(ch.step == "nearest");
-    CHECK(ch.tuned_problem_key == qkvp(32).key());
+    CHECK(ch.tuned_problem_key == qkvp(36).key());
     CHECK(qkv::same_config(ch.config, q256));
     std::swap(ws[0], ws[1]);
   }
@@ -436,7 +454,7 @@ TEST_CASE("resolve_qkv: nearest skips another format, dtype, k, heads, bias, RoP
       qwin(variant([](qkv::Problem& p) { p.has_bias = false; }), q256),  // no bias
       qwin(variant([](qkv::Problem& p) { p.rope = false; }), q256),      // no RoPE
       qwin(qkvp(256), q256, "NVIDIA A100-SXM4-80GB"),                    // other device class
-      qwin(qkvp(4096), q4096),                                           // the only usable one: far, right class
+      qwin(qkvp(300), q4096),                                            // the only usable one: same class, bucket
   };
   db::Winner attn_row = qwin(qkvp(256), q256);
   attn_row.family = attn::kFamily;
@@ -448,7 +466,7 @@ TEST_CASE("resolve_qkv: nearest skips another format, dtype, k, heads, bias, RoP
   const auto ch = resolve_qkv(ws, kH100, kSm90a, qkvp(256));
   INFO(ch.why);
   CHECK(ch.step == "nearest");
-  CHECK(ch.tuned_problem_key == qkvp(4096).key());
+  CHECK(ch.tuned_problem_key == qkvp(300).key());
   CHECK(qkv::same_config(ch.config, q4096));
 
   ws.erase(ws.begin() + 9);  // without the usable row: the default
@@ -464,11 +482,11 @@ TEST_CASE("resolve_qkv: a tuned config that cannot run the problem here is skipp
   REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, big, kSm90a) == nullptr);
   REQUIRE(qkv::invalid_reason(DType::bf16, quant::Format::nf4, 128, true, big, kSm86) != nullptr);
   const std::string dev = "NVIDIA GeForce RTX 3090";
-  std::vector<db::Winner> ws = {qwin(qkvp(1024), big, dev), qwin(qkvp(16), q16, dev)};
+  std::vector<db::Winner> ws = {qwin(qkvp(1024), big, dev), qwin(qkvp(900), q16, dev)};
   CHECK(resolve_qkv(ws, dev, kSm90a, qkvp(1024)).step == "exact");
   auto ch = resolve_qkv(ws, dev, kSm86, qkvp(1024));
   CHECK(ch.step == "nearest");
-  CHECK(ch.tuned_problem_key == qkvp(16).key());
+  CHECK(ch.tuned_problem_key == qkvp(900).key());
   ws.pop_back();
   ch = resolve_qkv(ws, dev, kSm86, qkvp(1024));
   CHECK(ch.step == "default");
@@ -622,10 +640,10 @@ TEST_CASE("resolve_qkv over a TuningDb's winners view (split_k variants share on
   CHECK(c.variant_name == qkv::variant_name(qkvp(16), q16, kSm90a));
   CHECK(c.binary_hash == "h_" + qkv::name_expression(qkvp(16), q16));
   CHECK(c.tuned_median_us == 5);
-  c = resolve_qkv(ws, kH100, kSm90a, qkvp(30));
+  c = resolve_qkv(ws, kH100, kSm90a, qkvp(20));
   CHECK(c.step == "nearest");
   CHECK(qkv::same_config(c.config, q16));
-  c = resolve_qkv(ws, kH100, kSm90a, qkvp(2000));
+  c = resolve_qkv(ws, kH100, kSm90a, qkvp(3500));
   CHECK(c.step == "nearest");
   CHECK(c.tuned_problem_key == qkvp(4096).key());
   // The attention family's winners hold none of it.

@@ -207,7 +207,7 @@ TEST_CASE("decode RuntimeAdapter: every key field tells problems apart; a kv_chu
   CHECK(RuntimeAdapter::workspace_bytes(shorter, split, 132) == 0);
 }
 
-TEST_CASE("decode lookup: the nearest tuned bucket answers for lengths and batches between the grid's",
+TEST_CASE("decode lookup: a tuned problem answers inside its (batch, kv_len) bucket, the default outside",
           "[runtime][decode]") {
   const ArchId arch = parse_arch("sm_90a");
   const Family& f = family_type();
@@ -234,7 +234,8 @@ TEST_CASE("decode lookup: the nearest tuned bucket answers for lengths and batch
   Problem q = paged_problem();
   q.q_len = 1;
   q.batch = 12;
-  q.kv_len = 3000;  // nearest: b16 sk2048 (|ln 12/16| + |ln 3000/2048| < the others)
+  q.kv_len = 2500;  // bucket (16, 2048): b16 sk2048 is the only tuned problem in it
+
   FamilyChoice ch = resolve(f, winners, "GPU", arch, problem_to_json(q));
   CHECK(ch.step == "nearest");
   Problem want = paged_problem();
@@ -242,6 +243,12 @@ TEST_CASE("decode lookup: the nearest tuned bucket answers for lengths and batch
   want.batch = 16;
   want.kv_len = 2048;
   CHECK(ch.tuned_problem_key == want.key());
+  // kv_len 3000 lies in bucket 4096, batch 4 in bucket 4: no tuned problem there, the default answers.
+  q.kv_len = 3000;
+  CHECK(resolve(f, winners, "GPU", arch, problem_to_json(q)).step == "default");
+  q.kv_len = 2048;
+  q.batch = 4;
+  CHECK(resolve(f, winners, "GPU", arch, problem_to_json(q)).step == "default");
   q.kv_len = 8192;
   q.batch = 16;
   ch = resolve(f, winners, "GPU", arch, problem_to_json(q));

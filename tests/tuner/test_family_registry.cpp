@@ -261,7 +261,7 @@ TEST_CASE("resolve() for a family's JSON problem answers as the typed wrappers",
     return w;
   };
   attn::Problem ap2 = ap;
-  ap2.seqlen_q = ap2.seqlen_k = 4096;
+  ap2.seqlen_q = ap2.seqlen_k = 2500;  // in 2048's bucket
   qkv::Problem qp2 = qp;
   qp2.m = 16;
   const Family& af = find_family(attn::kFamily);

@@ -123,7 +123,8 @@ TEST_CASE("--shard accepts i/N with 0 <= i < N and refuses the rest, naming the 
       std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json --db " + (t.path / "s.db").string());
   INFO(out);
   CHECK(rc == 0);
-  CHECK_THAT(out, Catch::Contains("--shard 1/2: ") && Catch::Contains("of 42 (problem, candidate) pairs"));
+  // 14 named prefill problems and 2 of the bucket grid (S 4096, bf16 and fp16), 3 candidates each.
+  CHECK_THAT(out, Catch::Contains("--shard 1/2: ") && Catch::Contains("of 48 (problem, candidate) pairs"));
 }
 
 TEST_CASE("merging the shards' databases gives the winners of one database with the same measurements",
