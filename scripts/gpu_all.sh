@@ -3,7 +3,7 @@
 # Binaries come prebuilt in $KT_BIN (default build-gpu/, made by scripts/stage_gpu.sh on the build
 # machine): the GPU machine has no SQLite/Catch2 headers and nothing is built there.
 #   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|sanitize|all]...
-# (python: the ctypes package's torch tests; quicktune: a short tune of shapes/qwen7b.json into $OUT/quick.db;
+# (python: the ctypes package's torch tests and its torch custom operators; quicktune: a short tune of shapes/qwen7b.json into $OUT/quick.db;
 #  bench: bench/bench_all.py side by side with the anchors, on $KT_BENCH_DB or the quick/full database;
 #  example: examples/qwen7b_layer; gemv: the qkv_proj gemv [gpu] tests alone, about 8 min on the H100; stress: the
 #  hidden gemv stress test over every packed format, fp16 / bf16 and M 1 / 16, KT_STRESS_REPS (default 20) launches of
@@ -89,8 +89,9 @@ if [ -f "$OUT/tune.json" ] && [ -f "$OUT/anchors.json" ]; then
 fi
 export KERNTUNE_LIB="$PWD/$BIN/libkerntune.so"
 if want python; then
-  echo "== python package tests (torch reference)"
-  PYTHONUNBUFFERED=1 python3 -m pytest -q -x python/tests/test_kerntune_gpu.py 2>&1 | tail -n 30 | tee "$OUT/python_tests.log"
+  echo "== python package tests (torch reference; the torch custom operators under torch.compile and CUDA graphs)"
+  PYTHONUNBUFFERED=1 python3 -m pytest -q -x python/tests/test_kerntune_gpu.py python/tests/test_torch_ops_gpu.py 2>&1 \
+    | tail -n 30 | tee "$OUT/python_tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 if want quicktune; then
