@@ -90,7 +90,8 @@ fi
 export KERNTUNE_LIB="$PWD/$BIN/libkerntune.so"
 if want python; then
   echo "== python package tests (torch reference; the torch custom operators under torch.compile and CUDA graphs)"
-  PYTHONUNBUFFERED=1 python3 -m pytest -q -x python/tests/test_kerntune_gpu.py python/tests/test_torch_ops_gpu.py 2>&1 \
+  PYTHONUNBUFFERED=1 python3 -m pytest -q -x python/tests/test_kerntune_gpu.py python/tests/test_torch_ops_gpu.py \
+    python/tests/test_hf_gpu.py 2>&1 \
     | tail -n 30 | tee "$OUT/python_tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
