@@ -323,7 +323,8 @@ TEST_CASE("example_attention_prefill checks its database before the GPU", "[tune
   auto run_example = [&](const std::string& args) { return kt_test::run_command(exe + " " + args); };
   auto [rc, out] = run_example(bad);
   CHECK(rc == 1);
-  CHECK_THAT(out, Catch::Contains("error: tuning db '" + bad + "'") && Catch::Contains("not a SQLite database"));
+  CHECK_THAT(out, Catch::StartsWith("error: KT_ERROR_DATABASE") && Catch::Contains("tuning db '" + bad + "'") &&
+                      Catch::Contains("not a SQLite database"));
   std::tie(rc, out) = run_example("");  // no database: the GPU decides
   if (!kt::cuda::gpu_available()) {
     CHECK(rc == 0);
