@@ -69,8 +69,9 @@ struct TuneArgs {
   std::string arch, shapes, db, cache_dir, json_out, strategy = "exhaustive", grid = "buckets";
   std::vector<std::string> families;
   int jobs = 0, max_candidates = 0;
-  std::string only;   ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
-  std::string shard;  ///< --shard i/N: this process's part of the (problem, candidate) pairs (kt::shard_work)
+  std::string only;     ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
+  std::string shard;    ///< --shard i/N: this process's part of the (problem, candidate) pairs (kt::shard_work)
+  std::string devices;  ///< --devices all | 0,1,...: one worker per GPU (kt::cli::parse_devices); "" = GPU 0
   double budget_ms = 100, watchdog_s = 30;
   bool compile_only = false, retune = false, no_cache = false;
   int sample = -1;  ///< --sample N (compile-only): kernel classes + defaults + N more (tuner/sweep_sample.h); -1 all
@@ -225,7 +226,13 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   // Declared before the pool, so destroyed after it: the workers' read connections are gone when the
   // database closes, and closing can leave it in rollback-journal mode (TuningDb::~TuningDb).
   std::unique_ptr<kt::db::TuningDb> db;
-  std::unique_ptr<kt::WorkerPool> pool;
+  // One worker pool per GPU of --devices (the first one probes the machine); pools[i] measures on gpus[i].
+  std::vector<std::unique_ptr<kt::WorkerPool>> pools;
+  std::vector<int> gpus;
+  std::vector<kt::db::DeviceRecord> gpu_records;
+  auto worker_argv = [&](int gpu) {
+    return std::vector<std::string>{self, "__worker", "--db", a.db, "--device", std::to_string(gpu)};
+  };
   kt::db::DeviceRecord device;
   if (a.sample >= 0 && !a.compile_only) {
     std::fprintf(stderr, "autotune: --sample chooses what --compile-only compiles; add --compile-only\n");
@@ -247,18 +254,17 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::error_code fs_ec;
   const bool db_existed = !a.db.empty() && std::filesystem::exists(a.db, fs_ec);
   if (use_gpu) {
-    pool =
-        std::make_unique<kt::WorkerPool>(std::vector<std::string>{self, "__worker", "--db", a.db}, a.watchdog_s, 900);
+    pools.push_back(std::make_unique<kt::WorkerPool>(worker_argv(kt::cli::first_device(a.devices)), a.watchdog_s, 900));
     try {
       // The worker opens the database read-only: make sure it exists with the schema first.
       kt::db::TuningDb init(a.db);
-      device = pool->device();
+      device = pools[0]->device();
     } catch (const kt::db::DbError& e) {
       std::fprintf(stderr, "autotune: %s\n", e.what());
       return 2;
     } catch (const std::exception& e) {
       use_gpu = false;
-      pool.reset();
+      pools.clear();
       if (a.arch.empty()) {
         if (!db_existed) std::filesystem::remove(a.db, fs_ec);  // leave no empty database behind
         std::string archs;
@@ -289,6 +295,30 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                    "--compile-only to build for another GPU\n",
                    a.arch.c_str(), device.name.c_str(), device.cc_major, device.cc_minor, device.cc_major,
                    device.cc_minor);
+      return 2;
+    }
+  }
+
+  if (use_gpu) {  // --devices: a worker per GPU, all of one device class (their measurements pool into one winner)
+    try {
+      gpus = kt::cli::parse_devices(a.devices, pools[0]->device_count());
+      gpu_records.push_back(device);
+      for (size_t g = 1; g < gpus.size(); ++g) {
+        pools.push_back(std::make_unique<kt::WorkerPool>(worker_argv(gpus[g]), a.watchdog_s, 900));
+        gpu_records.push_back(pools.back()->device());
+        if (gpu_records.back().name != device.name)
+          throw std::invalid_argument("--devices: GPU " + std::to_string(gpus[g]) + " is a " + gpu_records.back().name +
+                                      ", GPU " + std::to_string(gpus[0]) + " a " + device.name +
+                                      ": tune each device class with its own --devices");
+      }
+      if (gpus.size() > 1) {
+        std::string list;
+        for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
+        std::printf("autotune: measuring on %zu GPUs (%s), one worker each: %s\n", gpus.size(), list.c_str(),
+                    device.name.c_str());
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "autotune: %s\n", e.what());
       return 2;
     }
   }
@@ -491,11 +521,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   if (g_interrupted) return 130;
 
   // ---- database: device, run, binaries ----
-  long long run_id = 0, device_id = 0;
+  long long run_id = 0;
+  std::vector<long long> device_ids;                     // per GPU of --devices
   std::map<std::string, std::pair<int, int>> resources;  // variant -> (registers, smem)
   try {
     db = std::make_unique<kt::db::TuningDb>(a.db);
-    device_id = db->upsert_device(device);
+    for (const auto& r : gpu_records) device_ids.push_back(db->upsert_device(r));
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     run_id =
@@ -537,7 +568,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::vector<size_t> cands;
     for (size_t c = 0; c < it.configs.size(); ++c)
       if ((!only || only->count(it.variants[c])) &&
-          (a.retune || !db->has_measurement(device_id, it.family, it.key, it.variants[c])))
+          (a.retune || std::none_of(device_ids.begin(), device_ids.end(), [&](long long id) {
+             return db->has_measurement(id, it.family, it.key, it.variants[c]);
+           })))
         cands.push_back(c);
     return cands;
   };
@@ -573,7 +606,8 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
               skipped, a.db.c_str(), a.retune ? "" : "; --retune measures them again", a.strategy.c_str(), a.budget_ms);
 
   Progress progress(total);
-  auto record = [&](const Item& it, size_t c, const kt::WorkerResult* wr) {
+  std::mutex db_mu;  // the database connection, the progress line and the report are shared by the GPUs' threads
+  auto record = [&](const Item& it, size_t c, const kt::WorkerResult* wr, long long device_id) {
     const auto& cr = results[it.source[c]];
     kt::db::Measurement m;
     m.run_id = run_id;
@@ -599,6 +633,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       m.sm_clock_mhz = wr->sm_clock_mhz;
       if (m.status == kt::db::Status::ok && m.median_us > 0) m.metric = it.flops / (m.median_us * 1e-6) / 1e12;
     }
+    std::lock_guard<std::mutex> lock(db_mu);
     db->add_measurements({m});
   };
   auto measure_cmd = [&](const Item& it, size_t c, double budget) {
@@ -609,62 +644,97 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                           {"budget_ms", budget}};
   };
 
-  int no_winner = 0;
-  double clock_min = 1e9, clock_max = -1;  // SM clock seen by this run's measurements (NVML)
-  nlohmann::json report = nlohmann::json::array();
-  std::vector<std::string> lines;
-  for (auto& t : todo) {
-    if (g_interrupted) break;
+  // Measuring one problem on one GPU's worker pool (called by that GPU's thread; db_mu guards the shared state).
+  std::atomic<int> no_winner{0};
+  std::vector<char> setup_failed(todo.size(), 0);
+  auto measure_item = [&](size_t ti, kt::WorkerPool& pool, long long device_id) {
+    Todo& t = todo[ti];
     const Item& it = items[t.item];
-    int n_compiled = 0, n_failed = 0, n_verified = 0;
     if (!it.transfer_from.empty()) {  // the neighbours' fastest, as measured by now
+      std::lock_guard<std::mutex> lock(db_mu);
       const auto keep = transferred(it);
       t.cands = pending(it, &keep);
     }
-    if (!t.cands.empty()) {
-      try {
-        // float64 reference rows: as many as the family's registration asks (a row's cost differs per family).
-        pool->set_problem({{"cmd", "problem"},
-                           {"family", it.family},
-                           {"problem", it.problem},
-                           {"seed", 1},
-                           {"ref_rows", kt::find_tuner_family(it.family).ref_rows}});
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "autotune: %s: %s\n", it.key.c_str(), e.what());
-        no_winner++;
+    if (t.cands.empty()) return;
+    try {
+      // float64 reference rows: as many as the family's registration asks (a row's cost differs per family).
+      pool.set_problem({{"cmd", "problem"},
+                        {"family", it.family},
+                        {"problem", it.problem},
+                        {"seed", 1},
+                        {"ref_rows", kt::find_tuner_family(it.family).ref_rows}});
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(db_mu);
+      std::fprintf(stderr, "autotune: %s: %s\n", it.key.c_str(), e.what());
+      setup_failed[ti] = 1;
+      return;
+    }
+    auto step = [&](size_t c) {
+      std::lock_guard<std::mutex> lock(db_mu);
+      progress.step(it.key + " " + it.variants[c].substr(it.variants[c].find("__", 10) + 2));
+    };
+    // Round 1 (halving: a quarter of the budget for everyone), round 2 (full budget, best quarter).
+    std::vector<std::pair<size_t, kt::WorkerResult>> round;
+    const bool halving = a.strategy == "halving" && t.cands.size() > 4;
+    const double budget1 = halving ? std::max(5.0, a.budget_ms / 4) : a.budget_ms;
+    for (size_t c : t.cands) {
+      if (g_interrupted) break;
+      step(c);
+      if (!results[it.source[c]].ok) {
+        record(it, c, nullptr, device_id);
         continue;
       }
-      // Round 1 (halving: a quarter of the budget for everyone), round 2 (full budget, best quarter).
-      std::vector<std::pair<size_t, kt::WorkerResult>> round;
-      const bool halving = a.strategy == "halving" && t.cands.size() > 4;
-      const double budget1 = halving ? std::max(5.0, a.budget_ms / 4) : a.budget_ms;
-      for (size_t c : t.cands) {
-        if (g_interrupted) break;
-        progress.step(it.key + " " + it.variants[c].substr(it.variants[c].find("__", 10) + 2));
-        if (!results[it.source[c]].ok) {
-          record(it, c, nullptr);
+      auto wr = pool.measure(measure_cmd(it, c, budget1));
+      if (halving && wr.status == kt::db::Status::ok) round.push_back({c, wr});
+      else record(it, c, &wr, device_id);
+    }
+    if (halving && !g_interrupted) {
+      std::sort(round.begin(), round.end(),
+                [](const auto& x, const auto& y) { return x.second.median_us < y.second.median_us; });
+      const size_t keep = std::max<size_t>(1, (t.cands.size() + 3) / 4);
+      for (size_t k = 0; k < round.size(); ++k) {
+        if (k >= keep) {
+          record(it, round[k].first, &round[k].second, device_id);
           continue;
         }
-        auto wr = pool->measure(measure_cmd(it, c, budget1));
-        if (halving && wr.status == kt::db::Status::ok) round.push_back({c, wr});
-        else record(it, c, &wr);
-      }
-      if (halving && !g_interrupted) {
-        std::sort(round.begin(), round.end(),
-                  [](const auto& x, const auto& y) { return x.second.median_us < y.second.median_us; });
-        const size_t keep = std::max<size_t>(1, (t.cands.size() + 3) / 4);
-        for (size_t k = 0; k < round.size(); ++k) {
-          if (k >= keep) {
-            record(it, round[k].first, &round[k].second);
-            continue;
-          }
-          if (g_interrupted) break;
-          auto wr = pool->measure(measure_cmd(it, round[k].first, a.budget_ms));
-          record(it, round[k].first, &wr);
-        }
+        if (g_interrupted) break;
+        auto wr = pool.measure(measure_cmd(it, round[k].first, a.budget_ms));
+        record(it, round[k].first, &wr, device_id);
       }
     }
-    // Report from the database (includes rows from earlier, resumed runs).
+  };
+  // The named problems first, then the bucket grid (whose candidates come from its named neighbours' results).
+  // Within a phase every GPU's thread takes the next problem: a problem is measured on one GPU, and a worker that
+  // dies costs only its own GPU's candidate in flight.
+  for (const bool grid_phase : {false, true}) {
+    std::vector<size_t> phase;
+    for (size_t ti = 0; ti < todo.size(); ++ti)
+      if (items[todo[ti].item].transfer_from.empty() != grid_phase) phase.push_back(ti);
+    std::atomic<size_t> next{0};
+    auto work = [&](size_t g) {
+      for (size_t k = next++; k < phase.size() && !g_interrupted; k = next++)
+        measure_item(phase[k], *pools[g], device_ids[g]);
+    };
+    if (pools.size() == 1) {
+      work(0);
+    } else {
+      std::vector<std::thread> threads;
+      for (size_t g = 0; g < pools.size(); ++g) threads.emplace_back(work, g);
+      for (auto& th : threads) th.join();
+    }
+  }
+
+  // ---- report, from the database (includes rows from earlier, resumed runs), in the plan's order ----
+  double clock_min = 1e9, clock_max = -1;  // SM clock seen by this run's measurements (NVML)
+  nlohmann::json report = nlohmann::json::array();
+  std::vector<std::string> lines;
+  for (size_t ti = 0; ti < todo.size(); ++ti) {
+    const Item& it = items[todo[ti].item];
+    if (setup_failed[ti]) {
+      no_winner++;
+      continue;
+    }
+    int n_compiled = 0, n_failed = 0, n_verified = 0;
     const auto ms = db->measurements(device.name, it.family, it.key);
     const auto cands = latest_candidates(ms, resources);
     for (const auto& m : ms)
@@ -730,8 +800,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
   if (clock_max > 0) std::printf("autotune: SM clock during measurement %.0f-%.0f MHz (NVML)\n", clock_min, clock_max);
   else std::printf("autotune: SM clock during measurement unknown (NVML not available or nothing measured)\n");
-  std::printf("autotune: %d worker process(es) used; results in %s (autotune show --db %s)\n", pool->workers_started(),
-              a.db.c_str(), a.db.c_str());
+  int workers = 0;
+  for (const auto& pl : pools) workers += pl->workers_started();
+  std::printf("autotune: %d worker process(es) used; results in %s (autotune show --db %s)\n", workers, a.db.c_str(),
+              a.db.c_str());
   if (!a.json_out.empty()) {
     nlohmann::json doc = {{"device", device.name}, {"arch", a.arch}, {"shapes", a.shapes}, {"problems", report}};
     std::ofstream(a.json_out) << doc.dump(1) << "\n";
@@ -741,7 +813,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                 a.db.c_str());
     return 130;
   }
-  return (failed || no_winner) ? 1 : 0;
+  return (failed || no_winner > 0) ? 1 : 0;
 }
 
 int run_show(const std::string& path, const std::string& family) {
@@ -867,6 +939,10 @@ int main(int argc, char** argv) {
                  "i/N: tune only shard i (0 <= i < N) of the (problem, candidate) pairs; N processes with 0/N .. "
                  "(N-1)/N cover every pair exactly once, each into its own --db, then `autotune merge` "
                  "(examples/distributed/)");
+  app.add_option("--devices", a.devices,
+                 "all, or GPU ordinals such as 0,1: one worker process per GPU, problems spread across them, every "
+                 "row tagged with its GPU; GPUs of one device class pool their measurements into one winner "
+                 "(default: GPU 0)");
   app.add_option("--budget-ms", a.budget_ms, "measured GPU time per candidate, milliseconds (default 100)");
   app.add_option("--watchdog-s", a.watchdog_s,
                  "seconds before a candidate's worker is killed as timed out (default 30)");
@@ -912,7 +988,9 @@ int main(int argc, char** argv) {
   auto* worker = app.add_subcommand("__worker", "(internal) measuring worker process");
   worker->group("");
   std::string worker_db;
+  int worker_device = 0;
   worker->add_option("--db", worker_db)->required();
+  worker->add_option("--device", worker_device);
 
   // Every argument error exits 2 (bad input), as documented; --help exits 0.
   try {
@@ -943,7 +1021,7 @@ int main(int argc, char** argv) {
   }
   if (*merge) return run_merge(merge_out, merge_in);
   if (*diff) return run_diff(diff_old, diff_new, diff_family, diff_threshold, diff_require_all);
-  if (*worker) return kt::worker_main(worker_db, 0, 1);
+  if (*worker) return kt::worker_main(worker_db, worker_device, 0, 1);
   if (a.shapes.empty()) {
     std::fprintf(stderr, "autotune: --shapes FILE is required to tune (see --help)\n");
     return 2;
@@ -964,6 +1042,7 @@ int main(int argc, char** argv) {
     o.strategy = a.strategy;
     o.strategy_given = app.count("--strategy") > 0;
     o.cache_dir_given = app.count("--cache-dir") > 0;
+    o.devices = a.devices;
     kt::cli::check_tune_options(o);
     int shard_index = 0, shard_count = 1;
     if (!a.shard.empty()) kt::cli::parse_shard(a.shard, shard_index, shard_count);  // refused before any work

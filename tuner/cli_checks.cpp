@@ -60,6 +60,9 @@ void check_tune_options(const TuneOptions& o) {
   if (o.compile_only && o.retune) throw CliError("--retune has no effect with --compile-only (nothing is measured)");
   if (o.compile_only && o.strategy_given)
     throw CliError("--strategy has no effect with --compile-only (nothing is measured)");
+  if (o.compile_only && !o.devices.empty())
+    throw CliError("--devices has no effect with --compile-only (nothing is measured)");
+  if (!o.devices.empty()) parse_devices(o.devices, 1 << 12);  // the form now; the ordinals against the machine later
   if (o.no_cache && o.cache_dir_given)
     throw CliError("--no-cache and --cache-dir contradict each other: give one of them");
   if (o.compile_only && o.arch.empty())
@@ -151,6 +154,41 @@ void parse_shard(const std::string& text, int& index, int& count) {
   index = std::stoi(a);
   count = std::stoi(b);
   if (count < 1 || index >= count) throw bad();
+}
+
+std::vector<int> parse_devices(const std::string& text, int count) {
+  if (text.empty()) return {0};
+  std::vector<int> out;
+  if (text == "all") {
+    for (int i = 0; i < count; ++i) out.push_back(i);
+    return out;
+  }
+  const auto bad = [&](const std::string& why) {
+    return CliError("--devices '" + text + "': " + why + " (expected all, or GPU ordinals such as 0,1)");
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string part = text.substr(pos, comma - pos);
+    if (part.empty() || part.size() > 4 || part.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("'" + part + "' is not a GPU ordinal");
+    const int d = std::stoi(part);
+    if (d >= count)
+      throw bad("GPU " + part + " does not exist: this machine has " + std::to_string(count) + " (0.." +
+                std::to_string(count - 1) + ")");
+    if (std::find(out.begin(), out.end(), d) != out.end()) throw bad("GPU " + part + " is named twice");
+    out.push_back(d);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+int first_device(const std::string& text) {
+  if (text.empty() || text == "all") return 0;
+  const size_t end = text.find(',');
+  const std::string part = text.substr(0, end);
+  if (part.empty() || part.size() > 4 || part.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoi(part);
 }
 
 }  // namespace kt::cli

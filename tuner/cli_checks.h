@@ -28,12 +28,13 @@ struct TuneOptions {
   int max_candidates = 0, jobs = 0;
   bool compile_only = false, retune = false, no_cache = false;
   bool strategy_given = false, cache_dir_given = false;
+  std::string devices;  ///< --devices as given ("" when not)
 };
 
 /// Refuses, naming the option and its range: a --strategy other than exhaustive or halving; --budget-ms not finite or outside (0, kMaxBudgetMs]; --watchdog-s
 /// not finite or outside (0, kMaxWatchdogS]; a budget not below the watchdog (every candidate would time
-/// out); --max-candidates < 0; --jobs outside [0, kMaxJobs]; --compile-only with --retune or --strategy (nothing
-/// is measured); --no-cache with --cache-dir; --compile-only without --arch; --db ":memory:" or a "file:" URI
+/// out); --max-candidates < 0; --jobs outside [0, kMaxJobs]; --compile-only with --retune, --strategy or --devices
+/// (nothing is measured); a --devices list that is not "all" or ordinals (checked against the machine later); --no-cache with --cache-dir; --compile-only without --arch; --db ":memory:" or a "file:" URI
 /// (the worker processes and later runs could not see it); a --db or --json path that is a directory or whose
 /// folder does not exist.
 void check_tune_options(const TuneOptions& o);
@@ -52,6 +53,15 @@ std::string arch_for_gpu(const std::string& gpu_name, int cc_major, int cc_minor
 /// Parses --shard "i/N" (0 <= i < N, N >= 1; decimal integers) into index and count. Throws CliError naming the
 /// option and the accepted form.
 void parse_shard(const std::string& text, int& index, int& count);
+
+/// Parses --devices against a machine with `count` CUDA devices: "" (the option not given) -> {0}; "all" -> {0 ..
+/// count - 1}; "0,2,3" -> those ordinals, in that order. Throws CliError naming the option for a malformed list, a
+/// repeated ordinal or one the machine does not have.
+std::vector<int> parse_devices(const std::string& text, int count);
+
+/// The GPU the first worker probes the machine on: the first ordinal of a --devices list, else 0 ("" or "all"; a
+/// malformed list gives 0 here and is refused by parse_devices).
+int first_device(const std::string& text);
 
 /// A rough wall-time estimate for compiling `binaries` variants on `threads` threads, e.g. "about 21 min"
 /// (at kCompileSecondsPerBinary per binary per thread; cached binaries take no time).

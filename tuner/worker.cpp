@@ -65,7 +65,7 @@ nlohmann::json device_json(const cuda::DeviceInfo& d) {
 
 }  // namespace
 
-int worker_main(const std::string& db_path, int in_fd, int out_fd) {
+int worker_main(const std::string& db_path, int device, int in_fd, int out_fd) {
   std::string why;
   if (!cuda::gpu_available(&why)) {
     reply(out_fd, {{"type", "error"}, {"error", "no GPU found: " + why}});
@@ -74,17 +74,24 @@ int worker_main(const std::string& db_path, int in_fd, int out_fd) {
   std::unique_ptr<cuda::Context> ctx;
   std::unique_ptr<cuda::Stream> stream;
   cuda::DeviceInfo dev;
+  int device_count = 0;
   std::unique_ptr<db::TuningDb> db;
   try {
-    ctx = std::make_unique<cuda::Context>(0);
+    int count = 0;
+    cuda::check(cuda::api().cuDeviceGetCount(&count), "cuDeviceGetCount");
+    if (device < 0 || device >= count)
+      throw std::runtime_error("no CUDA device " + std::to_string(device) + " (this machine has " +
+                               std::to_string(count) + ")");
+    ctx = std::make_unique<cuda::Context>(device);
     stream = std::make_unique<cuda::Stream>();
-    dev = cuda::device_info(0);
+    dev = cuda::device_info(device);
+    device_count = count;
     db = std::make_unique<db::TuningDb>(db_path, true);
   } catch (const std::exception& e) {
     reply(out_fd, {{"type", "error"}, {"error", e.what()}});
     return 2;
   }
-  reply(out_fd, {{"type", "hello"}, {"device", device_json(dev)}});
+  reply(out_fd, {{"type", "hello"}, {"device", device_json(dev)}, {"device_count", device_count}});
 
   std::unique_ptr<MeasureSession> session;
   std::map<std::string, std::unique_ptr<LoadedKernel>> kernels;  // by binary hash
@@ -213,6 +220,7 @@ void WorkerPool::start() {
     throw std::runtime_error(j.value("error", "autotune worker failed to start"));
   }
   device_ = j.at("device");
+  device_count_ = j.value("device_count", 1);
 }
 
 db::DeviceRecord WorkerPool::device() {

@@ -6,7 +6,7 @@
 //   {"cmd":"problem","family":"attention_prefill","problem":{...},"seed":1,"ref_rows":512}
 //   {"cmd":"measure","config":{...},"variant":"...","binary_hash":"...","budget_ms":100}
 //   {"cmd":"quit"}
-// Worker -> parent: first {"type":"hello","device":{...}} (or {"type":"error","error":...} and exit),
+// Worker -> parent: first {"type":"hello","device":{...},"device_count":N} (or {"type":"error","error":...} and exit),
 // then {"type":"ready"} per problem and {"type":"result",...} per measure. After a CUDA error the worker
 // reports it as a launch_failed result and exits.
 #pragma once
@@ -20,9 +20,10 @@
 
 namespace kt {
 
-/// Entry point of `autotune __worker --db FILE`: serves requests on in_fd/out_fd until quit or EOF.
-/// Binaries are read from the tuning database (read-only). Returns the process exit code.
-int worker_main(const std::string& db_path, int in_fd, int out_fd);
+/// Entry point of `autotune __worker --db FILE [--device N]`: measures on CUDA device N (ordinal, default 0) and
+/// serves requests on in_fd/out_fd until quit or EOF. Binaries are read from the tuning database (read-only). Its
+/// hello names the device and the machine's device count. Returns the process exit code.
+int worker_main(const std::string& db_path, int device, int in_fd, int out_fd);
 
 /// Result of one candidate as reported by a worker (or by the pool when the worker died or hung).
 struct WorkerResult {
@@ -47,6 +48,11 @@ class WorkerPool {
   /// Starts a worker if none runs and returns the device it reported. Throws std::runtime_error with the
   /// worker's message when it has no GPU (or cannot start).
   db::DeviceRecord device();
+  /// CUDA devices of the machine, as the worker counted them (starts a worker if none runs).
+  int device_count() {
+    device();
+    return device_count_;
+  }
 
   /// Sets the problem for following measures; sent to the current worker now and to every new one.
   /// Throws std::runtime_error if the worker cannot set it up (its message).
@@ -75,6 +81,7 @@ class WorkerPool {
   int to_worker_ = -1, from_worker_ = -1;
   std::string buffer_;
   nlohmann::json device_;
+  int device_count_ = 1;
   nlohmann::json problem_;
   bool problem_sent_ = false;
   int started_ = 0;

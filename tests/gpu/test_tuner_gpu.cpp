@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "../support.h"
@@ -210,5 +211,56 @@ TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runti
   CHECK(show.first == 0);
   CHECK_THAT(show.second, Catch::Contains("4 winners"));
   std::filesystem::remove(dbp);
+  std::filesystem::remove(shapes);
+}
+
+TEST_CASE("--devices all: a worker per GPU, every row tagged with its GPU, the winners of a one-GPU run",
+          "[gpu][tuner]") {
+  int count = 0;
+  cuda::check(cuda::api().cuDeviceGetCount(&count), "cuDeviceGetCount");
+  const std::string shapes = temp_path("devices_shapes.json");
+  std::ofstream(shapes) << R"({"model": "qwen-qkv", "hidden_size": 3584, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "head_dim": 128, "qkv_bias": true, "dtypes": ["bf16"],
+    "workloads": {"qkv_proj": {"tokens": [1, 16, 64, 256, 1024, 4096], "formats": ["int4"]}}})";
+  const std::string arch = arch_name(device_arch());
+  const std::string all_db = temp_path("devices_all.db"), one_db = temp_path("devices_one.db");
+  std::filesystem::remove(all_db);
+  std::filesystem::remove(one_db);
+  const std::string base = std::string(kt_test::autotune_path()) + " --arch " + arch + " --shapes " + shapes +
+                           " --grid listed --budget-ms 20 --max-candidates 6";
+  auto [rc, out] = kt_test::run_command(base + " --devices all --db " + all_db);
+  INFO(out);
+  REQUIRE(rc == 0);
+  if (count > 1) CHECK_THAT(out, Catch::Contains("measuring on " + std::to_string(count) + " GPUs"));
+  {
+    db::TuningDb db(all_db, true);
+    CHECK(db.count("devices") == count);  // one row per GPU (by uuid), all of one device class
+    const auto ws = db.winners();
+    CHECK(ws.size() == 6);  // one winner per problem, pooled over the GPUs
+    std::set<long long> used;
+    for (const auto& w : ws)
+      for (const auto& m : db.measurements(ws.front().device_name, w.family, w.problem_key)) used.insert(m.device_id);
+    CHECK(used.size() == size_t(std::min(count, 6)));  // every GPU measured (each takes a problem at the start)
+  }
+  // The same work on GPU 0 alone: per problem, the multi-GPU winner is within 5% of the one-GPU winner there.
+  std::tie(rc, out) = kt_test::run_command(base + " --devices 0 --db " + one_db);
+  REQUIRE(rc == 0);
+  db::TuningDb all(all_db, true), one(one_db, true);
+  for (const auto& w : all.winners()) {
+    const auto o = one.winner(w.device_name, w.family, w.problem_key);
+    REQUIRE(o);
+    double same = -1;
+    for (const auto& m : one.measurements(w.device_name, w.family, w.problem_key))
+      if (m.variant_name == w.variant_name && m.status == db::Status::ok) same = m.median_us;
+    INFO(w.problem_key << ": " << w.variant_name << " " << same << " us on GPU 0 alone, its winner " << o->median_us);
+    CHECK(same > 0);
+    CHECK(same <= o->median_us * 1.05);
+  }
+  // A GPU the machine does not have is refused before any work.
+  std::tie(rc, out) = kt_test::run_command(base + " --devices 0," + std::to_string(count) + " --db " + one_db);
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("GPU " + std::to_string(count) + " does not exist"));
+  std::filesystem::remove(all_db);
+  std::filesystem::remove(one_db);
   std::filesystem::remove(shapes);
 }
