@@ -551,18 +551,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   // A bucket-grid problem measures its default and the kGridTransfer fastest 'ok' candidates of each named
   // neighbour, as the database holds them when it is reached (the neighbours come first in the plan).
   auto transferred = [&](const Item& it) {
-    std::set<std::string> keep = {it.default_variant};
-    for (const auto& key : it.transfer_from) {
-      std::map<std::string, double> best;  // variant -> its smallest ok median
-      for (const auto& m : db->measurements(device.name, it.family, key))
-        if (m.status == kt::db::Status::ok && (!best.count(m.variant_name) || m.median_us < best[m.variant_name]))
-          best[m.variant_name] = m.median_us;
-      std::vector<std::pair<double, std::string>> order;
-      for (const auto& [v, us] : best) order.push_back({us, v});
-      std::sort(order.begin(), order.end());
-      for (size_t k = 0; k < order.size() && k < size_t(kt::kGridTransfer); ++k) keep.insert(order[k].second);
-    }
-    return keep;
+    std::vector<std::vector<kt::db::Measurement>> neighbours;
+    for (const auto& key : it.transfer_from) neighbours.push_back(db->measurements(device.name, it.family, key));
+    return kt::grid_candidates(it.default_variant, neighbours);
   };
   auto pending = [&](const Item& it, const std::set<std::string>* only) {
     std::vector<size_t> cands;

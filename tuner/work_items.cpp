@@ -116,6 +116,22 @@ std::vector<ProblemRef> bucket_grid(const std::vector<ProblemRef>& named) {
   return out;
 }
 
+std::set<std::string> grid_candidates(const std::string& default_variant,
+                                      const std::vector<std::vector<db::Measurement>>& neighbours) {
+  std::set<std::string> keep = {default_variant};
+  for (const auto& rows : neighbours) {
+    std::map<std::string, double> best;  // variant -> its smallest ok median
+    for (const auto& m : rows)
+      if (m.status == db::Status::ok && (!best.count(m.variant_name) || m.median_us < best[m.variant_name]))
+        best[m.variant_name] = m.median_us;
+    std::vector<std::pair<double, std::string>> order;
+    for (const auto& [v, us] : best) order.push_back({us, v});
+    std::sort(order.begin(), order.end());
+    for (size_t k = 0; k < order.size() && k < size_t(kGridTransfer); ++k) keep.insert(order[k].second);
+  }
+  return keep;
+}
+
 WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const DeviceModel& device,
                     const WorkOptions& options) {
   WorkPlan plan;

@@ -4,9 +4,11 @@
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "cache/tuning_db.h"
 #include "generator/compiler.h"
 #include "generator/family.h"
 #include "tuner/shapes_file.h"
@@ -69,6 +71,12 @@ struct WorkPlan {
   std::vector<KernelSource> sources;  ///< distinct binaries: one per (family, name expression)
   std::vector<WorkItem> items;        ///< one per problem, in the order of `problems`
 };
+
+/// The variants a bucket-grid problem measures: its default and, from each neighbour's measurements (rows of any
+/// status, several per variant allowed), the kGridTransfer variants with the smallest 'ok' median (ties: the smaller
+/// name). Neighbours without an 'ok' row add nothing.
+std::set<std::string> grid_candidates(const std::string& default_variant,
+                                      const std::vector<std::vector<db::Measurement>>& neighbours);
 
 /// Enumerates every problem's candidates for `arch` and `device` in the family's order, the default config first,
 /// then `keep`, then `max_candidates`. A bucket-grid problem keeps its default and the candidates whose variant

@@ -128,3 +128,21 @@ TEST_CASE("bucket_grid: a grid problem's candidates are its default and its neig
   }
   CHECK(grid_items == grid.size());
 }
+
+TEST_CASE("grid_candidates: the default and each neighbour's fastest ok variants", "[tuner]") {
+  auto row = [](const std::string& v, double us, db::Status st = db::Status::ok) {
+    db::Measurement m;
+    m.variant_name = v;
+    m.median_us = us;
+    m.status = st;
+    return m;
+  };
+  const std::vector<db::Measurement> a = {row("a1", 5), row("a2", 3),
+                                          row("a3", 9), row("a4", 1, db::Status::wrong_result),
+                                          row("a5", 4), row("a3", 2)};  // a3 again, faster: its best counts
+  const std::vector<db::Measurement> b = {row("a2", 7), row("b1", 1)};
+  CHECK(grid_candidates("dflt", {a}) == std::set<std::string>{"dflt", "a3", "a2", "a5"});
+  CHECK(grid_candidates("dflt", {a, b}) == std::set<std::string>{"dflt", "a3", "a2", "a5", "b1"});
+  CHECK(grid_candidates("dflt", {{}, {row("x", 1, db::Status::timeout)}}) == std::set<std::string>{"dflt"});
+  static_assert(kGridTransfer == 3, "the expectations above take the 3 fastest");
+}
