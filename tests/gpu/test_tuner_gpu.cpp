@@ -214,7 +214,7 @@ TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runti
   std::filesystem::remove(shapes);
 }
 
-TEST_CASE("--devices all: a worker per GPU, every row tagged with its GPU, the winners of a one-GPU run",
+TEST_CASE("autotune --devices all: a worker per GPU, every row tagged with its GPU, the winners of a one-GPU run",
           "[gpu][tuner]") {
   int count = 0;
   cuda::check(cuda::api().cuDeviceGetCount(&count), "cuDeviceGetCount");
