@@ -95,7 +95,7 @@ std::string slower_than_default_at(const Family& f, const Candidate& c, const nl
 }  // namespace
 
 FamilyChoice resolve(const Family& f, const std::vector<db::Winner>& winners, const std::string& device_name,
-                     ArchId arch, const nlohmann::json& problem, const std::vector<db::VariantMedian>* medians) {
+                     ArchId arch, const nlohmann::json& problem, const MediansSource& medians) {
   const nlohmann::json p = f.canonical_problem(problem);
   const std::string key = f.problem_key(p);
   const std::string cls = f.class_key(p);
@@ -155,8 +155,9 @@ FamilyChoice resolve(const Family& f, const std::vector<db::Winner>& winners, co
   });
   const nlohmann::json dflt = f.default_config(p, arch);
   std::string skipped;
+  const std::vector<db::VariantMedian>* evidence = !in_bucket.empty() && medians ? medians() : nullptr;
   for (const auto& c : in_bucket) {
-    const std::string at = medians ? slower_than_default_at(f, c, dflt, in_bucket, *medians) : "";
+    const std::string at = evidence ? slower_than_default_at(f, c, dflt, in_bucket, *evidence) : "";
     if (!at.empty()) {
       if (skipped.empty()) skipped = c.w->problem_key + "'s winner (slower than the default at " + at + ")";
       continue;
@@ -292,13 +293,20 @@ struct Runtime::Impl {
   std::unique_ptr<db::TuningDb> db;
   std::vector<db::Winner> winners;
   /// Every variant's best median on the tuned problems of winners_from: the evidence resolve() checks a nearest
-  /// winner against the default with.
-  std::vector<db::VariantMedian> medians;
+  /// winner against the default with, read from the database by the first lookup that needs it (not at start-up).
+  mutable std::vector<db::VariantMedian> medians;
+  mutable std::once_flag medians_once;
+  const std::vector<db::VariantMedian>* read_medians() const {
+    std::call_once(medians_once, [&] {
+      if (db) medians = db->variant_medians(winners_from);
+    });
+    return &medians;
+  }
 
   /// resolve() over this runtime's winners; when they come from another device of the same architecture, `why` says
   /// so.
   FamilyChoice choose(const Family& f, const nlohmann::json& problem) const {
-    FamilyChoice ch = resolve(f, winners, winners_from, arch, problem, &medians);
+    FamilyChoice ch = resolve(f, winners, winners_from, arch, problem, [this] { return read_medians(); });
     if (winners_from != device_name && ch.step != "default")
       ch.why += " (this GPU is " + device_name + "; the database has no winners for it, so those of the same " +
                 arch_name(arch) + " device " + winners_from + " are used)";
@@ -474,7 +482,6 @@ Runtime::Runtime(const std::string& db_path) : impl_(std::make_unique<Impl>()) {
   if (I.db) {
     I.winners_from = winners_device(I.db->devices(), I.db->winners(), I.device_name, I.cc_major, I.cc_minor);
     I.winners = I.db->winners(I.winners_from);  // every family's: resolve() keeps its own
-    I.medians = I.db->variant_medians(I.winners_from);
   }
 }
 

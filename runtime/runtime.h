@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -60,11 +61,15 @@ std::string winners_device(const std::vector<db::DeviceRecord>& devices, const s
 /// variant supports), when its family or device class differs, or when family.unusable() rejects its config for
 /// the problem on `arch` (counted in the default's `why`).
 /// 4. default: family.default_config(problem, arch).
-/// `medians`: TuningDb::variant_medians(device_name) (ordered by family, problem key, variant), or nullptr for no
+/// `medians`: called only when the bucket holds a tuned winner, it returns TuningDb::variant_medians(device_name)
+/// (ordered by family, problem key, variant), or nullptr for no evidence; empty: no evidence. (The runtime reads the
+/// medians from the database on the first such call, not at construction.)
 /// evidence. Deterministic: the result depends only on the arguments, not on the order of `winners`.
+/// Where resolve() gets the database's variant medians: see resolve().
+using MediansSource = std::function<const std::vector<db::VariantMedian>*()>;
+
 FamilyChoice resolve(const Family& family, const std::vector<db::Winner>& winners, const std::string& device_name,
-                     ArchId arch, const nlohmann::json& problem,
-                     const std::vector<db::VariantMedian>* medians = nullptr);
+                     ArchId arch, const nlohmann::json& problem, const MediansSource& medians = {});
 
 /// Which step of the lookup chain answered for a problem, and what it chose.
 struct AttentionChoice {

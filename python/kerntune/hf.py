@@ -28,7 +28,7 @@ import types
 
 import torch
 
-from ._quant import PackedWeight, quantize
+from ._quant import quantize
 from ._runtime import Runtime
 from . import ops as _ops
 
@@ -191,4 +191,4 @@ def patch(model, weight_format=None, attention=True, runtime=None):
     return fused
 
 
-__all__ = ["register", "attention_forward", "fuse_qkv", "patch", "NAME", "PackedWeight"]
+__all__ = ["register", "attention_forward", "fuse_qkv", "patch", "NAME"]

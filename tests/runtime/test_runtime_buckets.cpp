@@ -140,7 +140,7 @@ TEST_CASE("resolve() on random databases never answers with a config known slowe
     for (int ask = 1; ask <= 700; ask += 1 + int(rng() % 7)) {
       const json pj = qkv::problem_to_json(qkvp(ask));
       const std::string bucket = bucket_key(f, pj);
-      const FamilyChoice ch = resolve(f, winners, dev, kSm90a, pj, &medians);
+      const FamilyChoice ch = resolve(f, winners, dev, kSm90a, pj, [&] { return &medians; });
       INFO("trial " << trial << " m " << ask << ": " << ch.step << ": " << ch.why);
       const json dflt = f.default_config(pj, kSm90a);
       if (ch.step == "default") {
