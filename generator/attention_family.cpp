@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <sstream>
+#include <tuple>
 
 #include "generator/arch.h"
 
@@ -76,10 +78,34 @@ std::vector<Config> config_space() {
   return out;
 }
 
+namespace {
+/// Position of v in `order` (values not listed rank after it).
+int rank_in(int v, std::initializer_list<int> order) {
+  int i = 0;
+  for (int o : order) {
+    if (o == v) return i;
+    ++i;
+  }
+  return i;
+}
+}  // namespace
+
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : config_space())
     if (invalid_reason(p.dtype, p.head_dim, p.causal, c, arch) == nullptr) out.push_back(c);
+  // Candidate order (what --max-candidates and the fast strategy keep): the wgmma_ws mainloop first; within it
+  // FlashAttention-3's tile (128 x 128, two consumer warpgroups) with intra-warpgroup overlap, the shallowest rings
+  // first, every block order, pingpong and persistence next to each other: the first 16 on sm_90a. mma.sync: the 128 x 64 tile of 4 warps with
+  // a 2-slot ring first (FlashAttention-2's shape), then growing distance from it.
+  auto key = [](const Config& c) {
+    if (c.mainloop == kWgmmaWs)
+      return std::make_tuple(0, rank_in(c.tile_n, {128, 64}), rank_in(c.warps, {8, 4}), rank_in(c.overlap, {1, 0}),
+                             c.stages, rank_in(c.pingpong, {1, 0}) * 4 + c.persistent * 2 + c.raster);
+    return std::make_tuple(1, rank_in(c.tile_m, {128, 64, 256}), rank_in(c.tile_n, {64, 128, 32}),
+                           rank_in(c.warps, {4, 8}), rank_in(c.stages, {2, 3, 1}), c.raster);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return key(a) < key(b); });
   return out;
 }
 

@@ -47,7 +47,10 @@ void check_problem(const Problem& p);
 /// overlap {0, 1} x pingpong {0, 1} (pingpong 1 only with warps 8 and overlap 1) x persistent {0, 1}.
 std::vector<Config> config_space();
 
-/// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) is null.
+/// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) is null, in the candidate
+/// order (what --max-candidates and autotune's fast strategy keep): wgmma_ws first (128 x 128 tiles, two consumer
+/// warpgroups, overlap on, 2 then 3 ring slots, every block order / pingpong / persistence: the first 16), then
+/// mma.sync from FlashAttention-2's 128 x 64 tile of 4 warps outward.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 
 /// The family's built-in default for an arch (used when nothing is tuned). sm_90a: wgmma_ws, tile 128x128, two

@@ -1,9 +1,13 @@
 #include "reference/dtype_convert.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 namespace kt {
 namespace {
@@ -95,20 +99,66 @@ DType parse_dtype(const std::string& name) {
   throw std::invalid_argument("unknown dtype '" + name + "' (expected fp16 or bf16)");
 }
 
+namespace {
+
+/// Runs body(first, last, rng) over blocks of kFillBlock elements of [0, n), block j with a std::mt19937_64 seeded by
+/// splitmix64(seed + j), on up to hardware_concurrency threads: the result depends on (n, seed) alone.
+constexpr size_t kFillBlock = size_t(1) << 16;
+template <class Body>
+void for_random_blocks(size_t n, uint64_t seed, Body body) {
+  const size_t blocks = (n + kFillBlock - 1) / kFillBlock;
+  auto run = [&](size_t j) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (j + 1);  // splitmix64 of (seed, j)
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    std::mt19937_64 rng(z ^ (z >> 31));
+    body(j * kFillBlock, std::min(n, (j + 1) * kFillBlock), rng);
+  };
+  const size_t threads = std::min<size_t>(blocks, std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 1) {
+    for (size_t j = 0; j < blocks; ++j) run(j);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (size_t j = next++; j < blocks; j = next++) run(j);
+    });
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
 void fill_random(DType dtype, uint16_t* dst, size_t n, uint64_t seed, float stddev) {
   if (!(std::isfinite(stddev) && stddev > 0.0f))
     throw std::invalid_argument("fill_random: stddev must be finite and > 0");
   if (dst == nullptr && n > 0) throw std::invalid_argument("fill_random: dst is null");
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  for (size_t i = 0; i < n; ++i) {
-    // Redraw samples that round to +-0; after 64 tries (only when stddev is near the dtype's
-    // smallest subnormal) use the smallest nonzero magnitude with the last sample's sign.
-    uint16_t bits = 0;
-    for (int attempt = 0; attempt < 64 && (bits & 0x7FFFu) == 0; ++attempt) bits = float_to_dtype(dtype, dist(rng));
-    if ((bits & 0x7FFFu) == 0) bits = static_cast<uint16_t>((bits & 0x8000u) | 0x0001u);
-    dst[i] = bits;
-  }
+  for_random_blocks(n, seed, [&](size_t first, size_t last, std::mt19937_64& rng) {
+    std::normal_distribution<float> dist(0.0f, stddev);
+    for (size_t i = first; i < last; ++i) {
+      // Redraw samples that round to +-0; after 64 tries (only when stddev is near the dtype's
+      // smallest subnormal) use the smallest nonzero magnitude with the last sample's sign.
+      uint16_t bits = 0;
+      for (int attempt = 0; attempt < 64 && (bits & 0x7FFFu) == 0; ++attempt) bits = float_to_dtype(dtype, dist(rng));
+      if ((bits & 0x7FFFu) == 0) bits = static_cast<uint16_t>((bits & 0x8000u) | 0x0001u);
+      dst[i] = bits;
+    }
+  });
+}
+
+void fill_normal(float* dst, size_t n, uint64_t seed, float stddev) {
+  if (!(std::isfinite(stddev) && stddev > 0.0f))
+    throw std::invalid_argument("fill_normal: stddev must be finite and > 0");
+  if (dst == nullptr && n > 0) throw std::invalid_argument("fill_normal: dst is null");
+  for_random_blocks(n, seed, [&](size_t first, size_t last, std::mt19937_64& rng) {
+    std::normal_distribution<float> dist(0.0f, stddev);
+    for (size_t i = first; i < last; ++i) dst[i] = dist(rng);
+  });
+}
+
+bool dtype_bits_finite(DType dtype, uint16_t bits) {
+  return dtype == DType::f16 ? (bits & 0x7C00u) != 0x7C00u : (bits & 0x7F80u) != 0x7F80u;
 }
 
 }  // namespace kt

@@ -46,12 +46,22 @@ const char* dtype_name(DType dtype);
 /// Throws std::invalid_argument("unknown dtype 'x' (expected fp16 or bf16)") for anything else.
 DType parse_dtype(const std::string& name);
 
-/// Fills dst[0..n) with samples of N(0, stddev^2) (std::mt19937_64 seeded with `seed`,
-/// std::normal_distribution<float>) rounded to `dtype` (round-to-nearest-even). Deterministic for a
-/// given (dtype, n, seed, stddev). Every element is nonzero: a sample that rounds to +-0 is redrawn
+/// Fills dst[0..n) with samples of N(0, stddev^2) (std::normal_distribution<float> over blocks of 65536 elements,
+/// block j drawn by a std::mt19937_64 seeded with splitmix64 of (seed, j), the blocks spread over the machine's cores)
+/// rounded to `dtype` (round-to-nearest-even). Deterministic for a given (dtype, n, seed, stddev), whatever the
+/// number of cores. Every element is nonzero: a sample that rounds to +-0 is redrawn
 /// (up to 64 times; then the smallest subnormal with the sample's sign is stored, which only happens
 /// when stddev is close to the dtype's smallest subnormal, 2^-24 for fp16). Throws std::invalid_argument when stddev is not finite and > 0, or when dst is
 /// null and n > 0.
 void fill_random(DType dtype, uint16_t* dst, size_t n, uint64_t seed, float stddev = 1.0f);
+
+/// Fills dst[0..n) with float samples of N(0, stddev^2), drawn as fill_random draws them (blocks, every core), no
+/// rounding and no redraw of zeros. Throws std::invalid_argument when stddev is not finite and > 0, or when dst is
+/// null and n > 0.
+void fill_normal(float* dst, size_t n, uint64_t seed, float stddev = 1.0f);
+
+/// Whether a value's bits are finite in `dtype` (not Inf or NaN): an exponent field below all ones (fp16 5 bits,
+/// bf16 8 bits; IEEE 754-2008 binary16 and bfloat16).
+bool dtype_bits_finite(DType dtype, uint16_t bits);
 
 }  // namespace kt

@@ -21,6 +21,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,9 +37,11 @@
 #include "generator/nvrtc.h"
 #include "generator/registry.h"
 #include "tuner/cli_checks.h"
+#include "tuner/compile_queue.h"
 #include "tuner/db_diff.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
+#include "tuner/strategy.h"
 #include "tuner/sweep_sample.h"
 #include "tuner/work_items.h"
 #include "tuner/worker.h"
@@ -66,13 +69,13 @@ void install_signal_handlers() {
 }
 
 struct TuneArgs {
-  std::string arch, shapes, db, cache_dir, json_out, strategy = "exhaustive", grid = "buckets";
+  std::string arch, shapes, db, cache_dir, json_out, strategy = "fast", grid = "buckets";
   std::vector<std::string> families;
-  int jobs = 0, max_candidates = 0;
+  int jobs = 0, max_candidates = -1;  ///< -1: not given (fast: kFastCandidates; otherwise all)
   std::string only;     ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
   std::string shard;    ///< --shard i/N: this process's part of the (problem, candidate) pairs (kt::shard_work)
   std::string devices;  ///< --devices all | 0,1,...: one worker per GPU (kt::cli::parse_devices); "" = GPU 0
-  double budget_ms = 100, watchdog_s = 30;
+  double budget_ms = -1, watchdog_s = 30;  ///< budget -1: not given (kt::default_budget_ms of the strategy)
   bool compile_only = false, retune = false, no_cache = false;
   int sample = -1;  ///< --sample N (compile-only): kernel classes + defaults + N more (tuner/sweep_sample.h); -1 all
   uint64_t sample_seed = 1;
@@ -206,8 +209,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                    a.shapes.c_str(), shapes.model.name.c_str());
     for (const auto& w : kt::cli::check_families(shapes, a.families)) std::fprintf(stderr, "autotune: %s\n", w.c_str());
     problems = kt::collect_problems(shapes, a.families);
-    if (a.strategy != "exhaustive" && a.strategy != "halving")
-      throw std::invalid_argument("unknown --strategy '" + a.strategy + "': use exhaustive or halving");
+    kt::rounds_for(a.strategy, 0, a.budget_ms);  // names an unknown strategy
     if (a.grid != "buckets" && a.grid != "listed")
       throw std::invalid_argument("unknown --grid '" + a.grid + "': use buckets or listed");
     if (a.grid == "buckets") {  // the runtime's buckets between the named sizes (tuner/work_items.h, bucket_grid)
@@ -380,7 +382,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     sources = std::move(kept);  // the items' source indices are stale from here: compile-only returns after compiling
   }
 
-  // ---- compile ----
+  // ---- compile: a pool of threads in the plan's order (tuner/compile_queue.h) ----
   std::unique_ptr<kt::CubinCache> cache;
   try {
     if (!a.no_cache)
@@ -391,73 +393,58 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   }
   kt::Compiler compiler(cache.get(), a.jobs);
   const bool tty = isatty(fileno(stdout));
-  const auto t_compile = std::chrono::steady_clock::now();
-  std::printf("autotune: compiling %zu binaries on %d threads: %s if none is cached\n", sources.size(),
-              std::min<int>(compiler.jobs(), int(std::max<size_t>(1, sources.size()))),
-              kt::cli::compile_estimate(sources.size(), compiler.jobs()).c_str());
-  std::fflush(stdout);
-  // Compiler::compile_all's loop, stopping at an interrupt: the compilations in progress finish (their cubins
-  // reach the cache), no new one starts.
-  std::vector<kt::CompileResult> results(sources.size());
-  std::vector<char> finished(sources.size(), 0);
-  {
-    std::atomic<size_t> next{0};
-    size_t done = 0;
-    std::mutex mu;
-    auto work = [&] {
-      for (size_t i = next++; i < sources.size() && !g_interrupted; i = next++) {
-        kt::CompileResult r;
-        try {
-          r = compiler.compile(sources[i]);
-        } catch (const std::exception& e) {
-          r.kernel = sources[i];
-          r.error = e.what();
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        results[i] = std::move(r);
-        finished[i] = 1;
-        ++done;
-        const size_t total = sources.size();
-        if (tty) std::printf("\rcompiling %zu/%zu", done, total);
-        else if (done % 20 == 0 || done == total || !results[i].ok)
-          std::printf("compiled %zu/%zu%s\n", done, total,
-                      results[i].ok ? "" : (" FAILED: " + results[i].kernel.variant_name).c_str());
-        std::fflush(stdout);
+  auto compile_fn = [&](const kt::KernelSource& k) { return compiler.compile(k); };
+  auto interrupted = [] { return g_interrupted != 0; };
+  // The compile report: failures, spills, cache use and time (both paths).
+  size_t failed = 0;
+  auto compile_summary = [&](const kt::CompileQueue& q, size_t needed, const char* how) {
+    size_t spilling = 0, done = 0;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (!q.finished(i)) continue;
+      ++done;
+      const auto& r = q.results()[i];
+      if (!r.ok) {
+        ++failed;
+        std::fprintf(stderr, "autotune: %s failed to compile:\n%s\n", r.kernel.variant_name.c_str(), r.error.c_str());
+      } else if (r.report.spill_store_bytes + r.report.spill_load_bytes > 0) {
+        ++spilling;
       }
-    };
-    std::vector<std::thread> threads;
-    for (int t = 0; t < std::min<int>(compiler.jobs(), int(sources.size())); ++t) threads.emplace_back(work);
-    for (auto& t : threads) t.join();
-  }
-  if (g_interrupted) {
-    std::vector<kt::CompileResult> kept;  // only what was compiled
-    for (size_t i = 0; i < results.size(); ++i)
-      if (finished[i]) kept.push_back(std::move(results[i]));
-    results = std::move(kept);
-  }
-  if (tty) std::printf("\n");
-  if (g_interrupted && results.size() < sources.size()) {
-    // The binaries compiled so far are in the cache (and, without a GPU, stored below); a rerun resumes.
-    std::printf("autotune: interrupted after compiling %zu of %zu binaries%s; rerun the same command to resume\n",
-                results.size(), sources.size(), cache ? " (they are in the cubin cache)" : "");
-  }
-  if (!use_gpu) print_compile_table(results);
-  size_t failed = 0, spilling = 0;
-  for (const auto& r : results) {
-    if (!r.ok) {
-      ++failed;
-      std::fprintf(stderr, "autotune: %s failed to compile:\n%s\n", r.kernel.variant_name.c_str(), r.error.c_str());
-    } else if (r.report.spill_store_bytes + r.report.spill_load_bytes > 0) {
-      ++spilling;
     }
-  }
-  std::printf("autotune: compiled %zu variants on %d threads in %s: %zu failed, %zu spill registers, cache %s\n",
-              results.size(), compiler.jobs(),
-              fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_compile).count()).c_str(),
-              failed, spilling,
-              cache ? (std::to_string(cache->hits()) + " hits / " + std::to_string(cache->misses()) + " misses").c_str()
+    if (done < needed)
+      std::printf("autotune: interrupted after compiling %zu of %zu binaries%s; rerun the same command to resume\n",
+                  done, needed, cache ? " (they are in the cubin cache)" : "");
+    std::printf("autotune: compiled %zu variants on %d threads in %s%s: %zu failed, %zu spill registers, cache %s\n",
+                done, compiler.jobs(), fmt_duration(q.seconds()).c_str(), how, failed, spilling,
+                cache
+                    ? (std::to_string(cache->hits()) + " hits / " + std::to_string(cache->misses()) + " misses").c_str()
                     : "off");
+  };
+
   if (!use_gpu) {
+    std::printf("autotune: compiling %zu binaries on %d threads: %s if none is cached\n", sources.size(),
+                std::min<int>(compiler.jobs(), int(std::max<size_t>(1, sources.size()))),
+                kt::cli::compile_estimate(sources.size(), compiler.jobs()).c_str());
+    std::fflush(stdout);
+    std::mutex out_mu;
+    size_t done = 0;
+    auto on_done = [&](size_t, const kt::CompileResult& r) {
+      std::lock_guard<std::mutex> lock(out_mu);
+      ++done;
+      if (tty) std::printf("\rcompiling %zu/%zu", done, sources.size());
+      else if (done % 20 == 0 || done == sources.size() || !r.ok)
+        std::printf("compiled %zu/%zu%s\n", done, sources.size(),
+                    r.ok ? "" : (" FAILED: " + r.kernel.variant_name).c_str());
+      std::fflush(stdout);
+    };
+    kt::CompileQueue queue(sources, std::vector<char>(sources.size(), 1), compiler.jobs(), compile_fn, on_done,
+                           interrupted);
+    queue.join();
+    if (tty) std::printf("\n");
+    std::vector<kt::CompileResult> results;  // only what was compiled
+    for (size_t i = 0; i < sources.size(); ++i)
+      if (queue.finished(i)) results.push_back(queue.results()[i]);
+    print_compile_table(results);
+    compile_summary(queue, sources.size(), "");
     // Without a GPU (or with --compile-only) a --db is pre-filled with the compiled binaries, and --json gets the
     // compile report: neither is left empty or silently skipped.
     if (!a.db.empty()) {
@@ -520,10 +507,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   }
   if (g_interrupted) return 130;
 
-  // ---- database: device, run, binaries ----
+  // ---- database: device, run ----
   long long run_id = 0;
   std::vector<long long> device_ids;                     // per GPU of --devices
-  std::map<std::string, std::pair<int, int>> resources;  // variant -> (registers, smem)
+  std::map<std::string, std::pair<int, int>> resources;  // variant -> (registers, smem), of what this run compiled
   try {
     db = std::make_unique<kt::db::TuningDb>(a.db);
     for (const auto& r : gpu_records) device_ids.push_back(db->upsert_device(r));
@@ -531,13 +518,6 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     gethostname(host, sizeof host - 1);
     run_id =
         db->begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
-    for (const auto& r : results)
-      if (r.ok) db->put_binary(binary_record(r, compiler));
-    for (const auto& it : items)
-      for (size_t c = 0; c < it.variants.size(); ++c) {
-        const auto& r = results[it.source[c]];
-        resources[it.variants[c]] = {r.report.registers, r.report.static_smem_bytes + int(r.kernel.dynamic_smem_bytes)};
-      }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;
@@ -596,10 +576,36 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::printf("autotune: %zu candidates to measure (%zu already in %s%s), strategy %s, budget %.0f ms each\n", total,
               skipped, a.db.c_str(), a.retune ? "" : "; --retune measures them again", a.strategy.c_str(), a.budget_ms);
 
+  // Only the binaries of what is still to measure are compiled: a named problem's pending candidates, and every
+  // unmeasured candidate of a bucket-grid problem (which of them its neighbours pass on is known only later).
+  std::vector<char> needed(sources.size(), 0);
+  size_t n_needed = 0;
+  for (const auto& t : todo) {
+    const Item& it = items[t.item];
+    for (size_t c : it.transfer_from.empty() ? t.cands : pending(it, nullptr))
+      if (!needed[it.source[c]]) {
+        needed[it.source[c]] = 1;
+        ++n_needed;
+      }
+  }
+  std::mutex db_mu;  // the database connection, the progress line and the report are shared by the threads
+  std::printf("autotune: compiling %zu binaries on %d threads while measuring (%zu more are measured already)\n",
+              n_needed, std::min<int>(compiler.jobs(), int(std::max<size_t>(1, n_needed))), sources.size() - n_needed);
+  std::fflush(stdout);
+  const auto t_measure = std::chrono::steady_clock::now();
+  // Each binary reaches the database (where the measuring worker reads it) as soon as it is compiled.
+  kt::CompileQueue queue(
+      sources, needed, compiler.jobs(), compile_fn,
+      [&](size_t, const kt::CompileResult& r) {
+        if (!r.ok) return;
+        std::lock_guard<std::mutex> lock(db_mu);
+        db->put_binary(binary_record(r, compiler));
+      },
+      interrupted);
+
   Progress progress(total);
-  std::mutex db_mu;  // the database connection, the progress line and the report are shared by the GPUs' threads
-  auto record = [&](const Item& it, size_t c, const kt::WorkerResult* wr, long long device_id) {
-    const auto& cr = results[it.source[c]];
+  auto record = [&](const Item& it, size_t c, const kt::CompileResult& cr, const kt::WorkerResult* wr,
+                    long long device_id) {
     kt::db::Measurement m;
     m.run_id = run_id;
     m.device_id = device_id;
@@ -626,21 +632,35 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     }
     std::lock_guard<std::mutex> lock(db_mu);
     db->add_measurements({m});
+    if (cr.ok)
+      resources[it.variants[c]] = {cr.report.registers,
+                                   cr.report.static_smem_bytes + int(cr.kernel.dynamic_smem_bytes)};
   };
-  auto measure_cmd = [&](const Item& it, size_t c, double budget) {
+  auto measure_cmd = [&](const Item& it, size_t c, const kt::CompileResult& cr, double budget) {
     return nlohmann::json{{"cmd", "measure"},
                           {"config", it.configs[c]},
                           {"variant", it.variants[c]},
-                          {"binary_hash", results[it.source[c]].cache_key},
+                          {"binary_hash", cr.cache_key},
                           {"budget_ms", budget}};
   };
 
   // Measuring one problem on one GPU's worker pool (called by that GPU's thread; db_mu guards the shared state).
   std::atomic<int> no_winner{0};
   std::vector<char> setup_failed(todo.size(), 0);
+  std::map<std::string, std::pair<double, size_t>> family_time;  // family -> (seconds on a GPU, problems measured)
   auto measure_item = [&](size_t ti, kt::WorkerPool& pool, long long device_id) {
     Todo& t = todo[ti];
     const Item& it = items[t.item];
+    const auto t_item = std::chrono::steady_clock::now();
+    struct Clock {  // adds the item's time to its family's when measure_item returns
+      std::function<void()> f;
+      ~Clock() { f(); }
+    } clock{[&] {
+      std::lock_guard<std::mutex> lock(db_mu);
+      auto& ft = family_time[it.family];
+      ft.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_item).count();
+      ft.second += 1;
+    }};
     if (!it.transfer_from.empty()) {  // the neighbours' fastest, as measured by now
       std::lock_guard<std::mutex> lock(db_mu);
       const auto keep = transferred(it);
@@ -664,34 +684,39 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       std::lock_guard<std::mutex> lock(db_mu);
       progress.step(it.key + " " + it.variants[c].substr(it.variants[c].find("__", 10) + 2));
     };
-    // Round 1 (halving: a quarter of the budget for everyone), round 2 (full budget, best quarter).
-    std::vector<std::pair<size_t, kt::WorkerResult>> round;
-    const bool halving = a.strategy == "halving" && t.cands.size() > 4;
-    const double budget1 = halving ? std::max(5.0, a.budget_ms / 4) : a.budget_ms;
+    // The strategy's rounds (tuner/strategy.h): everyone at the first budget, then the fastest again at the full one.
+    const kt::Rounds rounds = kt::rounds_for(a.strategy, t.cands.size(), a.budget_ms);
+    struct Measured {
+      size_t c;
+      const kt::CompileResult* cr;
+      kt::WorkerResult wr;
+    };
+    std::vector<Measured> round;
     for (size_t c : t.cands) {
-      if (g_interrupted) break;
+      const kt::CompileResult* cr = queue.wait(it.source[c]);
+      if (g_interrupted || !cr) break;
       step(c);
-      if (!results[it.source[c]].ok) {
-        record(it, c, nullptr, device_id);
+      if (!cr->ok) {
+        record(it, c, *cr, nullptr, device_id);
         continue;
       }
-      auto wr = pool.measure(measure_cmd(it, c, budget1));
-      if (halving && wr.status == kt::db::Status::ok) round.push_back({c, wr});
-      else record(it, c, &wr, device_id);
+      auto wr = pool.measure(measure_cmd(it, c, *cr, rounds.first_budget_ms));
+      if (rounds.two_rounds && wr.status == kt::db::Status::ok) round.push_back({c, cr, wr});
+      else record(it, c, *cr, &wr, device_id);
     }
-    if (halving && !g_interrupted) {
-      std::sort(round.begin(), round.end(),
-                [](const auto& x, const auto& y) { return x.second.median_us < y.second.median_us; });
-      const size_t keep = std::max<size_t>(1, (t.cands.size() + 3) / 4);
-      for (size_t k = 0; k < round.size(); ++k) {
-        if (k >= keep) {
-          record(it, round[k].first, &round[k].second, device_id);
-          continue;
-        }
-        if (g_interrupted) break;
-        auto wr = pool.measure(measure_cmd(it, round[k].first, a.budget_ms));
-        record(it, round[k].first, &wr, device_id);
+    if (!rounds.two_rounds || g_interrupted) {
+      for (const auto& r : round) record(it, r.c, *r.cr, &r.wr, device_id);  // measured, never lost
+      return;
+    }
+    std::stable_sort(round.begin(), round.end(),
+                     [](const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; });
+    for (size_t k = 0; k < round.size(); ++k) {
+      if (k >= rounds.keep || g_interrupted) {
+        record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
+        continue;
       }
+      auto wr = pool.measure(measure_cmd(it, round[k].c, *round[k].cr, a.budget_ms));
+      record(it, round[k].c, *round[k].cr, &wr, device_id);
     }
   };
   // The named problems first, then the bucket grid (whose candidates come from its named neighbours' results).
@@ -714,6 +739,17 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       for (auto& th : threads) th.join();
     }
   }
+  queue.stop();
+  queue.join();
+  progress.end_line();
+  compile_summary(queue, n_needed, " while measuring");
+  std::string per_family_time;
+  for (const auto& [f, ft] : family_time)
+    per_family_time += (per_family_time.empty() ? "" : ", ") + f + " " + fmt_duration(ft.first) + " (" +
+                       std::to_string(ft.second) + " problems)";
+  std::printf("autotune: measured for %s%s%s%s\n",
+              fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_measure).count()).c_str(),
+              per_family_time.empty() ? "" : ": ", per_family_time.c_str(), pools.size() > 1 ? " of GPU time" : "");
 
   // ---- report, from the database (includes rows from earlier, resumed runs), in the plan's order ----
   double clock_min = 1e9, clock_max = -1;  // SM clock seen by this run's measurements (NVML)
@@ -917,8 +953,12 @@ int main(int argc, char** argv) {
   app.add_option("--db", a.db, "tuning database (SQLite); created if missing, resumed if present");
   app.add_option("--families", a.families, "families to tune (default: all the shapes file names)");
   app.add_option("--strategy", a.strategy,
-                 "exhaustive (default) or halving (all at budget/4, best quarter at full budget)");
-  app.add_option("--max-candidates", a.max_candidates, "at most N candidates per problem (default first), 0 = all");
+                 "fast (default: the first --max-candidates of each problem's candidate order at budget/8, the 3 "
+                 "fastest again at the full budget), exhaustive (every candidate at the full budget) or halving (all "
+                 "at budget/4, the best quarter at the full budget)");
+  app.add_option("--max-candidates", a.max_candidates,
+                 "at most N candidates per problem, in the family's candidate order (default config first); 0 = all "
+                 "(default: 16 with --strategy fast, else all; all with --compile-only)");
   app.add_option("--grid", a.grid,
                  "buckets (default): also tune one problem per power-of-two bucket of the sizes between those the "
                  "shapes file names, from the named problems' fastest candidates (the runtime's nearest step stays "
@@ -934,7 +974,9 @@ int main(int argc, char** argv) {
                  "all, or GPU ordinals such as 0,1: one worker process per GPU, problems spread across them, every "
                  "row tagged with its GPU; GPUs of one device class pool their measurements into one winner "
                  "(default: GPU 0)");
-  app.add_option("--budget-ms", a.budget_ms, "measured GPU time per candidate, milliseconds (default 100)");
+  app.add_option(
+      "--budget-ms", a.budget_ms,
+      "measured GPU time per candidate in the final round, milliseconds (default: 40 with --strategy fast, else 100)");
   app.add_option("--watchdog-s", a.watchdog_s,
                  "seconds before a candidate's worker is killed as timed out (default 30)");
   app.add_option("--jobs", a.jobs, "parallel NVRTC compilations, 0..256 (default 0: all cores)");
@@ -1018,6 +1060,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // What was not given follows the strategy (tuner/strategy.h); a compile-only run compiles every candidate.
+    if (!app.count("--budget-ms")) a.budget_ms = kt::default_budget_ms(a.strategy);
+    if (!app.count("--max-candidates"))
+      a.max_candidates = a.strategy == "fast" && !a.compile_only ? kt::kFastCandidates : 0;
     kt::cli::TuneOptions o;
     o.arch = a.arch;
     o.db = a.db;

@@ -41,8 +41,8 @@ std::string supported_list() {
 }  // namespace
 
 void check_tune_options(const TuneOptions& o) {
-  if (o.strategy != "exhaustive" && o.strategy != "halving")
-    throw CliError("unknown --strategy '" + o.strategy + "': use exhaustive or halving");
+  if (o.strategy != "fast" && o.strategy != "exhaustive" && o.strategy != "halving")
+    throw CliError("unknown --strategy '" + o.strategy + "': use fast, exhaustive or halving");
   if (!std::isfinite(o.budget_ms) || o.budget_ms <= 0 || o.budget_ms > kMaxBudgetMs)
     throw CliError("--budget-ms must be a number of milliseconds in (0, " + num(kMaxBudgetMs) + "], got " +
                    num(o.budget_ms));

@@ -23,7 +23,7 @@ constexpr int kMaxJobs = 256;            ///< --jobs: 0 (all hardware threads) .
 /// The tune options as given on the command line. `*_given`: the option appeared (its value may be the
 /// default).
 struct TuneOptions {
-  std::string arch, db, json_out, cache_dir, strategy = "exhaustive";
+  std::string arch, db, json_out, cache_dir, strategy = "fast";
   double budget_ms = 100, watchdog_s = 30;
   int max_candidates = 0, jobs = 0;
   bool compile_only = false, retune = false, no_cache = false;
@@ -31,7 +31,7 @@ struct TuneOptions {
   std::string devices;  ///< --devices as given ("" when not)
 };
 
-/// Refuses, naming the option and its range: a --strategy other than exhaustive or halving; --budget-ms not finite or outside (0, kMaxBudgetMs]; --watchdog-s
+/// Refuses, naming the option and its range: a --strategy other than fast, exhaustive or halving; --budget-ms not finite or outside (0, kMaxBudgetMs]; --watchdog-s
 /// not finite or outside (0, kMaxWatchdogS]; a budget not below the watchdog (every candidate would time
 /// out); --max-candidates < 0; --jobs outside [0, kMaxJobs]; --compile-only with --retune, --strategy or --devices
 /// (nothing is measured); a --devices list that is not "all" or ordinals (checked against the machine later); --no-cache with --cache-dir; --compile-only without --arch; --db ":memory:" or a "file:" URI

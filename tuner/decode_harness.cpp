@@ -1,6 +1,7 @@
 #include "tuner/decode_harness.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -71,15 +72,24 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, i
   fill_random(p.dtype, pool.data(), pool.size(), seed * 3 + 2);
   in.k.assign(slots * row, kNaN16);
   in.v.assign(slots * row, kNaN16);
-  for (int b = 0; b < p.batch; ++b)
-    for (int t = 0; t < lens[b]; ++t) {
-      const size_t slot =
-          paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
-                : size_t(b) * capacity + t;
-      const uint64_t token = uint64_t(b) * capacity + t;
-      std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
-      std::memcpy(&in.v[slot * row], &pool[window(token, seed * 2 + 2, row)], row * 2);
-    }
+  // Sequences spread over the machine's cores: each writes only its own slots.
+  std::atomic<int> next{0};
+  auto fill_sequences = [&] {
+    for (int b = next++; b < p.batch; b = next++)
+      for (int t = 0; t < lens[b]; ++t) {
+        const size_t slot =
+            paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
+                  : size_t(b) * capacity + t;
+        const uint64_t token = uint64_t(b) * capacity + t;
+        std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
+        std::memcpy(&in.v[slot * row], &pool[window(token, seed * 2 + 2, row)], row * 2);
+      }
+  };
+  std::vector<std::thread> workers;
+  const int threads = std::min(p.batch, int(std::max(1u, std::thread::hardware_concurrency())));
+  for (int t = 1; t < threads; ++t) workers.emplace_back(fill_sequences);
+  fill_sequences();
+  for (auto& w : workers) w.join();
   return in;
 }
 
@@ -153,7 +163,7 @@ Verdict verify(const HostInputs& in, const RefRows& ref, const std::vector<uint1
   const int D = p.head_dim;
   Verdict v;
   for (uint16_t bits : out)
-    if (!std::isfinite(dtype_to_float(p.dtype, bits))) ++v.unwritten;
+    if (!dtype_bits_finite(p.dtype, bits)) ++v.unwritten;
   for (float x : lse)
     if (std::isnan(x)) ++v.unwritten;
   std::vector<float> got(ref.rows.size() * D);

@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "reference/dtype_convert.h"
 #include "reference/qkv_ref.h"
@@ -28,20 +29,16 @@ HostInputs make_activations(const Problem& p, uint64_t seed, double rope_theta) 
   HostInputs in;
   in.problem = p;
   in.rope_theta = rope_theta;
-  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
-  std::normal_distribution<float> nd(0.f, 1.f);
+  const uint64_t s = seed ^ 0x9e3779b97f4a7c15ULL;
   in.x.resize(size_t(p.m) * p.k);
   in.xf.resize(in.x.size());
-  for (size_t i = 0; i < in.x.size(); ++i) {
-    in.x[i] = float_to_dtype(p.dtype, nd(rng));
-    in.xf[i] = dtype_to_float(p.dtype, in.x[i]);
-  }
+  fill_random(p.dtype, in.x.data(), in.x.size(), s);
+  for (size_t i = 0; i < in.x.size(); ++i) in.xf[i] = dtype_to_float(p.dtype, in.x[i]);
   in.bias.resize(size_t(p.n()));
   in.biasf.resize(in.bias.size());
-  for (size_t i = 0; i < in.bias.size(); ++i) {
-    in.bias[i] = float_to_dtype(p.dtype, 0.1f * nd(rng));
-    in.biasf[i] = dtype_to_float(p.dtype, in.bias[i]);
-  }
+  fill_random(p.dtype, in.bias.data(), in.bias.size(), s + 1, 0.1f);
+  for (size_t i = 0; i < in.bias.size(); ++i) in.biasf[i] = dtype_to_float(p.dtype, in.bias[i]);
+  std::mt19937_64 rng(s + 2);
   std::uniform_int_distribution<int> pos(0, 32767);
   in.positions.resize(size_t(p.m));
   for (auto& v : in.positions) v = pos(rng);
@@ -52,10 +49,8 @@ HostInputs make_activations(const Problem& p, uint64_t seed, double rope_theta) 
 
 HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta) {
   HostInputs in = make_activations(p, seed, rope_theta);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> nd(0.f, 0.02f);
   std::vector<float> w(size_t(p.n()) * p.k);
-  for (auto& v : w) v = nd(rng);
+  fill_normal(w.data(), w.size(), seed, 0.02f);
   in.w = quant::quantize(p.format, w.data(), p.n(), p.k);
   in.wd.resize(w.size());
   quant::dequantize(in.w, in.wd.data());
@@ -86,8 +81,20 @@ RefRows reference_rows(const HostInputs& in, size_t max_rows, uint64_t seed) {
   r.q.resize(r.rows.size() * p.num_heads * p.head_dim);
   r.k.resize(r.rows.size() * p.num_kv_heads * p.head_dim);
   r.v.resize(r.k.size());
-  ref::qkv_projection_rows(shape_of(in), in.xf.data(), in.wd.data(), p.has_bias ? in.biasf.data() : nullptr,
-                           p.rope ? in.positions.data() : nullptr, r.rows, r.q.data(), r.k.data(), r.v.data());
+  // The rows spread over the machine's cores (each row costs n x k multiply-adds in float64).
+  const size_t qrow = size_t(p.num_heads) * p.head_dim, kvrow = size_t(p.num_kv_heads) * p.head_dim;
+  const size_t threads = std::min<size_t>(r.rows.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      const size_t first = r.rows.size() * t / threads, last = r.rows.size() * (t + 1) / threads;
+      if (first == last) return;
+      const std::vector<int> rows(r.rows.begin() + long(first), r.rows.begin() + long(last));
+      ref::qkv_projection_rows(shape_of(in), in.xf.data(), in.wd.data(), p.has_bias ? in.biasf.data() : nullptr,
+                               p.rope ? in.positions.data() : nullptr, rows, r.q.data() + first * qrow,
+                               r.k.data() + first * kvrow, r.v.data() + first * kvrow);
+    });
+  for (auto& th : pool) th.join();
   return r;
 }
 
@@ -99,7 +106,7 @@ Verdict verify(const HostInputs& in, const RefRows& ref, const std::vector<uint1
   Verdict out;
   for (const auto* t : {&q, &k, &v})
     for (uint16_t b : *t)
-      if (!std::isfinite(dtype_to_float(p.dtype, b))) ++out.unwritten;
+      if (!dtype_bits_finite(p.dtype, b)) ++out.unwritten;
   double num = 0, den = 0;
   auto acc = [&](const std::vector<uint16_t>& got, const std::vector<double>& want, int heads) {
     const size_t row = size_t(heads) * p.head_dim;

@@ -3,6 +3,7 @@
 
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "generator/arch.h"
 #include "generator/attention_family.h"
@@ -233,4 +234,34 @@ TEST_CASE("device headers are embedded and the registry names the family", "[gen
   CHECK(find_family("attention_prefill").name() == "attention_prefill");
   CHECK_THROWS_WITH(find_family("gemm"),
                     Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill"));
+}
+
+TEST_CASE("the candidate order leads with FlashAttention-3's tile on sm_90a and FlashAttention-2's elsewhere",
+          "[generator]") {
+  for (DType dt : {DType::f16, DType::bf16})
+    for (bool causal : {false, true}) {
+      const auto on90a = valid_configs(qwen(dt, causal), parse_arch("sm_90a"));
+      REQUIRE(on90a.size() > 16);
+      std::set<std::tuple<int, int, int, int>> lead;  // (stages, raster, pingpong, persistent) of the first 16
+      for (size_t i = 0; i < 16; ++i) {
+        const Config& c = on90a[i];
+        CHECK(c.mainloop == kWgmmaWs);
+        CHECK(c.tile_m == 128);
+        CHECK(c.tile_n == 128);
+        CHECK(c.warps == 8);
+        CHECK(c.overlap == 1);
+        CHECK((c.stages == 2 || c.stages == 3));
+        lead.insert({c.stages, c.raster, c.pingpong, c.persistent});
+      }
+      CHECK(lead.size() == 16);  // every ring depth 2-3 x block order x pingpong x persistence, once
+      // Every wgmma_ws config comes before every mma.sync one.
+      bool seen_mma = false;
+      for (const auto& c : on90a) {
+        if (c.mainloop == kMmaSync) seen_mma = true;
+        else CHECK_FALSE(seen_mma);
+      }
+      const auto on80 = valid_configs(qwen(dt, causal), parse_arch("sm_80"));
+      REQUIRE_FALSE(on80.empty());
+      CHECK(same_config(on80[0], Config{128, 64, 4, 2, kMmaSync, 0}));
+    }
 }

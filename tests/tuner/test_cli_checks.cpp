@@ -85,7 +85,7 @@ TEST_CASE("check_tune_options: numeric options are range-checked, NaN and infini
   o.jobs = 256;
   CHECK(error_of(o) == "");
   o.strategy = "random";
-  CHECK(error_of(o) == "unknown --strategy 'random': use exhaustive or halving");
+  CHECK(error_of(o) == "unknown --strategy 'random': use fast, exhaustive or halving");
 }
 
 TEST_CASE("check_tune_options: contradicting options and unusable paths are refused", "[tuner][cli]") {

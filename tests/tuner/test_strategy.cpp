@@ -1,0 +1,119 @@
+// The tuner's strategies (rounds per problem) and its compile queue (compiling while measuring).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tuner/compile_queue.h"
+#include "tuner/strategy.h"
+
+using namespace kt;
+
+TEST_CASE("rounds_for: exhaustive one round, halving the best quarter, fast the best three at budget / 8", "[tuner]") {
+  const Rounds ex = rounds_for("exhaustive", 40, 100);
+  CHECK_FALSE(ex.two_rounds);
+  CHECK(ex.first_budget_ms == 100);
+
+  const Rounds hv = rounds_for("halving", 40, 100);
+  CHECK(hv.two_rounds);
+  CHECK(hv.first_budget_ms == 25);
+  CHECK(hv.keep == 10);
+  CHECK(rounds_for("halving", 13, 100).keep == 4);  // rounded up
+  CHECK_FALSE(rounds_for("halving", 4, 100).two_rounds);
+  CHECK(rounds_for("halving", 8, 8).first_budget_ms == 5);  // never below 5 ms
+
+  const Rounds fa = rounds_for("fast", 16, 40);
+  CHECK(fa.two_rounds);
+  CHECK(fa.first_budget_ms == 5);
+  CHECK(fa.keep == kFastKeep);
+  CHECK_FALSE(rounds_for("fast", kFastKeep, 40).two_rounds);  // as many as it keeps: one round at the full budget
+  CHECK(rounds_for("fast", kFastKeep, 40).first_budget_ms == 40);
+  CHECK(rounds_for("fast", 16, 8).first_budget_ms == 2);  // never below 2 ms
+
+  CHECK(default_budget_ms("fast") == 40);
+  CHECK(default_budget_ms("exhaustive") == 100);
+  CHECK(default_budget_ms("halving") == 100);
+  CHECK_THROWS_WITH(rounds_for("random", 4, 10), "unknown --strategy 'random': use fast, exhaustive or halving");
+  CHECK_THROWS_AS(default_budget_ms("grid"), std::invalid_argument);
+}
+
+namespace {
+std::vector<KernelSource> fake_sources(size_t n) {
+  std::vector<KernelSource> s(n);
+  for (size_t i = 0; i < n; ++i) s[i].variant_name = "v" + std::to_string(i);
+  return s;
+}
+CompileResult fake_compile(const KernelSource& k) {
+  if (k.variant_name == "v3") throw std::runtime_error("NVRTC is gone");
+  CompileResult r;
+  r.kernel = k;
+  r.ok = k.variant_name != "v5";
+  if (!r.ok) r.error = "bad template";
+  r.cache_key = "key-" + k.variant_name;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return r;
+}
+}  // namespace
+
+TEST_CASE("CompileQueue compiles only what is needed, hands each result to on_done before wait returns it", "[tuner]") {
+  const auto sources = fake_sources(10);
+  std::vector<char> needed(10, 1);
+  needed[2] = needed[7] = 0;
+  std::atomic<int> done_calls{0};
+  std::vector<std::atomic<int>> seen(10);
+  CompileQueue q(sources, needed, 3, fake_compile, [&](size_t i, const CompileResult&) {
+    seen[i]++;
+    done_calls++;
+  });
+  for (size_t i = 0; i < 10; ++i) {
+    const CompileResult* r = q.wait(i);
+    if (!needed[i]) {
+      CHECK(r == nullptr);  // never compiled: wait does not block forever
+      continue;
+    }
+    REQUIRE(r != nullptr);
+    CHECK(seen[i] == 1);  // on_done ran first
+    CHECK(r->kernel.variant_name == "v" + std::to_string(i));
+    CHECK(r->ok == (i != 3 && i != 5));
+  }
+  CHECK(q.wait(3)->error == "NVRTC is gone");  // a throw becomes a failed result
+  CHECK(q.wait(5)->error == "bad template");
+  q.join();
+  CHECK(done_calls == 8);
+  CHECK(q.compiled() == 8);
+  CHECK_FALSE(q.finished(2));
+  CHECK(q.wait(99) == nullptr);
+}
+
+TEST_CASE("CompileQueue stops on request: compilations in progress finish, waiters on the rest are released",
+          "[tuner]") {
+  const auto sources = fake_sources(200);
+  std::atomic<bool> cancel{false};
+  std::atomic<int> done_calls{0};
+  CompileQueue q(
+      sources, std::vector<char>(200, 1), 2,
+      [&](const KernelSource& k) {
+        if (k.variant_name == "v10") cancel = true;
+        return fake_compile(k);
+      },
+      [&](size_t, const CompileResult&) { done_calls++; }, [&] { return cancel.load(); });
+  CHECK(q.wait(199) == nullptr);  // released, not compiled
+  q.join();
+  CHECK(q.compiled() == size_t(done_calls.load()));
+  CHECK(q.compiled() >= 11);  // everything up to the cancelling one (started before it) finished
+  CHECK(q.compiled() < 200);
+  CHECK(q.finished(10));
+  CHECK(q.wait(10) != nullptr);
+}
+
+TEST_CASE("CompileQueue with nothing needed starts no thread and waits return at once", "[tuner]") {
+  const auto sources = fake_sources(3);
+  CompileQueue q(sources, std::vector<char>(3, 0), 4, fake_compile);
+  CHECK(q.wait(0) == nullptr);
+  q.join();
+  CHECK(q.compiled() == 0);
+}

@@ -1,0 +1,77 @@
+#include "tuner/compile_queue.h"
+
+#include <algorithm>
+#include <exception>
+
+namespace kt {
+
+CompileQueue::CompileQueue(const std::vector<KernelSource>& sources, const std::vector<char>& needed, int jobs,
+                           CompileFn compile, DoneFn on_done, std::function<bool()> cancelled)
+    : sources_(sources),
+      compile_(std::move(compile)),
+      on_done_(std::move(on_done)),
+      cancelled_(std::move(cancelled)),
+      results_(sources.size()),
+      finished_(sources.size(), 0),
+      skipped_(sources.size(), 1),
+      t0_(std::chrono::steady_clock::now()) {
+  for (size_t i = 0; i < sources.size() && i < needed.size(); ++i)
+    if (needed[i]) {
+      order_.push_back(i);
+      skipped_[i] = 0;
+    }
+  const int n = order_.empty() ? 0 : std::max(1, std::min<int>(jobs, int(order_.size())));
+  running_ = size_t(n);
+  for (int t = 0; t < n; ++t) threads_.emplace_back([this] { work(); });
+}
+
+CompileQueue::~CompileQueue() {
+  stop();
+  join();
+}
+
+void CompileQueue::work() {
+  for (size_t k = next_++; k < order_.size() && !stop_ && !(cancelled_ && cancelled_()); k = next_++) {
+    const size_t i = order_[k];
+    CompileResult r;
+    try {
+      r = compile_(sources_[i]);
+    } catch (const std::exception& e) {
+      r = CompileResult{};
+      r.kernel = sources_[i];
+      r.ok = false;
+      r.error = e.what();
+    }
+    if (on_done_) on_done_(i, r);
+    std::lock_guard<std::mutex> lock(mu_);
+    results_[i] = std::move(r);
+    finished_[i] = 1;
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  --running_;
+  // Whatever was not started is never compiled: waiters on it are released.
+  if (running_ == 0)
+    for (size_t i = 0; i < skipped_.size(); ++i)
+      if (!finished_[i]) skipped_[i] = 1;
+  cv_.notify_all();
+}
+
+const CompileResult* CompileQueue::wait(size_t i) {
+  if (i >= results_.size()) return nullptr;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return finished_[i] || skipped_[i]; });
+  return finished_[i] ? &results_[i] : nullptr;
+}
+
+void CompileQueue::stop() { stop_ = true; }
+
+void CompileQueue::join() {
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+size_t CompileQueue::compiled() const { return size_t(std::count(finished_.begin(), finished_.end(), char(1))); }
+
+}  // namespace kt

@@ -1,0 +1,68 @@
+// Compiling while measuring: the tuner's binaries are compiled by a pool of threads in the order they are needed,
+// and the measuring loop waits for each one only when it reaches it, so compile time hides under measure time.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "generator/compiler.h"
+
+namespace kt {
+
+/// Compiles the sources marked `needed`, in index order (the plan's order of first use), on `jobs` threads started
+/// by the constructor. `compile` is the compile function (Compiler::compile; a test passes its own); it must not
+/// throw for a compile error (a throw is turned into a failed result). `on_done(i, result)` runs on the compiling
+/// thread after source i finishes, before any wait(i) returns it (autotune stores the binary in the database there,
+/// where the measuring worker reads it). stop(), or `cancelled()` turning true (autotune: an interrupt), lets the
+/// compilations in progress finish and starts no new one; the destructor stops and joins.
+class CompileQueue {
+ public:
+  using CompileFn = std::function<CompileResult(const KernelSource&)>;
+  using DoneFn = std::function<void(size_t, const CompileResult&)>;
+
+  CompileQueue(const std::vector<KernelSource>& sources, const std::vector<char>& needed, int jobs, CompileFn compile,
+               DoneFn on_done = nullptr, std::function<bool()> cancelled = nullptr);
+  ~CompileQueue();
+  CompileQueue(const CompileQueue&) = delete;
+  CompileQueue& operator=(const CompileQueue&) = delete;
+
+  /// Blocks until source i is compiled and returns its result; nullptr when i will not be compiled (not needed, or
+  /// the queue was stopped before it started). Thread-safe.
+  const CompileResult* wait(size_t i);
+  /// Starts no new compilation (the ones in progress finish).
+  void stop();
+  /// Waits for the threads to end (every needed source compiled, or stop()).
+  void join();
+
+  /// After join(): the results, in source order; finished(i) says which ones were compiled.
+  const std::vector<CompileResult>& results() const { return results_; }
+  bool finished(size_t i) const { return finished_[i] != 0; }
+  size_t compiled() const;
+  /// Wall time from construction to the last compilation's end, seconds.
+  double seconds() const { return seconds_; }
+
+ private:
+  void work();
+
+  const std::vector<KernelSource>& sources_;
+  std::vector<size_t> order_;  // the needed indices, ascending
+  CompileFn compile_;
+  DoneFn on_done_;
+  std::function<bool()> cancelled_;
+  std::vector<CompileResult> results_;
+  std::vector<char> finished_, skipped_;
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> stop_{false};
+  size_t running_ = 0;  // threads still working (guarded by mu_)
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::thread> threads_;
+  double seconds_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace kt

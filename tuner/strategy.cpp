@@ -1,0 +1,36 @@
+#include "tuner/strategy.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kt {
+
+namespace {
+void check_name(const std::string& strategy) {
+  if (strategy != "fast" && strategy != "exhaustive" && strategy != "halving")
+    throw std::invalid_argument("unknown --strategy '" + strategy + "': use fast, exhaustive or halving");
+}
+}  // namespace
+
+Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_ms) {
+  check_name(strategy);
+  Rounds r;
+  r.first_budget_ms = budget_ms;
+  if (strategy == "halving" && candidates > 4) {
+    r.two_rounds = true;
+    r.first_budget_ms = std::max(5.0, budget_ms / 4);
+    r.keep = std::max<size_t>(1, (candidates + 3) / 4);
+  } else if (strategy == "fast" && candidates > kFastKeep) {
+    r.two_rounds = true;
+    r.first_budget_ms = std::max(2.0, budget_ms / 8);
+    r.keep = kFastKeep;
+  }
+  return r;
+}
+
+double default_budget_ms(const std::string& strategy) {
+  check_name(strategy);
+  return strategy == "fast" ? 40 : 100;
+}
+
+}  // namespace kt

@@ -1,0 +1,34 @@
+// How the tuner spends its GPU time on one problem's candidates: the strategies of `autotune --strategy`.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace kt {
+
+/// Candidates per problem the fast strategy measures when --max-candidates is not given: the first ones of the
+/// family's candidate order (generator/<family>_family.cpp ranks them; the default config is always first).
+constexpr int kFastCandidates = 16;
+/// How many of the first round's fastest candidates the fast strategy measures again at the full budget.
+constexpr size_t kFastKeep = 3;
+
+/// The measuring rounds of one problem: every candidate at `first_budget_ms`, then, when `two_rounds`, the `keep`
+/// fastest of them again at the full budget (their second measurement is the one stored; the others keep their
+/// first-round row, which the database ranks like any other).
+struct Rounds {
+  bool two_rounds = false;
+  double first_budget_ms = 0;
+  size_t keep = 0;
+};
+
+/// The rounds of `strategy` for `candidates` candidates at a full budget of `budget_ms`:
+///   exhaustive: one round at the full budget;
+///   halving:    with more than 4 candidates, all at max(5, budget / 4) ms, the best quarter (rounded up) again;
+///   fast:       with more than kFastKeep candidates, all at max(2, budget / 8) ms, the best kFastKeep again.
+/// Throws std::invalid_argument naming the strategy when it is none of these.
+Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_ms);
+
+/// The full budget per candidate, ms, when --budget-ms is not given: 40 for fast (its first round already ranks the
+/// candidates), 100 for exhaustive and halving. Throws std::invalid_argument for an unknown strategy.
+double default_budget_ms(const std::string& strategy);
+
+}  // namespace kt
