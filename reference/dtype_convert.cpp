@@ -161,4 +161,23 @@ bool dtype_bits_finite(DType dtype, uint16_t bits) {
   return dtype == DType::f16 ? (bits & 0x7C00u) != 0x7C00u : (bits & 0x7F80u) != 0x7F80u;
 }
 
+size_t count_nonfinite(DType dtype, const uint16_t* data, size_t n) {
+  const uint16_t mask = dtype == DType::f16 ? 0x7C00u : 0x7F80u;
+  constexpr size_t kBlock = size_t(1) << 20;
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  std::atomic<size_t> next{0}, count{0};
+  auto work = [&] {
+    size_t mine = 0;
+    for (size_t j = next++; j < blocks; j = next++)
+      for (size_t i = j * kBlock, end = std::min(n, i + kBlock); i < end; ++i) mine += (data[i] & mask) == mask;
+    count += mine;
+  };
+  const size_t threads = std::min<size_t>(blocks, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+  return count;
+}
+
 }  // namespace kt

@@ -64,4 +64,7 @@ void fill_normal(float* dst, size_t n, uint64_t seed, float stddev = 1.0f);
 /// bf16 8 bits; IEEE 754-2008 binary16 and bfloat16).
 bool dtype_bits_finite(DType dtype, uint16_t bits);
 
+/// How many of data[0..n) are not finite in `dtype` (dtype_bits_finite), counted on every core.
+size_t count_nonfinite(DType dtype, const uint16_t* data, size_t n);
+
 }  // namespace kt

@@ -647,20 +647,37 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   // Measuring one problem on one GPU's worker pool (called by that GPU's thread; db_mu guards the shared state).
   std::atomic<int> no_winner{0};
   std::vector<char> setup_failed(todo.size(), 0);
-  std::map<std::string, std::pair<double, size_t>> family_time;  // family -> (seconds on a GPU, problems measured)
+  struct FamilyTime {  // where one family's measuring time went, seconds
+    double wall = 0, setup = 0, load = 0, check = 0, timing = 0;
+    size_t problems = 0;
+  };
+  std::map<std::string, FamilyTime> family_time;
   auto measure_item = [&](size_t ti, kt::WorkerPool& pool, long long device_id) {
     Todo& t = todo[ti];
     const Item& it = items[t.item];
     const auto t_item = std::chrono::steady_clock::now();
-    struct Clock {  // adds the item's time to its family's when measure_item returns
+    const double setup0 = pool.setup_ms();
+    double load_ms = 0, check_ms = 0, time_ms = 0;
+    struct Clock {  // adds the item's times to its family's when measure_item returns
       std::function<void()> f;
       ~Clock() { f(); }
     } clock{[&] {
       std::lock_guard<std::mutex> lock(db_mu);
       auto& ft = family_time[it.family];
-      ft.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_item).count();
-      ft.second += 1;
+      ft.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_item).count();
+      ft.setup += (pool.setup_ms() - setup0) / 1e3;
+      ft.load += load_ms / 1e3;
+      ft.check += check_ms / 1e3;
+      ft.timing += time_ms / 1e3;
+      ft.problems += t.cands.empty() ? 0 : 1;
     }};
+    auto measure = [&](size_t c, const kt::CompileResult& cr, double budget) {
+      auto wr = pool.measure(measure_cmd(it, c, cr, budget));
+      load_ms += wr.load_ms;
+      check_ms += wr.check_ms;
+      time_ms += wr.time_ms;
+      return wr;
+    };
     if (!it.transfer_from.empty()) {  // the neighbours' fastest, as measured by now
       std::lock_guard<std::mutex> lock(db_mu);
       const auto keep = transferred(it);
@@ -700,7 +717,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         record(it, c, *cr, nullptr, device_id);
         continue;
       }
-      auto wr = pool.measure(measure_cmd(it, c, *cr, rounds.first_budget_ms));
+      auto wr = measure(c, *cr, rounds.first_budget_ms);
       if (rounds.two_rounds && wr.status == kt::db::Status::ok) round.push_back({c, cr, wr});
       else record(it, c, *cr, &wr, device_id);
     }
@@ -715,7 +732,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
         continue;
       }
-      auto wr = pool.measure(measure_cmd(it, round[k].c, *round[k].cr, a.budget_ms));
+      auto wr = measure(round[k].c, *round[k].cr, a.budget_ms);
       record(it, round[k].c, *round[k].cr, &wr, device_id);
     }
   };
@@ -743,13 +760,17 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   queue.join();
   progress.end_line();
   compile_summary(queue, n_needed, " while measuring");
-  std::string per_family_time;
+  std::printf(
+      "autotune: measured for %s\n",
+      fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_measure).count()).c_str());
   for (const auto& [f, ft] : family_time)
-    per_family_time += (per_family_time.empty() ? "" : ", ") + f + " " + fmt_duration(ft.first) + " (" +
-                       std::to_string(ft.second) + " problems)";
-  std::printf("autotune: measured for %s%s%s%s\n",
-              fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_measure).count()).c_str(),
-              per_family_time.empty() ? "" : ": ", per_family_time.c_str(), pools.size() > 1 ? " of GPU time" : "");
+    std::printf(
+        "autotune:   %-18s %zu problems in %s%s: inputs and reference rows %s, cubin loads %s, verification %s, "
+        "timing %s, the rest (worker messages, database, waiting for the compiler) %s\n",
+        f.c_str(), ft.problems, fmt_duration(ft.wall).c_str(), pools.size() > 1 ? " (summed over the GPUs)" : "",
+        fmt_duration(ft.setup).c_str(), fmt_duration(ft.load).c_str(), fmt_duration(ft.check).c_str(),
+        fmt_duration(ft.timing).c_str(),
+        fmt_duration(std::max(0.0, ft.wall - ft.setup - ft.load - ft.check - ft.timing)).c_str());
 
   // ---- report, from the database (includes rows from earlier, resumed runs), in the plan's order ----
   double clock_min = 1e9, clock_max = -1;  // SM clock seen by this run's measurements (NVML)

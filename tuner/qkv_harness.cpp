@@ -104,9 +104,7 @@ Verdict verify(const HostInputs& in, const RefRows& ref, const std::vector<uint1
                const std::vector<uint16_t>& v) {
   const Problem& p = in.problem;
   Verdict out;
-  for (const auto* t : {&q, &k, &v})
-    for (uint16_t b : *t)
-      if (!dtype_bits_finite(p.dtype, b)) ++out.unwritten;
+  for (const auto* t : {&q, &k, &v}) out.unwritten += (long long)count_nonfinite(p.dtype, t->data(), t->size());
   double num = 0, den = 0;
   auto acc = [&](const std::vector<uint16_t>& got, const std::vector<double>& want, int heads) {
     const size_t row = size_t(heads) * p.head_dim;

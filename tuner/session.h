@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,6 +19,8 @@ struct Outcome {
   std::string error;
   double rel_err = -1;
   Timing timing;
+  double check_ms = 0;  ///< wall time of the check (poison, launch, download, verify), ms
+  double time_ms = 0;   ///< wall time of the timing (input copies for the cold L2 included), ms
 };
 
 class MeasureSession {
@@ -36,7 +39,10 @@ class MeasureSession {
 template <class Check, class Timed>
 Outcome verify_then_time(CUstream stream, double budget_ms, double warmup_ms, Check&& check, Timed&& timed) {
   Outcome out;
+  const auto t0 = std::chrono::steady_clock::now();
   const auto verdict = check();
+  const auto t1 = std::chrono::steady_clock::now();
+  out.check_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   out.rel_err = verdict.rel_l2;
   if (!verdict.pass) {
     out.status = db::Status::wrong_result;
@@ -44,6 +50,7 @@ Outcome verify_then_time(CUstream stream, double budget_ms, double warmup_ms, Ch
     return out;
   }
   out.timing = time_launches(timed(), stream, budget_ms, warmup_ms);
+  out.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
   return out;
 }
 

@@ -108,10 +108,14 @@ int worker_main(const std::string& db_path, int device, int in_fd, int out_fd) {
     if (cmd == "quit") return 0;
     if (cmd == "problem") {
       try {
+        const auto t_setup = std::chrono::steady_clock::now();
         session.reset();
         session = make_session(req.at("family").get<std::string>(), req.at("problem"), req.value("seed", 1ULL),
                                req.value("ref_rows", size_t(512)), size_t(dev.l2_bytes));
-        reply(out_fd, {{"type", "ready"}});
+        reply(out_fd,
+              {{"type", "ready"},
+               {"setup_ms",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_setup).count()}});
       } catch (const std::exception& e) {
         reply(out_fd, {{"type", "error"}, {"error", std::string("problem setup failed: ") + e.what()}});
         return 3;
@@ -125,6 +129,7 @@ int worker_main(const std::string& db_path, int device, int in_fd, int out_fd) {
     nlohmann::json res = {{"type", "result"}};
     try {
       const std::string hash = req.at("binary_hash").get<std::string>();
+      const auto t_load = std::chrono::steady_clock::now();
       auto it = kernels.find(hash);
       if (it == kernels.end()) {
         auto bin = db->get_binary(hash);
@@ -134,7 +139,10 @@ int worker_main(const std::string& db_path, int device, int in_fd, int out_fd) {
                                                                unsigned(bin->dynamic_smem_bytes)))
                  .first;
       }
+      res["load_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
       const auto out = session->measure(*it->second, req.at("config"), stream->get(), req.value("budget_ms", 100.0));
+      res["check_ms"] = out.check_ms;
+      res["time_ms"] = out.time_ms;
       res["status"] = db::status_name(out.status);
       res["error"] = out.error;
       res["rel_err"] = out.rel_err;
@@ -306,6 +314,7 @@ void WorkerPool::set_problem(const nlohmann::json& problem_cmd) {
     throw std::runtime_error(j.value("error", "problem setup failed"));
   }
   problem_sent_ = true;
+  setup_ms_ += j.value("setup_ms", 0.0);
 }
 
 WorkerResult WorkerPool::measure(const nlohmann::json& measure_cmd) {
@@ -338,6 +347,9 @@ WorkerResult WorkerPool::measure(const nlohmann::json& measure_cmd) {
   r.samples_us = j.value("samples_us", std::vector<double>{});
   r.rel_err = j.value("rel_err", -1.0);
   r.sm_clock_mhz = j.value("sm_clock_mhz", -1.0);
+  r.load_ms = j.value("load_ms", 0.0);
+  r.check_ms = j.value("check_ms", 0.0);
+  r.time_ms = j.value("time_ms", 0.0);
   if (r.status == db::Status::launch_failed) {
     // The worker exits after a CUDA fault; collect it so the next measure starts a fresh one.
     std::string rest;

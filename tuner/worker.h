@@ -33,6 +33,9 @@ struct WorkerResult {
   std::vector<double> samples_us;
   double rel_err = -1;
   double sm_clock_mhz = -1;
+  /// Where the worker's time went, wall ms: loading the cubin (first use of a binary), the check (poison, launch,
+  /// download, verify) and the timing.
+  double load_ms = 0, check_ms = 0, time_ms = 0;
 };
 
 /// Supervises worker processes. Not thread-safe (one tuner thread).
@@ -57,6 +60,8 @@ class WorkerPool {
   /// Sets the problem for following measures; sent to the current worker now and to every new one.
   /// Throws std::runtime_error if the worker cannot set it up (its message).
   void set_problem(const nlohmann::json& problem_cmd);
+  /// Wall time the workers spent setting problems up (inputs, reference rows, buffers), ms, over the pool's life.
+  double setup_ms() const { return setup_ms_; }
 
   /// Measures one candidate. A worker that dies yields launch_failed with its exit status, one that
   /// exceeds the watchdog is killed and yields timeout; either way the next call starts a fresh worker.
@@ -84,6 +89,7 @@ class WorkerPool {
   int device_count_ = 1;
   nlohmann::json problem_;
   bool problem_sent_ = false;
+  double setup_ms_ = 0;
   int started_ = 0;
 };
 

@@ -22,6 +22,7 @@
 #include "runtime/runtime.h"
 #include "tuner/attention_harness.h"
 #include "tuner/worker.h"
+#include "tuner/writer_lock.h"
 
 using namespace kt;
 
@@ -165,6 +166,19 @@ TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runti
   // SIGKILL is asynchronous: until the killed autotune is gone its writer lock holds, and the resume would be refused.
   for (int i = 0; i < 200 && ::system(("pgrep -f " + pattern + " > /dev/null 2>&1").c_str()) == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // A process leaves the process list (its command line empties) before the kernel closes its files: wait for the
+  // killed run's writer lock itself.
+  {
+    std::string why;
+    bool free = false;
+    for (int i = 0; i < 200 && !free; ++i) {
+      kt::WriterLock probe;
+      free = probe.acquire(dbp, &why);
+      if (!free) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    INFO(why);
+    REQUIRE(free);
+  }
   REQUIRE(before_kill >= 8);
   const long long after_kill = db::TuningDb(dbp, true).count("measurements");
   CHECK(after_kill >= before_kill);
