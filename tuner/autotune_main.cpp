@@ -76,6 +76,7 @@ struct TuneArgs {
   std::string shard;    ///< --shard i/N: this process's part of the (problem, candidate) pairs (kt::shard_work)
   std::string devices;  ///< --devices all | 0,1,...: one worker per GPU (kt::cli::parse_devices); "" = GPU 0
   double budget_ms = -1, watchdog_s = 30;  ///< budget -1: not given (kt::default_budget_ms of the strategy)
+  double time_budget_s = 0;                ///< --time-budget: seconds from the start, 0 = none
   bool compile_only = false, retune = false, no_cache = false;
   int sample = -1;  ///< --sample N (compile-only): kernel classes + defaults + N more (tuner/sweep_sample.h); -1 all
   uint64_t sample_seed = 1;
@@ -187,6 +188,16 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
 
 int run_tune(TuneArgs a, const std::string& argv_line) {
   install_signal_handlers();
+  // --time-budget: once it is spent no new candidate is measured (like an interrupt, but the run ends normally).
+  const auto t_start = std::chrono::steady_clock::now();
+  std::atomic<bool> out_of_time{false};
+  auto stop_measuring = [&] {
+    if (g_interrupted) return true;
+    if (a.time_budget_s > 0 && !out_of_time &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() >= a.time_budget_s)
+      out_of_time = true;
+    return out_of_time.load();
+  };
   kt::ArchId arch;
   kt::ShapesFile shapes;
   std::vector<kt::ProblemRef> problems;
@@ -601,7 +612,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         std::lock_guard<std::mutex> lock(db_mu);
         db->put_binary(binary_record(r, compiler));
       },
-      interrupted);
+      stop_measuring);
 
   Progress progress(total);
   auto record = [&](const Item& it, size_t c, const kt::CompileResult& cr, const kt::WorkerResult* wr,
@@ -646,7 +657,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
   // Measuring one problem on one GPU's worker pool (called by that GPU's thread; db_mu guards the shared state).
   std::atomic<int> no_winner{0};
-  std::vector<char> setup_failed(todo.size(), 0);
+  std::vector<char> setup_failed(todo.size(), 0), reached(todo.size(), 0);
   struct FamilyTime {  // where one family's measuring time went, seconds
     double wall = 0, setup = 0, load = 0, check = 0, timing = 0;
     size_t problems = 0;
@@ -684,6 +695,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       t.cands = pending(it, &keep);
     }
     if (t.cands.empty()) return;
+    reached[ti] = 1;
     try {
       // float64 reference rows: as many as the family's registration asks (a row's cost differs per family).
       pool.set_problem({{"cmd", "problem"},
@@ -710,8 +722,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     };
     std::vector<Measured> round;
     for (size_t c : t.cands) {
+      if (stop_measuring()) break;
       const kt::CompileResult* cr = queue.wait(it.source[c]);
-      if (g_interrupted || !cr) break;
+      if (stop_measuring() || !cr) break;
       step(c);
       if (!cr->ok) {
         record(it, c, *cr, nullptr, device_id);
@@ -721,14 +734,14 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       if (rounds.two_rounds && wr.status == kt::db::Status::ok) round.push_back({c, cr, wr});
       else record(it, c, *cr, &wr, device_id);
     }
-    if (!rounds.two_rounds || g_interrupted) {
+    if (!rounds.two_rounds || stop_measuring()) {
       for (const auto& r : round) record(it, r.c, *r.cr, &r.wr, device_id);  // measured, never lost
       return;
     }
     std::stable_sort(round.begin(), round.end(),
                      [](const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; });
     for (size_t k = 0; k < round.size(); ++k) {
-      if (k >= rounds.keep || g_interrupted) {
+      if (k >= rounds.keep || stop_measuring()) {
         record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
         continue;
       }
@@ -745,7 +758,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       if (items[todo[ti].item].transfer_from.empty() != grid_phase) phase.push_back(ti);
     std::atomic<size_t> next{0};
     auto work = [&](size_t g) {
-      for (size_t k = next++; k < phase.size() && !g_interrupted; k = next++)
+      for (size_t k = next++; k < phase.size() && !stop_measuring(); k = next++)
         measure_item(phase[k], *pools[g], device_ids[g]);
     };
     if (pools.size() == 1) {
@@ -776,6 +789,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   double clock_min = 1e9, clock_max = -1;  // SM clock seen by this run's measurements (NVML)
   nlohmann::json report = nlohmann::json::array();
   std::vector<std::string> lines;
+  size_t not_reached = 0;  // problems the interrupt or --time-budget left unmeasured
   for (size_t ti = 0; ti < todo.size(); ++ti) {
     const Item& it = items[todo[ti].item];
     if (setup_failed[ti]) {
@@ -808,6 +822,13 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                          {"flops", it.flops},
                          {"bytes", it.bytes},
                          {"candidates", cands.size()}};
+    if (w < 0 && (g_interrupted || out_of_time) && !reached[ti] && !todo[ti].cands.empty()) {
+      lines.push_back(it.key + "  not measured yet (" + (g_interrupted ? "interrupted" : "--time-budget spent") +
+                      "; the same command continues)");
+      report.push_back(pj);
+      ++not_reached;
+      continue;
+    }
     if (w < 0) {
       ++no_winner;
       lines.push_back(it.key + "  NO CANDIDATE PASSED VERIFICATION");
@@ -861,6 +882,11 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                 a.db.c_str());
     return 130;
   }
+  if (out_of_time)
+    std::printf(
+        "autotune: --time-budget %.0f s spent: %zu problems not measured yet; everything measured is in %s, the same "
+        "command continues\n",
+        a.time_budget_s, not_reached, a.db.c_str());
   return (failed || no_winner > 0) ? 1 : 0;
 }
 
@@ -998,6 +1024,10 @@ int main(int argc, char** argv) {
   app.add_option(
       "--budget-ms", a.budget_ms,
       "measured GPU time per candidate in the final round, milliseconds (default: 40 with --strategy fast, else 100)");
+  app.add_option("--time-budget", a.time_budget_s,
+                 "seconds from the start after which no new candidate is measured (the one in flight finishes, "
+                 "everything measured is kept, the named problems come before the bucket grid; the same command "
+                 "continues); default 0: none");
   app.add_option("--watchdog-s", a.watchdog_s,
                  "seconds before a candidate's worker is killed as timed out (default 30)");
   app.add_option("--jobs", a.jobs, "parallel NVRTC compilations, 0..256 (default 0: all cores)");
@@ -1092,6 +1122,7 @@ int main(int argc, char** argv) {
     o.cache_dir = a.cache_dir;
     o.budget_ms = a.budget_ms;
     o.watchdog_s = a.watchdog_s;
+    o.time_budget_s = a.time_budget_s;
     o.max_candidates = a.max_candidates;
     o.jobs = a.jobs;
     o.compile_only = a.compile_only;

@@ -52,6 +52,10 @@ void check_tune_options(const TuneOptions& o) {
   if (!o.compile_only && o.budget_ms / 1000 >= o.watchdog_s)
     throw CliError("--budget-ms " + num(o.budget_ms) + " is not below --watchdog-s " + num(o.watchdog_s) + " (" +
                    num(o.budget_ms / 1000) + " s): every candidate would be killed as timed out");
+  if (!std::isfinite(o.time_budget_s) || o.time_budget_s < 0)
+    throw CliError("--time-budget must be a number of seconds >= 0 (0 = none), got " + num(o.time_budget_s));
+  if (o.compile_only && o.time_budget_s > 0)
+    throw CliError("--time-budget has no effect with --compile-only (nothing is measured)");
   if (o.max_candidates < 0)
     throw CliError("--max-candidates must be >= 0 (0 = all candidates), got " + std::to_string(o.max_candidates));
   if (o.jobs < 0 || o.jobs > kMaxJobs)

@@ -25,6 +25,7 @@ constexpr int kMaxJobs = 256;            ///< --jobs: 0 (all hardware threads) .
 struct TuneOptions {
   std::string arch, db, json_out, cache_dir, strategy = "fast";
   double budget_ms = 100, watchdog_s = 30;
+  double time_budget_s = 0;  ///< --time-budget: 0 = none
   int max_candidates = 0, jobs = 0;
   bool compile_only = false, retune = false, no_cache = false;
   bool strategy_given = false, cache_dir_given = false;
@@ -33,7 +34,7 @@ struct TuneOptions {
 
 /// Refuses, naming the option and its range: a --strategy other than fast, exhaustive or halving; --budget-ms not finite or outside (0, kMaxBudgetMs]; --watchdog-s
 /// not finite or outside (0, kMaxWatchdogS]; a budget not below the watchdog (every candidate would time
-/// out); --max-candidates < 0; --jobs outside [0, kMaxJobs]; --compile-only with --retune, --strategy or --devices
+/// out); --time-budget not finite or negative, or with --compile-only; --max-candidates < 0; --jobs outside [0, kMaxJobs]; --compile-only with --retune, --strategy or --devices
 /// (nothing is measured); a --devices list that is not "all" or ordinals (checked against the machine later); --no-cache with --cache-dir; --compile-only without --arch; --db ":memory:" or a "file:" URI
 /// (the worker processes and later runs could not see it); a --db or --json path that is a directory or whose
 /// folder does not exist.

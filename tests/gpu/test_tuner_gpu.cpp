@@ -278,3 +278,35 @@ TEST_CASE("autotune --devices all: a worker per GPU, every row tagged with its G
   std::filesystem::remove(one_db);
   std::filesystem::remove(shapes);
 }
+
+TEST_CASE("autotune --time-budget: stops measuring once spent, exits 0, and the same command continues",
+          "[gpu][tuner]") {
+  const std::string shapes = temp_path("budget_shapes.json");
+  std::ofstream(shapes) << R"({"model": "qwen-qkv", "hidden_size": 3584, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "head_dim": 128, "qkv_bias": true, "dtypes": ["bf16"],
+    "workloads": {"qkv_proj": {"tokens": [1, 16, 64, 256, 1024, 4096], "formats": ["int4", "nf4"]}}})";
+  const std::string dbp = temp_path("budget.db");
+  std::filesystem::remove(dbp);
+  const std::string base = std::string(kt_test::autotune_path()) + " --arch " + arch_name(device_arch()) +
+                           " --shapes " + shapes + " --db " + dbp + " --grid listed --budget-ms 20 --max-candidates 6";
+  const double budget_s = 3;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [rc, out] = kt_test::run_command(base + " --time-budget 3");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(out);
+  CHECK(rc == 0);
+  // The candidate in flight and the report finish after the budget; nothing new starts.
+  CHECK(took < budget_s + 20);
+  const long long first = db::TuningDb(dbp, true).count("measurements");
+  const bool spent = out.find("--time-budget 3 s spent") != std::string::npos;
+  CHECK(spent == (first < 12 * 6));
+  if (spent) CHECK_THAT(out, Catch::Contains("not measured yet (--time-budget spent"));
+  // The same command without a budget measures only what is missing and completes.
+  std::tie(rc, out) = kt_test::run_command(base);
+  REQUIRE(rc == 0);
+  db::TuningDb db(dbp, true);
+  CHECK(db.count("measurements") == 12 * 6);
+  CHECK(db.winners().size() == 12);
+  std::filesystem::remove(dbp);
+  std::filesystem::remove(shapes);
+}

@@ -86,6 +86,13 @@ TEST_CASE("check_tune_options: numeric options are range-checked, NaN and infini
   CHECK(error_of(o) == "");
   o.strategy = "random";
   CHECK(error_of(o) == "unknown --strategy 'random': use fast, exhaustive or halving");
+  o = valid();
+  o.time_budget_s = -1;
+  CHECK(error_of(o) == "--time-budget must be a number of seconds >= 0 (0 = none), got -1");
+  o.time_budget_s = std::nan("");
+  CHECK_THAT(error_of(o), Catch::StartsWith("--time-budget must be a number of seconds >= 0"));
+  o.time_budget_s = 900;
+  CHECK(error_of(o) == "");
 }
 
 TEST_CASE("check_tune_options: contradicting options and unusable paths are refused", "[tuner][cli]") {
@@ -97,6 +104,9 @@ TEST_CASE("check_tune_options: contradicting options and unusable paths are refu
   o.strategy_given = true;
   CHECK(error_of(o) == "--strategy has no effect with --compile-only (nothing is measured)");
   o.strategy_given = false;
+  o.time_budget_s = 60;
+  CHECK(error_of(o) == "--time-budget has no effect with --compile-only (nothing is measured)");
+  o.time_budget_s = 0;
   o.arch = "";
   CHECK_THAT(error_of(o), Catch::StartsWith("--compile-only needs --arch") && Catch::Contains("sm_90a"));
   o = valid();
@@ -167,6 +177,8 @@ TEST_CASE("autotune: every argument error exits 2 and names the option", "[tuner
       {"--jobs 100000", "--jobs must be in [0, 256]"},
       {"--retune", "--retune has no effect"},
       {"--strategy halving", "--strategy has no effect"},
+      {"--time-budget 60", "--time-budget has no effect"},
+      {"--time-budget -5", "--time-budget must be"},
       {"--no-cache --cache-dir /tmp/x", "--no-cache and --cache-dir"},
       // CLI11's own errors (it would exit 104 / 109 / 114).
       {"--budget-ms abc", "--budget-ms = abc"},
