@@ -12,6 +12,7 @@
 #include "cuda/driver.h"
 #include "generator/arch.h"
 #include "generator/compiler.h"
+#include "tuner/worker.h"
 
 namespace kt_test {
 
@@ -28,19 +29,7 @@ class WinnerDb {
 
   /// The same, on the device `info` describes (the GPU the test runs on).
   WinnerDb(const std::string& path, const kt::cuda::DeviceInfo& info, const std::string& argv)
-      : WinnerDb(path, device_record(info), argv) {}
-
-  static kt::db::DeviceRecord device_record(const kt::cuda::DeviceInfo& info) {
-    kt::db::DeviceRecord d;
-    d.name = info.name;
-    d.uuid = info.uuid;
-    d.cc_major = info.cc_major;
-    d.cc_minor = info.cc_minor;
-    d.sm_count = info.sm_count;
-    d.l2_bytes = info.l2_bytes;
-    d.driver_version = info.driver_version;
-    return d;
-  }
+      : WinnerDb(path, kt::device_record(info), argv) {}
 
   /// Stores a ready binary record (no compile).
   void put_binary(const kt::db::BinaryRecord& b) { db_.put_binary(b); }

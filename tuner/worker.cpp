@@ -51,7 +51,7 @@ bool read_blocking(int fd, std::string& buf, std::string& line) {
   }
 }
 
-nlohmann::json device_json(const cuda::DeviceInfo& d) {
+nlohmann::json device_json(const db::DeviceRecord& d) {
   return {{"name", d.name},
           {"uuid", d.uuid},
           {"cc_major", d.cc_major},
@@ -59,11 +59,25 @@ nlohmann::json device_json(const cuda::DeviceInfo& d) {
           {"sm_count", d.sm_count},
           {"l2_bytes", d.l2_bytes},
           {"driver_version", d.driver_version},
-          {"sm_clock_khz", d.clock_khz},
+          {"sm_clock_khz", d.sm_clock_khz},
           {"mem_clock_khz", d.mem_clock_khz}};
 }
 
 }  // namespace
+
+db::DeviceRecord device_record(const cuda::DeviceInfo& info) {
+  db::DeviceRecord d;
+  d.name = info.name;
+  d.uuid = info.uuid;
+  d.cc_major = info.cc_major;
+  d.cc_minor = info.cc_minor;
+  d.sm_count = info.sm_count;
+  d.l2_bytes = info.l2_bytes;
+  d.driver_version = info.driver_version;
+  d.sm_clock_khz = info.clock_khz;
+  d.mem_clock_khz = info.mem_clock_khz;
+  return d;
+}
 
 int worker_main(const std::string& db_path, int device, int in_fd, int out_fd) {
   std::string why;
@@ -91,7 +105,7 @@ int worker_main(const std::string& db_path, int device, int in_fd, int out_fd) {
     reply(out_fd, {{"type", "error"}, {"error", e.what()}});
     return 2;
   }
-  reply(out_fd, {{"type", "hello"}, {"device", device_json(dev)}, {"device_count", device_count}});
+  reply(out_fd, {{"type", "hello"}, {"device", device_json(device_record(dev))}, {"device_count", device_count}});
 
   std::unique_ptr<MeasureSession> session;
   std::map<std::string, std::unique_ptr<LoadedKernel>> kernels;  // by binary hash

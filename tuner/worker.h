@@ -17,8 +17,13 @@
 #include <vector>
 
 #include "cache/tuning_db.h"
+#include "cuda/driver.h"
 
 namespace kt {
+
+/// The database's record of a GPU from what the driver says of it (cuda::device_info): name, uuid, compute
+/// capability, SMs, L2 bytes, driver version, SM and memory clocks in kHz (-1 where the driver does not report one).
+db::DeviceRecord device_record(const cuda::DeviceInfo& info);
 
 /// Entry point of `autotune __worker --db FILE [--device N]`: measures on CUDA device N (ordinal, default 0) and
 /// serves requests on in_fd/out_fd until quit or EOF. Binaries are read from the tuning database (read-only). Its
