@@ -41,7 +41,7 @@ class Measure : public MeasureSession {
         launch(kernel, p_, config, params[size_t(n) % params.size()], stream);
       };
     };
-    return verify_then_time(stream, budget_ms, 20, check, timed);
+    return verify_then_time(stream, budget_ms, check, timed);
   }
 
  private:

@@ -48,7 +48,7 @@ class Measure : public MeasureSession {
         launch(kernel, p_, config, params[size_t(n) % params.size()], ws, cnt, stream);
       };
     };
-    return verify_then_time(stream, budget_ms, 20, check, timed);
+    return verify_then_time(stream, budget_ms, check, timed);
   }
 
  private:

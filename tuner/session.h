@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -35,9 +36,11 @@ class MeasureSession {
 /// The measuring rule every family's session follows: `check()` poisons the outputs, launches the candidate once,
 /// synchronizes and returns its verdict (any type with `pass`, `rel_l2` and `message`). A failing candidate is
 /// wrong_result and is never timed; a passing one is timed over budget_ms with `timed()`'s launch function
-/// (time_launches: launch n of the timing loop, inputs rotated by the caller to defeat the L2).
+/// (time_launches: launch n of the timing loop, inputs rotated by the caller to defeat the L2) after a warm-up of
+/// min(20 ms, budget_ms / 2): a short first round of a strategy is not spent mostly warming up.
 template <class Check, class Timed>
-Outcome verify_then_time(CUstream stream, double budget_ms, double warmup_ms, Check&& check, Timed&& timed) {
+Outcome verify_then_time(CUstream stream, double budget_ms, Check&& check, Timed&& timed) {
+  const double warmup_ms = std::min(20.0, budget_ms / 2);
   Outcome out;
   const auto t0 = std::chrono::steady_clock::now();
   const auto verdict = check();
