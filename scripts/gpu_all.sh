@@ -2,14 +2,17 @@
 # Runs every [gpu] test and benchmark in one call on a GPU machine and writes logs + JSON under $OUT.
 # Binaries come prebuilt in $KT_BIN (default build-gpu/, made by scripts/stage_gpu.sh on the build
 # machine): the GPU machine has no SQLite/Catch2 headers and nothing is built there.
-#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|sanitize|all]...
+#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|sanitize|tunetime|all]...
 # (python: the ctypes package's torch tests and its torch custom operators; quicktune: a short tune of shapes/qwen7b.json into $OUT/quick.db;
 #  bench: bench/bench_all.py side by side with the anchors, on $KT_BENCH_DB or the quick/full database;
 #  example: examples/qwen7b_layer; gemv: the qkv_proj gemv [gpu] tests alone, about 8 min on the H100; stress: the
 #  hidden gemv stress test over every packed format, fp16 / bf16 and M 1 / 16, KT_STRESS_REPS (default 20) launches of
 #  each variant; sanitize: compute-sanitizer memcheck, racecheck and synccheck over every winner of a tuned database
 #  ($KT_SANITIZE_DB, else the quick/full database of $OUT), and over the runtime's database-winners [gpu] tests, logs
-#  in $OUT/sanitize_<tool>.log -- none of the three is part of "all".)
+#  in $OUT/sanitize_<tool>.log; tunetime: autotune's default on shapes/qwen7b.json with a cold cubin cache, timed, then
+#  the same command again; KT_TUNETIME_BUDGET_S=S stops each call after S seconds (--time-budget) and
+#  KT_TUNETIME_RESUME=1 continues the database and cache of the last call in /tmp, so a run longer than one call of the
+#  device tool is measured over several, the times summed -- none of the four is part of "all".)
 # The [gpu] tests exit 77 when a test case was skipped (it cannot run on this GPU; tests/README.md): reported here as a
 # failure, since every test must run on the GPUs kerntune targets.
 set -uo pipefail
@@ -64,6 +67,27 @@ if want tune; then
   python3 -c "print(f'cold tune: {$t1-$t0:.1f} s; same command again: {$t2-$t1:.1f} s')" | tee "$OUT/tune_times.txt"
   grep "candidates to measure" "$OUT/tune_again.log"
   "$BIN/autotune" show --db "$OUT/qwen7b-h100.db" > "$OUT/show.txt" 2>&1; tail -2 "$OUT/show.txt"
+fi
+if want tunetime && [[ " ${what[*]} " == *" tunetime "* ]]; then
+  echo "== autotune's default on shapes/qwen7b.json (cold cubin cache), then the same command again"
+  tdb=/tmp/kt-tunetime.db; tcache=/tmp/kt-tunetime-cache; tsum=/tmp/kt-tunetime.seconds
+  [ "${KT_TUNETIME_RESUME:-0}" = 1 ] || rm -rf "$tdb"* "$tcache" "$tsum"
+  cmd=("$BIN/autotune" --arch sm_90 --shapes shapes/qwen7b.json --db "$tdb" --cache-dir "$tcache")
+  t0=$(date +%s.%N)
+  "${cmd[@]}" --time-budget "${KT_TUNETIME_BUDGET_S:-0}" --json "$OUT/tunetime.json" > "$OUT/tunetime.log" 2>&1 || rc=1
+  t1=$(date +%s.%N)
+  python3 -c "print(f'{$t1-$t0:.1f}')" >> "$tsum"
+  grep "^autotune" "$OUT/tunetime.log" | cut -c1-300
+  if grep -q "time-budget .* spent" "$OUT/tunetime.log"; then
+    echo "tunetime: not finished; run again with KT_TUNETIME_RESUME=1 while the machine is warm"
+  else
+    "${cmd[@]}" > "$OUT/tunetime_again.log" 2>&1 || rc=1
+    t2=$(date +%s.%N)
+    python3 -c "
+t = [float(x) for x in open('$tsum')]
+print(f'default tune: {sum(t):.1f} s over {len(t)} call(s) {t}; same command again: {$t2-$t1:.1f} s')" | tee "$OUT/tunetime.txt"
+    grep "candidates to measure" "$OUT/tunetime_again.log"
+  fi
 fi
 if want tune && [ -f "$OUT/qwen7b-h100.db" ]; then
   echo "== example: runtime launch from the tuned database"
