@@ -6,8 +6,9 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
-#include <thread>
 #include <vector>
+
+#include "reference/parallel_for.h"
 
 namespace kt {
 namespace {
@@ -102,7 +103,7 @@ DType parse_dtype(const std::string& name) {
 namespace {
 
 /// Runs body(first, last, rng) over blocks of kFillBlock elements of [0, n), block j with a std::mt19937_64 seeded by
-/// splitmix64(seed + j), on up to hardware_concurrency threads: the result depends on (n, seed) alone.
+/// splitmix64(seed + j), on every core (parallel_for): the result depends on (n, seed) alone.
 constexpr size_t kFillBlock = size_t(1) << 16;
 template <class Body>
 void for_random_blocks(size_t n, uint64_t seed, Body body) {
@@ -114,18 +115,7 @@ void for_random_blocks(size_t n, uint64_t seed, Body body) {
     std::mt19937_64 rng(z ^ (z >> 31));
     body(j * kFillBlock, std::min(n, (j + 1) * kFillBlock), rng);
   };
-  const size_t threads = std::min<size_t>(blocks, std::max(1u, std::thread::hardware_concurrency()));
-  if (threads <= 1) {
-    for (size_t j = 0; j < blocks; ++j) run(j);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (size_t j = next++; j < blocks; j = next++) run(j);
-    });
-  for (auto& th : pool) th.join();
+  parallel_for(blocks, run);
 }
 
 }  // namespace
@@ -165,18 +155,12 @@ size_t count_nonfinite(DType dtype, const uint16_t* data, size_t n) {
   const uint16_t mask = dtype == DType::f16 ? 0x7C00u : 0x7F80u;
   constexpr size_t kBlock = size_t(1) << 20;
   const size_t blocks = (n + kBlock - 1) / kBlock;
-  std::atomic<size_t> next{0}, count{0};
-  auto work = [&] {
+  std::atomic<size_t> count{0};
+  parallel_for(blocks, [&](size_t j) {
     size_t mine = 0;
-    for (size_t j = next++; j < blocks; j = next++)
-      for (size_t i = j * kBlock, end = std::min(n, i + kBlock); i < end; ++i) mine += (data[i] & mask) == mask;
+    for (size_t i = j * kBlock, end = std::min(n, i + kBlock); i < end; ++i) mine += (data[i] & mask) == mask;
     count += mine;
-  };
-  const size_t threads = std::min<size_t>(blocks, std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  });
   return count;
 }
 

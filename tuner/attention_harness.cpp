@@ -5,10 +5,10 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "reference/attention_ref.h"
 #include "reference/dtype_convert.h"
+#include "reference/parallel_for.h"
 
 namespace kt {
 namespace attn {
@@ -70,18 +70,14 @@ RefRows reference_rows(const HostInputs& in, double scale, size_t max_rows, uint
   const auto shape = shape_of(p, scale);
   r.out.assign(r.rows.size() * p.head_dim, 0.0);
   r.lse.assign(r.rows.size(), 0.0);
-  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, int(r.rows.size())));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (size_t n = t; n < r.rows.size(); n += threads) {
+  parallel_for(
+      r.rows.size(),
+      [&](size_t n) {
         const auto& row = r.rows[n];
         r.lse[n] = ref::attention_row(shape, in.qf.data(), in.kf.data(), in.vf.data(), row[0], row[1], row[2],
                                       r.out.data() + n * p.head_dim);
-      }
-    });
-  for (auto& th : pool) th.join();
+      },
+      threads);
   return r;
 }
 

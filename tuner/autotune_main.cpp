@@ -220,7 +220,6 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                    a.shapes.c_str(), shapes.model.name.c_str());
     for (const auto& w : kt::cli::check_families(shapes, a.families)) std::fprintf(stderr, "autotune: %s\n", w.c_str());
     problems = kt::collect_problems(shapes, a.families);
-    kt::rounds_for(a.strategy, 0, a.budget_ms);  // names an unknown strategy
     if (a.grid != "buckets" && a.grid != "listed")
       throw std::invalid_argument("unknown --grid '" + a.grid + "': use buckets or listed");
     if (a.grid == "buckets") {  // the runtime's buckets between the named sizes (tuner/work_items.h, bucket_grid)
@@ -1113,8 +1112,7 @@ int main(int argc, char** argv) {
   try {
     // What was not given follows the strategy (tuner/strategy.h); a compile-only run compiles every candidate.
     if (!app.count("--budget-ms")) a.budget_ms = kt::default_budget_ms(a.strategy);
-    if (!app.count("--max-candidates"))
-      a.max_candidates = a.strategy == "fast" && !a.compile_only ? kt::kFastCandidates : 0;
+    if (!app.count("--max-candidates")) a.max_candidates = kt::default_max_candidates(a.strategy, a.compile_only);
     kt::cli::TuneOptions o;
     o.arch = a.arch;
     o.db = a.db;

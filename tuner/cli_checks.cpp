@@ -8,6 +8,7 @@
 
 #include "generator/arch.h"
 #include "generator/registry.h"
+#include "tuner/strategy.h"
 #include "tuner/tuner_registry.h"
 
 namespace kt::cli {
@@ -41,8 +42,11 @@ std::string supported_list() {
 }  // namespace
 
 void check_tune_options(const TuneOptions& o) {
-  if (o.strategy != "fast" && o.strategy != "exhaustive" && o.strategy != "halving")
-    throw CliError("unknown --strategy '" + o.strategy + "': use fast, exhaustive or halving");
+  try {
+    check_strategy(o.strategy);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(e.what());
+  }
   if (!std::isfinite(o.budget_ms) || o.budget_ms <= 0 || o.budget_ms > kMaxBudgetMs)
     throw CliError("--budget-ms must be a number of milliseconds in (0, " + num(kMaxBudgetMs) + "], got " +
                    num(o.budget_ms));

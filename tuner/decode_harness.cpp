@@ -1,7 +1,6 @@
 #include "tuner/decode_harness.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -10,11 +9,11 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "reference/attention_decode_ref.h"
 #include "reference/attention_ref.h"  // ref::compare
 #include "reference/dtype_convert.h"
+#include "reference/parallel_for.h"
 
 namespace kt {
 namespace decode {
@@ -72,24 +71,22 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, i
   fill_random(p.dtype, pool.data(), pool.size(), seed * 3 + 2);
   in.k.assign(slots * row, kNaN16);
   in.v.assign(slots * row, kNaN16);
-  // Sequences spread over the machine's cores: each writes only its own slots.
-  std::atomic<int> next{0};
-  auto fill_sequences = [&] {
-    for (int b = next++; b < p.batch; b = next++)
-      for (int t = 0; t < lens[b]; ++t) {
-        const size_t slot =
-            paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
-                  : size_t(b) * capacity + t;
-        const uint64_t token = uint64_t(b) * capacity + t;
-        std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
-        std::memcpy(&in.v[slot * row], &pool[window(token, seed * 2 + 2, row)], row * 2);
-      }
-  };
-  std::vector<std::thread> workers;
-  const int threads = std::min(p.batch, int(std::max(1u, std::thread::hardware_concurrency())));
-  for (int t = 1; t < threads; ++t) workers.emplace_back(fill_sequences);
-  fill_sequences();
-  for (auto& w : workers) w.join();
+  // Blocks of kFillTokens tokens of one sequence spread over the machine's cores: each writes only its own slots.
+  constexpr int kFillTokens = 1024;
+  int max_len = 0;
+  for (int b = 0; b < p.batch; ++b) max_len = std::max(max_len, lens[b]);
+  const size_t per_seq = size_t(max_len + kFillTokens - 1) / kFillTokens;
+  parallel_for(size_t(p.batch) * per_seq, [&](size_t j) {
+    const int b = int(j / per_seq), t0 = int(j % per_seq) * kFillTokens;
+    for (int t = t0; t < std::min(lens[b], t0 + kFillTokens); ++t) {
+      const size_t slot =
+          paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
+                : size_t(b) * capacity + t;
+      const uint64_t token = uint64_t(b) * capacity + t;
+      std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
+      std::memcpy(&in.v[slot * row], &pool[window(token, seed * 2 + 2, row)], row * 2);
+    }
+  });
   return in;
 }
 
@@ -140,18 +137,14 @@ RefRows reference_rows(const HostInputs& in, double scale, size_t max_rows, uint
   const ref::KvCacheView view{kf.data(), vf.data(), false, cap, 0, 0, 0, nullptr};
   r.out.assign(r.rows.size() * D, 0.0);
   r.lse.assign(r.rows.size(), 0.0);
-  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, int(r.rows.size())));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (size_t n = t; n < r.rows.size(); n += threads) {
+  parallel_for(
+      r.rows.size(),
+      [&](size_t n) {
         const auto& row = r.rows[n];
         r.lse[n] = ref::attention_decode_row(shape, qf.data(), view, lens.data(), index.at(row[0]), row[1], row[2],
                                              r.out.data() + n * D);
-      }
-    });
-  for (auto& th : pool) th.join();
+      },
+      threads);
   return r;
 }
 

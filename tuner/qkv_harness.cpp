@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "reference/dtype_convert.h"
+#include "reference/parallel_for.h"
 #include "reference/qkv_ref.h"
 
 namespace kt {
@@ -81,20 +82,18 @@ RefRows reference_rows(const HostInputs& in, size_t max_rows, uint64_t seed) {
   r.q.resize(r.rows.size() * p.num_heads * p.head_dim);
   r.k.resize(r.rows.size() * p.num_kv_heads * p.head_dim);
   r.v.resize(r.k.size());
-  // The rows spread over the machine's cores (each row costs n x k multiply-adds in float64).
   const size_t qrow = size_t(p.num_heads) * p.head_dim, kvrow = size_t(p.num_kv_heads) * p.head_dim;
-  const size_t threads = std::min<size_t>(r.rows.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      const size_t first = r.rows.size() * t / threads, last = r.rows.size() * (t + 1) / threads;
-      if (first == last) return;
-      const std::vector<int> rows(r.rows.begin() + long(first), r.rows.begin() + long(last));
-      ref::qkv_projection_rows(shape_of(in), in.xf.data(), in.wd.data(), p.has_bias ? in.biasf.data() : nullptr,
-                               p.rope ? in.positions.data() : nullptr, rows, r.q.data() + first * qrow,
-                               r.k.data() + first * kvrow, r.v.data() + first * kvrow);
-    });
-  for (auto& th : pool) th.join();
+  // One contiguous range of rows per core (a row costs n x k multiply-adds in float64): each range's reference walks
+  // the weights once.
+  const size_t chunks = std::min<size_t>(r.rows.size(), std::max(1u, std::thread::hardware_concurrency()));
+  parallel_for(chunks, [&](size_t j) {
+    const size_t first = r.rows.size() * j / chunks, last = r.rows.size() * (j + 1) / chunks;
+    if (first == last) return;
+    const std::vector<int> rows(r.rows.begin() + long(first), r.rows.begin() + long(last));
+    ref::qkv_projection_rows(shape_of(in), in.xf.data(), in.wd.data(), p.has_bias ? in.biasf.data() : nullptr,
+                             p.rope ? in.positions.data() : nullptr, rows, r.q.data() + first * qrow,
+                             r.k.data() + first * kvrow, r.v.data() + first * kvrow);
+  });
   return r;
 }
 

@@ -5,15 +5,13 @@
 
 namespace kt {
 
-namespace {
-void check_name(const std::string& strategy) {
+void check_strategy(const std::string& strategy) {
   if (strategy != "fast" && strategy != "exhaustive" && strategy != "halving")
     throw std::invalid_argument("unknown --strategy '" + strategy + "': use fast, exhaustive or halving");
 }
-}  // namespace
 
 Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_ms) {
-  check_name(strategy);
+  check_strategy(strategy);
   Rounds r;
   r.first_budget_ms = budget_ms;
   if (strategy == "halving" && candidates > 4) {
@@ -29,8 +27,13 @@ Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_
 }
 
 double default_budget_ms(const std::string& strategy) {
-  check_name(strategy);
+  check_strategy(strategy);
   return strategy == "fast" ? 40 : 100;
+}
+
+int default_max_candidates(const std::string& strategy, bool compile_only) {
+  check_strategy(strategy);
+  return strategy == "fast" && !compile_only ? kFastCandidates : 0;
 }
 
 }  // namespace kt

@@ -11,6 +11,10 @@ constexpr int kFastCandidates = 16;
 /// How many of the first round's fastest candidates the fast strategy measures again at the full budget.
 constexpr size_t kFastKeep = 3;
 
+/// The strategies `autotune --strategy` knows: fast, exhaustive, halving. Throws std::invalid_argument naming
+/// `strategy` and the known ones when it is none of these; every function below checks its argument with it.
+void check_strategy(const std::string& strategy);
+
 /// The measuring rounds of one problem: every candidate at `first_budget_ms`, then, when `two_rounds`, the `keep`
 /// fastest of them again at the full budget (their second measurement is the one stored; the others keep their
 /// first-round row, which the database ranks like any other).
@@ -30,5 +34,10 @@ Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_
 /// The full budget per candidate, ms, when --budget-ms is not given: 40 for fast (its first round already ranks the
 /// candidates), 100 for exhaustive and halving. Throws std::invalid_argument for an unknown strategy.
 double default_budget_ms(const std::string& strategy);
+
+/// Candidates per problem when --max-candidates is not given: kFastCandidates for fast, 0 (all) for exhaustive and
+/// halving, and 0 with --compile-only whatever the strategy (it compiles what any later run may measure). Throws
+/// std::invalid_argument for an unknown strategy.
+int default_max_candidates(const std::string& strategy, bool compile_only);
 
 }  // namespace kt

@@ -39,6 +39,15 @@ TEST_CASE("rounds_for: exhaustive one round, halving the best quarter, fast the 
   CHECK(default_budget_ms("halving") == 100);
   CHECK_THROWS_WITH(rounds_for("random", 4, 10), "unknown --strategy 'random': use fast, exhaustive or halving");
   CHECK_THROWS_AS(default_budget_ms("grid"), std::invalid_argument);
+
+  CHECK(default_max_candidates("fast", false) == kFastCandidates);
+  CHECK(default_max_candidates("fast", true) == 0);  // compile-only compiles every candidate
+  CHECK(default_max_candidates("exhaustive", false) == 0);
+  CHECK(default_max_candidates("halving", false) == 0);
+  CHECK_THROWS_WITH(default_max_candidates("Fast", false),
+                    "unknown --strategy 'Fast': use fast, exhaustive or halving");
+  CHECK_NOTHROW(check_strategy("halving"));
+  CHECK_THROWS_AS(check_strategy(""), std::invalid_argument);
 }
 
 namespace {
