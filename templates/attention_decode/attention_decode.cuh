@@ -256,10 +256,10 @@ __device__ __forceinline__ void warp_tile(WarpState<D>& st, const unsigned (&q)[
 /// Merges the key groups' states through the combine area at `smem` (the ring must be idle: the caller has waited
 /// for every cp.async and passed a block barrier). Warp `warp` is key group warp / RG of row group warp % RG. Row r
 /// of the tile has M = max_kg m_kg (log2 units) and L = sum_kg l_kg 2^(m_kg - M); afterwards key group kg's slice
-/// sO[kg][r] holds O_kg 2^(m_kg - M) / L (merged_row sums the slices in key-group order) and sLse[r] = M + log2(L),
-/// or -inf for a row that saw no key. Ends with a block barrier.
+/// sO[kg][r] holds O_kg 2^(m_kg - M) / L for the valid rows r < valid_rows (merged_row sums the slices in key-group
+/// order) and sLse[r] = M + log2(L), or -inf for a row that saw no key. Ends with a block barrier.
 template <int D, int TileM, int KG>
-__device__ __forceinline__ void block_merge(const WarpState<D>& st, float* smem, float scale_log2) {
+__device__ __forceinline__ void block_merge(const WarpState<D>& st, float* smem, float scale_log2, int valid_rows) {
   constexpr int RG = TileM / 16;
   constexpr int LD = combine_ld(D);
   float* sO = smem;                    // [KG][TileM][LD]
@@ -295,35 +295,30 @@ __device__ __forceinline__ void block_merge(const WarpState<D>& st, float* smem,
       L += mk == ptx::neg_inf() ? 0.f : sSum[k * TileM + r] * ptx::exp2_approx(mk - M);
     }
     const float f = L > 0.f && mine[h] != ptx::neg_inf() ? ptx::exp2_approx(mine[h] - M) / L : 0.f;
+    if (r < valid_rows)  // the rows past the group's (zero Q rows) are never read
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d)
-      *reinterpret_cast<float2*>(sO + (kg * TileM + r) * LD + d * 8 + 2 * t) =
-          make_float2(st.o[d][2 * h] * f, st.o[d][2 * h + 1] * f);
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<float2*>(sO + (kg * TileM + r) * LD + d * 8 + 2 * t) =
+            make_float2(st.o[d][2 * h] * f, st.o[d][2 * h + 1] * f);
     if (kg == 0 && t == 0) sLse[r] = L > 0.f ? M + __log2f(L) : ptx::neg_inf();
   }
   __syncthreads();
 }
 
-/// The merged O of row r, columns [8 ch, 8 ch + 8), summed over the key groups in order; load4(i) returns the 4 floats
-/// at float offset i of a combine area (this block's, or another cluster block's).
-template <int D, int TileM, int KG, class Load4>
-__device__ __forceinline__ void merged_row_from(Load4 load4, int r, int ch, float (&out)[8]) {
+/// The merged O of row r, columns [8 ch, 8 ch + 8), from the combine area at smem: the key groups' slices summed in
+/// key-group order.
+template <int D, int TileM, int KG>
+__device__ __forceinline__ void merged_row(const float* smem, int r, int ch, float (&out)[8]) {
   constexpr int LD = combine_ld(D);
 #pragma unroll
   for (int e = 0; e < 8; ++e) out[e] = 0.f;
 #pragma unroll
   for (int k = 0; k < KG; ++k) {
-    const float4 a = load4((k * TileM + r) * LD + ch * 8);
-    const float4 b = load4((k * TileM + r) * LD + ch * 8 + 4);
+    const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8);
+    const float4 b = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8 + 4);
     out[0] += a.x, out[1] += a.y, out[2] += a.z, out[3] += a.w;
     out[4] += b.x, out[5] += b.y, out[6] += b.z, out[7] += b.w;
   }
-}
-
-/// merged_row_from on this block's combine area at smem.
-template <int D, int TileM, int KG>
-__device__ __forceinline__ void merged_row(const float* smem, int r, int ch, float (&out)[8]) {
-  merged_row_from<D, TileM, KG>([&](int i) { return *reinterpret_cast<const float4*>(smem + i); }, r, ch, out);
 }
 
 /// Stores N consecutive output columns [col0, col0 + N) of packed row pr (token pr / group, head kvh * group +
@@ -425,33 +420,46 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
 
 #if __CUDA_ARCH__ >= 900
 /// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
-/// Every block has its merged partial in its own combine area (block_merge: O rows normalized per split, LSE in log2
-/// units; -inf for a split without keys); after one cluster barrier, the items (valid_rows x D / 8 columns) are spread
-/// over the threads of all the cluster's blocks, and each runs a SplitMerge over the splits in rank order (the
-/// same order, and the same bits, as combine_splits) reading the other blocks' areas with ld.shared::cluster. A
-/// second barrier keeps every block resident until the others have read its area.
+/// Every block first sums its key groups' slices of its merged partial (block_merge: O rows normalized per split, LSE
+/// in log2 units; -inf for a split without keys) into slice 0 of its own combine area. After one cluster barrier the
+/// items (valid_rows x D / 4 columns) are dealt round-robin to the cluster's blocks (item i to rank i % Cluster), so
+/// every block's load units share the remote reads; a thread loads the Cluster LSEs and float4s of its item at once
+/// (ld.shared::cluster, all in flight together) and runs a SplitMerge over them in rank order: the same order, and
+/// the same bits, as combine_splits. A second barrier keeps every block resident until the others have read its area.
 template <DType DT, int D, int TileM, int KG, int Threads, int Cluster>
-__device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, const float* smem,
+__device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, float* smem,
                                                 int valid_rows) {
-  constexpr int kLseOff = KG * TileM * combine_ld(D) + 2 * KG * TileM;  // the LSE row of the combine area (floats)
+  constexpr int LD = combine_ld(D);
+  constexpr int kLseOff = KG * TileM * LD + 2 * KG * TileM;  // the LSE row of the combine area (floats)
+  if constexpr (KG > 1) {  // one thread per item: slice 0 is read (merged_row) before it is written
+    for (int it = threadIdx.x; it < valid_rows * (D / 8); it += Threads) {
+      const int r = it / (D / 8), ch = it % (D / 8);
+      float v[8];
+      merged_row<D, TileM, KG>(smem, r, ch, v);
+      *reinterpret_cast<float4*>(smem + r * LD + ch * 8) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(smem + r * LD + ch * 8 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  }
   ptx::cluster_arrive_release();
   ptx::cluster_wait();  // every block's partial is written and visible
   const unsigned base = ptx::smem_u32(smem);
-  const unsigned rank = ptx::cluster_rank();
-  for (int it = rank * Threads + threadIdx.x; it < valid_rows * (D / 8); it += Cluster * Threads) {
-    const int r = it / (D / 8), ch = it % (D / 8);
-    SplitMerge<8> m;
+  const int rank = int(ptx::cluster_rank());
+  for (int it = rank + Cluster * int(threadIdx.x); it < valid_rows * (D / 4); it += Cluster * Threads) {
+    const int r = it / (D / 4), c4 = it % (D / 4);
+    float l[Cluster];
+    float v[Cluster][4];
 #pragma unroll
     for (int s = 0; s < Cluster; ++s) {
       const unsigned remote = ptx::cluster_map(base, unsigned(s));
-      const float l = ptx::ld_cluster_f32(remote + (kLseOff + r) * 4);
-      if (l == ptx::neg_inf()) continue;  // a split whose rows saw no key: no need to read its O
-      float v[8];
-      merged_row_from<D, TileM, KG>([&](int i) { return ptx::ld_cluster_f4(remote + i * 4); }, r, ch, v);
-      m.add(l, v);
+      l[s] = ptx::ld_cluster_f32(remote + (kLseOff + r) * 4);
+      const float4 f = ptx::ld_cluster_f4(remote + (r * LD + c4 * 4) * 4);
+      v[s][0] = f.x, v[s][1] = f.y, v[s][2] = f.z, v[s][3] = f.w;
     }
+    SplitMerge<4> m;
+#pragma unroll
+    for (int s = 0; s < Cluster; ++s) m.add(l[s], v[s]);  // a split whose rows saw no key (LSE -inf) is skipped
     const float lse2 = m.finish();
-    store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, m.acc, lse2, ch == 0);
+    store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, m.acc, lse2, c4 == 0);
   }
   ptx::cluster_arrive_release();
   ptx::cluster_wait();  // no block leaves while another still reads its combine area
@@ -541,9 +549,9 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   __syncthreads();  // the ring and the Q tile are idle: the combine area reuses them
 
   float* smem = reinterpret_cast<float*>(smem_raw);
-  block_merge<D, TileM, KG>(st, smem, p.scale_log2);
-  const float* sLse = smem + KG * TileM * combine_ld(D) + 2 * KG * TileM;
   const int valid_rows = min(TileM, w.rows - w.r0);
+  block_merge<D, TileM, KG>(st, smem, p.scale_log2, valid_rows);
+  const float* sLse = smem + KG * TileM * combine_ld(D) + 2 * KG * TileM;
 
 #if __CUDA_ARCH__ >= 900
   if constexpr (Cluster > 1) {
@@ -572,15 +580,15 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     __stcg(dst + 1, make_float4(v[4], v[5], v[6], v[7]));
     if (ch == 0) __stcg(p.partial_lse + slot * TileM + r, sLse[r]);
   }
-  __threadfence();
+  // One release per block publishes its partial (the barrier orders every thread's stores before thread 0's
+  // atomic); the last block's acquire, then a barrier, makes every split's partial visible to all its threads.
   __syncthreads();
   // The flag lies in the warps' max area of the combine area, which nothing reads any more.
   int& s_last = *reinterpret_cast<int*>(smem + KG * TileM * combine_ld(D));
   unsigned* counter = p.counters + partial_group(w, p);
-  if (tid == 0) s_last = atomicAdd(counter, 1u) == unsigned(w.splits - 1);
+  if (tid == 0) s_last = ptx::atomic_add_acq_rel_gpu(counter, 1u) == unsigned(w.splits - 1);
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
   combine_splits<DT, D, TileM, kThreads>(p, w, valid_rows);
   if (tid == 0) *counter = 0u;  // ready for the next launch
 }

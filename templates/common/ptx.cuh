@@ -254,6 +254,15 @@ __device__ __forceinline__ void st_async_f4(unsigned addr, float4 v, unsigned ba
 }
 #endif
 
+/// Atomic add at GPU scope with acquire-release semantics (PTX ISA "atom", memory consistency model): returns the
+/// old value. After a block barrier, one thread's release publishes the whole block's earlier writes (cumulativity);
+/// its acquire, followed by a block barrier, makes the writes released by other blocks visible to the whole block.
+__device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned* addr, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(addr), "r"(v) : "memory");
+  return old;
+}
+
 /// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).
 __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
