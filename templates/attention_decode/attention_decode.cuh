@@ -12,7 +12,9 @@
 //  * Epilogue: the key groups' (max, sum, O) are merged through shared memory (block_merge). With one split the block
 //    writes o and lse; otherwise it writes an fp32 partial (O normalized, LSE in log2) to the workspace, counts
 //    itself on its (b, kvh, rb) counter, and the last block to arrive merges the splits' partials in split order
-//    (combine_splits: the same bits whichever block is last) and resets the counter.
+//    (combine_splits: the same bits whichever block is last) and resets the counter. In a cluster the splits first
+//    merge in distributed shared memory (cluster_combine); with several clusters per row block each cluster's merged
+//    partial then takes the workspace path, one slot per cluster.
 #pragma once
 #include "attention_decode/decode_config.h"
 #include "common/ptx.cuh"
@@ -31,7 +33,7 @@ struct BlockWork {
 };
 
 /// The block's work from its indices (grid: decode_config.h), or splits == 0 when the block has nothing to do (its
-/// split lies past the end of the sequence; never in a cluster, see below). A sequence of length 0 keeps split 0 (which writes o = 0, lse = -inf).
+/// split lies past the end of the sequence; in a cluster, the whole cluster's). A sequence of length 0 keeps split 0 (which writes o = 0, lse = -inf).
 template <int TileM, int Cluster>
 __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
   BlockWork w;
@@ -39,9 +41,9 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
   w.rows = w.group * p.q_len;
   w.row_blocks = (w.rows + TileM - 1) / TileM;
   w.grid_splits = gridDim.x / w.row_blocks;
-  // Cluster > 1: the splits of a row block are consecutive blocks (one cluster), split = the cluster rank.
-  w.split = Cluster > 1 ? blockIdx.x % Cluster : blockIdx.x / w.row_blocks;
-  w.rb = Cluster > 1 ? blockIdx.x / Cluster : blockIdx.x % w.row_blocks;
+  // Cluster > 1: the splits of a row block are consecutive blocks (clusters of Cluster consecutive splits).
+  w.split = Cluster > 1 ? blockIdx.x % w.grid_splits : blockIdx.x / w.row_blocks;
+  w.rb = Cluster > 1 ? blockIdx.x / w.grid_splits : blockIdx.x % w.row_blocks;
   w.r0 = w.rb * TileM;
   w.kvh = blockIdx.y;
   w.b = blockIdx.z;
@@ -51,16 +53,14 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
     w.key0 = 0;
     w.key_end = w.len;
   } else {
-    const int need = w.len == 0 ? 1 : (w.len + p.kv_chunk - 1) / p.kv_chunk;
+    int need = w.len == 0 ? 1 : (w.len + p.kv_chunk - 1) / p.kv_chunk;
+    // In whole clusters (grid_splits is a whole number of them): every block of a cluster takes part in its merge,
+    // those past the sequence's keys with an empty range (their partial rows have LSE -inf).
+    if (Cluster > 1) need = (need + Cluster - 1) / Cluster * Cluster;
     w.splits = min(w.grid_splits, need);
     w.key0 = min(w.split * p.kv_chunk, w.len);
     w.key_end = w.split == w.splits - 1 ? w.len : min(w.key0 + p.kv_chunk, w.len);
-    if (w.split >= w.splits) {
-      // Past the end of the sequence: nothing to do, except in a cluster, whose every block takes part in the
-      // merge (an empty key range: its partial rows have LSE -inf).
-      if (Cluster > 1) w.key0 = w.key_end = w.len;
-      else w.splits = 0;
-    }
+    if (w.split >= w.splits) w.splits = 0;  // past the end of the sequence (a whole cluster): nothing to do
   }
   return w;
 }
@@ -342,8 +342,8 @@ __device__ __forceinline__ void store_cols(const DecodeParams& p, const BlockWor
         lse2 == ptx::neg_inf() ? lse2 : lse2 * 0.6931471805599453f;
 }
 
-/// Index of (b, kvh, rb) among the counters; its partials are slots [group * grid_splits, + grid_splits) of
-/// [TileM, D] O and [TileM] LSE.
+/// Index of (b, kvh, rb) among the counters; its partials are slots [group * grid slots, + grid slots) of [TileM, D]
+/// O and [TileM] LSE (grid slots: one per split of the grid, or one per cluster).
 __device__ __forceinline__ long long partial_group(const BlockWork& w, const DecodeParams& p) {
   return ((long long)w.b * p.num_kv_heads + w.kvh) * w.row_blocks + w.rb;
 }
@@ -379,20 +379,21 @@ struct SplitMerge {
   }
 };
 
-/// The last block of a (b, kvh, rb) merges the splits' partials of the group's valid rows with every thread: item i
+/// The last block of a (b, kvh, rb) merges the S partials (slots [0, S) of the group's grid_slots; one per split or
+/// per cluster) of the group's valid rows with every thread: item i
 /// of valid_rows x D / 4 is row i / (D / 4), columns [4 (i % (D / 4)), + 4), one 16-byte load per split (a warp
 /// reads 512 contiguous bytes of one split's rows), the items spread over the block's threads. A thread runs a
 /// SplitMerge over the splits in split order and loads kBatch splits' LSE and O before it uses them, so they are in
 /// flight together; no pass over the LSEs first. Every thread of a row merges the same LSEs in the same order, so the row's
 /// sum and LSE agree across its items, and the result has the same bits whichever block arrives last.
 template <DType DT, int D, int TileM, int Threads>
-__device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows) {
+__device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows, int S,
+                                               int grid_slots) {
   constexpr int kItemsPerRow = D / 4;
   // Splits' loads in flight per thread: 16 at D 128 (the mainloop's registers cover them), 8 at D 64 (whose rows
   // have half the items, and whose mainloop needs far fewer registers than 16 batched loads would).
   constexpr int kBatch = D == 128 ? 16 : 8;
-  const long long grp = partial_group(w, p) * w.grid_splits;  // first split slot of the group
-  const int S = w.splits;
+  const long long grp = partial_group(w, p) * grid_slots;  // first slot of the group
   for (int it = threadIdx.x; it < valid_rows * kItemsPerRow; it += Threads) {
     const int r = it / kItemsPerRow, c4 = it % kItemsPerRow;
     const float* lse_r = p.partial_lse + grp * TileM + r;             // split s: lse_r[s TileM]
@@ -418,6 +419,24 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
   }
 }
 
+/// After the block has stored its share of a partial: counts the block on its (b, kvh, rb) counter, and the last of
+/// the group's w.splits blocks merges the group's S partials (combine_splits) and resets the counter. One release
+/// per block publishes its stores (the barrier orders every thread's stores before thread 0's atomic); the last
+/// block's acquire, then a barrier, makes every partial visible to all its threads. The flag lies in the warps' max
+/// area of the combine area, which nothing reads any more.
+template <DType DT, int D, int TileM, int KG, int Threads>
+__device__ __forceinline__ void count_then_combine(const DecodeParams& p, const BlockWork& w, float* smem,
+                                                   int valid_rows, int S, int grid_slots) {
+  __syncthreads();
+  int& s_last = *reinterpret_cast<int*>(smem + KG * TileM * combine_ld(D));
+  unsigned* counter = p.counters + partial_group(w, p);
+  if (threadIdx.x == 0) s_last = ptx::atomic_add_acq_rel_gpu(counter, 1u) == unsigned(w.splits - 1);
+  __syncthreads();
+  if (!s_last) return;
+  combine_splits<DT, D, TileM, Threads>(p, w, valid_rows, S, grid_slots);
+  if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
+}
+
 #if __CUDA_ARCH__ >= 900
 /// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
 /// Every block first sums its key groups' slices of its merged partial (block_merge: O rows normalized per split, LSE
@@ -425,10 +444,12 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
 /// items (valid_rows x D / 4 columns) are dealt round-robin to the cluster's blocks (item i to rank i % Cluster), so
 /// every block's load units share the remote reads; a thread loads the Cluster LSEs and float4s of its item at once
 /// (ld.shared::cluster, all in flight together) and runs a SplitMerge over them in rank order: the same order, and
-/// the same bits, as combine_splits. A second barrier keeps every block resident until the others have read its area.
+/// the same bits, as combine_splits. The merged rows go to o and lse, or, with several clusters per row block
+/// (to_workspace), to the cluster's workspace slot (O normalized, LSE in log2 units). A second barrier keeps every
+/// block resident until the others have read its area.
 template <DType DT, int D, int TileM, int KG, int Threads, int Cluster>
-__device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, float* smem,
-                                                int valid_rows) {
+__device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, float* smem, int valid_rows,
+                                                bool to_workspace) {
   constexpr int LD = combine_ld(D);
   constexpr int kLseOff = KG * TileM * LD + 2 * KG * TileM;  // the LSE row of the combine area (floats)
   if constexpr (KG > 1) {  // one thread per item: slice 0 is read (merged_row) before it is written
@@ -459,7 +480,14 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
 #pragma unroll
     for (int s = 0; s < Cluster; ++s) m.add(l[s], v[s]);  // a split whose rows saw no key (LSE -inf) is skipped
     const float lse2 = m.finish();
-    store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, m.acc, lse2, c4 == 0);
+    if (to_workspace) {
+      const long long slot = partial_group(w, p) * (w.grid_splits / Cluster) + w.split / Cluster;
+      __stcg(reinterpret_cast<float4*>(p.partial_o + (slot * TileM + r) * D + c4 * 4),
+             make_float4(m.acc[0], m.acc[1], m.acc[2], m.acc[3]));
+      if (c4 == 0) __stcg(p.partial_lse + slot * TileM + r, lse2);
+    } else {
+      store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, m.acc, lse2, c4 == 0);
+    }
   }
   ptx::cluster_arrive_release();
   ptx::cluster_wait();  // no block leaves while another still reads its combine area
@@ -481,7 +509,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   constexpr unsigned kTileBytes = TileN * D * 2;
 
   const BlockWork w = block_work<TileM, Cluster>(p);
-  if (w.splits == 0) return;  // this split lies past the end of its sequence (never in a cluster)
+  if (w.splits == 0) return;  // this split (in a cluster: the whole cluster) lies past the end of its sequence
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sQ = ptx::smem_u32(smem_raw);  // [TileM, D] swizzled
@@ -555,7 +583,11 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 
 #if __CUDA_ARCH__ >= 900
   if constexpr (Cluster > 1) {
-    cluster_combine<DT, D, TileM, KG, kThreads, Cluster>(p, w, smem, valid_rows);
+    // Several clusters per row block: one workspace partial per cluster; one cluster: it writes o.
+    const int grid_clusters = w.grid_splits / Cluster;
+    cluster_combine<DT, D, TileM, KG, kThreads, Cluster>(p, w, smem, valid_rows, grid_clusters > 1);
+    if (grid_clusters > 1)
+      count_then_combine<DT, D, TileM, KG, kThreads>(p, w, smem, valid_rows, w.splits / Cluster, grid_clusters);
     return;
   }
 #endif
@@ -580,17 +612,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     __stcg(dst + 1, make_float4(v[4], v[5], v[6], v[7]));
     if (ch == 0) __stcg(p.partial_lse + slot * TileM + r, sLse[r]);
   }
-  // One release per block publishes its partial (the barrier orders every thread's stores before thread 0's
-  // atomic); the last block's acquire, then a barrier, makes every split's partial visible to all its threads.
-  __syncthreads();
-  // The flag lies in the warps' max area of the combine area, which nothing reads any more.
-  int& s_last = *reinterpret_cast<int*>(smem + KG * TileM * combine_ld(D));
-  unsigned* counter = p.counters + partial_group(w, p);
-  if (tid == 0) s_last = ptx::atomic_add_acq_rel_gpu(counter, 1u) == unsigned(w.splits - 1);
-  __syncthreads();
-  if (!s_last) return;
-  combine_splits<DT, D, TileM, kThreads>(p, w, valid_rows);
-  if (tid == 0) *counter = 0u;  // ready for the next launch
+  count_then_combine<DT, D, TileM, KG, kThreads>(p, w, smem, valid_rows, w.splits, w.grid_splits);
 }
 
 /// Split-KV decode whose splits merge through the workspace (Config::cluster 1).

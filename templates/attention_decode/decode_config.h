@@ -18,6 +18,10 @@
 // (batch, kv head, row block) store fp32 partials (O normalized, LSE) in the workspace and the last one to arrive
 // combines them in split order. Grid: (row_blocks * splits, num_kv_heads, batch), blockIdx.x = split * row_blocks +
 // rb: the row blocks of one split are neighbours, so the second and later ones read their K/V from L2.
+// With a thread-block cluster (Config::cluster, sm_90) the splits of a row block are consecutive blocks,
+// blockIdx.x = rb * splits + split, and each cluster of `cluster` splits first merges its partials in distributed
+// shared memory; with more than one cluster per row block (kv_chunk > 0), the clusters' merged partials go through the
+// workspace as above, one partial per cluster.
 #pragma once
 #include "common/kt_types.h"
 
@@ -41,8 +45,10 @@ struct Config {
   int stages;    ///< cp.async ring depth: K/V tiles in flight (2..6)
   int kv_chunk;  ///< KV tokens per split block, a multiple of tile_n; 0 = no split (one block per sequence)
   /// 1: splits (kv_chunk) merge through the workspace, the last block of a row block combining them. 2, 4, 8 or 16
-  /// (sm_90, kv_chunk 0): the row block's keys are split over `cluster` blocks of one thread-block cluster, which
-  /// merge their partials in distributed shared memory (no workspace); keys per split = split_keys.
+  /// (sm_90): the splits form thread-block clusters of `cluster` consecutive splits, which merge their partials in
+  /// distributed shared memory. kv_chunk 0: one cluster per row block, its keys divided over the cluster's blocks
+  /// (split_keys; no workspace); kv_chunk > 0: as many clusters as kv_len needs (a whole number of clusters of
+  /// kv_chunk-token splits), whose merged partials then combine through the workspace.
   int cluster = 1;
 };
 
@@ -88,8 +94,9 @@ struct DecodeParams {
   /// Config::kv_chunk (set by bind_config, generator/decode_family.h): split s of a sequence of length L covers
   /// keys [s kv_chunk, (s + 1) kv_chunk), the last of the grid's splits up to L. Unused when the grid has one split.
   int kv_chunk;
-  /// Split partials (null when the launch has one split): O [batch, num_kv_heads, row_blocks, splits, tile_m,
-  /// head_dim] fp32 (normalized per split) and LSE [batch, num_kv_heads, row_blocks, splits, tile_m] fp32 (log2);
+  /// Split partials (null without workspace, see workspace_splits): O [batch, num_kv_heads, row_blocks, slots, tile_m,
+  /// head_dim] fp32 (normalized per slot) and LSE [batch, num_kv_heads, row_blocks, slots, tile_m] fp32 (log2), slots =
+  /// partial_slots (one per split, or one per cluster);
   /// only the rows a row block holds (< group * q_len) are written and read.
   float* partial_o;
   float* partial_lse;
@@ -113,21 +120,28 @@ KT_HD constexpr int warp_keys(const Config& c) { return c.tile_n / key_groups(c)
 KT_HD constexpr int row_blocks(const Config& c, int num_heads, int num_kv_heads, int q_len) {
   return ((num_heads / num_kv_heads) * q_len + c.tile_m - 1) / c.tile_m;
 }
-/// Split blocks per sequence the grid holds for a sizing length kv_len: ceil(kv_len / kv_chunk), 1 without split,
-/// `cluster` for a cluster config.
+/// Split blocks per sequence the grid holds for a sizing length kv_len: ceil(kv_len / kv_chunk), 1 without split;
+/// with a cluster, `cluster` (kv_chunk 0) or ceil(kv_len / kv_chunk) rounded up to a whole number of clusters.
 KT_HD constexpr int num_splits(const Config& c, int kv_len) {
-  return c.cluster > 1                             ? c.cluster
+  return c.cluster > 1 && c.kv_chunk == 0 ? c.cluster
+         : c.cluster > 1 ? ((kv_len + c.kv_chunk - 1) / c.kv_chunk + c.cluster - 1) / c.cluster * c.cluster
          : c.kv_chunk == 0 || kv_len <= c.kv_chunk ? 1
                                                    : (kv_len + c.kv_chunk - 1) / c.kv_chunk;
 }
 /// KV tokens per split block of a launch sized for kv_len (DecodeParams::kv_chunk): kv_chunk, or for a cluster
-/// config ceil(kv_len / cluster) rounded up to whole tiles.
+/// config with kv_chunk 0 ceil(kv_len / cluster) rounded up to whole tiles.
 KT_HD constexpr int split_keys(const Config& c, int kv_len) {
-  return c.cluster > 1 ? ((kv_len + c.cluster - 1) / c.cluster + c.tile_n - 1) / c.tile_n * c.tile_n : c.kv_chunk;
+  return c.cluster > 1 && c.kv_chunk == 0 ? ((kv_len + c.cluster - 1) / c.cluster + c.tile_n - 1) / c.tile_n * c.tile_n
+                                          : c.kv_chunk;
 }
-/// Whether the launch's splits merge through the workspace (partials and counters): more than one split, no cluster.
+/// Whether the launch's splits merge through the workspace (partials and counters): more than one split without a
+/// cluster, or more than one cluster per row block.
 KT_HD constexpr bool workspace_splits(const Config& c, int kv_len) {
-  return c.cluster == 1 && num_splits(c, kv_len) > 1;
+  return num_splits(c, kv_len) > (c.cluster > 1 ? c.cluster : 1);
+}
+/// Partials per (batch, kv head, row block) in the workspace: one per split, or one per cluster; 0 without workspace.
+KT_HD constexpr int partial_slots(const Config& c, int kv_len) {
+  return !workspace_splits(c, kv_len) ? 0 : num_splits(c, kv_len) / (c.cluster > 1 ? c.cluster : 1);
 }
 
 /// Bytes of the cp.async ring plus the Q tile: stages x ([tile_n, D] K + [tile_n, D] V) + [tile_m, D], 2-byte
@@ -153,15 +167,15 @@ KT_HD constexpr long long partial_o_floats(const Config& c, int batch, int num_h
                                            int head_dim, int kv_len) {
   return !workspace_splits(c, kv_len)
              ? 0
-             : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) * num_splits(c, kv_len) *
-                   c.tile_m * head_dim;
+             : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) *
+                   partial_slots(c, kv_len) * c.tile_m * head_dim;
 }
 KT_HD constexpr long long partial_lse_floats(const Config& c, int batch, int num_heads, int num_kv_heads, int q_len,
                                              int kv_len) {
   return !workspace_splits(c, kv_len)
              ? 0
-             : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) * num_splits(c, kv_len) *
-                   c.tile_m;
+             : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) *
+                   partial_slots(c, kv_len) * c.tile_m;
 }
 /// Counters (unsigned): one per (batch, kv head, row block); 0 without split.
 KT_HD constexpr long long counter_count(const Config& c, int batch, int num_heads, int num_kv_heads, int q_len,
@@ -207,7 +221,6 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, KvLayout l
   if (c.cluster != 1 && c.cluster != 2 && c.cluster != 4 && c.cluster != 8 && c.cluster != 16)
     return "cluster must be 1, 2, 4, 8 or 16";
   if (c.cluster > 1 && arch.sm < 90) return "a cluster merge needs sm_90 (thread-block clusters)";
-  if (c.cluster > 1 && c.kv_chunk != 0) return "kv_chunk must be 0 with a cluster (the launch divides kv_len)";
   // cp.async K/V tile loads: every thread moves the same number of 16-byte chunks.
   if ((c.tile_n * head_dim / 8) % (32 * c.warps) != 0)
     return "tile_n * head_dim / 8 must be a multiple of the block's threads";

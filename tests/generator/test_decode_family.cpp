@@ -48,7 +48,8 @@ DecodeParams fake_params(const Problem& p) {
 
 TEST_CASE("attention_decode: config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
-  // tile_m x tile_n x warps x stages x (9 kv_chunks with cluster 1, and kv_chunk 0 with clusters 2, 4, 8, 16)
+  // tile_m x tile_n x warps x stages x (9 kv_chunks with cluster 1, and kv_chunk 0 with clusters 2, 4, 8, 16; clusters
+  // of kv_chunk splits are valid configs the space leaves out)
   CHECK(space.size() == 3 * 4 * 3 * 4 * (9 + 4));
   std::set<std::tuple<int, int, int, int, int, int>> seen;
   for (const auto& c : space) {
@@ -82,12 +83,13 @@ TEST_CASE("attention_decode: invalid_reason names each broken rule", "[generator
         std::string::npos);
   CHECK(std::string(invalid_reason(DType::bf16, 128, KvLayout(5), {16, 64, 4, 3, 0}, a90)).find("kv_layout") !=
         std::string::npos);
-  // cluster: 1 / 2 / 4 / 8 / 16, sm_90 only, with kv_chunk 0 (the launch sizes the splits).
+  // cluster: 1 / 2 / 4 / 8 / 16, sm_90 only; with kv_chunk 0 (the launch sizes the splits) or a chunk of whole tiles.
   for (int cl : {2, 4, 8, 16}) CHECK(why({16, 64, 4, 3, 0, cl}).empty());
+  CHECK(why({16, 64, 4, 3, 512, 8}).empty());
+  CHECK_THAT(why({16, 64, 4, 3, 96, 8}), Catch::Contains("multiple of tile_n"));
   CHECK_THAT(why({16, 64, 4, 3, 0, 3}), Catch::Contains("cluster must be 1, 2, 4, 8 or 16"));
   CHECK_THAT(why({16, 64, 4, 3, 0, 32}), Catch::Contains("cluster must be"));
   CHECK_THAT(why({16, 64, 4, 3, 0, 2}, 128, parse_arch("sm_89")), Catch::Contains("needs sm_90"));
-  CHECK_THAT(why({16, 64, 4, 3, 512, 2}), Catch::Contains("kv_chunk must be 0 with a cluster"));
   // The same ring fits sm_90 but not sm_86's 99 KB.
   CHECK(why({16, 128, 4, 3, 0}).empty());
   CHECK_THAT(why({16, 128, 4, 3, 0}, 128, parse_arch("sm_86")), Catch::Contains("shared memory"));
@@ -409,6 +411,26 @@ TEST_CASE("attention_decode: launch dims, workspace sizes and bind_config", "[ge
   CHECK_NOTHROW(check_params(p, cl, a));
   a.kv_chunk = 0;
   CHECK_THROWS_WITH(check_params(p, cl, a), Catch::Contains("kv_chunk"));
+  // Clusters of 2 chunks of 128: ceil(1000 / 128) = 8 splits, 4 clusters per row block, one workspace partial each.
+  const Config cc{16, 64, 4, 3, 128, 2};
+  CHECK(num_splits(cc, p.kv_len) == 8);
+  CHECK(split_keys(cc, p.kv_len) == 128);
+  CHECK(partial_slots(cc, p.kv_len) == 4);
+  CHECK(launch_dims(p, cc).grid_x == 3u * 8u);
+  CHECK(uses_workspace(p, cc));
+  const size_t cslots = size_t(2) * 4 * 3 * 4;  // batch x kv heads x row blocks x clusters
+  CHECK(workspace_bytes(p, cc) == cslots * 16 * (128 + 1) * 4);
+  CHECK(counter_bytes(p, cc) == size_t(2) * 4 * 3 * 4);
+  bind_config(a, p, cc, ws, cnt);
+  CHECK(a.kv_chunk == 128);
+  CHECK(a.partial_lse == ws + cslots * 16 * 128);
+  CHECK_NOTHROW(check_params(p, cc, a));
+  // 7 chunks in clusters of 4 round up to 8 splits: 2 clusters, the last block without keys.
+  const Config c7{16, 64, 4, 3, 192, 4};
+  CHECK(num_splits(c7, 1300) == 8);
+  CHECK(partial_slots(c7, 1300) == 2);
+  // One cluster of chunks: no workspace.
+  CHECK_FALSE(workspace_splits(Config{16, 64, 4, 3, 256, 4}, 1000));
   // FLOPs: causal pairs of 5 new tokens at kv_len 1000 are 996 + ... + 1000.
   CHECK(p.flops() == Approx(4.0 * 2 * 28 * (996 + 997 + 998 + 999 + 1000) * 128));
   CHECK(p.min_bytes() == Approx((2.0 * 2 * 1000 * 4 * 128 + 2.0 * 2 * 5 * 28 * 128) * 2));

@@ -27,12 +27,13 @@ Problem decode_problem(DType dt, int d, KvLayout layout) {
   return p;
 }
 
-/// Variants spanning every axis value (tile_m, tile_n, warps, stages) and both layouts, dtypes and head dims.
+/// Variants spanning every axis value (tile_m, tile_n, warps, stages, cluster) and both layouts, dtypes and head dims.
 std::vector<KernelSource> sample_sources(ArchId arch) {
   std::vector<KernelSource> out;
   std::set<std::string> seen;
-  const Config configs[] = {{16, 64, 4, 3, 0},  {16, 32, 2, 2, 256}, {32, 128, 8, 4, 512},
-                            {16, 256, 4, 6, 0}, {64, 64, 4, 2, 128}, {32, 64, 2, 3, 1024}};
+  // The last two: a cluster merge (sm_90 only), alone and in clusters of chunks that merge through the workspace.
+  const Config configs[] = {{16, 64, 4, 3, 0},   {16, 32, 2, 2, 256},  {32, 128, 8, 4, 512}, {16, 256, 4, 6, 0},
+                            {64, 64, 4, 2, 128}, {32, 64, 2, 3, 1024}, {16, 64, 4, 3, 0, 4}, {16, 128, 8, 2, 512, 8}};
   for (DType dt : {DType::bf16, DType::f16})
     for (int d : {64, 128})
       for (KvLayout l : {KvLayout::contiguous, KvLayout::paged})

@@ -299,17 +299,22 @@ void check_case(const HostCase& h, const std::vector<Variant>& variants) {
 }
 
 /// Every config of the space valid for the class on this GPU (one binary per (tile_m, tile_n, warps, stages)), each
-/// without split and with the finest split (kv_chunk = tile_n) and a coarser one (4 tiles).
+/// without split and with the finest split (kv_chunk = tile_n) and a coarser one (4 tiles); on sm_90, for the shapes
+/// of 4 warps and 3 stages (every tile_m and tile_n, so 1, 2 and 4 key groups), also a cluster of 4 and of 16 over the
+/// whole length and clusters of 4 finest chunks that merge through the workspace (2 more binaries per such shape).
 std::vector<Config> every_variant(const Problem& cls, ArchId arch) {
   std::vector<Config> out;
   std::set<std::tuple<int, int, int, int>> seen;
   for (const auto& c : config_space()) {
     if (invalid_reason(cls.dtype, cls.head_dim, cls.kv_layout, c, arch) != nullptr) continue;
     if (!seen.insert({c.tile_m, c.tile_n, c.warps, c.stages}).second) continue;
-    for (int chunk : {0, c.tile_n, 4 * c.tile_n}) {
+    for (const auto& [chunk, cluster] : {std::pair{0, 1}, std::pair{c.tile_n, 1}, std::pair{4 * c.tile_n, 1},
+                                         std::pair{0, 4}, std::pair{0, 16}, std::pair{c.tile_n, 4}}) {
+      if (cluster > 1 && (c.warps != 4 || c.stages != 3)) continue;
       Config x = c;
       x.kv_chunk = chunk;
-      out.push_back(x);
+      x.cluster = cluster;
+      if (invalid_reason(cls.dtype, cls.head_dim, cls.kv_layout, x, arch) == nullptr) out.push_back(x);
     }
   }
   return out;
