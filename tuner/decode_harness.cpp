@@ -58,6 +58,7 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, i
   in.q.resize(size_t(p.batch) * p.q_len * p.num_heads * D);
   fill_random(p.dtype, in.q.data(), in.q.size(), seed * 3 + 1);
   size_t slots = size_t(p.batch) * capacity;
+  std::vector<int> spare;  // paged: the pages the table does not name
   if (paged) {
     in.max_pages = capacity / p.page_size;
     in.num_pages = p.batch * in.max_pages + 3;
@@ -65,26 +66,40 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, i
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
     in.table.assign(perm.begin(), perm.begin() + size_t(p.batch) * in.max_pages);
+    spare.assign(perm.begin() + size_t(p.batch) * in.max_pages, perm.end());
     slots = size_t(in.num_pages) * p.page_size;
   }
   std::vector<uint16_t> pool(kPool);
   fill_random(p.dtype, pool.data(), pool.size(), seed * 3 + 2);
-  in.k.assign(slots * row, kNaN16);
-  in.v.assign(slots * row, kNaN16);
-  // Blocks of kFillTokens tokens of one sequence spread over the machine's cores: each writes only its own slots.
+  in.k.resize(slots * row);  // unwritten until the pass below, which writes every slot once
+  in.v.resize(slots * row);
+  // Blocks of kFillTokens token positions [0, capacity) of one sequence spread over the machine's cores: a position
+  // below the sequence's length gets its token, one past it NaN; each block writes only its own slots. Every slot of
+  // the contiguous cache, and of the pages the table names, is one such position; the spare pages get NaN after.
   constexpr int kFillTokens = 1024;
-  int max_len = 0;
-  for (int b = 0; b < p.batch; ++b) max_len = std::max(max_len, lens[b]);
-  const size_t per_seq = size_t(max_len + kFillTokens - 1) / kFillTokens;
-  parallel_for(size_t(p.batch) * per_seq, [&](size_t j) {
+  const size_t per_seq = size_t(capacity + kFillTokens - 1) / kFillTokens;
+  auto slot_of = [&](int b, int t) {
+    return paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
+                 : size_t(b) * capacity + t;
+  };
+  parallel_for(size_t(p.batch) * per_seq + spare.size(), [&](size_t j) {
+    if (j >= size_t(p.batch) * per_seq) {
+      const size_t first = size_t(spare[j - size_t(p.batch) * per_seq]) * p.page_size * row;
+      std::fill_n(&in.k[first], size_t(p.page_size) * row, kNaN16);
+      std::fill_n(&in.v[first], size_t(p.page_size) * row, kNaN16);
+      return;
+    }
     const int b = int(j / per_seq), t0 = int(j % per_seq) * kFillTokens;
-    for (int t = t0; t < std::min(lens[b], t0 + kFillTokens); ++t) {
-      const size_t slot =
-          paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
-                : size_t(b) * capacity + t;
-      const uint64_t token = uint64_t(b) * capacity + t;
-      std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
-      std::memcpy(&in.v[slot * row], &pool[window(token, seed * 2 + 2, row)], row * 2);
+    for (int t = t0; t < std::min(capacity, t0 + kFillTokens); ++t) {
+      const size_t slot = slot_of(b, t);
+      if (t < lens[b]) {
+        const uint64_t token = uint64_t(b) * capacity + t;
+        std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
+        std::memcpy(&in.v[slot * row], &pool[window(token, seed * 2 + 2, row)], row * 2);
+      } else {
+        std::fill_n(&in.k[slot * row], row, kNaN16);
+        std::fill_n(&in.v[slot * row], row, kNaN16);
+      }
     }
   });
   return in;
@@ -112,8 +127,8 @@ RefRows reference_rows(const HostInputs& in, double scale, size_t max_rows, uint
   const int nb = int(seq.size());
   int cap = 1;
   for (int b : seq) cap = std::max(cap, in.lens[b]);
-  std::vector<float> qf(size_t(nb) * p.q_len * p.num_heads * D), kf(size_t(nb) * cap * kv_row, 0.f),
-      vf(size_t(nb) * cap * kv_row, 0.f);
+  std::vector<float> qf(size_t(nb) * p.q_len * p.num_heads * D);
+  HostBuffer<float> kf(size_t(nb) * cap * kv_row), vf(size_t(nb) * cap * kv_row);  // written by the gather below
   std::vector<int> lens(static_cast<size_t>(nb), 0);
   std::map<int, int> index;
   const bool paged = p.kv_layout == KvLayout::paged;
@@ -123,16 +138,29 @@ RefRows reference_rows(const HostInputs& in, double scale, size_t max_rows, uint
     lens[n] = in.lens[b];
     const size_t qn = size_t(p.q_len) * p.num_heads * D;
     for (size_t e = 0; e < qn; ++e) qf[n * qn + e] = dtype_to_float(p.dtype, in.q[b * qn + e]);
-    for (int t = 0; t < in.lens[b]; ++t) {
+  }
+  // The gather in blocks of kGatherTokens positions of one checked sequence, on every core (zeros past its length).
+  constexpr int kGatherTokens = 1024;
+  const size_t per_seq = size_t(cap + kGatherTokens - 1) / kGatherTokens;
+  parallel_for(size_t(nb) * per_seq, [&](size_t j) {
+    const int n = int(j / per_seq), b = seq[size_t(n)], t0 = int(j % per_seq) * kGatherTokens;
+    for (int t = t0; t < std::min(cap, t0 + kGatherTokens); ++t) {
+      float* kd = &kf[(size_t(n) * cap + t) * kv_row];
+      float* vd = &vf[(size_t(n) * cap + t) * kv_row];
+      if (t >= in.lens[b]) {
+        std::fill_n(kd, kv_row, 0.f);
+        std::fill_n(vd, kv_row, 0.f);
+        continue;
+      }
       const size_t slot =
           paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
                 : size_t(b) * in.capacity + t;
       for (size_t e = 0; e < kv_row; ++e) {
-        kf[(size_t(n) * cap + t) * kv_row + e] = dtype_to_float(p.dtype, in.k[slot * kv_row + e]);
-        vf[(size_t(n) * cap + t) * kv_row + e] = dtype_to_float(p.dtype, in.v[slot * kv_row + e]);
+        kd[e] = dtype_to_float(p.dtype, in.k[slot * kv_row + e]);
+        vd[e] = dtype_to_float(p.dtype, in.v[slot * kv_row + e]);
       }
     }
-  }
+  });
   const ref::DecodeShape shape{nb, p.q_len, p.num_heads, p.num_kv_heads, D, p.causal, scale};
   const ref::KvCacheView view{kf.data(), vf.data(), false, cap, 0, 0, 0, nullptr};
   r.out.assign(r.rows.size() * D, 0.0);

@@ -8,6 +8,7 @@
 
 #include "cuda/driver.h"
 #include "generator/decode_family.h"
+#include "reference/host_buffer.h"
 
 namespace kt {
 namespace decode {
@@ -23,8 +24,9 @@ struct HostInputs {
   std::vector<int> lens;
   int capacity = 0;                  // tokens a sequence may hold (S_max, or max_pages x page_size)
   int max_pages = 0, num_pages = 0;  // paged only
-  std::vector<uint16_t> q, k, v;
-  std::vector<int> table;  // [B, max_pages] (paged)
+  std::vector<uint16_t> q;
+  HostBuffer<uint16_t> k, v;  // written once, in parallel, by make_inputs
+  std::vector<int> table;     // [B, max_pages] (paged)
 };
 
 /// Inputs for p. lens empty: every sequence holds p.kv_len tokens (what the tuner times); else lens.size() ==

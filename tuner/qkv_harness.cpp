@@ -34,7 +34,9 @@ HostInputs make_activations(const Problem& p, uint64_t seed, double rope_theta) 
   in.x.resize(size_t(p.m) * p.k);
   in.xf.resize(in.x.size());
   fill_random(p.dtype, in.x.data(), in.x.size(), s);
-  for (size_t i = 0; i < in.x.size(); ++i) in.xf[i] = dtype_to_float(p.dtype, in.x[i]);
+  parallel_for(size_t(p.m), [&](size_t row) {  // token rows on every core
+    for (size_t i = row * p.k; i < (row + 1) * p.k; ++i) in.xf[i] = dtype_to_float(p.dtype, in.x[i]);
+  });
   in.bias.resize(size_t(p.n()));
   in.biasf.resize(in.bias.size());
   fill_random(p.dtype, in.bias.data(), in.bias.size(), s + 1, 0.1f);

@@ -1,4 +1,4 @@
-// kt::parallel_for: every index once, whatever the thread count, and the calling thread takes part.
+// kt::parallel_for: every index once, whatever the thread count, and the calling thread takes part; kt::HostBuffer.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "reference/host_buffer.h"
 #include "reference/parallel_for.h"
 
 TEST_CASE("parallel_for calls the body once per index on up to the given threads", "[reference]") {
@@ -31,4 +32,18 @@ TEST_CASE("parallel_for calls the body once per index on up to the given threads
       if (threads > 1) CHECK(ids.size() <= std::min<size_t>(n, size_t(threads)));
     }
   }
+}
+
+TEST_CASE("HostBuffer: resize leaves elements for the writer, explicit values are kept", "[reference]") {
+  kt::HostBuffer<uint16_t> b(4, uint16_t(7));  // value-constructed elements keep the value
+  CHECK(std::vector<uint16_t>(b.begin(), b.end()) == std::vector<uint16_t>(4, 7));
+  b.resize(1 << 20);  // default-initialized: written below by parallel_for, every element once
+  kt::parallel_for(b.size() / 1024, [&](size_t j) {
+    for (size_t i = j * 1024; i < (j + 1) * 1024; ++i) b[i] = uint16_t(i);
+  });
+  size_t wrong = 0;
+  for (size_t i = 0; i < b.size(); ++i) wrong += b[i] != uint16_t(i);
+  CHECK(wrong == 0);
+  b.push_back(3);
+  CHECK(b.back() == 3);
 }

@@ -118,6 +118,17 @@ TEST_CASE("decode harness: inputs in the kernel's layouts, NaN outside the seque
           CHECK(std::isnan(k0));
         }
       }
+    // Every other element of the cache (past a sequence's length; paged: also the pages no table entry names) is NaN:
+    // the buffers start unwritten, so a slot the fill missed would show here.
+    const size_t slots = in.k.size() / row;
+    CHECK(slots == (layout == decode::KvLayout::paged ? size_t(in.num_pages) * 16 : size_t(5) * in.capacity));
+    size_t not_nan = 0;
+    for (size_t s = 0; s < slots; ++s)
+      if (!used.count(s))
+        for (size_t e = 0; e < row; ++e)
+          not_nan += !std::isnan(dtype_to_float(p.dtype, in.k[s * row + e])) +
+                     !std::isnan(dtype_to_float(p.dtype, in.v[s * row + e]));
+    CHECK(not_nan == 0);
     // Every token has its own row: no two tokens' K rows are equal.
     std::set<std::vector<uint16_t>> rows;
     for (size_t s : used) rows.insert(std::vector<uint16_t>(in.k.begin() + s * row, in.k.begin() + (s + 1) * row));
