@@ -2,7 +2,7 @@
 # Runs every [gpu] test and benchmark in one call on a GPU machine and writes logs + JSON under $OUT.
 # Binaries come prebuilt in $KT_BIN (default build-gpu/, made by scripts/stage_gpu.sh on the build
 # machine): the GPU machine has no SQLite/Catch2 headers and nothing is built there.
-#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|sanitize|tunetime|all]...
+#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|sanitize|tunetime|quality|all]...
 # (python: the ctypes package's torch tests and its torch custom operators; quicktune: a short tune of shapes/qwen7b.json into $OUT/quick.db;
 #  bench: bench/bench_all.py side by side with the anchors, on $KT_BENCH_DB or the quick/full database;
 #  example: examples/qwen7b_layer; gemv: the qkv_proj gemv [gpu] tests alone, about 8 min on the H100; stress: the
@@ -12,7 +12,10 @@
 #  in $OUT/sanitize_<tool>.log; tunetime: autotune's default on shapes/qwen7b.json with a cold cubin cache, timed, then
 #  the same command again; KT_TUNETIME_BUDGET_S=S stops each call after S seconds (--time-budget) and
 #  KT_TUNETIME_RESUME=1 continues the database and cache of the last call in /tmp, so a run longer than one call of the
-#  device tool is measured over several, the times summed -- none of the four is part of "all".)
+#  device tool is measured over several, the times summed; quality: autotune's default and --strategy exhaustive
+#  (--budget-ms KT_QUALITY_BUDGET_MS, default 10) on the named problems of KT_QUALITY_SHAPES (default
+#  shapes/qwen7b.json), then bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
+#  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's -- none of the five is part of "all".)
 # The [gpu] tests exit 77 when a test case was skipped (it cannot run on this GPU; tests/README.md): reported here as a
 # failure, since every test must run on the GPUs kerntune targets.
 set -uo pipefail
@@ -87,6 +90,36 @@ if want tunetime && [[ " ${what[*]} " == *" tunetime "* ]]; then
 t = [float(x) for x in open('$tsum')]
 print(f'default tune: {sum(t):.1f} s over {len(t)} call(s) {t}; same command again: {$t2-$t1:.1f} s')" | tee "$OUT/tunetime.txt"
     grep "candidates to measure" "$OUT/tunetime_again.log"
+  fi
+fi
+if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
+  qshapes=${KT_QUALITY_SHAPES:-shapes/qwen7b.json}
+  qtag=$(basename "$qshapes" .json)
+  qfast=/tmp/kt-quality-$qtag-fast.db; qexh=/tmp/kt-quality-$qtag-exhaustive.db; qcache=/tmp/kt-quality-cache
+  [ "${KT_QUALITY_RESUME:-0}" = 1 ] || rm -rf "$qfast"* "$qexh"* "$qcache"
+  echo "== tuning quality on $qshapes: the default strategy's winners among every candidate's exhaustive times"
+  q0=$(date +%s)
+  qleft() {  # seconds of KT_QUALITY_BUDGET_S left (0: no budget), at least 1
+    [ "${KT_QUALITY_BUDGET_S:-0}" = 0 ] && { echo 0; return; }
+    local l=$(( ${KT_QUALITY_BUDGET_S} - ($(date +%s) - q0) )); [ "$l" -lt 1 ] && l=1; echo "$l"
+  }
+  qbase=("$BIN/autotune" --arch sm_90 --shapes "$qshapes" --grid listed --cache-dir "$qcache")
+  "${qbase[@]}" --db "$qfast" --time-budget "$(qleft)" > "$OUT/quality_${qtag}_fast.log" 2>&1 || rc=1
+  grep "^autotune: \(measured\|compiled\|--time-budget\)" "$OUT/quality_${qtag}_fast.log" | cut -c1-200
+  if grep -q "time-budget .* spent" "$OUT/quality_${qtag}_fast.log"; then
+    echo "quality: the default run is not finished; run again with KT_QUALITY_RESUME=1 while the machine is warm"
+  else
+    "${qbase[@]}" --db "$qexh" --strategy exhaustive --budget-ms "${KT_QUALITY_BUDGET_MS:-10}" \
+      --time-budget "$(qleft)" > "$OUT/quality_${qtag}_exhaustive.log" 2>&1 || rc=1
+    grep "^autotune: \(measured\|compiled\|--time-budget\)" "$OUT/quality_${qtag}_exhaustive.log" | cut -c1-200
+    if grep -q "time-budget .* spent" "$OUT/quality_${qtag}_exhaustive.log"; then
+      echo "quality: the exhaustive run is not finished; run again with KT_QUALITY_RESUME=1 while the machine is warm"
+    else
+      python3 bench/tune_quality.py --fast "$qfast" --exhaustive "$qexh" --json "$OUT/quality_$qtag.json" \
+        > "$OUT/quality_$qtag.txt" 2>&1
+      echo "quality: exit $? (1: a problem over 1.03x or missing); table in $OUT/quality_$qtag.txt"
+      tail -n 3 "$OUT/quality_$qtag.txt"
+    fi
   fi
 fi
 if want tune && [ -f "$OUT/qwen7b-h100.db" ]; then
