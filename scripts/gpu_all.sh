@@ -2,7 +2,7 @@
 # Runs every [gpu] test and benchmark in one call on a GPU machine and writes logs + JSON under $OUT.
 # Binaries come prebuilt in $KT_BIN (default build-gpu/, made by scripts/stage_gpu.sh on the build
 # machine): the GPU machine has no SQLite/Catch2 headers and nothing is built there.
-#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|sanitize|tunetime|quality|all]...
+#   OUT=/tmp/out scripts/gpu_all.sh [tests|tune|qkv|anchors|python|quicktune|bench|example|gemv|stress|sanitize|tunetime|quality|devices|all]...
 # (python: the ctypes package's torch tests and its torch custom operators; quicktune: a short tune of shapes/qwen7b.json into $OUT/quick.db;
 #  bench: bench/bench_all.py side by side with the anchors, on $KT_BENCH_DB or the quick/full database;
 #  example: examples/qwen7b_layer; gemv: the qkv_proj gemv [gpu] tests alone, about 8 min on the H100; stress: the
@@ -15,7 +15,10 @@
 #  device tool is measured over several, the times summed; quality: autotune's default and --strategy exhaustive
 #  (--budget-ms KT_QUALITY_BUDGET_MS, default 10) on the named problems of KT_QUALITY_SHAPES (default
 #  shapes/qwen7b.json), then bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
-#  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's -- none of the five is part of "all".)
+#  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's; devices: the same tune of the named
+#  problems of KT_DEVICES_SHAPES (default shapes/qwen7b.json; families KT_DEVICES_FAMILIES, default attention_decode)
+#  on GPU 0, then on every GPU (--devices all), from one pre-compiled cubin cache: candidates per second of each and
+#  tune_quality.py of the all-GPU winners among the one-GPU measurements -- none of the six is part of "all".)
 # The [gpu] tests exit 77 when a test case was skipped (it cannot run on this GPU; tests/README.md): reported here as a
 # failure, since every test must run on the GPUs kerntune targets.
 set -uo pipefail
@@ -121,6 +124,39 @@ if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
       tail -n 3 "$OUT/quality_$qtag.txt"
     fi
   fi
+fi
+if want devices && [[ " ${what[*]} " == *" devices "* ]]; then
+  ngpu=$(nvidia-smi -L | grep -c "^GPU")
+  dshapes=${KT_DEVICES_SHAPES:-shapes/qwen7b.json}
+  dcache=/tmp/kt-devices-cache; done1=/tmp/kt-devices-one.db; doneall=/tmp/kt-devices-all.db
+  rm -rf "$dcache" "$done1"* "$doneall"*
+  echo "== one GPU against all $ngpu GPUs: $dshapes, families ${KT_DEVICES_FAMILIES:-attention_decode}"
+  [ "$ngpu" -ge 2 ] || { echo "devices: needs 2 or more GPUs, found $ngpu"; rc=1; }
+  dbase=("$BIN/autotune" --arch sm_90 --shapes "$dshapes" --grid listed --cache-dir "$dcache" \
+         --families ${KT_DEVICES_FAMILIES:-attention_decode})
+  # The binaries first, so that both runs time measuring alone (the fast strategy's 16 candidates per problem).
+  "${dbase[@]}" --compile-only --max-candidates 16 > "$OUT/devices_compile.log" 2>&1 || rc=1
+  tail -n 1 "$OUT/devices_compile.log" | cut -c1-200
+  drun() {  # drun <db> <devices> <log>: one tune; prints "<candidates> <seconds>"
+    local t0 t1
+    t0=$(date +%s.%N)
+    "${dbase[@]}" --db "$1" --devices "$2" > "$3" 2>&1 || rc=1
+    t1=$(date +%s.%N)
+    echo "$(grep -o "^autotune: [0-9]* candidates to measure" "$3" | grep -o "[0-9]*" | head -1) $(python3 -c "print($t1-$t0)")"
+  }
+  read -r n1 s1 < <(drun "$done1" 0 "$OUT/devices_one.log")
+  read -r na sa < <(drun "$doneall" all "$OUT/devices_all.log")
+  for l in "$OUT/devices_one.log" "$OUT/devices_all.log"; do
+    grep "worker process" "$l" | cut -c1-160 || { echo "devices: $l: the tune did not finish"; rc=1; }
+  done
+  python3 -c "
+r1, ra = $n1 / $s1, $na / $sa
+print(f'devices: one GPU {$n1} candidates in {$s1:.1f} s ({r1:.1f}/s); all GPUs {$na} in {$sa:.1f} s ({ra:.1f}/s): {ra / r1:.2f}x')" \
+    | tee "$OUT/devices.txt"
+  python3 bench/tune_quality.py --fast "$doneall" --exhaustive "$done1" --json "$OUT/devices_winners.json" \
+    > "$OUT/devices_winners.txt" 2>&1
+  echo "devices: the all-GPU winners among the one-GPU measurements (exit $?; 1: one over 1.03x or missing):"
+  tail -n 3 "$OUT/devices_winners.txt" | tee -a "$OUT/devices.txt"
 fi
 if want tune && [ -f "$OUT/qwen7b-h100.db" ]; then
   echo "== example: runtime launch from the tuned database"
