@@ -768,6 +768,16 @@ std::optional<BinaryRecord> TuningDb::get_binary(const std::string& hash) const 
   });
 }
 
+std::optional<std::pair<int, int>> TuningDb::binary_resources(const std::string& hash) const {
+  return impl_->guard("binary resources", [&]() -> std::optional<std::pair<int, int>> {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT registers, static_smem_bytes + dynamic_smem_bytes FROM binaries WHERE hash = ?");
+    q.bind(1, hash);
+    if (!q.executeStep()) return std::nullopt;
+    return std::make_pair(q.getColumn(0).getInt(), q.getColumn(1).getInt());
+  });
+}
+
 bool TuningDb::has_binary(const std::string& hash) const {
   return impl_->guard("has binary", [&] {
     SQLite::Statement q(*impl_->db, "SELECT 1 FROM binaries WHERE hash = ?");

@@ -27,6 +27,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace SQLite {
@@ -179,6 +180,9 @@ class TuningDb {
   /// Inserts a binary unless one with the same hash exists.
   void put_binary(const BinaryRecord& b);
   std::optional<BinaryRecord> get_binary(const std::string& hash) const;
+  /// (registers, static + dynamic shared memory bytes) of a stored binary, without reading its cubin; nullopt when
+  /// the database does not hold it.
+  std::optional<std::pair<int, int>> binary_resources(const std::string& hash) const;
   bool has_binary(const std::string& hash) const;
 
   /// Appends measurements in one transaction (all or nothing).

@@ -165,9 +165,12 @@ kt::db::BinaryRecord binary_record(const kt::CompileResult& r, const kt::Compile
   return b;
 }
 
-/// The measurements of a problem, latest row per variant, as selection candidates.
+/// The measurements of a problem, latest row per variant, as selection candidates; registers and shared memory (the
+/// tie-break) from this run's compiles, else from the measurement's binary in the database (a resumed or --retune
+/// run compiles nothing it already has).
 std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measurement>& ms,
-                                             const std::map<std::string, std::pair<int, int>>& resources) {
+                                             const std::map<std::string, std::pair<int, int>>& resources,
+                                             const kt::db::TuningDb& db) {
   std::map<std::string, const kt::db::Measurement*> latest;
   for (const auto& m : ms) latest[m.variant_name] = &m;  // oldest first: the last one wins
   std::vector<kt::Candidate> out;
@@ -180,6 +183,11 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
     if (it != resources.end()) {
       c.registers = it->second.first;
       c.smem_bytes = it->second.second;
+    } else if (!m->binary_hash.empty()) {
+      if (const auto r = db.binary_resources(m->binary_hash)) {
+        c.registers = r->first;
+        c.smem_bytes = r->second;
+      }
     }
     out.push_back(c);
   }
@@ -797,7 +805,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     }
     int n_compiled = 0, n_failed = 0, n_verified = 0;
     const auto ms = db->measurements(device.name, it.family, it.key);
-    const auto cands = latest_candidates(ms, resources);
+    const auto cands = latest_candidates(ms, resources, *db);
     for (const auto& m : ms)
       if (m.run_id == run_id && m.sm_clock_mhz > 0) {
         clock_min = std::min(clock_min, m.sm_clock_mhz);

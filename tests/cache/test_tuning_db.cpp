@@ -256,6 +256,12 @@ TEST_CASE("every record type round-trips, in memory and through a file", "[db]")
   CHECK(db.has_binary(bin.hash));
   CHECK_FALSE(db.has_binary("h-missing"));
   CHECK_FALSE(db.get_binary("h-missing"));
+  // The tie-break's resources without the cubin.
+  const auto res = db.binary_resources(bin.hash);
+  REQUIRE(res);
+  CHECK(res->first == bin.registers);
+  CHECK(res->second == bin.static_smem_bytes + bin.dynamic_smem_bytes);
+  CHECK_FALSE(db.binary_resources("h-missing"));
 
   // put_binary with a known hash keeps the first row.
   BinaryRecord other = bin;
