@@ -31,6 +31,14 @@ size_t window(uint64_t token, uint64_t salt, size_t row) {
   return static_cast<size_t>(h % (kPool - row));
 }
 
+/// The cache slot of sequence b's token t (contiguous: b's row of capacity slots; paged: through the block table).
+size_t cache_slot(const HostInputs& in, int b, int t) {
+  const Problem& p = in.problem;
+  return p.kv_layout == KvLayout::paged
+             ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
+             : size_t(b) * in.capacity + t;
+}
+
 }  // namespace
 
 HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, int capacity) {
@@ -78,10 +86,6 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, i
   // the contiguous cache, and of the pages the table names, is one such position; the spare pages get NaN after.
   constexpr int kFillTokens = 1024;
   const size_t per_seq = size_t(capacity + kFillTokens - 1) / kFillTokens;
-  auto slot_of = [&](int b, int t) {
-    return paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
-                 : size_t(b) * capacity + t;
-  };
   parallel_for(size_t(p.batch) * per_seq + spare.size(), [&](size_t j) {
     if (j >= size_t(p.batch) * per_seq) {
       const size_t first = size_t(spare[j - size_t(p.batch) * per_seq]) * p.page_size * row;
@@ -91,7 +95,7 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, std::vector<int> lens, i
     }
     const int b = int(j / per_seq), t0 = int(j % per_seq) * kFillTokens;
     for (int t = t0; t < std::min(capacity, t0 + kFillTokens); ++t) {
-      const size_t slot = slot_of(b, t);
+      const size_t slot = cache_slot(in, b, t);
       if (t < lens[b]) {
         const uint64_t token = uint64_t(b) * capacity + t;
         std::memcpy(&in.k[slot * row], &pool[window(token, seed * 2 + 1, row)], row * 2);
@@ -131,7 +135,6 @@ RefRows reference_rows(const HostInputs& in, double scale, size_t max_rows, uint
   HostBuffer<float> kf(size_t(nb) * cap * kv_row), vf(size_t(nb) * cap * kv_row);  // written by the gather below
   std::vector<int> lens(static_cast<size_t>(nb), 0);
   std::map<int, int> index;
-  const bool paged = p.kv_layout == KvLayout::paged;
   for (int n = 0; n < nb; ++n) {
     const int b = seq[n];
     index[b] = n;
@@ -152,9 +155,7 @@ RefRows reference_rows(const HostInputs& in, double scale, size_t max_rows, uint
         std::fill_n(vd, kv_row, 0.f);
         continue;
       }
-      const size_t slot =
-          paged ? size_t(in.table[size_t(b) * in.max_pages + t / p.page_size]) * p.page_size + t % p.page_size
-                : size_t(b) * in.capacity + t;
+      const size_t slot = cache_slot(in, b, t);
       for (size_t e = 0; e < kv_row; ++e) {
         kd[e] = dtype_to_float(p.dtype, in.k[slot * kv_row + e]);
         vd[e] = dtype_to_float(p.dtype, in.v[slot * kv_row + e]);
