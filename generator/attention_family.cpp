@@ -62,11 +62,11 @@ std::vector<Config> config_space() {
       for (int warps : {4, 8})
         for (int stages : {1, 2, 3})
           for (int raster : {0, 1}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync, raster});
-  // The Hopper mainloop: one or two consumer warpgroups (tile_m 64 / 128), tile_n 64 or 128, 2..4 ring slots,
+  // The Hopper mainloop: one or two consumer warpgroups (tile_m 64 / 128), tile_n 64, 128 or 176, 2..4 ring slots,
   // both block orders, intra-warpgroup overlap off / on, with two consumers and overlap pingpong off / on, and one
   // block per tile or persistent.
   for (int warps : {4, 8})
-    for (int tile_n : {64, 128})
+    for (int tile_n : {64, 128, 176})
       for (int stages : {2, 3, 4})
         for (int raster : {0, 1})
           for (int overlap : {0, 1})
@@ -95,13 +95,16 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   for (const auto& c : config_space())
     if (invalid_reason(p.dtype, p.head_dim, p.causal, c, arch) == nullptr) out.push_back(c);
   // Candidate order (what --max-candidates and the fast strategy keep): the wgmma_ws mainloop first; within it
-  // FlashAttention-3's tile (128 x 128, two consumer warpgroups) with intra-warpgroup overlap, the shallowest rings
-  // first, every block order, pingpong and persistence next to each other: the first 16 on sm_90a. mma.sync: the 128 x 64 tile of 4 warps with
-  // a 2-slot ring first (FlashAttention-2's shape), then growing distance from it.
-  auto key = [](const Config& c) {
+  // FlashAttention-3's tiles (two consumer warpgroups, 128 query rows, intra-warpgroup overlap; 128 keys when causal,
+  // 176 when not, then the other sizes), the shallowest rings first, every block order, pingpong and persistence
+  // next to each other: the first 16 on sm_90a. mma.sync: the 128 x 64 tile of 4 warps with a 2-slot ring first
+  // (FlashAttention-2's shape), then growing distance from it.
+  const bool causal = p.causal;
+  auto key = [causal](const Config& c) {
     if (c.mainloop == kWgmmaWs)
-      return std::make_tuple(0, rank_in(c.tile_n, {128, 64}), rank_in(c.warps, {8, 4}), rank_in(c.overlap, {1, 0}),
-                             c.stages, rank_in(c.pingpong, {1, 0}) * 4 + c.persistent * 2 + c.raster);
+      return std::make_tuple(0, rank_in(c.warps, {8, 4}), rank_in(c.overlap, {1, 0}),
+                             causal ? rank_in(c.tile_n, {128, 64, 176}) : rank_in(c.tile_n, {176, 128, 64}), c.stages,
+                             rank_in(c.pingpong, {1, 0}) * 4 + c.persistent * 2 + c.raster);
     return std::make_tuple(1, rank_in(c.tile_m, {128, 64, 256}), rank_in(c.tile_n, {64, 128, 32}),
                            rank_in(c.warps, {4, 8}), rank_in(c.stages, {2, 3, 1}), c.raster);
   };

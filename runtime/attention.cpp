@@ -7,13 +7,13 @@ namespace kt {
 namespace attn {
 namespace {
 
-/// Q, K or V as a 4-D tensor map {head_dim, seqlen, heads, batch} of 16-bit elements, box {64, 64, 1, 1}, 128-byte
-/// swizzle (FwdTmaParams; flash_fwd_ws.cuh).
+/// Q, K or V as a 4-D tensor map {head_dim, seqlen, heads, batch} of 16-bit elements, box {64, box_rows, 1, 1},
+/// 128-byte swizzle (FwdTmaParams; flash_fwd_ws.cuh).
 TmaDescriptor encode_4d(const void* base, int head_dim, int seqlen, int heads, int batch, long long row_stride,
-                        long long head_stride, long long batch_stride, const char* what) {
+                        long long head_stride, long long batch_stride, int box_rows, const char* what) {
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride * 2), cuuint64_t(head_stride * 2), cuuint64_t(batch_stride * 2)};
-  const cuuint32_t box[4] = {64, 64, 1, 1};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
   return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, dims, strides, box, true, what);
 }
 
@@ -31,11 +31,13 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
   FwdTmaParams tp{};
   tp.p = params;
   tp.q_map = encode_4d(params.q, p.head_dim, p.seqlen_q, p.num_heads, p.batch, params.q_row_stride,
-                       params.q_head_stride, params.q_batch_stride, "cuTensorMapEncodeTiled (attention Q)");
-  tp.k_map = encode_4d(params.k, p.head_dim, p.seqlen_k, p.num_kv_heads, p.batch, params.k_row_stride,
-                       params.k_head_stride, params.k_batch_stride, "cuTensorMapEncodeTiled (attention K)");
-  tp.v_map = encode_4d(params.v, p.head_dim, p.seqlen_k, p.num_kv_heads, p.batch, params.v_row_stride,
-                       params.v_head_stride, params.v_batch_stride, "cuTensorMapEncodeTiled (attention V)");
+                       params.q_head_stride, params.q_batch_stride, 64, "cuTensorMapEncodeTiled (attention Q)");
+  tp.k_map =
+      encode_4d(params.k, p.head_dim, p.seqlen_k, p.num_kv_heads, p.batch, params.k_row_stride, params.k_head_stride,
+                params.k_batch_stride, config.tile_n, "cuTensorMapEncodeTiled (attention K)");
+  tp.v_map =
+      encode_4d(params.v, p.head_dim, p.seqlen_k, p.num_kv_heads, p.batch, params.v_row_stride, params.v_head_stride,
+                params.v_batch_stride, config.tile_n, "cuTensorMapEncodeTiled (attention V)");
   kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &tp);
 }
 

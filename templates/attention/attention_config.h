@@ -63,8 +63,8 @@ struct FwdParams {
 };
 
 /// Kernel arguments of the Hopper mainloop (flash_fwd_ws.cuh, passed __grid_constant__): the FwdParams plus TMA maps of
-/// Q, K and V, each a 4-D tensor {head_dim, seqlen, heads, batch} of 16-bit elements with the FwdParams strides, box
-/// {64, 64, 1, 1}, 128-byte swizzle.
+/// Q, K and V, each a 4-D tensor {head_dim, seqlen, heads, batch} of 16-bit elements with the FwdParams strides and the
+/// 128-byte swizzle; box {64, 64, 1, 1} for Q, {64, tile_n, 1, 1} for K and V.
 struct FwdTmaParams {
   FwdParams p;
   TmaDescriptor q_map, k_map, v_map;
@@ -96,8 +96,9 @@ KT_HD constexpr const char* invalid_reason_ws(int head_dim, const Config& c, Arc
   // warps: one or two consumer warpgroups, each owning 64 query rows (16 per warp).
   if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8 (one or two consumer warpgroups)";
   if (c.tile_m != 16 * c.warps) return "tile_m must be 16 * warps (64 query rows per consumer warpgroup)";
-  // tile_n: whole [64 rows][64 columns] TMA boxes, one wgmma N of at most 128 for the score tile.
-  if (c.tile_n != 64 && c.tile_n != 128) return "tile_n must be 64 or 128";
+  // tile_n: the score tile's wgmma N and one TMA box's rows per 64-column block of K and V; 176 is FlashAttention-3's
+  // non-causal head_dim 128 tile (more keys per softmax step and per O rescale, within the consumers' 240 registers).
+  if (c.tile_n != 64 && c.tile_n != 128 && c.tile_n != 176) return "tile_n must be 64, 128 or 176";
   // stages: 2..4 K/V ring slots.
   if (c.stages < 2 || c.stages > 4) return "stages must be 2, 3 or 4";
   if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";

@@ -34,9 +34,9 @@ __host__ __device__ constexpr unsigned ws_tile_bytes() {
   return Rows * D * 2;
 }
 
-/// Producer (one thread), one tile: Q (into the Q buffer, on q_full), then K and V of its n_tiles key tiles through the
-/// two rings at ring steps step0, step0 + 1, ...; each tile as (tile rows / 64) x (D / 64) boxes of [64 rows][64
-/// columns]. Rows past the sequence read as zeros (TMA bounds).
+/// Producer (one thread), one tile: Q (into the Q buffer, on q_full) as (TileM / 64) x (D / 64) boxes of [64 rows][64
+/// columns], then K and V of its n_tiles key tiles through the two rings at ring steps step0, step0 + 1, ...; a K or V
+/// tile as D / 64 boxes of [TileN rows][64 columns]. Rows past the sequence read as zeros (TMA bounds).
 template <int D, int TileM, int TileN, int Stages>
 __device__ __forceinline__ void ws_produce(const FwdTmaParams& tp, unsigned sQ, unsigned sKV, unsigned q_full,
                                            const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
@@ -56,16 +56,12 @@ __device__ __forceinline__ void ws_produce(const FwdTmaParams& tp, unsigned sQ, 
     const unsigned kb = k_ring.arm(s, ws_tile_bytes<TileN, D>());
 #pragma unroll
     for (int h = 0; h < kBlocks; ++h)
-#pragma unroll
-      for (int rb = 0; rb < TileN / 64; ++rb)
-        ptx::tma_load_4d(sK + h * kKVBlock + rb * 8192, &tp.k_map, 64 * h, j * TileN + 64 * rb, kv_head, batch, kb);
+      ptx::tma_load_4d(sK + h * kKVBlock, &tp.k_map, 64 * h, j * TileN, kv_head, batch, kb);
     v_ring.acquire(step);
     const unsigned vb = v_ring.arm(s, ws_tile_bytes<TileN, D>());
 #pragma unroll
     for (int h = 0; h < kBlocks; ++h)
-#pragma unroll
-      for (int rb = 0; rb < TileN / 64; ++rb)
-        ptx::tma_load_4d(sV + h * kKVBlock + rb * 8192, &tp.v_map, 64 * h, j * TileN + 64 * rb, kv_head, batch, vb);
+      ptx::tma_load_4d(sV + h * kKVBlock, &tp.v_map, 64 * h, j * TileN, kv_head, batch, vb);
   }
 }
 
@@ -346,7 +342,7 @@ __device__ __forceinline__ void ws_consumer(const FwdParams& p, const TileSchedu
 
 #endif  // __CUDA_ARCH__ >= 900
 
-/// The kernel (mainloop kWgmmaWs). TileM = 64 x Consumers query rows per tile; TileN 64 or 128 keys per ring slot.
+/// The kernel (mainloop kWgmmaWs). TileM = 64 x Consumers query rows per tile; TileN 64, 128 or 176 keys per ring slot.
 /// Persistent: a grid of at most one block per SM loops over the tiles (TileScheduler); the producer loads the next
 /// tile's Q as soon as the consumers' last Q K^T of the current tile has completed, under their last P V and epilogue.
 template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong,

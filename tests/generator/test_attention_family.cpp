@@ -30,9 +30,9 @@ Problem qwen(DType dt = DType::bf16, bool causal = true) {
 
 TEST_CASE("config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
-  // mma.sync: tile_m x tile_n x warps x stages x raster; wgmma_ws: tile_n {64, 128} x stages {2, 3, 4} x raster {0, 1}
+  // mma.sync: tile_m x tile_n x warps x stages x raster; wgmma_ws: tile_n {64, 128, 176} x stages {2, 3, 4} x raster {0, 1}
   // x (warps 4: overlap {0, 1}; warps 8: overlap 0, overlap 1 with pingpong {0, 1}) x persistent {0, 1}.
-  CHECK(space.size() == 3 * 3 * 2 * 3 * 2 + 2 * 3 * 2 * (2 + 3) * 2);
+  CHECK(space.size() == 3 * 3 * 2 * 3 * 2 + 3 * 3 * 2 * (2 + 3) * 2);
   std::set<std::tuple<int, int, int, int, int, int, int, int, int>> seen;
   for (const auto& c : space)
     seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.mainloop, c.raster, c.overlap, c.pingpong, c.persistent});
@@ -236,24 +236,30 @@ TEST_CASE("device headers are embedded and the registry names the family", "[gen
                     Catch::Contains("unknown family 'gemm'") && Catch::Contains("attention_prefill"));
 }
 
-TEST_CASE("the candidate order leads with FlashAttention-3's tile on sm_90a and FlashAttention-2's elsewhere",
+TEST_CASE("the candidate order leads with FlashAttention-3's tiles on sm_90a and FlashAttention-2's elsewhere",
           "[generator]") {
   for (DType dt : {DType::f16, DType::bf16})
     for (bool causal : {false, true}) {
       const auto on90a = valid_configs(qwen(dt, causal), parse_arch("sm_90a"));
       REQUIRE(on90a.size() > 16);
-      std::set<std::tuple<int, int, int, int>> lead;  // (stages, raster, pingpong, persistent) of the first 16
+      // (tile_n, stages, raster, pingpong, persistent) of the first 16
+      std::set<std::tuple<int, int, int, int, int>> lead;
       for (size_t i = 0; i < 16; ++i) {
         const Config& c = on90a[i];
         CHECK(c.mainloop == kWgmmaWs);
         CHECK(c.tile_m == 128);
-        CHECK(c.tile_n == 128);
         CHECK(c.warps == 8);
         CHECK(c.overlap == 1);
-        CHECK((c.stages == 2 || c.stages == 3));
-        lead.insert({c.stages, c.raster, c.pingpong, c.persistent});
+        if (causal) {  // 128 keys, ring depth 2 and 3
+          CHECK(c.tile_n == 128);
+          CHECK((c.stages == 2 || c.stages == 3));
+        } else {  // 176 keys (only a 2-slot ring fits at head_dim 128), then 128 keys
+          CHECK(c.tile_n == (i < 8 ? 176 : 128));
+          CHECK(c.stages == 2);
+        }
+        lead.insert({c.tile_n, c.stages, c.raster, c.pingpong, c.persistent});
       }
-      CHECK(lead.size() == 16);  // every ring depth 2-3 x block order x pingpong x persistence, once
+      CHECK(lead.size() == 16);  // every block order x pingpong x persistence of two (tile_n, ring depth) pairs, once
       // Every wgmma_ws config comes before every mma.sync one.
       bool seen_mma = false;
       for (const auto& c : on90a) {

@@ -62,12 +62,13 @@ std::vector<Variant> load_variants(const Problem& p, const std::vector<Config>& 
 
 std::string describe(const Problem& p) { return p.key(); }
 
-/// A few wgmma_ws configs (one consumer; two with overlap; two in pingpong, one block per tile and persistent) where
-/// the GPU runs them (sm_90a), else none.
+/// A few wgmma_ws configs (one consumer; two with overlap; two in pingpong, one block per tile and persistent; the
+/// 176-key tile in pingpong) where the GPU runs them (sm_90a), else none.
 std::vector<Config> ws_configs(ArchId arch) {
   if (!(arch.sm == 90 && arch.arch_specific)) return {};
   return {Config{64, 64, 4, 3, kWgmmaWs, 0, 0, 0, 0}, Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 0, 0},
-          Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 0}, Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1}};
+          Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 0}, Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1},
+          Config{128, 176, 8, 2, kWgmmaWs, 1, 1, 1, 0}};
 }
 
 /// Runs every variant on p (same inputs, one reference) and checks each.
