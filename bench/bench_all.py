@@ -59,7 +59,10 @@ Timing: the same for kerntune and for every anchor.
     L launches between events) and marked timing="eager".
   - Replays are timed with torch.cuda.Event pairs; per-launch time = replay time / L; the row gives the median over
     the replays (p20/p80 too), after --warmup-replays untimed replays. Replays: --samples, fewer when a replay
-    would overrun --budget-ms (never fewer than 5).
+    would overrun --budget-ms (never fewer than 5). Prefill: kerntune's and both anchors' graphs of one workload are
+    captured first and their replays interleaved (kerntune, flash, cuDNN, kerntune, ...), so that the three see the
+    same SM clocks (the GPU's power limit moves them by up to 25% within a run); the ratios of a row compare like
+    with like.
   - Projection rows with M <= --flush-max-m (default 16: the decode sizes), and the decode rows named above, are also
     timed the way published decode
     numbers usually are: triton.testing.do_bench's method, a
@@ -86,6 +89,7 @@ read by bench/make_report.py), and PNGs (matplotlib Agg) in --plots-dir (default
 progress lines) and the full text of every error below it.
 """
 import argparse
+import contextlib
 import copy
 import datetime
 import gc
@@ -200,19 +204,26 @@ class Timer:
         torch.cuda.synchronize()
         return g
 
-    def measure(self, fns):
+    def prepare(self, fns, context=None):
+        """Everything measure() does before its timed replays, for one row: one eager call per copy, the launch
+        estimate, the graph capture (eager fallback), the warm-up replays. context: None or a zero-argument factory of
+        a context manager (an SDPA backend choice) entered around the eager calls and the capture, and around every
+        replay of an eager fallback. Returns the handle sample() takes."""
+        ctx = context if context is not None else contextlib.nullcontext
         n = len(fns)
         torch.cuda.synchronize()
-        for f in fns:  # eager: the first call of a problem resolves/loads the kernel; touches every copy once
-            f()
+        with ctx():
+            for f in fns:  # eager: the first call of a problem resolves/loads the kernel; touches every copy once
+                f()
         torch.cuda.synchronize()
         # Rough per-launch estimate (eager, so it includes launch overhead: an upper bound for small kernels).
         cnt = max(5, min(n, 64))
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for i in range(cnt):
-            fns[i % n]()
-        e1.record()
+        with ctx():
+            e0.record()
+            for i in range(cnt):
+                fns[i % n]()
+            e1.record()
         torch.cuda.synchronize()
         est_us = max(0.5, e0.elapsed_time(e1) * 1e3 / cnt)
         launches = max(1, min(self.max_launches, int(math.ceil(self.replay_us / est_us))))
@@ -222,7 +233,8 @@ class Timer:
         graph, capture_errors = None, []
         for mode in ("global", "relaxed"):
             try:
-                graph = self._capture(seq, mode)
+                with ctx():
+                    graph = self._capture(seq, mode)
                 break
             except Exception as e:  # kept as data; falls back to eager timing
                 capture_errors.append(f"capture_error_mode={mode}: {err_text(e)}")
@@ -237,8 +249,9 @@ class Timer:
             mode = "eager"
 
             def run():
-                for f in seq:
-                    f()
+                with ctx():
+                    for f in seq:
+                        f()
 
         for _ in range(self.warmup_replays):
             run()
@@ -247,23 +260,40 @@ class Timer:
         run()
         e1.record()
         torch.cuda.synchronize()
-        replay_ms = max(1e-4, e0.elapsed_time(e1))
-        samples = max(self.min_samples, min(self.samples, int(self.budget_ms / replay_ms)))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+        return dict(run=run, graph=graph, launches=launches, copies=n, mode=mode, capture_errors=capture_errors,
+                    replay_ms=max(1e-4, e0.elapsed_time(e1)))
+
+    def sample(self, preps):
+        """Times prepared rows (prepare()) with their replays interleaved: replay i of every row, in order, then replay
+        i + 1, so that every row of a workload sees the same clock and power states (an H200 under its power limit
+        moves its SM clock by up to 25% within a run). Replays: --samples, fewer when the slowest row's replays would
+        overrun --budget-ms (never fewer than 5). Returns per row {"us", "p20_us",
+        "p80_us", "replays", "launches_per_replay", "copies", "timing"} (+ "capture_error" when eager)."""
+        samples = max(self.min_samples, min(self.samples, int(self.budget_ms / max(p["replay_ms"] for p in preps))))
+        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+                  for _ in preps]
         for i in range(samples):
-            starts[i].record()
-            run()
-            ends[i].record()
+            for p, ev in zip(preps, events):
+                ev[i][0].record()
+                p["run"]()
+                ev[i][1].record()
         torch.cuda.synchronize()
-        per = sorted(s.elapsed_time(e) * 1e3 / launches for s, e in zip(starts, ends))
-        res = dict(us=statistics.median(per), p20_us=quantile(per, 0.2), p80_us=quantile(per, 0.8), replays=samples,
-                   launches_per_replay=launches, copies=n, timing=mode)
-        if mode == "eager":
-            res["capture_error"] = "; ".join(capture_errors)
-        graph = run = seq = None
+        out = []
+        for p, ev in zip(preps, events):
+            per = sorted(s.elapsed_time(e) * 1e3 / p["launches"] for s, e in ev)
+            res = dict(us=statistics.median(per), p20_us=quantile(per, 0.2), p80_us=quantile(per, 0.8),
+                       replays=samples, launches_per_replay=p["launches"], copies=p["copies"], timing=p["mode"])
+            if p["mode"] == "eager":
+                res["capture_error"] = "; ".join(p["capture_errors"])
+            out.append(res)
+        for p in preps:
+            p["graph"] = p["run"] = None
         gc.collect()
-        return res
+        return out
+
+    def measure(self, fns, context=None):
+        """One row: prepare() then sample() of it alone."""
+        return self.sample([self.prepare(fns, context)])[0]
 
     def measure_flush(self, fn):
         """do_bench-style time of one call (triton.testing.do_bench's method): per rep, zero a 256 MB buffer (L2
@@ -513,7 +543,8 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True, peaks=None):
                 gc.collect()
                 torch.cuda.empty_cache()
                 continue
-            # kerntune
+            # kerntune and the anchors: each checked, then prepared; their replays are timed interleaved.
+            row_rows, preps = [], []
             r = dict(base, impl="kerntune", tol=ATTN_TOL[dname])
             if ctx.rt is None:
                 r["error"] = ctx.kt_error
@@ -530,17 +561,11 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True, peaks=None):
                     else:
                         fns = [(lambda i=i: ctx.rt.attention(qs[i], ks[i], vs[i], causal=causal, out=o))
                                for i in range(cnt)]
-                        r.update(timer.measure(fns))
-                        r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
-                        if dname in peak:
-                            r["peak_frac"] = r["tflops"] / peak[dname]
+                        preps.append((r, timer.prepare(fns)))
                 except Exception as e:
                     r["error"] = err_text(e)
                     r["traceback"] = traceback.format_exc(limit=3)
-            out_rows.append(r)
-            log(f"  .. {tag} kerntune: " + (f"{r['us']:.1f} us, {r['tflops']:.1f} TFLOP/s, rel err {r['rel_err']:.2e}"
-                                            if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
-            # anchors
+            row_rows.append(r)
             for impl, backend in sdpa_backends():
                 r = dict(base, impl=impl)
                 try:
@@ -552,15 +577,26 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True, peaks=None):
                         torch.cuda.synchronize()
                         r["rel_err"] = rel_err(out.transpose(1, 2)[:, ridx], ref)
                         del out
-                        r.update(timer.measure(fns))
+                    preps.append((r, timer.prepare(fns, context=lambda b=backend: sdpa_kernel([b]))))
+                except Exception as e:  # a backend refusing the shape is data, not a crash
+                    r["error"] = err_text(e)
+                row_rows.append(r)
+            try:
+                for (r, _), res in zip(preps, timer.sample([pr for _, pr in preps]) if preps else []):
+                    r.update(res)
                     r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
                     if dname in peak:
                         r["peak_frac"] = r["tflops"] / peak[dname]
-                except Exception as e:  # a backend refusing the shape is data, not a crash
-                    r["error"] = err_text(e)
-                out_rows.append(r)
-                log(f"  .. {tag} {impl}: " + (f"{r['us']:.1f} us, {r['tflops']:.1f} TFLOP/s"
-                                              if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            except Exception as e:
+                for r, _ in preps:
+                    r["error"] = f"timing failed: {err_text(e)}"
+            preps = None
+            for r in row_rows:
+                extra = (f", rel err {r['rel_err']:.2e}" if r["impl"] == "kerntune" and "rel_err" in r else "")
+                log(f"  .. {tag} {r['impl']}: " + (f"{r['us']:.1f} us, {r['tflops']:.1f} TFLOP/s{extra}"
+                                                   if "us" in r else f"FAILED {short(r.get('error'), 200)}")
+                    + eager_tag(r))
+            out_rows.extend(row_rows)
             qs = ks = vs = o = ref = None
             gc.collect()
             torch.cuda.empty_cache()
@@ -1322,7 +1358,7 @@ def main():
                            "per-launch median over replays", samples=samples, budget_ms=budget,
                     replay_us=args.replay_us, max_launches=args.max_launches, warmup_replays=timer.warmup_replays,
                     quick=args.quick, flush_method="do_bench-style: 256 MB zeroed, then one call between events; median",
-                    flush_max_m=args.flush_max_m, flush_reps=timer.flush_reps),
+                    flush_max_m=args.flush_max_m, flush_reps=timer.flush_reps, interleaved=["prefill"]),
         tolerances=dict(attention=ATTN_TOL, qkv=QKV_TOL),
         qkv_quant_act_dtype=args.quant_act_dtype,
         sections=sections,

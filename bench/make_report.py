@@ -60,6 +60,17 @@ class ReportError(Exception):
 # ---------------------------------------------------------------------------------------------------------------
 # formatting
 # ---------------------------------------------------------------------------------------------------------------
+
+def interleaved_text(timing):
+    """The sentence naming the sections whose rows of one workload were timed with their replays interleaved
+    (bench_all's timing.interleaved), or nothing when none was."""
+    secs = timing.get("interleaved") or []
+    if not secs:
+        return ""
+    return (" In the %s rows kerntune's and the anchors' replays of one workload alternate (kerntune, flash, cuDNN, "
+            "kerntune, ...), so that all three run at the same SM clocks." % " and ".join(secs))
+
+
 def cell(text):
     """A Markdown table cell: one line, pipes escaped."""
     return " ".join(str(text).split()).replace("|", "\\|")
@@ -440,7 +451,7 @@ def build_section(res, results_path, readme_path):
         "Timing, the same for kerntune and every anchor, in one process: a CUDA graph of launches walking through "
         "copies of the inputs that together exceed 3x the L2 (cold L2), replayed %s times, median time per launch "
         "(p20/p80 in the JSON); Python launch overhead is not included. Every kerntune output was checked against "
-        "a float64 reference before it was timed." % t.get("samples", "N"))
+        "a float64 reference before it was timed.%s" % (t.get("samples", "N"), interleaved_text(t)))
     out.append("")
     if res.get("kerntune_error"):
         out += ["**kerntune did not run:** %s" % cell(res["kerntune_error"]), ""]

@@ -14,7 +14,8 @@
 #  KT_TUNETIME_RESUME=1 continues the database and cache of the last call in /tmp, so a run longer than one call of the
 #  device tool is measured over several, the times summed; quality: autotune's default and --strategy exhaustive
 #  (--budget-ms KT_QUALITY_BUDGET_MS, default 10) on the named problems of KT_QUALITY_SHAPES (default
-#  shapes/qwen7b.json), then bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
+#  shapes/qwen7b.json; families KT_QUALITY_FAMILIES, default every family the file names), then
+#  bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
 #  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's; devices: the same tune of the named
 #  problems of KT_DEVICES_SHAPES (default shapes/qwen7b.json; families KT_DEVICES_FAMILIES, default attention_decode)
 #  on GPU 0, then on every GPU (--devices all), from one pre-compiled cubin cache: candidates per second of each and
@@ -97,7 +98,7 @@ print(f'default tune: {sum(t):.1f} s over {len(t)} call(s) {t}; same command aga
 fi
 if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
   qshapes=${KT_QUALITY_SHAPES:-shapes/qwen7b.json}
-  qtag=$(basename "$qshapes" .json)
+  qtag=$(basename "$qshapes" .json)${KT_QUALITY_FAMILIES:+-${KT_QUALITY_FAMILIES// /-}}
   qfast=/tmp/kt-quality-$qtag-fast.db; qexh=/tmp/kt-quality-$qtag-exhaustive.db; qcache=/tmp/kt-quality-cache
   [ "${KT_QUALITY_RESUME:-0}" = 1 ] || rm -rf "$qfast"* "$qexh"* "$qcache"
   echo "== tuning quality on $qshapes: the default strategy's winners among every candidate's exhaustive times"
@@ -107,6 +108,7 @@ if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
     local l=$(( ${KT_QUALITY_BUDGET_S} - ($(date +%s) - q0) )); [ "$l" -lt 1 ] && l=1; echo "$l"
   }
   qbase=("$BIN/autotune" --arch sm_90 --shapes "$qshapes" --grid listed --cache-dir "$qcache")
+  [ -n "${KT_QUALITY_FAMILIES:-}" ] && qbase+=(--families $KT_QUALITY_FAMILIES)
   "${qbase[@]}" --db "$qfast" --time-budget "$(qleft)" > "$OUT/quality_${qtag}_fast.log" 2>&1 || rc=1
   grep "^autotune: \(measured\|compiled\|--time-budget\)" "$OUT/quality_${qtag}_fast.log" | cut -c1-200
   if grep -q "time-budget .* spent" "$OUT/quality_${qtag}_fast.log"; then

@@ -388,6 +388,21 @@ def main():
         check("| heads " not in section, "one model: no heads column")
         check("Heads 28 query / 4 KV, head_dim 128. TFLOP/s" in " ".join(section.split()), "one model: heads sentence")
         check("shapes `shapes/qwen7b.json`);" in " ".join(section.split()), "one model: shapes in the header")
+        check("replays of one workload alternate" not in section, "no interleaving sentence without timing.interleaved")
+
+        # 1b. timing.interleaved names the sections whose rows alternate their replays
+        inter = fake_results()
+        inter["timing"]["interleaved"] = ["prefill"]
+        inter_path = os.path.join(res_dir, "interleaved.json")
+        with open(inter_path, "w") as f:
+            json.dump(inter, f)
+        inter_readme = os.path.join(tmp, "README_interleaved.md")
+        with open(inter_readme, "w") as f:
+            f.write(original)
+        rc, out, err = run("--results", inter_path, "--readme", inter_readme)
+        check(rc == 0, "interleaved results: exit 0 (rc=%d, stderr=%s)" % (rc, err))
+        check("In the prefill rows kerntune's and the anchors' replays of one workload alternate"
+              in " ".join(open(inter_readme).read().split()), "interleaving sentence names the prefill rows")
 
         # 2. idempotent
         rc, out, err = run("--results", res_path, "--readme", readme)
