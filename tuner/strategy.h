@@ -16,8 +16,10 @@ constexpr size_t kFastKeep = 3;
 void check_strategy(const std::string& strategy);
 
 /// The measuring rounds of one problem: every candidate at `first_budget_ms`, then, when `two_rounds`, the `keep`
-/// fastest of them again at the full budget (their second measurement is the one stored; the others keep their
-/// first-round row, which the database ranks like any other).
+/// fastest of them again at the full budget, as two passes at half of it in mirrored order (the finalists in order,
+/// then in reverse, so that a drift of the SM clock over the round reaches each alike; the two passes are stored as
+/// one row, worker.h merge_measurements); the others keep their first-round row, which the database ranks like any
+/// other.
 struct Rounds {
   bool two_rounds = false;
   double first_budget_ms = 0;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "cuda/nvml.h"
 #include "runtime/loaded_kernel.h"
 #include "tuner/session.h"
+#include "tuner/timing.h"
 
 namespace kt {
 namespace {
@@ -329,6 +331,22 @@ void WorkerPool::set_problem(const nlohmann::json& problem_cmd) {
   }
   problem_sent_ = true;
   setup_ms_ += j.value("setup_ms", 0.0);
+}
+
+WorkerResult merge_measurements(const WorkerResult& a, const WorkerResult& b) {
+  WorkerResult r = a.status == db::Status::ok && b.status != db::Status::ok ? b : a;
+  r.samples_us = a.samples_us;
+  r.samples_us.insert(r.samples_us.end(), b.samples_us.begin(), b.samples_us.end());
+  r.median_us = percentile(r.samples_us, 50);
+  r.p20_us = percentile(r.samples_us, 20);
+  r.p80_us = percentile(r.samples_us, 80);
+  r.rel_err = std::max(a.rel_err, b.rel_err);
+  const bool ka = a.sm_clock_mhz > 0, kb = b.sm_clock_mhz > 0;
+  r.sm_clock_mhz = ka && kb ? (a.sm_clock_mhz + b.sm_clock_mhz) / 2 : ka ? a.sm_clock_mhz : kb ? b.sm_clock_mhz : -1;
+  r.load_ms = a.load_ms + b.load_ms;
+  r.check_ms = a.check_ms + b.check_ms;
+  r.time_ms = a.time_ms + b.time_ms;
+  return r;
 }
 
 WorkerResult WorkerPool::measure(const nlohmann::json& measure_cmd) {

@@ -43,6 +43,12 @@ struct WorkerResult {
   double load_ms = 0, check_ms = 0, time_ms = 0;
 };
 
+/// One candidate's two measurements as one row (a two-round strategy times each finalist twice at half the budget, in
+/// mirrored order: tuner/strategy.h, Rounds): both measurements' samples, and the median, p20 and p80 over all of
+/// them; the status and error of `b` when `a` is ok and `b` is not, else of `a`; rel_err the larger; the SM clock the
+/// mean of the two that are known (-1 when neither is); the load, check and timing times summed.
+WorkerResult merge_measurements(const WorkerResult& a, const WorkerResult& b);
+
 /// Supervises worker processes. Not thread-safe (one tuner thread).
 class WorkerPool {
  public:

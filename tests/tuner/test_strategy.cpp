@@ -10,8 +10,45 @@
 
 #include "tuner/compile_queue.h"
 #include "tuner/strategy.h"
+#include "tuner/worker.h"
 
 using namespace kt;
+
+TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[tuner]") {
+  WorkerResult a, b;
+  a.status = b.status = db::Status::ok;
+  a.samples_us = {10, 11, 12, 13};  // the first pass, at a higher clock
+  b.samples_us = {14, 15, 16, 17};  // the second
+  a.median_us = 11.5;
+  b.median_us = 15.5;
+  a.rel_err = 1e-3;
+  b.rel_err = 2e-3;
+  a.sm_clock_mhz = 1980;
+  b.sm_clock_mhz = 1500;
+  a.load_ms = 1, a.check_ms = 2, a.time_ms = 3;
+  b.load_ms = 0, b.check_ms = 2, b.time_ms = 3;
+  const WorkerResult m = merge_measurements(a, b);
+  CHECK(m.status == db::Status::ok);
+  CHECK(m.samples_us == std::vector<double>{10, 11, 12, 13, 14, 15, 16, 17});
+  CHECK(m.median_us == Approx(13.5));  // over all eight samples, not either pass's
+  CHECK(m.p20_us == Approx(11.4));
+  CHECK(m.p80_us == Approx(15.6));
+  CHECK(m.rel_err == 2e-3);
+  CHECK(m.sm_clock_mhz == Approx(1740));
+  CHECK(m.load_ms == 1);
+  CHECK(m.check_ms == 4);
+  CHECK(m.time_ms == 6);
+  // A failing second pass makes the row a failure with its error; an unknown clock is left out of the mean.
+  b.status = db::Status::wrong_result;
+  b.error = "rel_l2 0.5 > 0.01";
+  b.sm_clock_mhz = -1;
+  const WorkerResult f = merge_measurements(a, b);
+  CHECK(f.status == db::Status::wrong_result);
+  CHECK(f.error == "rel_l2 0.5 > 0.01");
+  CHECK(f.sm_clock_mhz == 1980);
+  a.sm_clock_mhz = -1;
+  CHECK(merge_measurements(a, b).sm_clock_mhz == -1);
+}
 
 TEST_CASE("rounds_for: exhaustive one round, halving the best quarter, fast the best three at budget / 8", "[tuner]") {
   const Rounds ex = rounds_for("exhaustive", 40, 100);
