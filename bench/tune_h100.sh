@@ -19,7 +19,7 @@ if has quick; then
   KT_QUICK_CANDIDATES=${KT_QUICK_CANDIDATES:-4} OUT="$DB_DIR" scripts/gpu_all.sh quicktune > "$OUT/quicktune.log" 2>&1
   tail -n 3 "$OUT/quicktune.log"
 fi
-for s in qkv_tiled_fp16:24 qkv_tiled_quant:24 qkv_decode:120; do
+for s in qkv_tiled_fp16:24 qkv_tiled_quant:24 qkv_decode:128; do
   name=${s%%:*}; n=${s##*:}
   has "$name" || continue
   "$BIN/autotune" --arch sm_90 --shapes "bench/shapes_$name.json" --db "$DB_DIR/$name.db" --budget-ms 5 \
