@@ -9,7 +9,10 @@ For each (device, family, problem) that FAST has a winner for (the database's `w
   exh_best    = the least median of any candidate of that problem in EXH;
   ratio       = fast_in_exh / exh_best (1.00: FAST picked the fastest candidate; 1.05: 5% slower).
 Both times come from EXH, one run on one machine, so the ratio holds no run-to-run clock or thermal drift (unlike
-comparing the two databases' own times, which `autotune diff` does). A problem whose FAST winner EXH never measured
+comparing the two databases' own times, which `autotune diff` does). Within that run the SM clock still moves (an
+H200 under its power limit runs at 1.4-2.0 GHz): each compared row also gives the SM clock (NVML, read after the
+timing; the `sm_clock_mhz` column) of the two measurements, and a ratio above the threshold whose clock ratio
+(best's MHz / fast winner's MHz) is at least as large is counted as one the clock alone could explain. A problem whose FAST winner EXH never measured
 is "missing"; one EXH has and FAST does not is listed too. Each database's tuning time is the sum of its runs'
 (ended_at - started_at), from the `runs` table; a run still open (ended_at 0) counts as unknown.
 
@@ -49,23 +52,25 @@ def compare(fast, exh):
     if not winners:
         raise ValueError("the fast database has no winners")
     best = {}
-    for dev, fam, key, name, us in exh.execute(
-            "SELECT d.name, m.family, m.problem_key, m.variant_name, MIN(m.median_us) FROM measurements m "
+    # SQLite's bare columns beside MIN() come from the row holding the minimum: its variant and SM clock.
+    for dev, fam, key, name, us, mhz in exh.execute(
+            "SELECT d.name, m.family, m.problem_key, m.variant_name, MIN(m.median_us), m.sm_clock_mhz FROM measurements m "
             "JOIN devices d ON d.id = m.device_id WHERE m.status = 'ok' GROUP BY d.name, m.family, m.problem_key"):
-        best[(dev, fam, key)] = (name, us)
+        best[(dev, fam, key)] = (name, us, mhz)
     problems = []
     for dev, fam, key, name, cfg, fast_us in winners:
         row = {"device": dev, "family": fam, "problem": key, "fast_winner": name, "fast_winner_config": cfg,
                "fast_us_in_fast_db": fast_us}
         b = best.get((dev, fam, key))
-        same = exh.execute(
-            "SELECT MIN(m.median_us) FROM measurements m JOIN devices d ON d.id = m.device_id WHERE m.status = 'ok' "
-            "AND d.name = ? AND m.family = ? AND m.problem_key = ? AND m.variant_name = ? AND m.config_json = ?",
-            (dev, fam, key, name, cfg)).fetchone()[0]
+        same, same_mhz = exh.execute(
+            "SELECT MIN(m.median_us), m.sm_clock_mhz FROM measurements m JOIN devices d ON d.id = m.device_id "
+            "WHERE m.status = 'ok' AND d.name = ? AND m.family = ? AND m.problem_key = ? AND m.variant_name = ? "
+            "AND m.config_json = ?", (dev, fam, key, name, cfg)).fetchone()
         if b is None or same is None:
             row["status"] = "missing"
         else:
-            row.update(status="ok", exh_winner=b[0], exh_best_us=b[1], fast_us_in_exh=same, ratio=same / b[1])
+            row.update(status="ok", exh_winner=b[0], exh_best_us=b[1], fast_us_in_exh=same, ratio=same / b[1],
+                       fast_mhz_in_exh=same_mhz, exh_best_mhz=b[2])
         problems.append(row)
     fast_keys = {(r["device"], r["family"], r["problem"]) for r in problems}
     only_exh = sorted(k for k in best if k not in fast_keys)
@@ -91,22 +96,30 @@ def main():
     ok = [r for r in problems if r["status"] == "ok"]
     over = [r for r in ok if r["ratio"] > a.threshold]
     missing = [r for r in problems if r["status"] == "missing"]
-    print(f"{'ratio':>6}  {'fast us':>9}  {'best us':>9}  problem  (fast winner / exhaustive winner)")
+    def by_clock(r):  # the SM clock alone could explain the ratio
+        f, b = r.get("fast_mhz_in_exh") or 0, r.get("exh_best_mhz") or 0
+        return f > 0 and b > 0 and b / f >= r["ratio"]
+
+    clocked = [r for r in over if by_clock(r)]
+    print(f"{'ratio':>6}  {'fast us':>9}  {'best us':>9}  {'MHz fast/best':>13}  problem  "
+          "(fast winner / exhaustive winner)")
     for r in problems:
         if r["status"] == "missing":
-            print(f"{'-':>6}  {'-':>9}  {'-':>9}  {r['problem']}  ({r['fast_winner']}: not in the exhaustive database)")
+            print(f"{'-':>6}  {'-':>9}  {'-':>9}  {'-':>13}  {r['problem']}  "
+                  f"({r['fast_winner']}: not in the exhaustive database)")
         else:
-            mark = "  <-- over" if r["ratio"] > a.threshold else ""
-            print(f"{r['ratio']:6.3f}  {r['fast_us_in_exh']:9.2f}  {r['exh_best_us']:9.2f}  {r['problem']}  "
+            mark = ("  <-- over" + (" (clock)" if by_clock(r) else "")) if r["ratio"] > a.threshold else ""
+            mhz = f"{r['fast_mhz_in_exh']:.0f}/{r['exh_best_mhz']:.0f}"
+            print(f"{r['ratio']:6.3f}  {r['fast_us_in_exh']:9.2f}  {r['exh_best_us']:9.2f}  {mhz:>13}  {r['problem']}  "
                   f"({r['fast_winner']} / {r['exh_winner']}){mark}")
     for dev, fam, key in only_exh:
-        print(f"{'-':>6}  {'-':>9}  {'-':>9}  {key}  (no winner in the fast database)")
+        print(f"{'-':>6}  {'-':>9}  {'-':>9}  {'-':>13}  {key}  (no winner in the fast database)")
     t_fast, n_fast, open_fast = tuning_seconds(fast)
     t_exh, n_exh, open_exh = tuning_seconds(exh)
     families = sorted({r["family"] for r in ok})
     summary = {
         "threshold": a.threshold, "problems": len(problems), "compared": len(ok), "within": len(ok) - len(over),
-        "over": len(over), "missing": len(missing), "only_in_exhaustive": len(only_exh),
+        "over": len(over), "over_by_clock": len(clocked), "missing": len(missing), "only_in_exhaustive": len(only_exh),
         "worst_ratio": max((r["ratio"] for r in ok), default=None),
         "worst_by_family": {f: max(r["ratio"] for r in ok if r["family"] == f) for f in families},
         "fast_seconds": t_fast, "fast_runs": n_fast, "fast_runs_open": open_fast,
@@ -114,7 +127,8 @@ def main():
     }
     worst = f"{summary['worst_ratio']:.3f}" if ok else "-"
     print(f"\n{summary['within']} of {len(problems)} problems within {a.threshold:.2f}x of the exhaustive best "
-          f"(worst {worst}; {len(over)} over, {len(missing)} missing); per family: "
+          f"(worst {worst}; {len(over)} over, {len(clocked)} of them by the SM clock alone, {len(missing)} missing); "
+          "per family: "
           + ", ".join(f"{f} {v:.3f}" for f, v in summary["worst_by_family"].items()))
     print(f"tuning time: fast {t_fast:.0f} s over {n_fast} run(s), exhaustive {t_exh:.0f} s over {n_exh} run(s)"
           + (f" ({open_fast + open_exh} run(s) not finished)" if open_fast + open_exh else ""))

@@ -8,7 +8,8 @@ initial migration script, read from the source), runs tune_quality.py as a subpr
 fast winner's time in the exhaustive database over that database's best (not the fast database's own time); a
 ratio above --threshold, and a fast winner the exhaustive database never measured, give exit status 1 and are
 named; a higher threshold accepts the first; the JSON summary counts them; problems only in the exhaustive database
-are listed; tuning times are the runs' summed durations; a non-database file, a database without measurements and a
+are listed; each compared row shows both measurements' SM clocks, and a ratio over the threshold that the clock
+ratio covers is marked and counted as the clock's; tuning times are the runs' summed durations; a non-database file, a database without measurements and a
 fast database without winners give exit status 2.
 """
 import json
@@ -39,18 +40,19 @@ def schema():
 
 
 def make_db(path, runs, rows):
-    """rows: (problem_key, variant_name, median_us[, status]); one device, family attention_decode."""
+    """rows: (problem_key, variant_name, median_us[, status[, sm_clock_mhz (default 1980)]]); one device, family
+    attention_decode."""
     con = sqlite3.connect(path)
     con.executescript(schema())
     con.execute("INSERT INTO devices VALUES (1, 'NVIDIA H200', 'GPU-1', 9, 0, 132, 62914560, 580, 1980000, 3201000)")
     for i, (start, end) in enumerate(runs, 1):
         con.execute("INSERT INTO runs VALUES (?, 'autotune', 's.json', 'h', '0.1.0', 'host', ?, ?)", (i, start, end))
-    for key, name, us, *status in rows:
+    for key, name, us, *rest in rows:
         con.execute(
             "INSERT INTO measurements (run_id, device_id, family, problem_key, problem_json, variant_name, config_json,"
             " binary_hash, status, median_us, p20_us, p80_us, samples_json, error, sm_clock_mhz, rel_err, metric,"
-            " measured_at) VALUES (1, 1, 'attention_decode', ?, '{}', ?, ?, NULL, ?, ?, ?, ?, '[]', '', 1980, 0, 0, 0)",
-            (key, name, json.dumps({"v": name}), status[0] if status else "ok", us, us, us))
+            " measured_at) VALUES (1, 1, 'attention_decode', ?, '{}', ?, ?, NULL, ?, ?, ?, ?, '[]', '', ?, 0, 0, 0)",
+            (key, name, json.dumps({"v": name}), rest[0] if rest else "ok", us, us, us, rest[1] if len(rest) > 1 else 1980))
     con.commit()
     con.close()
 
@@ -89,9 +91,19 @@ with tempfile.TemporaryDirectory() as d:
     check((s["problems"], s["compared"], s["within"], s["over"], s["missing"], s["only_in_exhaustive"]) ==
           (3, 2, 1, 1, 1, 1), f"summary counts: {s}")
     check(abs(s["worst_ratio"] - 10.2 / 9.9) < 1e-9, "worst ratio")
+    check(s["over_by_clock"] == 0, f"same clocks: no ratio explained by the clock: {s}")
+    check(line1 and "1980/1980" in line1[0] and "(clock)" not in line1[0], f"p1 clocks shown: {line1}")
     r1 = [r for r in q["problems"] if r["problem"] == "p1"][0]
     check(r1["fast_us_in_fast_db"] == 10.0 and r1["fast_us_in_exh"] == 10.2 and r1["exh_best_us"] == 9.9,
           f"p1 row times: {r1}")
+    # p1's best measured at a 6% higher SM clock than the fast winner's row: its 3% is counted as the clock's.
+    exh_clk = os.path.join(d, "exh_clk.db")
+    make_db(exh_clk, [(0, 10)], [("p1", "A", 10.2, "ok", 1980), ("p1", "C", 9.9, "ok", 2100), ("p2", "B", 5.0)])
+    rc, out, _ = run("--fast", fast, "--exhaustive", exh_clk, "--json", js)
+    q2 = json.load(open(js))
+    check(q2["summary"]["over"] == 1 and q2["summary"]["over_by_clock"] == 1, f"over by clock: {q2['summary']}")
+    check(any(" p1 " in l and "1980/2100" in l and "(clock)" in l for l in out.splitlines()), f"p1 marked: {out}")
+    check("1 of them by the SM clock alone" in out, f"summary line names the clock: {out[-300:]}")
     # A looser threshold accepts p1; p3 stays missing.
     rc, out, _ = run("--fast", fast, "--exhaustive", exh, "--threshold", "1.05")
     check(rc == 1 and "2 of 3 problems within 1.05x" in out, f"threshold 1.05: {rc} {out[-300:]}")
