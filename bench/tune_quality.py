@@ -9,12 +9,12 @@ For each (device, family, problem) that FAST has a winner for (the database's `w
   exh_best    = the least median of any candidate of that problem in EXH;
   ratio       = fast_in_exh / exh_best (1.00: FAST picked the fastest candidate; 1.05: 5% slower).
 Both times come from EXH, one run on one machine, so the ratio holds no run-to-run clock or thermal drift (unlike
-comparing the two databases' own times, which `autotune diff` does). Within that run the SM clock still moves (an
-H200 under its power limit runs at 1.4-2.0 GHz): each compared row also gives the SM clock (NVML, read after the
-timing; the `sm_clock_mhz` column) of the two measurements, and a ratio above the threshold whose clock ratio
-(best's MHz / fast winner's MHz) is at least as large is counted as one the clock alone could explain. A problem whose FAST winner EXH never measured
-is "missing"; one EXH has and FAST does not is listed too. Each database's tuning time is the sum of its runs'
-(ended_at - started_at), from the `runs` table; a run still open (ended_at 0) counts as unknown.
+comparing the two databases' own times, which `autotune diff` does). Within that run the SM clock still moves (an H200
+under its power limit runs at 1.4-2.0 GHz): each compared row also gives the SM clock (NVML, read after the timing; the
+`sm_clock_mhz` column) of the two measurements, and a ratio above the threshold whose clock ratio (best's MHz / fast
+winner's MHz) is at least as large is counted as one the clock alone could explain. A problem whose FAST winner EXH
+never measured is "missing"; one EXH has and FAST does not is listed too. Each database's tuning time is the sum of its
+runs' (ended_at - started_at), from the `runs` table; a run still open (ended_at 0) counts as unknown.
 
 Prints a table and a summary; --json writes {"problems": [...], "summary": {...}}. Exit status: 0 when every FAST
 problem has a ratio <= --threshold, 1 when one is above it or missing, 2 for bad input (a file that is not a kerntune
@@ -54,8 +54,9 @@ def compare(fast, exh):
     best = {}
     # SQLite's bare columns beside MIN() come from the row holding the minimum: its variant and SM clock.
     for dev, fam, key, name, us, mhz in exh.execute(
-            "SELECT d.name, m.family, m.problem_key, m.variant_name, MIN(m.median_us), m.sm_clock_mhz FROM measurements m "
-            "JOIN devices d ON d.id = m.device_id WHERE m.status = 'ok' GROUP BY d.name, m.family, m.problem_key"):
+            "SELECT d.name, m.family, m.problem_key, m.variant_name, MIN(m.median_us), m.sm_clock_mhz "
+            "FROM measurements m JOIN devices d ON d.id = m.device_id WHERE m.status = 'ok' "
+            "GROUP BY d.name, m.family, m.problem_key"):
         best[(dev, fam, key)] = (name, us, mhz)
     problems = []
     for dev, fam, key, name, cfg, fast_us in winners:

@@ -4,13 +4,13 @@
     python3 bench/tests/test_tune_quality.py        # exit status 0 = all passed, 1 = a failure
 
 Builds a fast and an exhaustive tuning database in a temp folder with the schema cache/tuning_db.cpp creates (its
-initial migration script, read from the source), runs tune_quality.py as a subprocess and checks: the ratio is the
-fast winner's time in the exhaustive database over that database's best (not the fast database's own time); a
-ratio above --threshold, and a fast winner the exhaustive database never measured, give exit status 1 and are
-named; a higher threshold accepts the first; the JSON summary counts them; problems only in the exhaustive database
-are listed; each compared row shows both measurements' SM clocks, and a ratio over the threshold that the clock
-ratio covers is marked and counted as the clock's; tuning times are the runs' summed durations; a non-database file, a database without measurements and a
-fast database without winners give exit status 2.
+initial migration script, read from the source), runs tune_quality.py as a subprocess and checks: the ratio is the fast
+winner's time in the exhaustive database over that database's best (not the fast database's own time); a ratio above
+--threshold, and a fast winner the exhaustive database never measured, give exit status 1 and are named; a higher
+threshold accepts the first; the JSON summary counts them; problems only in the exhaustive database are listed; each
+compared row shows both measurements' SM clocks, and a ratio over the threshold that the clock ratio covers is marked
+and counted as the clock's; tuning times are the runs' summed durations; a non-database file, a database without
+measurements and a fast database without winners give exit status 2.
 """
 import json
 import os
@@ -52,7 +52,8 @@ def make_db(path, runs, rows):
             "INSERT INTO measurements (run_id, device_id, family, problem_key, problem_json, variant_name, config_json,"
             " binary_hash, status, median_us, p20_us, p80_us, samples_json, error, sm_clock_mhz, rel_err, metric,"
             " measured_at) VALUES (1, 1, 'attention_decode', ?, '{}', ?, ?, NULL, ?, ?, ?, ?, '[]', '', ?, 0, 0, 0)",
-            (key, name, json.dumps({"v": name}), rest[0] if rest else "ok", us, us, us, rest[1] if len(rest) > 1 else 1980))
+            (key, name, json.dumps({"v": name}), rest[0] if rest else "ok", us, us, us,
+             rest[1] if len(rest) > 1 else 1980))
     con.commit()
     con.close()
 
