@@ -749,8 +749,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
                      [](const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; });
     // The final round: the finalists at half the full budget in order, then again in reverse (A B C, then C B A), each
     // stored as one row of both measurements: a drift of the SM clock over the round (the power limit moves it by up
-    // to 25%) reaches every finalist alike. What a stop leaves unmeasured keeps the row it has.
+    // to 25%) reaches every finalist alike. The other candidates' first-round rows are stored first; what a stop leaves
+    // unmeasured keeps the row it has.
     const size_t finalists = std::min(rounds.keep, round.size());
+    for (size_t k = finalists; k < round.size(); ++k) record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
     std::vector<kt::WorkerResult> pass1;
     for (size_t k = 0; k < finalists && !stop_measuring(); ++k)
       pass1.push_back(measure(round[k].c, *round[k].cr, a.budget_ms / 2));
@@ -762,7 +764,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       const auto merged = kt::merge_measurements(pass1[k], measure(round[k].c, *round[k].cr, a.budget_ms / 2));
       record(it, round[k].c, *round[k].cr, &merged, device_id);
     }
-    for (size_t k = pass1.size(); k < round.size(); ++k) record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
+    for (size_t k = pass1.size(); k < finalists; ++k) record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
   };
   // The named problems first, then the bucket grid (whose candidates come from its named neighbours' results).
   // Within a phase every GPU's thread takes the next problem: a problem is measured on one GPU, and a worker that
