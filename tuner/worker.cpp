@@ -335,6 +335,10 @@ void WorkerPool::set_problem(const nlohmann::json& problem_cmd) {
 
 WorkerResult merge_measurements(const WorkerResult& a, const WorkerResult& b) {
   WorkerResult r = a.status == db::Status::ok && b.status != db::Status::ok ? b : a;
+  r.load_ms = a.load_ms + b.load_ms;
+  r.check_ms = a.check_ms + b.check_ms;
+  r.time_ms = a.time_ms + b.time_ms;
+  if (r.status != db::Status::ok) return r;  // the failing pass's row as it is: no times from the other pass
   r.samples_us = a.samples_us;
   r.samples_us.insert(r.samples_us.end(), b.samples_us.begin(), b.samples_us.end());
   r.median_us = percentile(r.samples_us, 50);
@@ -343,9 +347,6 @@ WorkerResult merge_measurements(const WorkerResult& a, const WorkerResult& b) {
   r.rel_err = std::max(a.rel_err, b.rel_err);
   const bool ka = a.sm_clock_mhz > 0, kb = b.sm_clock_mhz > 0;
   r.sm_clock_mhz = ka && kb ? (a.sm_clock_mhz + b.sm_clock_mhz) / 2 : ka ? a.sm_clock_mhz : kb ? b.sm_clock_mhz : -1;
-  r.load_ms = a.load_ms + b.load_ms;
-  r.check_ms = a.check_ms + b.check_ms;
-  r.time_ms = a.time_ms + b.time_ms;
   return r;
 }
 

@@ -38,16 +38,24 @@ TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[t
   CHECK(m.load_ms == 1);
   CHECK(m.check_ms == 4);
   CHECK(m.time_ms == 6);
-  // A failing second pass makes the row a failure with its error; an unknown clock is left out of the mean.
-  b.status = db::Status::wrong_result;
-  b.error = "rel_l2 0.5 > 0.01";
+  // An unknown clock is left out of the mean.
   b.sm_clock_mhz = -1;
-  const WorkerResult f = merge_measurements(a, b);
-  CHECK(f.status == db::Status::wrong_result);
-  CHECK(f.error == "rel_l2 0.5 > 0.01");
-  CHECK(f.sm_clock_mhz == 1980);
+  CHECK(merge_measurements(a, b).sm_clock_mhz == 1980);
   a.sm_clock_mhz = -1;
   CHECK(merge_measurements(a, b).sm_clock_mhz == -1);
+  // A failing second pass is the row as it is (its error, no samples of the other pass), with both passes' times.
+  WorkerResult bad;
+  bad.status = db::Status::wrong_result;
+  bad.error = "rel_l2 0.5 > 0.01";
+  bad.rel_err = 0.5;
+  bad.check_ms = 2;
+  const WorkerResult f = merge_measurements(a, bad);
+  CHECK(f.status == db::Status::wrong_result);
+  CHECK(f.error == "rel_l2 0.5 > 0.01");
+  CHECK(f.samples_us.empty());
+  CHECK(f.median_us == 0);
+  CHECK(f.rel_err == 0.5);
+  CHECK(f.check_ms == 4);
 }
 
 TEST_CASE("rounds_for: exhaustive one round, halving the best quarter, fast the best three at budget / 8", "[tuner]") {
