@@ -59,10 +59,11 @@ Timing: the same for kerntune and for every anchor.
     L launches between events) and marked timing="eager".
   - Replays are timed with torch.cuda.Event pairs; per-launch time = replay time / L; the row gives the median over
     the replays (p20/p80 too), after --warmup-replays untimed replays. Replays: --samples, fewer when a replay
-    would overrun --budget-ms (never fewer than 5). Prefill: kerntune's and both anchors' graphs of one workload are
-    captured first and their replays interleaved (kerntune, flash, cuDNN, kerntune, ...), so that the three see the
-    same SM clocks (the GPU's power limit moves them by up to 25% within a run); the ratios of a row compare like
-    with like.
+    would overrun --budget-ms (never fewer than 5). Every section interleaves: the graphs of one workload (prefill:
+    kerntune, flash, cuDNN; decode: kerntune, the read ceiling, flash, cuDNN; qkv: every anchor and every format's
+    kerntune row of one M) are captured first and their replays interleaved (kerntune, flash, cuDNN, kerntune, ...),
+    so that all of them see the same SM clocks (the GPU's power limit moves them by up to 25% within a run); the
+    ratios of a row compare like with like.
   - Projection rows with M <= --flush-max-m (default 16: the decode sizes), and the decode rows named above, are also
     timed the way published decode
     numbers usually are: triton.testing.do_bench's method, a
@@ -682,7 +683,10 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                 gc.collect()
                 torch.cuda.empty_cache()
                 continue
-            # kerntune
+            # kerntune, the read ceiling and the anchors: each checked, then prepared; their replays are timed
+            # interleaved, then the do_bench-style numbers (B <= 16, q_len 1) one row after another.
+            row_rows, preps = [], []  # preps: (row, prepared handle, launch function for the do_bench-style number)
+            flush = b <= 16 and ql == 1
             r = dict(base, impl="kerntune", tol=ATTN_TOL[dname])
             if ctx.rt is None:
                 r["error"] = ctx.kt_error
@@ -705,28 +709,21 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                     if not math.isfinite(e) or e > ATTN_TOL[dname]:
                         r["error"] = f"wrong result: rel err {e:.3g} > tol {ATTN_TOL[dname]:g} (not timed)"
                     else:
-                        r.update(timer.measure([(lambda i=i: call(i)) for i in range(cnt)]))
-                        r["gbps"] = nbytes / (r["us"] * 1e-6) / 1e9
-                        if b <= 16 and ql == 1:  # the do_bench-style number beside the graph one
-                            r.update(timer.measure_flush(lambda: call(0)))
+                        fns = [(lambda i=i: call(i)) for i in range(cnt)]
+                        preps.append((r, timer.prepare(fns), (lambda: call(0)) if flush else None))
                 except Exception as e:
                     r["error"] = err_text(e)
                     r["traceback"] = traceback.format_exc(limit=3)
-            out_rows.append(r)
-            log(f"  .. {tag} kerntune: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s, rel err {r['rel_err']:.2e}"
-                                            if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            row_rows.append(r)
             # the read ceiling: one reduction over the same K and V bytes (a pure-read kernel, timed the same way)
             r = dict(base, impl="read_ceiling", bytes=kv_bytes)
             try:
                 sink = torch.empty((), dtype=torch.float32, device=dev)
-                r.update(timer.measure([(lambda i=i: torch.sum(kvs[i].view(-1), 0, dtype=torch.float32, out=sink))
-                                        for i in range(cnt)]))
-                r["gbps"] = kv_bytes / (r["us"] * 1e-6) / 1e9
+                fns = [(lambda i=i: torch.sum(kvs[i].view(-1), 0, dtype=torch.float32, out=sink)) for i in range(cnt)]
+                preps.append((r, timer.prepare(fns), None))
             except Exception as e:
                 r["error"] = err_text(e)
-            out_rows.append(r)
-            log(f"  .. {tag} read ceiling: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s" if "us" in r
-                                                else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            row_rows.append(r)
             # anchors (contiguous layouts only: SDPA has no paged cache; paged rows compare with the contiguous ones)
             for impl, backend in (() if page else sdpa_backends()):
                 r = dict(base, impl=impl)
@@ -741,15 +738,35 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                         torch.cuda.synchronize()
                         r["rel_err"] = rel_err(out.transpose(1, 2), ref)
                         del out
-                        r.update(timer.measure(fns))
-                        if b <= 16 and ql == 1:
-                            r.update(timer.measure_flush(fns[0]))
-                    r["gbps"] = nbytes / (r["us"] * 1e-6) / 1e9
+                    ctxf = lambda b_=backend: sdpa_kernel([b_])
+                    fl = None
+                    if flush:
+                        def fl(f=fns[0], c=ctxf):
+                            with c():
+                                f()
+                    preps.append((r, timer.prepare(fns, context=ctxf), fl))
                 except Exception as e:
                     r["error"] = err_text(e)
-                out_rows.append(r)
-                log(f"  .. {tag} {impl}: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s"
-                                              if "us" in r else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+                row_rows.append(r)
+            try:
+                for (r, _, _), res in zip(preps, timer.sample([pr for _, pr, _ in preps]) if preps else []):
+                    r.update(res)
+                    r["gbps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
+            except Exception as e:
+                for r, _, _ in preps:
+                    r["error"] = f"timing failed: {err_text(e)}"
+            for r, _, fl in preps:
+                if fl is not None and "us" in r:
+                    try:
+                        r.update(timer.measure_flush(fl))
+                    except Exception as e:
+                        r["error"] = f"do_bench-style timing failed: {err_text(e)}"
+            preps = None
+            for r in row_rows:
+                extra = f", rel err {r['rel_err']:.2e}" if r["impl"] == "kerntune" and "rel_err" in r else ""
+                log(f"  .. {tag} {r['impl']}: " + (f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s{extra}" if "us" in r
+                                                   else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+            out_rows.extend(row_rows)
             qs = kvs = ks = vs = pages = ref = o = None
             gc.collect()
             torch.cuda.empty_cache()
@@ -759,6 +776,9 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
 
 
 def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16, table=True):
+    """The projection rows, one M at a time: the anchors' and every format's kerntune rows of that M are checked, then
+    prepared, and their replays timed interleaved (Timer.sample), so that all of them see the same SM clocks; the
+    do_bench-style numbers (M <= flush_max_m) follow, one row after another."""
     from kerntune import weight_element_dtype  # the package is pure Python: importable without the library
     hidden, hq, hkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     has_bias = bool(cfg.get("qkv_bias", False))
@@ -783,7 +803,8 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16, table=True):
         g = torch.Generator(device=dev).manual_seed(10_000 + m)
         return torch.randn(m, kdim, device=dev, generator=g).to(dt)
 
-    # ---- anchors ------------------------------------------------------------------------------------------
+    # ---- every implementation's inputs, once: the anchors' 16-bit weights, tinygemm's, each format's packed copies
+    dense = {}  # dtype name -> (weight copies, bias copies, (q, k, v) weight views, (q, k, v) bias views) or error
     for dname in ("fp16", "bf16"):
         dt = dtype_of(dname)
         try:
@@ -794,159 +815,158 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16, table=True):
             w3 = [(w_[:nq], w_[nq:nq + nkv], w_[nq + nkv:]) for w_ in ws]
             b3 = [((b_[:nq], b_[nq:nq + nkv], b_[nq + nkv:]) if b_ is not None else (None, None, None)) for b_ in bs]
             del wd
-            setup_error = None
+            dense[dname] = (ws, bs, w3, b3)
         except Exception as e:
-            setup_error = f"setup failed: {err_text(e)}"
-        for m in tokens:
-            for impl in ("cublas_fused", "linear_x3"):
-                r = dict(base0, impl=impl, format=dname, dtype=dname, m=m, weight_bytes=n * kdim * 2)
-                if setup_error:
-                    r["error"] = setup_error
-                else:
-                    try:
-                        x = make_x(m, dt)
-                        if impl == "cublas_fused":
-                            fns = [(lambda i=i: F.linear(x, ws[i], bs[i])) for i in range(cnt)]
-                        else:
-                            fns = [(lambda i=i: (F.linear(x, w3[i][0], b3[i][0]), F.linear(x, w3[i][1], b3[i][1]),
-                                                 F.linear(x, w3[i][2], b3[i][2]))) for i in range(cnt)]
-                        r.update(timer.measure(fns))
-                        r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
-                        r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
-                        if m <= flush_max_m:
-                            r.update(timer.measure_flush(fns[0]))
-                        x = fns = None
-                    except Exception as e:
-                        r["error"] = err_text(e)
-                out_rows.append(r)
-                log(f"  .. qkv anchor {impl} {dname} M={m}: " + (f"{r['us']:.1f} us" if "us" in r
-                                                                  else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
-        ws = bs = w3 = b3 = None
-        gc.collect()
-        torch.cuda.empty_cache()
-
+            dense[dname] = f"setup failed: {err_text(e)}"
     # tinygemm int4 (bf16, group 128, no bias): the calls of bench/qkv_anchors.py
+    tiny = None
     try:
         w_u8 = torch.randint(0, 256, (n, kdim // 2), dtype=torch.uint8, device=dev)
         tp0 = torch.ops.aten._convert_weight_to_int4pack(w_u8, 8)
         sz0 = torch.randn(kdim // 128, n, 2, device=dev, dtype=torch.bfloat16) * 0.01
         cnt = n_copies(tensor_bytes(tp0, sz0), l2)
-        tps = [tp0.clone() for _ in range(cnt)]
-        szs = [sz0.clone() for _ in range(cnt)]
+        tiny = ([tp0.clone() for _ in range(cnt)], [sz0.clone() for _ in range(cnt)])
         del w_u8, tp0, sz0
-        tiny_error = None
     except Exception as e:
-        tiny_error = f"tinygemm int4 unavailable: {err_text(e)}"
-    for m in tokens:
-        r = dict(base0, impl="tinygemm_int4", format="int4", dtype="bf16", m=m, bias=False,
-                 weight_bytes=n * kdim // 2 + n * (kdim // 128) * 4)
-        if tiny_error:
-            r["error"] = tiny_error
-        else:
-            try:
-                x = make_x(m, torch.bfloat16)
-                fns = [(lambda i=i: torch.ops.aten._weight_int4pack_mm(x, tps[i], 128, szs[i])) for i in range(cnt)]
-                r.update(timer.measure(fns))
-                r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
-                r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
-                if m <= flush_max_m:
-                    r.update(timer.measure_flush(fns[0]))
-                x = fns = None
-            except Exception as e:
-                r["error"] = err_text(e)
-        out_rows.append(r)
-        log(f"  .. qkv anchor tinygemm_int4 bf16 M={m}: " + (f"{r['us']:.1f} us" if "us" in r
-                                                              else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
-    tps = szs = None
-    gc.collect()
-    torch.cuda.empty_cache()
-
-    # ---- kerntune, per format -------------------------------------------------------------------------------
+        tiny = f"tinygemm int4 unavailable: {err_text(e)}"
+    packed = {}  # format -> dict(aname, tol, copies, wbytes, note, quant_err, wdq, bias_d, b64) or dict(error)
     for fmt in formats:
         # 16-bit weights run in their own dtype (the K-blocked fp16_kb64 / bf16_kb64 too); the others in quant_act
         aname = weight_element_dtype(fmt) or quant_act
-        dt = dtype_of(aname)
-        tol = QKV_TOL[aname]
-        prep_error, note, copies = None, None, None
-        quant_err = None
+        st = dict(aname=aname, tol=QKV_TOL[aname])
         if ctx.rt is None:
-            prep_error = ctx.kt_error
+            st["error"] = ctx.kt_error
         else:
             try:
                 pw = quantize(ctx.kt, w32, fmt)
                 wdq = torch.as_tensor(pw.dequantize()).to(torch.float64)
                 if tuple(wdq.shape) != (n, kdim):
                     raise RuntimeError(f"dequantize() gave shape {tuple(wdq.shape)}, expected {(n, kdim)}")
-                quant_err = rel_err(wdq, w32)
-                wdq = wdq.to(dev)
-                cnt = n_copies(packed_bytes(pw), l2)
-                copies, note = packed_cuda_copies(pw, cnt)
-                wbytes = packed_bytes(copies[0])
-                bias_d = b32.to(dev, dt) if has_bias else None
-                b64 = b32.to(dev, torch.float64) if has_bias else None
-                del pw
+                st["quant_err"] = rel_err(wdq, w32)
+                st["wdq"] = wdq.to(dev)
+                copies, st["note"] = packed_cuda_copies(pw, n_copies(packed_bytes(pw), l2))
+                st["copies"], st["wbytes"] = copies, packed_bytes(copies[0])
+                st["bias_d"] = b32.to(dev, dtype_of(aname)) if has_bias else None
+                st["b64"] = b32.to(dev, torch.float64) if has_bias else None
+                del pw, wdq
             except Exception as e:
-                prep_error = f"quantize/setup failed: {err_text(e)}"
-        for m in tokens:
-            r = dict(base0, impl="kerntune", format=fmt, dtype=aname, m=m, rope=theta is not None, tol=tol)
-            if quant_err is not None:
-                r["weight_quant_rel_err"] = quant_err
-            if prep_error:
-                r["error"] = prep_error
-                out_rows.append(r)
-                log(f"  .. qkv kerntune {fmt} M={m}: FAILED {short(prep_error, 200)}")
+                st = dict(st, error=f"quantize/setup failed: {err_text(e)}")
+        packed[fmt] = st
+
+    def anchor_fns(impl, dname, x):
+        if impl == "tinygemm_int4":
+            tps, szs = tiny
+            return [(lambda i=i: torch.ops.aten._weight_int4pack_mm(x, tps[i], 128, szs[i])) for i in range(len(tps))]
+        ws, bs, w3, b3 = dense[dname]
+        if impl == "cublas_fused":
+            return [(lambda i=i: F.linear(x, ws[i], bs[i])) for i in range(len(ws))]
+        return [(lambda i=i: (F.linear(x, w3[i][0], b3[i][0]), F.linear(x, w3[i][1], b3[i][1]),
+                              F.linear(x, w3[i][2], b3[i][2]))) for i in range(len(ws))]
+
+    def kerntune_fns(fmt, m, x, r):
+        """Checks kerntune's output for format fmt at M = m against the float64 reference (outputs poisoned first) and
+        returns its launch functions, or None with r["error"] set."""
+        st = packed[fmt]
+        if "error" in st:
+            r["error"] = st["error"]
+            return None
+        r["weight_bytes"] = st["wbytes"]
+        if st["note"]:
+            r["note"] = st["note"]
+        dt = dtype_of(st["aname"])
+        pos = torch.arange(m, dtype=torch.int32, device=dev)
+        qo = torch.empty(m, hq, d, device=dev, dtype=dt)
+        ko = torch.empty(m, hkv, d, device=dev, dtype=dt)
+        vo = torch.empty(m, hkv, d, device=dev, dtype=dt)
+        copies = st["copies"]
+        kw = dict(bias=st["bias_d"], positions=pos, num_heads=hq, num_kv_heads=hkv, head_dim=d, rope_theta=theta)
+        r["explain"] = ctx.rt.explain_qkv(x, copies[0], num_heads=hq, num_kv_heads=hkv, head_dim=d,
+                                          has_bias=has_bias, rope=theta is not None)
+        for t in (qo, ko, vo):
+            t.fill_(float("nan"))
+        ctx.rt.qkv_proj(x, copies[0], out=(qo, ko, vo), **kw)
+        torch.cuda.synchronize()
+        y = x.double() @ st["wdq"].t()  # float64 reference with the dequantized weight
+        if st["b64"] is not None:
+            y += st["b64"]
+        rq = y[:, :nq].reshape(m, hq, d)
+        rk = y[:, nq:nq + nkv].reshape(m, hkv, d)
+        rv = y[:, nq + nkv:].reshape(m, hkv, d)
+        if theta is not None:
+            rq, rk = rope_ref(rq, pos, theta), rope_ref(rk, pos, theta)
+        errs = dict(q=rel_err(qo, rq), k=rel_err(ko, rk), v=rel_err(vo, rv))
+        del y, rq, rk, rv
+        e = max(errs.values())
+        r["rel_err"], r["rel_err_qkv"] = e, errs
+        if not math.isfinite(e) or e > st["tol"]:
+            r["error"] = (f"wrong result: rel err q {errs['q']:.3g} k {errs['k']:.3g} v {errs['v']:.3g}"
+                          f" > tol {st['tol']:g} (not timed)")
+            return None
+        return [(lambda i=i: ctx.rt.qkv_proj(x, copies[i], out=(qo, ko, vo), **kw)) for i in range(len(copies))]
+
+    for m in tokens:
+        xs = {dn: make_x(m, dtype_of(dn)) for dn in ("fp16", "bf16")}
+        row_rows, preps = [], []  # preps: (row, prepared handle, first launch function)
+        jobs = [(impl, dn) for dn in ("fp16", "bf16") for impl in ("cublas_fused", "linear_x3")]
+        jobs += [("tinygemm_int4", "bf16")] + [("kerntune", fmt) for fmt in formats]
+        for impl, what in jobs:
+            if impl == "kerntune":
+                st = packed[what]
+                r = dict(base0, impl=impl, format=what, dtype=st["aname"], m=m, rope=theta is not None, tol=st["tol"])
+                if "quant_err" in st:
+                    r["weight_quant_rel_err"] = st["quant_err"]
+                setup = None
+            elif impl == "tinygemm_int4":
+                r = dict(base0, impl=impl, format="int4", dtype="bf16", m=m, bias=False,
+                         weight_bytes=n * kdim // 2 + n * (kdim // 128) * 4)
+                setup = tiny if isinstance(tiny, str) else None
+            else:
+                r = dict(base0, impl=impl, format=what, dtype=what, m=m, weight_bytes=n * kdim * 2)
+                setup = dense[what] if isinstance(dense[what], str) else None
+            row_rows.append(r)
+            if setup:
+                r["error"] = setup
                 continue
-            r["weight_bytes"] = wbytes
-            if note:
-                r["note"] = note
             try:
-                x = make_x(m, dt)
-                pos = torch.arange(m, dtype=torch.int32, device=dev)
-                qo = torch.empty(m, hq, d, device=dev, dtype=dt)
-                ko = torch.empty(m, hkv, d, device=dev, dtype=dt)
-                vo = torch.empty(m, hkv, d, device=dev, dtype=dt)
-                kw = dict(bias=bias_d, positions=pos, num_heads=hq, num_kv_heads=hkv, head_dim=d, rope_theta=theta)
-                r["explain"] = ctx.rt.explain_qkv(x, copies[0], num_heads=hq, num_kv_heads=hkv, head_dim=d,
-                                                  has_bias=has_bias, rope=theta is not None)
-                for t in (qo, ko, vo):
-                    t.fill_(float("nan"))
-                ctx.rt.qkv_proj(x, copies[0], out=(qo, ko, vo), **kw)
-                torch.cuda.synchronize()
-                # float64 reference with the dequantized weight
-                y = x.double() @ wdq.t()
-                if b64 is not None:
-                    y += b64
-                rq = y[:, :nq].reshape(m, hq, d)
-                rk = y[:, nq:nq + nkv].reshape(m, hkv, d)
-                rv = y[:, nq + nkv:].reshape(m, hkv, d)
-                if theta is not None:
-                    rq, rk = rope_ref(rq, pos, theta), rope_ref(rk, pos, theta)
-                errs = dict(q=rel_err(qo, rq), k=rel_err(ko, rk), v=rel_err(vo, rv))
-                del y, rq, rk, rv
-                e = max(errs.values())
-                r["rel_err"], r["rel_err_qkv"] = e, errs
-                if not math.isfinite(e) or e > tol:
-                    r["error"] = f"wrong result: rel err q {errs['q']:.3g} k {errs['k']:.3g} v {errs['v']:.3g} > tol {tol:g} (not timed)"
-                else:
-                    fns = [(lambda i=i: ctx.rt.qkv_proj(x, copies[i], out=(qo, ko, vo), **kw))
-                           for i in range(len(copies))]
-                    r.update(timer.measure(fns))
-                    r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
-                    r["weight_gbps"] = wbytes / (r["us"] * 1e-6) / 1e9
-                    if m <= flush_max_m:
-                        r.update(timer.measure_flush(fns[0]))
-                x = pos = qo = ko = vo = None
+                x = xs[r["dtype"]]
+                fns = kerntune_fns(what, m, x, r) if impl == "kerntune" else anchor_fns(impl, what, x)
+                if fns is not None:
+                    preps.append((r, timer.prepare(fns), fns[0]))
             except Exception as e:
                 r["error"] = err_text(e)
-                r["traceback"] = traceback.format_exc(limit=3)
-            out_rows.append(r)
-            log(f"  .. qkv kerntune {fmt} ({aname}) M={m}: " +
-                (f"{r['us']:.1f} us, rel err {r['rel_err']:.2e}" if "us" in r else f"FAILED {short(r.get('error'), 200)}")
-                + eager_tag(r))
-            gc.collect()
-        copies = wdq = None
+                if impl == "kerntune":
+                    r["traceback"] = traceback.format_exc(limit=3)
+        try:
+            for (r, _, _), res in zip(preps, timer.sample([pr for _, pr, _ in preps]) if preps else []):
+                r.update(res)
+                r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
+                r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
+        except Exception as e:
+            for r, _, _ in preps:
+                r["error"] = f"timing failed: {err_text(e)}"
+        if m <= flush_max_m:
+            for r, _, fn in preps:
+                if "us" in r:
+                    try:
+                        r.update(timer.measure_flush(fn))
+                    except Exception as e:
+                        r["error"] = f"do_bench-style timing failed: {err_text(e)}"
+        preps = None
+        for r in row_rows:
+            name = f"{r['impl']} {r['format']} ({r['dtype']})"
+            extra = f", rel err {r['rel_err']:.2e}" if r["impl"] == "kerntune" and "rel_err" in r else ""
+            log(f"  .. qkv M={m} {name}: " + (f"{r['us']:.1f} us{extra}" if "us" in r
+                                              else f"FAILED {short(r.get('error'), 200)}") + eager_tag(r))
+        out_rows.extend(row_rows)
+        xs = row_rows = None
         gc.collect()
         torch.cuda.empty_cache()
+    dense = tiny = packed = None
+    gc.collect()
+    torch.cuda.empty_cache()
+    # the rows as tables read them: the anchors, then kerntune's format by format (each in M order)
+    order = {f: i + 1 for i, f in enumerate(formats)}
+    out_rows.sort(key=lambda r: order.get(r["format"], 0) if r["impl"] == "kerntune" else 0)
     rows.extend(out_rows)
     if table:
         print_qkv_table(out_rows)
@@ -1358,7 +1378,7 @@ def main():
                            "per-launch median over replays", samples=samples, budget_ms=budget,
                     replay_us=args.replay_us, max_launches=args.max_launches, warmup_replays=timer.warmup_replays,
                     quick=args.quick, flush_method="do_bench-style: 256 MB zeroed, then one call between events; median",
-                    flush_max_m=args.flush_max_m, flush_reps=timer.flush_reps, interleaved=["prefill"]),
+                    flush_max_m=args.flush_max_m, flush_reps=timer.flush_reps, interleaved=["prefill", "decode", "qkv"]),
         tolerances=dict(attention=ATTN_TOL, qkv=QKV_TOL),
         qkv_quant_act_dtype=args.quant_act_dtype,
         sections=sections,

@@ -67,8 +67,10 @@ def interleaved_text(timing):
     secs = timing.get("interleaved") or []
     if not secs:
         return ""
-    return (" In the %s rows kerntune's and the anchors' replays of one workload alternate (kerntune, flash, cuDNN, "
-            "kerntune, ...), so that all three run at the same SM clocks." % " and ".join(secs))
+    names = {"qkv": "Q/K/V"}
+    return (" In the %s rows kerntune's and the anchors' replays of one workload alternate (kerntune, anchor 1, "
+            "anchor 2, ..., kerntune, ...; the Q/K/V rows: every format and anchor of one M), so that all of them run "
+            "at the same SM clocks." % and_join([names.get(s, s) for s in secs]))
 
 
 def cell(text):

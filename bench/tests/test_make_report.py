@@ -403,6 +403,13 @@ def main():
         check(rc == 0, "interleaved results: exit 0 (rc=%d, stderr=%s)" % (rc, err))
         check("In the prefill rows kerntune's and the anchors' replays of one workload alternate"
               in " ".join(open(inter_readme).read().split()), "interleaving sentence names the prefill rows")
+        inter["timing"]["interleaved"] = ["prefill", "decode", "qkv"]
+        with open(inter_path, "w") as f:
+            json.dump(inter, f)
+        rc, out, err = run("--results", inter_path, "--readme", inter_readme)
+        check(rc == 0, "interleaved results, three sections: exit 0 (rc=%d, stderr=%s)" % (rc, err))
+        check("In the prefill, decode and Q/K/V rows kerntune's and the anchors' replays of one workload alternate"
+              in " ".join(open(inter_readme).read().split()), "interleaving sentence names all three sections")
 
         # 2. idempotent
         rc, out, err = run("--results", res_path, "--readme", readme)

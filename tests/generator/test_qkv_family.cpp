@@ -291,13 +291,21 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     REQUIRE(cs.size() >= 2);
     CHECK((cs[0].mainloop == Mainloop::gemv && cs[1].mainloop != Mainloop::gemv));
   }
-  {  // wgmma: sm_90a only; beyond M = 64 the tiled list takes two wgmma_ws, one wgmma and one mma.sync config in turn;
-     // not offered on sm_90 (no "a" features).
+  {  // wgmma: sm_90a only; beyond M = 64 the tiled list takes one wgmma_pairs, two wgmma_ws, one wgmma and one
+     // mma.sync config in turn, and for packed weights (no wgmma_pairs list) three wgmma_ws; not offered on sm_90 (no
+     // "a" features).
     const Problem p4 = qwen(quant::Format::int4, DType::bf16, 4096);
     const auto cs = valid_configs(p4, arch);
-    REQUIRE(cs.size() >= 8);
-    for (size_t i = 0; i < 8; ++i)
-      CHECK(cs[i].mainloop == (i % 4 < 2 ? Mainloop::wgmma_ws : i % 4 == 2 ? Mainloop::wgmma : Mainloop::mma));
+    REQUIRE(cs.size() >= 10);
+    for (size_t i = 0; i < 10; ++i)
+      CHECK(cs[i].mainloop == (i % 5 < 3 ? Mainloop::wgmma_ws : i % 5 == 3 ? Mainloop::wgmma : Mainloop::mma));
+    const auto c16 = valid_configs(qwen(quant::Format::bf16, DType::bf16, 4096), arch);
+    REQUIRE(c16.size() >= 10);
+    for (size_t i = 0; i < 10; ++i)
+      CHECK(c16[i].mainloop == (i % 5 == 0   ? Mainloop::wgmma_pairs
+                                : i % 5 < 3  ? Mainloop::wgmma_ws
+                                : i % 5 == 3 ? Mainloop::wgmma
+                                             : Mainloop::mma));
     for (const auto& c : valid_configs(p4, parse_arch("sm_90")))
       CHECK((c.mainloop != Mainloop::wgmma && c.mainloop != Mainloop::wgmma_ws));
     const Config wg = mk_wgmma(128, 256, 64, 3, 1, 2);
