@@ -1378,7 +1378,7 @@ def main():
                            "per-launch median over replays", samples=samples, budget_ms=budget,
                     replay_us=args.replay_us, max_launches=args.max_launches, warmup_replays=timer.warmup_replays,
                     quick=args.quick, flush_method="do_bench-style: 256 MB zeroed, then one call between events; median",
-                    flush_max_m=args.flush_max_m, flush_reps=timer.flush_reps, interleaved=["prefill", "decode", "qkv"]),
+                    flush_max_m=args.flush_max_m, flush_reps=timer.flush_reps, interleaved=list(sections)),
         tolerances=dict(attention=ATTN_TOL, qkv=QKV_TOL),
         qkv_quant_act_dtype=args.quant_act_dtype,
         sections=sections,
@@ -1397,6 +1397,9 @@ def main():
             results["sections"] = [x for x in old.get("sections", []) if x not in sections] + sections
             results["command"] = f"{old.get('command')} && {results['command']}"
             results["appended_to"] = dict(date_utc=old.get("date_utc"), rows_kept=len(kept))
+            # the sections whose rows alternate their replays: the kept sections that did, and this run's
+            was = [x for x in (old.get("timing") or {}).get("interleaved") or [] if x not in sections]
+            results["timing"]["interleaved"] = [x for x in results["sections"] if x in was or x in sections]
             for k in ("section_errors",):
                 errs = {a: b for a, b in (old.get(k) or {}).items() if a not in sections}
                 if errs:
