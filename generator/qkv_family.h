@@ -82,7 +82,8 @@ std::vector<Config> pairs_config_space();
 ///    steps, shared memory (bulk_rows: grows with K; tma: a ring, only the mbarriers grow with K) within the
 ///    per-block limit. Ordered by the share of the weight requested at once while every block fits on the GPU at once
 ///    (dev's SMs x registers and shared memory per SM), then fewer registers; every fourth candidate is a
-///    register_ring config, in an order of its own (blocks that fit, then prefetch 1 first, then fewer registers); each
+///    register_ring config, in an order of its own (blocks that fit, then prefetch 1 first, then K warps whose share
+///    of K is nearest 512 elements, then fewer registers); each
 ///    balanced_tail right after its twin, each tma_x (and its balanced tail) right before its tma twin.
 ///  - mma: tile_m <= max(16, next power of two >= M); stages 3 only for tile_m >= 64; split_k > 1 only while the
 ///    grid has fewer than 2 blocks per SM, and split_k <= K / tile_k. Ordered by grid closest to 2 blocks per SM,
