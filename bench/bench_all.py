@@ -296,6 +296,24 @@ class Timer:
         """One row: prepare() then sample() of it alone."""
         return self.sample([self.prepare(fns, context)])[0]
 
+    def time_rows(self, preps, derive):
+        """The rows of one workload: preps is [(row, prepare() handle, launch function for the do_bench-style number
+        or None)]. Their replays are timed interleaved (sample()) into each row, derive(row) adds the row's units,
+        then each row with a launch function gets measure_flush(). A failure is written into the rows it hit."""
+        try:
+            for (r, _, _), res in zip(preps, self.sample([pr for _, pr, _ in preps]) if preps else []):
+                r.update(res)
+                derive(r)
+        except Exception as e:
+            for r, _, _ in preps:
+                r["error"] = f"timing failed: {err_text(e)}"
+        for r, _, fn in preps:
+            if fn is not None and "us" in r:
+                try:
+                    r.update(self.measure_flush(fn))
+                except Exception as e:
+                    r["error"] = f"do_bench-style timing failed: {err_text(e)}"
+
     def measure_flush(self, fn):
         """do_bench-style time of one call (triton.testing.do_bench's method): per rep, zero a 256 MB buffer (L2
         flush; the CPU enqueues the call while the GPU zeroes, so host overhead up to the zeroing's ~90 us is hidden;
@@ -562,7 +580,7 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True, peaks=None):
                     else:
                         fns = [(lambda i=i: ctx.rt.attention(qs[i], ks[i], vs[i], causal=causal, out=o))
                                for i in range(cnt)]
-                        preps.append((r, timer.prepare(fns)))
+                        preps.append((r, timer.prepare(fns), None))
                 except Exception as e:
                     r["error"] = err_text(e)
                     r["traceback"] = traceback.format_exc(limit=3)
@@ -578,19 +596,16 @@ def run_prefill(ctx, cfg, timer, l2, rows, table=True, peaks=None):
                         torch.cuda.synchronize()
                         r["rel_err"] = rel_err(out.transpose(1, 2)[:, ridx], ref)
                         del out
-                    preps.append((r, timer.prepare(fns, context=lambda b=backend: sdpa_kernel([b]))))
+                    preps.append((r, timer.prepare(fns, context=lambda b=backend: sdpa_kernel([b])), None))
                 except Exception as e:  # a backend refusing the shape is data, not a crash
                     r["error"] = err_text(e)
                 row_rows.append(r)
-            try:
-                for (r, _), res in zip(preps, timer.sample([pr for _, pr in preps]) if preps else []):
-                    r.update(res)
-                    r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
-                    if dname in peak:
-                        r["peak_frac"] = r["tflops"] / peak[dname]
-            except Exception as e:
-                for r, _ in preps:
-                    r["error"] = f"timing failed: {err_text(e)}"
+            def derive(r):
+                r["tflops"] = flops / (r["us"] * 1e-6) / 1e12
+                if dname in peak:
+                    r["peak_frac"] = r["tflops"] / peak[dname]
+
+            timer.time_rows(preps, derive)
             preps = None
             for r in row_rows:
                 extra = (f", rel err {r['rel_err']:.2e}" if r["impl"] == "kerntune" and "rel_err" in r else "")
@@ -748,19 +763,7 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                 except Exception as e:
                     r["error"] = err_text(e)
                 row_rows.append(r)
-            try:
-                for (r, _, _), res in zip(preps, timer.sample([pr for _, pr, _ in preps]) if preps else []):
-                    r.update(res)
-                    r["gbps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
-            except Exception as e:
-                for r, _, _ in preps:
-                    r["error"] = f"timing failed: {err_text(e)}"
-            for r, _, fl in preps:
-                if fl is not None and "us" in r:
-                    try:
-                        r.update(timer.measure_flush(fl))
-                    except Exception as e:
-                        r["error"] = f"do_bench-style timing failed: {err_text(e)}"
+            timer.time_rows(preps, lambda r: r.update(gbps=r["bytes"] / (r["us"] * 1e-6) / 1e9))
             preps = None
             for r in row_rows:
                 extra = f", rel err {r['rel_err']:.2e}" if r["impl"] == "kerntune" and "rel_err" in r else ""
@@ -931,26 +934,13 @@ def run_qkv(ctx, cfg, timer, l2, rows, quant_act, flush_max_m=16, table=True):
                 x = xs[r["dtype"]]
                 fns = kerntune_fns(what, m, x, r) if impl == "kerntune" else anchor_fns(impl, what, x)
                 if fns is not None:
-                    preps.append((r, timer.prepare(fns), fns[0]))
+                    preps.append((r, timer.prepare(fns), fns[0] if m <= flush_max_m else None))
             except Exception as e:
                 r["error"] = err_text(e)
                 if impl == "kerntune":
                     r["traceback"] = traceback.format_exc(limit=3)
-        try:
-            for (r, _, _), res in zip(preps, timer.sample([pr for _, pr, _ in preps]) if preps else []):
-                r.update(res)
-                r["tflops"] = 2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12
-                r["weight_gbps"] = r["weight_bytes"] / (r["us"] * 1e-6) / 1e9
-        except Exception as e:
-            for r, _, _ in preps:
-                r["error"] = f"timing failed: {err_text(e)}"
-        if m <= flush_max_m:
-            for r, _, fn in preps:
-                if "us" in r:
-                    try:
-                        r.update(timer.measure_flush(fn))
-                    except Exception as e:
-                        r["error"] = f"do_bench-style timing failed: {err_text(e)}"
+        timer.time_rows(preps, lambda r: r.update(tflops=2.0 * m * n * kdim / (r["us"] * 1e-6) / 1e12,
+                                                  weight_gbps=r["weight_bytes"] / (r["us"] * 1e-6) / 1e9))
         preps = None
         for r in row_rows:
             name = f"{r['impl']} {r['format']} ({r['dtype']})"
