@@ -17,7 +17,8 @@
 #  shapes/qwen7b.json; families KT_QUALITY_FAMILIES, default every family the file names), then
 #  bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
 #  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's; devices: the same tune of the named
-#  problems of KT_DEVICES_SHAPES (default shapes/qwen7b.json; families KT_DEVICES_FAMILIES, default attention_decode)
+#  problems of KT_DEVICES_SHAPES (default bench/shapes_devices_qwen7b_bf16.json; families KT_DEVICES_FAMILIES, default
+#  every family the file names)
 #  on GPU 0, then on every GPU (--devices all), from one pre-compiled cubin cache: candidates per second of each and
 #  tune_quality.py of the all-GPU winners among the one-GPU measurements -- none of the six is part of "all".)
 # The [gpu] tests exit 77 when a test case was skipped (it cannot run on this GPU; tests/README.md): reported here as a
@@ -129,13 +130,14 @@ if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
 fi
 if want devices && [[ " ${what[*]} " == *" devices "* ]]; then
   ngpu=$(nvidia-smi -L | grep -c "^GPU")
-  dshapes=${KT_DEVICES_SHAPES:-shapes/qwen7b.json}
+  dshapes=${KT_DEVICES_SHAPES:-bench/shapes_devices_qwen7b_bf16.json}
+  dfam=${KT_DEVICES_FAMILIES:-attention_prefill qkv_proj attention_decode}
   dcache=/tmp/kt-devices-cache; done1=/tmp/kt-devices-one.db; doneall=/tmp/kt-devices-all.db
   rm -rf "$dcache" "$done1"* "$doneall"*
-  echo "== one GPU against all $ngpu GPUs: $dshapes, families ${KT_DEVICES_FAMILIES:-attention_decode}"
+  echo "== one GPU against all $ngpu GPUs: $dshapes, families $dfam"
   [ "$ngpu" -ge 2 ] || { echo "devices: needs 2 or more GPUs, found $ngpu"; rc=1; }
   dbase=("$BIN/autotune" --arch sm_90 --shapes "$dshapes" --grid listed --cache-dir "$dcache" \
-         --families ${KT_DEVICES_FAMILIES:-attention_decode})
+         --families $dfam)
   # The binaries first, so that both runs time measuring alone (the fast strategy's 16 candidates per problem).
   "${dbase[@]}" --compile-only --max-candidates 16 > "$OUT/devices_compile.log" 2>&1 || rc=1
   tail -n 1 "$OUT/devices_compile.log" | cut -c1-200

@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -39,6 +40,7 @@
 #include "tuner/cli_checks.h"
 #include "tuner/compile_queue.h"
 #include "tuner/db_diff.h"
+#include "tuner/item_scheduler.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
 #include "tuner/strategy.h"
@@ -323,11 +325,25 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     try {
       gpus = kt::cli::parse_devices(a.devices, pools[0]->device_count());
       gpu_records.push_back(device);
-      for (size_t g = 1; g < gpus.size(); ++g) {
+      // The other GPUs' workers start at once (each initializes CUDA and probes its GPU), not one after another.
+      for (size_t g = 1; g < gpus.size(); ++g)
         pools.push_back(std::make_unique<kt::WorkerPool>(worker_argv(gpus[g]), a.watchdog_s, 900));
-        gpu_records.push_back(pools.back()->device());
-        if (gpu_records.back().name != device.name)
-          throw std::invalid_argument("--devices: GPU " + std::to_string(gpus[g]) + " is a " + gpu_records.back().name +
+      gpu_records.resize(gpus.size());
+      std::vector<std::exception_ptr> failed(gpus.size());
+      std::vector<std::thread> starts;
+      for (size_t g = 1; g < gpus.size(); ++g)
+        starts.emplace_back([&, g] {
+          try {
+            gpu_records[g] = pools[g]->device();
+          } catch (...) {
+            failed[g] = std::current_exception();
+          }
+        });
+      for (auto& th : starts) th.join();
+      for (size_t g = 1; g < gpus.size(); ++g) {
+        if (failed[g]) std::rethrow_exception(failed[g]);
+        if (gpu_records[g].name != device.name)
+          throw std::invalid_argument("--devices: GPU " + std::to_string(gpus[g]) + " is a " + gpu_records[g].name +
                                       ", GPU " + std::to_string(gpus[0]) + " a " + device.name +
                                       ": tune each device class with its own --devices");
       }
@@ -767,16 +783,26 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     for (size_t k = pass1.size(); k < finalists; ++k) record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
   };
   // The named problems first, then the bucket grid (whose candidates come from its named neighbours' results).
-  // Within a phase every GPU's thread takes the next problem: a problem is measured on one GPU, and a worker that
-  // dies costs only its own GPU's candidate in flight.
+  // Within a phase every GPU's thread takes a problem when it is free (tuner/item_scheduler.h: problems that share
+  // host inputs stay on one GPU in a row): a problem is measured on one GPU, and a worker that dies costs only its own
+  // GPU's candidate in flight.
   for (const bool grid_phase : {false, true}) {
     std::vector<size_t> phase;
-    for (size_t ti = 0; ti < todo.size(); ++ti)
-      if (items[todo[ti].item].transfer_from.empty() != grid_phase) phase.push_back(ti);
-    std::atomic<size_t> next{0};
+    std::vector<std::string> keys;
+    for (size_t ti = 0; ti < todo.size(); ++ti) {
+      const Item& it = items[todo[ti].item];
+      if (it.transfer_from.empty() == grid_phase) continue;
+      phase.push_back(ti);
+      const auto& input_key = kt::find_tuner_family(it.family).input_key;
+      keys.push_back(input_key ? it.family + ":" + input_key(it.problem) : std::string());
+    }
+    kt::ItemScheduler schedule(keys, int(pools.size()));
     auto work = [&](size_t g) {
-      for (size_t k = next++; k < phase.size() && !stop_measuring(); k = next++)
-        measure_item(phase[k], *pools[g], device_ids[g]);
+      while (!stop_measuring()) {
+        const auto k = schedule.take(int(g));
+        if (!k) break;
+        measure_item(phase[*k], *pools[g], device_ids[g]);
+      }
     };
     if (pools.size() == 1) {
       work(0);

@@ -69,8 +69,15 @@ class Measure : public MeasureSession {
 
 TunerFamily tuner_family() {
   // a row costs n x k
-  return make_tuner_family<Measure>(family_type(), &qkv_proj_problems, &problem_to_json, &problem_from_json, 48,
-                                    [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); });
+  TunerFamily f =
+      make_tuner_family<Measure>(family_type(), &qkv_proj_problems, &problem_to_json, &problem_from_json, 48,
+                                 [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); });
+  f.input_key = [](const nlohmann::json& j) {  // what Measure's cached weight depends on: all but m
+    const Problem p = problem_from_json(j);
+    return j.at("format").get<std::string>() + "/" + j.at("dtype").get<std::string>() + "/n" + std::to_string(p.n()) +
+           "/k" + std::to_string(p.k);
+  };
+  return f;
 }
 
 }  // namespace qkv

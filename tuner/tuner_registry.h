@@ -28,6 +28,10 @@ struct TunerFamily {
   std::function<std::unique_ptr<MeasureSession>(const nlohmann::json& problem, uint64_t seed, size_t ref_rows,
                                                 size_t l2_bytes)>
       session;
+  /// Optional: problems with equal keys share host inputs that a worker keeps from one problem to the next (qkv_proj:
+  /// the quantized weight of one format, dtype, n and k), so autotune --devices measures them on one GPU in a row
+  /// (tuner/item_scheduler.h). Empty: nothing is shared.
+  std::function<std::string(const nlohmann::json& problem)> input_key;
 };
 
 /// A family's registration from its typed pieces: `problems(shapes)` gives typed problems (each written with

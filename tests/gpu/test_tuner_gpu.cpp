@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -66,69 +67,114 @@ __global__ void bad_kernel(const kt::attn::FwdParams p) {
 
 }  // namespace
 
-TEST_CASE("a faulting or hanging candidate is recorded and tuning continues in a fresh worker", "[gpu][tuner]") {
-  const ArchId arch = device_arch();
-  const std::string dbp = temp_path("faults.db");
+// A database holding one good attention binary and the two bad ones, and the worker messages that measure them.
+struct FaultBinaries {
+  std::string dbp = temp_path("faults.db");
   attn::Problem p;
-  p.dtype = DType::bf16;
-  p.seqlen_q = p.seqlen_k = 300;
-  p.num_heads = 8;
-  p.num_kv_heads = 2;
-  p.head_dim = 128;
-  p.causal = true;
-  const attn::Config good_cfg = attn::default_config(arch, p);
-  Compiler compiler(nullptr);
-  const auto good = compiler.compile(attn::kernel_source(p, good_cfg, arch));
-  REQUIRE(good.ok);
-  KernelSource bad_src[2];
-  CompileResult bad[2];
-  for (int mode = 0; mode < 2; ++mode) {
-    bad_src[mode] = {"test_faults",
-                     mode ? "hang_kernel" : "fault_kernel",
-                     "bad_kernel<" + std::to_string(mode) + ">",
-                     kBadKernels,
-                     arch,
-                     unsigned(attn::smem_bytes(good_cfg, p.head_dim))};
-    bad[mode] = compiler.compile(bad_src[mode]);
-    INFO(bad[mode].error);
-    REQUIRE(bad[mode].ok);
-  }
-  {
+  attn::Config good_cfg;
+  CompileResult good, bad[2];  // bad[0] faults, bad[1] hangs
+
+  FaultBinaries() {
+    const ArchId arch = device_arch();
+    p.dtype = DType::bf16;
+    p.seqlen_q = p.seqlen_k = 300;
+    p.num_heads = 8;
+    p.num_kv_heads = 2;
+    p.head_dim = 128;
+    p.causal = true;
+    good_cfg = attn::default_config(arch, p);
+    Compiler compiler(nullptr);
+    good = compiler.compile(attn::kernel_source(p, good_cfg, arch));
+    REQUIRE(good.ok);
+    for (int mode = 0; mode < 2; ++mode) {
+      const KernelSource src{"test_faults",
+                             mode ? "hang_kernel" : "fault_kernel",
+                             "bad_kernel<" + std::to_string(mode) + ">",
+                             kBadKernels,
+                             arch,
+                             unsigned(attn::smem_bytes(good_cfg, p.head_dim))};
+      bad[mode] = compiler.compile(src);
+      INFO(bad[mode].error);
+      REQUIRE(bad[mode].ok);
+    }
     db::TuningDb db(dbp);
     db.put_binary(record_of(good));
     db.put_binary(record_of(bad[0]));
     db.put_binary(record_of(bad[1]));
   }
-  WorkerPool pool({kt_test::autotune_path(), "__worker", "--db", dbp}, /*watchdog_s=*/5, /*setup_watchdog_s=*/120);
-  pool.set_problem({{"cmd", "problem"},
+  ~FaultBinaries() { std::filesystem::remove(dbp); }
+
+  std::unique_ptr<WorkerPool> pool(int gpu) const {
+    auto w = std::make_unique<WorkerPool>(
+        std::vector<std::string>{kt_test::autotune_path(), "__worker", "--db", dbp, "--device", std::to_string(gpu)},
+        /*watchdog_s=*/5, /*setup_watchdog_s=*/120);
+    w->set_problem({{"cmd", "problem"},
                     {"family", attn::kFamily},
                     {"problem", attn::problem_to_json(p)},
                     {"seed", 3},
                     {"ref_rows", 256}});
-  auto measure = [&](const CompileResult& r) {
-    return pool.measure({{"cmd", "measure"},
-                         {"config", attn::config_to_json(good_cfg)},
-                         {"variant", r.kernel.variant_name},
-                         {"binary_hash", r.cache_key},
-                         {"budget_ms", 5}});
-  };
-  auto ok1 = measure(good);
+    return w;
+  }
+  WorkerResult measure(WorkerPool& w, const CompileResult& r) const {
+    return w.measure({{"cmd", "measure"},
+                      {"config", attn::config_to_json(good_cfg)},
+                      {"variant", r.kernel.variant_name},
+                      {"binary_hash", r.cache_key},
+                      {"budget_ms", 5}});
+  }
+};
+
+TEST_CASE("a faulting or hanging candidate is recorded and tuning continues in a fresh worker", "[gpu][tuner]") {
+  const FaultBinaries f;
+  auto pool = f.pool(0);
+  auto ok1 = f.measure(*pool, f.good);
   CHECK(ok1.status == db::Status::ok);
   CHECK(ok1.median_us > 0);
-  auto fault = measure(bad[0]);
+  auto fault = f.measure(*pool, f.bad[0]);
   CHECK(fault.status == db::Status::launch_failed);
   CHECK_THAT(fault.error, Catch::Contains("CUDA_ERROR"));
-  auto ok2 = measure(good);  // a fresh worker, the problem set up again
+  auto ok2 = f.measure(*pool, f.good);  // a fresh worker, the problem set up again
   CHECK(ok2.status == db::Status::ok);
-  CHECK(pool.workers_started() == 2);
+  CHECK(pool->workers_started() == 2);
   const auto t0 = std::chrono::steady_clock::now();
-  auto hang = measure(bad[1]);
+  auto hang = f.measure(*pool, f.bad[1]);
   CHECK(hang.status == db::Status::timeout);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
-  auto ok3 = measure(good);
+  auto ok3 = f.measure(*pool, f.good);
   CHECK(ok3.status == db::Status::ok);
-  CHECK(pool.workers_started() == 3);
-  std::filesystem::remove(dbp);
+  CHECK(pool->workers_started() == 3);
+}
+
+TEST_CASE("worker pools of two GPUs: a death on one costs only its own candidate, the other's worker goes on",
+          "[gpu][tuner]") {
+  int count = 0;
+  cuda::check(cuda::api().cuDeviceGetCount(&count), "cuDeviceGetCount");
+  const FaultBinaries f;
+  // GPU 0 and the last GPU (the same one on a one-GPU machine: two workers of one GPU are still two processes; there
+  // the spinning kernel is left out, since it would share the GPU's time with the steady worker's timing).
+  auto steady = f.pool(0), faulty = f.pool(count - 1);
+  std::vector<WorkerResult> steady_rows;
+  std::atomic<bool> faults_done{false};
+  std::thread other([&] {  // measures until the other GPU's faults are over, and at least 3 times
+    while (steady_rows.size() < 3 || !faults_done) steady_rows.push_back(f.measure(*steady, f.good));
+  });
+  const auto fault = f.measure(*faulty, f.bad[0]);
+  WorkerResult hang;
+  hang.status = db::Status::timeout;  // stands for the spinning kernel left out on a one-GPU machine
+  if (count > 1) hang = f.measure(*faulty, f.bad[1]);
+  const auto after = f.measure(*faulty, f.good);
+  faults_done = true;
+  other.join();
+  CHECK(fault.status == db::Status::launch_failed);
+  CHECK(hang.status == db::Status::timeout);
+  CHECK(after.status == db::Status::ok);
+  CHECK(faulty->workers_started() == (count > 1 ? 3 : 2));  // the first, then one after each death
+  CHECK(steady->workers_started() == 1);  // never restarted: its candidates measured through the other's deaths
+  for (const auto& r : steady_rows) {
+    INFO(r.error);
+    CHECK(r.status == db::Status::ok);
+    CHECK(r.median_us > 0);
+  }
 }
 
 TEST_CASE("end to end: tune a small shapes file, kill and resume, then the runtime launches every winner",
