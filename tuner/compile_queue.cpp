@@ -14,6 +14,7 @@ CompileQueue::CompileQueue(const std::vector<KernelSource>& sources, const std::
       results_(sources.size()),
       finished_(sources.size(), 0),
       skipped_(sources.size(), 1),
+      started_(sources.size(), 0),
       t0_(std::chrono::steady_clock::now()) {
   for (size_t i = 0; i < sources.size() && i < needed.size(); ++i)
     if (needed[i]) {
@@ -30,9 +31,32 @@ CompileQueue::~CompileQueue() {
   join();
 }
 
+bool CompileQueue::take(size_t& i) {
+  while (!urgent_.empty()) {
+    i = urgent_.front();
+    urgent_.pop_front();
+    if (!started_[i]) {
+      started_[i] = 1;
+      return true;
+    }
+  }
+  while (next_ < order_.size()) {
+    i = order_[next_++];
+    if (!started_[i]) {
+      started_[i] = 1;
+      return true;
+    }
+  }
+  return false;
+}
+
 void CompileQueue::work() {
-  for (size_t k = next_++; k < order_.size() && !stop_ && !(cancelled_ && cancelled_()); k = next_++) {
-    const size_t i = order_[k];
+  for (;;) {
+    size_t i = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_ || (cancelled_ && cancelled_()) || !take(i)) break;
+    }
     CompileResult r;
     try {
       r = compile_(sources_[i]);
@@ -61,6 +85,7 @@ void CompileQueue::work() {
 const CompileResult* CompileQueue::wait(size_t i) {
   if (i >= results_.size()) return nullptr;
   std::unique_lock<std::mutex> lock(mu_);
+  if (!finished_[i] && !skipped_[i] && !started_[i]) urgent_.push_back(i);
   cv_.wait(lock, [&] { return finished_[i] || skipped_[i]; });
   return finished_[i] ? &results_[i] : nullptr;
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -14,7 +15,8 @@
 namespace kt {
 
 /// Compiles the sources marked `needed`, in index order (the plan's order of first use), on `jobs` threads started
-/// by the constructor. `compile` is the compile function (Compiler::compile; a test passes its own); it must not
+/// by the constructor; a source that a caller of wait() needs and that has not started goes next (autotune --devices:
+/// each GPU measures its own problems, not the plan's order). `compile` is the compile function (Compiler::compile; a test passes its own); it must not
 /// throw for a compile error (a throw is turned into a failed result). `on_done(i, result)` runs on the compiling
 /// thread after source i finishes, before any wait(i) returns it (autotune stores the binary in the database there,
 /// where the measuring worker reads it). stop(), or `cancelled()` turning true (autotune: an interrupt), lets the
@@ -31,7 +33,7 @@ class CompileQueue {
   CompileQueue& operator=(const CompileQueue&) = delete;
 
   /// Blocks until source i is compiled and returns its result; nullptr when i will not be compiled (not needed, or
-  /// the queue was stopped before it started). Thread-safe.
+  /// the queue was stopped before it started). Moves i ahead of the sources not started yet. Thread-safe.
   const CompileResult* wait(size_t i);
   /// Starts no new compilation (the ones in progress finish).
   void stop();
@@ -49,13 +51,17 @@ class CompileQueue {
   void work();
 
   const std::vector<KernelSource>& sources_;
+  /// The next source to compile (under mu_): the first waited-for one not started, else the next of order_.
+  bool take(size_t& i);
+
   std::vector<size_t> order_;  // the needed indices, ascending
   CompileFn compile_;
   DoneFn on_done_;
   std::function<bool()> cancelled_;
   std::vector<CompileResult> results_;
-  std::vector<char> finished_, skipped_;
-  std::atomic<size_t> next_{0};
+  std::vector<char> finished_, skipped_, started_;
+  std::deque<size_t> urgent_;  // waited-for sources, in the order of the waits (under mu_)
+  size_t next_ = 0;            // into order_ (under mu_)
   std::atomic<bool> stop_{false};
   size_t running_ = 0;  // threads still working (guarded by mu_)
   std::mutex mu_;

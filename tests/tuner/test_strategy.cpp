@@ -1,8 +1,10 @@
 // The tuner's strategies (rounds per problem) and its compile queue (compiling while measuring).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -155,13 +157,43 @@ TEST_CASE("CompileQueue stops on request: compilations in progress finish, waite
         return fake_compile(k);
       },
       [&](size_t, const CompileResult&) { done_calls++; }, [&] { return cancel.load(); });
-  CHECK(q.wait(199) == nullptr);  // released, not compiled
+  while (!cancel) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // no wait yet: index order until v10
+  CHECK(q.wait(199) == nullptr);  // released, not compiled (nothing starts after the cancel, waited-for or not)
   q.join();
   CHECK(q.compiled() == size_t(done_calls.load()));
   CHECK(q.compiled() >= 11);  // everything up to the cancelling one (started before it) finished
   CHECK(q.compiled() < 200);
   CHECK(q.finished(10));
   CHECK(q.wait(10) != nullptr);
+}
+
+TEST_CASE("CompileQueue compiles a waited-for source next, ahead of the ones not started", "[tuner]") {
+  const auto sources = fake_sources(100);
+  std::vector<char> needed(100, 1);
+  needed[3] = needed[5] = 0;  // fake_compile's failures stay out of this test
+  std::mutex mu;
+  std::vector<size_t> order;
+  CompileQueue q(sources, needed, 1, [&](const KernelSource& k) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(std::stoul(k.variant_name.substr(1)));
+    }
+    return fake_compile(k);
+  });
+  REQUIRE(q.wait(90) != nullptr);
+  REQUIRE(q.wait(60) != nullptr);
+  CHECK(q.wait(3) == nullptr);  // not needed: waiting does not make it compile
+  q.join();
+  REQUIRE(order.size() == 98);
+  const auto pos = [&](size_t i) { return size_t(std::find(order.begin(), order.end(), i) - order.begin()); };
+  // One thread: at most the compilation in progress when a wait arrives comes first.
+  CHECK(pos(90) <= 1);
+  CHECK(pos(60) <= pos(90) + 2);
+  CHECK(std::count(order.begin(), order.end(), size_t(90)) == 1);  // each source once
+  std::vector<size_t> rest;
+  for (size_t i : order)
+    if (i != 90 && i != 60) rest.push_back(i);
+  CHECK(std::is_sorted(rest.begin(), rest.end()));  // the others in index order
 }
 
 TEST_CASE("CompileQueue with nothing needed starts no thread and waits return at once", "[tuner]") {
