@@ -835,6 +835,21 @@ bool TuningDb::has_measurement(long long device_id, const std::string& family, c
   });
 }
 
+std::set<std::string> TuningDb::measured_variants(const std::string& device_name, const std::string& family,
+                                                  const std::string& problem_key) const {
+  return impl_->guard("read measured variants", [&] {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT DISTINCT m.variant_name FROM measurements m JOIN devices d ON d.id = m.device_id "
+                        "WHERE d.name = ? AND m.family = ? AND m.problem_key = ?");
+    q.bind(1, device_name);
+    q.bind(2, family);
+    q.bind(3, problem_key);
+    std::set<std::string> out;
+    while (q.executeStep()) out.insert(q.getColumn(0).getString());
+    return out;
+  });
+}
+
 std::vector<Measurement> TuningDb::measurements(const std::string& device_name, const std::string& family,
                                                 const std::string& problem_key) const {
   return impl_->guard("read measurements", [&] {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -187,10 +188,13 @@ class TuningDb {
 
   /// Appends measurements in one transaction (all or nothing).
   void add_measurements(const std::vector<Measurement>& ms);
-  /// Whether (device, family, problem_key, variant_name) already has a measurement (any status):
-  /// what a resumed run skips.
+  /// Whether (device, family, problem_key, variant_name) already has a measurement (any status).
   bool has_measurement(long long device_id, const std::string& family, const std::string& problem_key,
                        const std::string& variant_name) const;
+  /// The variants of a problem that any device of class `device_name` has a measurement of (any status): what a
+  /// resumed run skips, on the same GPU or on another of the same name (another machine, a merged shard).
+  std::set<std::string> measured_variants(const std::string& device_name, const std::string& family,
+                                          const std::string& problem_key) const;
   /// All measurements of a problem on a device class (device name), oldest first.
   std::vector<Measurement> measurements(const std::string& device_name, const std::string& family,
                                         const std::string& problem_key) const;

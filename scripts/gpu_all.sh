@@ -16,7 +16,9 @@
 #  (--budget-ms KT_QUALITY_BUDGET_MS, default 10) on the named problems of KT_QUALITY_SHAPES (default
 #  shapes/qwen7b.json; families KT_QUALITY_FAMILIES, default every family the file names), then
 #  bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
-#  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's; devices: the same tune of the named
+#  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's, and KT_QUALITY_STATE=dir over machines
+#  (each call writes its measurements, without cubins, to $OUT/quality_state/: the next call continues from that
+#  folder); devices: the same tune of the named
 #  problems of KT_DEVICES_SHAPES (default bench/shapes_devices_qwen7b_bf16.json; families KT_DEVICES_FAMILIES, default
 #  every family the file names)
 #  on GPU 0, then on every GPU (--devices all), from one pre-compiled cubin cache: candidates per second of each and
@@ -102,6 +104,37 @@ if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
   qtag=$(basename "$qshapes" .json)${KT_QUALITY_FAMILIES:+-${KT_QUALITY_FAMILIES// /-}}
   qfast=/tmp/kt-quality-$qtag-fast.db; qexh=/tmp/kt-quality-$qtag-exhaustive.db; qcache=/tmp/kt-quality-cache
   [ "${KT_QUALITY_RESUME:-0}" = 1 ] || rm -rf "$qfast"* "$qexh"* "$qcache"
+  # KT_QUALITY_STATE=dir: the measurements of an earlier machine (the quality_state/ files a call writes under $OUT),
+  # continued here: autotune skips what any GPU of the same name measured, so the sweep spans several machines.
+  qstate_in() {  # qstate_in <gz> <db>
+    [ -f "$1" ] || return 0
+    rm -rf "$2"*
+    python3 -c "import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"
+    echo "quality: continuing $(basename "$1")"
+  }
+  qstate_out() {  # qstate_out <db> <gz>: the database without its cubins (the next machine compiles what it measures)
+    [ -f "$1" ] || return 0
+    mkdir -p "$(dirname "$2")"
+    python3 - "$1" "$2" <<'PY'
+import gzip, os, shutil, sqlite3, sys
+src, dst = sys.argv[1:3]
+tmp = dst + ".tmp"
+with sqlite3.connect(src) as a, sqlite3.connect(tmp) as b:
+    a.backup(b)
+c = sqlite3.connect(tmp)
+c.execute("DELETE FROM binaries")
+c.commit()
+c.execute("VACUUM")
+c.close()
+with open(tmp, "rb") as f, gzip.open(dst, "wb") as g:
+    shutil.copyfileobj(f, g)
+os.remove(tmp)
+PY
+  }
+  if [ -n "${KT_QUALITY_STATE:-}" ]; then
+    qstate_in "$KT_QUALITY_STATE/quality_${qtag}_fast.db.gz" "$qfast"
+    qstate_in "$KT_QUALITY_STATE/quality_${qtag}_exhaustive.db.gz" "$qexh"
+  fi
   echo "== tuning quality on $qshapes: the default strategy's winners among every candidate's exhaustive times"
   q0=$(date +%s)
   qleft() {  # seconds of KT_QUALITY_BUDGET_S left (0: no budget), at least 1
@@ -127,6 +160,8 @@ if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
       tail -n 3 "$OUT/quality_$qtag.txt"
     fi
   fi
+  qstate_out "$qfast" "$OUT/quality_state/quality_${qtag}_fast.db.gz"
+  qstate_out "$qexh" "$OUT/quality_state/quality_${qtag}_exhaustive.db.gz"
 fi
 if want devices && [[ " ${what[*]} " == *" devices "* ]]; then
   ngpu=$(nvidia-smi -L | grep -c "^GPU")

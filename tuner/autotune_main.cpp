@@ -569,14 +569,15 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     for (const auto& key : it.transfer_from) neighbours.push_back(db->measurements(device.name, it.family, key));
     return kt::grid_candidates(it.default_variant, neighbours);
   };
+  // Resuming skips what any GPU of this device class measured (the same GPU, or another of the same name: another
+  // machine, a merged shard), as their measurements pool into one winner; --retune measures it again.
   auto pending = [&](const Item& it, const std::set<std::string>* only) {
+    const std::set<std::string> done = a.retune || device.name.empty()
+                                           ? std::set<std::string>{}
+                                           : db->measured_variants(device.name, it.family, it.key);
     std::vector<size_t> cands;
     for (size_t c = 0; c < it.configs.size(); ++c)
-      if ((!only || only->count(it.variants[c])) &&
-          (a.retune || std::none_of(device_ids.begin(), device_ids.end(), [&](long long id) {
-             return db->has_measurement(id, it.family, it.key, it.variants[c]);
-           })))
-        cands.push_back(c);
+      if ((!only || only->count(it.variants[c])) && !done.count(it.variants[c])) cands.push_back(c);
     return cands;
   };
   std::vector<Todo> todo;

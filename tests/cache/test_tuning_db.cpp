@@ -364,6 +364,12 @@ TEST_CASE("resume lookup, ordering of measurements, all-or-nothing batches", "[d
   CHECK_FALSE(db.has_measurement(a100, "attention", "p1", "v1"));
   CHECK_FALSE(db.has_measurement(h100, "gemm", "p1", "v1"));
   CHECK_FALSE(db.has_measurement(h100, "attention", "p3", "v1"));
+  // What a resumed run skips: every variant any device of the class measured, whatever its status.
+  CHECK(db.measured_variants("H100", "attention", "p1") == std::set<std::string>{"v1", "v2", "v3", "v4"});
+  CHECK(db.measured_variants("A100", "attention", "p1") == std::set<std::string>{"v9"});
+  CHECK(db.measured_variants("H100", "attention", "p2") == std::set<std::string>{"v1"});
+  CHECK(db.measured_variants("H100", "gemm", "p1").empty());
+  CHECK(db.measured_variants("H200", "attention", "p1").empty());
 
   // A device class spans its devices; oldest first, then insertion order.
   const auto ms = db.measurements("H100", "attention", "p1");

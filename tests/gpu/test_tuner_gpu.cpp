@@ -14,6 +14,8 @@
 #include <set>
 #include <thread>
 
+#include <SQLiteCpp/SQLiteCpp.h>
+
 #include "../support.h"
 #include "cache/tuning_db.h"
 #include "cuda/driver.h"
@@ -322,6 +324,44 @@ TEST_CASE("autotune --devices all: a worker per GPU, every row tagged with its G
   CHECK_THAT(out, Catch::Contains("GPU " + std::to_string(count) + " does not exist"));
   std::filesystem::remove(all_db);
   std::filesystem::remove(one_db);
+  std::filesystem::remove(shapes);
+}
+
+TEST_CASE("autotune resumes a database measured on another GPU of the same name: nothing is measured again",
+          "[gpu][tuner]") {
+  const std::string shapes = temp_path("resume_class_shapes.json");
+  std::ofstream(shapes) << R"({"model": "qwen-qkv", "hidden_size": 3584, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "head_dim": 128, "qkv_bias": true, "dtypes": ["bf16"],
+    "workloads": {"qkv_proj": {"tokens": [1, 256], "formats": ["int4"]}}})";
+  const std::string dbp = temp_path("resume_class.db");
+  std::filesystem::remove(dbp);
+  const std::string cmd = std::string(kt_test::autotune_path()) + " --arch " + arch_name(device_arch()) + " --shapes " +
+                          shapes + " --grid listed --budget-ms 5 --max-candidates 4 --db " + dbp;
+  auto [rc, out] = kt_test::run_command(cmd);
+  INFO(out);
+  REQUIRE(rc == 0);
+  long long rows = 0;
+  {
+    db::TuningDb db(dbp, true);
+    rows = db.count("measurements");
+    REQUIRE(rows >= 8);
+  }
+  {  // the same database on "another machine": the measuring GPU's uuid is not this one's
+    SQLite::Database raw(dbp, SQLite::OPEN_READWRITE);
+    REQUIRE(raw.exec("UPDATE devices SET uuid = 'GPU-another-machine'") == 1);
+  }
+  std::tie(rc, out) = kt_test::run_command(cmd);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK_THAT(out, Catch::Contains("autotune: 0 candidates to measure"));
+  db::TuningDb db(dbp, true);
+  CHECK(db.count("measurements") == rows);
+  CHECK(db.count("devices") == 2);  // this GPU is recorded beside the other; the winners pool by name
+  CHECK(db.winners().size() == 2);
+  std::tie(rc, out) = kt_test::run_command(cmd + " --retune");  // --retune measures again
+  REQUIRE(rc == 0);
+  CHECK(db::TuningDb(dbp, true).count("measurements") > rows);
+  std::filesystem::remove(dbp);
   std::filesystem::remove(shapes);
 }
 
