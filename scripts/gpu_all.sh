@@ -16,6 +16,7 @@
 #  (--budget-ms KT_QUALITY_BUDGET_MS, default 10) on the named problems of KT_QUALITY_SHAPES (default
 #  shapes/qwen7b.json; families KT_QUALITY_FAMILIES, default every family the file names), then
 #  bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
+#  KT_QUALITY_DEVICES (autotune --devices, default GPU 0) measures both on several GPUs;
 #  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's, and KT_QUALITY_STATE=dir over machines
 #  (each call writes its measurements, without cubins, to $OUT/quality_state/: the next call continues from that
 #  folder); devices: the same tune of the named
@@ -143,6 +144,7 @@ PY
   }
   qbase=("$BIN/autotune" --arch sm_90 --shapes "$qshapes" --grid listed --cache-dir "$qcache")
   [ -n "${KT_QUALITY_FAMILIES:-}" ] && qbase+=(--families $KT_QUALITY_FAMILIES)
+  [ -n "${KT_QUALITY_DEVICES:-}" ] && qbase+=(--devices "$KT_QUALITY_DEVICES")
   "${qbase[@]}" --db "$qfast" --time-budget "$(qleft)" > "$OUT/quality_${qtag}_fast.log" 2>&1 || rc=1
   grep "^autotune: \(measured\|compiled\|--time-budget\)" "$OUT/quality_${qtag}_fast.log" | cut -c1-200
   if grep -q "time-budget .* spent" "$OUT/quality_${qtag}_fast.log"; then
