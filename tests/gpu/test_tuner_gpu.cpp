@@ -161,14 +161,13 @@ TEST_CASE("worker pools of two GPUs: a death on one costs only its own candidate
     while (steady_rows.size() < 3 || !faults_done) steady_rows.push_back(f.measure(*steady, f.good));
   });
   const auto fault = f.measure(*faulty, f.bad[0]);
-  WorkerResult hang;
-  hang.status = db::Status::timeout;  // stands for the spinning kernel left out on a one-GPU machine
+  WorkerResult hang;  // the spinning kernel only where the faulty worker has a GPU of its own
   if (count > 1) hang = f.measure(*faulty, f.bad[1]);
   const auto after = f.measure(*faulty, f.good);
   faults_done = true;
   other.join();
   CHECK(fault.status == db::Status::launch_failed);
-  CHECK(hang.status == db::Status::timeout);
+  if (count > 1) CHECK(hang.status == db::Status::timeout);
   CHECK(after.status == db::Status::ok);
   CHECK(faulty->workers_started() == (count > 1 ? 3 : 2));  // the first, then one after each death
   CHECK(steady->workers_started() == 1);  // never restarted: its candidates measured through the other's deaths
