@@ -821,20 +821,6 @@ void TuningDb::add_measurements(const std::vector<Measurement>& ms) {
   });
 }
 
-bool TuningDb::has_measurement(long long device_id, const std::string& family, const std::string& problem_key,
-                               const std::string& variant_name) const {
-  return impl_->guard("has measurement", [&] {
-    SQLite::Statement q(*impl_->db,
-                        "SELECT 1 FROM measurements WHERE device_id = ? AND family = ? AND problem_key = ? "
-                        "AND variant_name = ? LIMIT 1");
-    q.bind(1, static_cast<int64_t>(device_id));
-    q.bind(2, family);
-    q.bind(3, problem_key);
-    q.bind(4, variant_name);
-    return q.executeStep();
-  });
-}
-
 std::set<std::string> TuningDb::measured_variants(const std::string& device_name, const std::string& family,
                                                   const std::string& problem_key) const {
   return impl_->guard("read measured variants", [&] {

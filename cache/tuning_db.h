@@ -188,9 +188,6 @@ class TuningDb {
 
   /// Appends measurements in one transaction (all or nothing).
   void add_measurements(const std::vector<Measurement>& ms);
-  /// Whether (device, family, problem_key, variant_name) already has a measurement (any status).
-  bool has_measurement(long long device_id, const std::string& family, const std::string& problem_key,
-                       const std::string& variant_name) const;
   /// The variants of a problem that any device of class `device_name` has a measurement of (any status): what a
   /// resumed run skips, on the same GPU or on another of the same name (another machine, a merged shard).
   std::set<std::string> measured_variants(const std::string& device_name, const std::string& family,

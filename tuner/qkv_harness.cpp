@@ -60,10 +60,15 @@ HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta) {
   return in;
 }
 
+std::string weight_key(const Problem& p) {
+  return std::string(quant::format_name(p.format)) + (p.dtype == DType::f16 ? "/fp16" : "/bf16") + "/n" +
+         std::to_string(p.n()) + "/k" + std::to_string(p.k);
+}
+
 HostInputs make_inputs_with_weight(const Problem& p, uint64_t seed, const HostInputs& from) {
-  const Problem& f = from.problem;
-  if (f.format != p.format || f.dtype != p.dtype || f.n() != p.n() || f.k != p.k)
-    throw ProblemError("qkv_proj: make_inputs_with_weight needs the same format, dtype, n and k");
+  if (weight_key(from.problem) != weight_key(p))
+    throw ProblemError("qkv_proj: make_inputs_with_weight needs the same weight (format, dtype, n and k): " +
+                       weight_key(from.problem) + " against " + weight_key(p));
   HostInputs in = make_activations(p, seed, from.rope_theta);
   in.w = from.w;
   in.wd = from.wd;

@@ -24,8 +24,11 @@ struct HostInputs {
   std::vector<double> wd;  ///< dequantized W [n, k]: exactly what the kernel multiplies
 };
 HostInputs make_inputs(const Problem& p, uint64_t seed, double rope_theta = 1e6);
+/// What make_inputs' weight depends on besides the seed: "format/dtype/n/k" (everything but m, bias and RoPE). Problems
+/// with the same key share one weight (make_inputs_with_weight; the tuner keeps them on one GPU).
+std::string weight_key(const Problem& p);
 /// As make_inputs for problem p (its own m, bias, RoPE), reusing the quantized weight of `from`, which must have
-/// the same format, dtype, n and k. Throws ProblemError otherwise.
+/// the same weight_key. Throws ProblemError otherwise.
 HostInputs make_inputs_with_weight(const Problem& p, uint64_t seed, const HostInputs& from);
 
 /// Reference rows (all when m <= max_rows, else a random sample incl. the first and last token).

@@ -18,8 +18,7 @@ class Measure : public MeasureSession {
  public:
   Measure(const qkv::Problem& p, uint64_t seed, size_t ref_rows, size_t l2) {
     static std::unique_ptr<qkv::HostInputs> cached;  // one worker process = one thread; weight fields only
-    const bool reuse = cached && cached->problem.format == p.format && cached->problem.dtype == p.dtype &&
-                       cached->problem.n() == p.n() && cached->problem.k == p.k && cached_seed_ == seed;
+    const bool reuse = cached && qkv::weight_key(cached->problem) == qkv::weight_key(p) && cached_seed_ == seed;
     if (reuse) {
       in_ = qkv::make_inputs_with_weight(p, seed, *cached);
     } else {
@@ -72,11 +71,7 @@ TunerFamily tuner_family() {
   TunerFamily f =
       make_tuner_family<Measure>(family_type(), &qkv_proj_problems, &problem_to_json, &problem_from_json, 48,
                                  [](const nlohmann::json& p) { return tolerance(problem_from_json(p).dtype); });
-  f.input_key = [](const nlohmann::json& j) {  // what Measure's cached weight depends on: all but m
-    const Problem p = problem_from_json(j);
-    return j.at("format").get<std::string>() + "/" + j.at("dtype").get<std::string>() + "/n" + std::to_string(p.n()) +
-           "/k" + std::to_string(p.k);
-  };
+  f.input_key = [](const nlohmann::json& j) { return weight_key(problem_from_json(j)); };  // Measure's cached weight
   return f;
 }
 

@@ -14,9 +14,11 @@
 #include "../support.h"
 #include "tuner/attention_harness.h"
 #include "tuner/attention_problems.h"
+#include "tuner/qkv_harness.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
 #include "tuner/timing.h"
+#include "tuner/tuner_registry.h"
 
 using namespace kt;
 
@@ -111,6 +113,36 @@ TEST_CASE("make_inputs draws random non-zero data, and verify catches unwritten 
   auto bad_lse = lse;
   bad_lse[3] += 0.01f;
   CHECK_FALSE(attn::verify(in, ref, out, bad_lse).pass);
+}
+
+TEST_CASE("qkv_proj: problems that share a weight have one weight key, the tuner's input key, and share the weight",
+          "[tuner]") {
+  qkv::Problem a;
+  a.dtype = DType::bf16, a.format = quant::Format::int4, a.m = 3, a.k = 256, a.num_heads = 4, a.num_kv_heads = 2;
+  a.head_dim = 64;
+  qkv::Problem b = a;
+  b.m = 37, b.has_bias = false, b.rope = false;  // m, bias and RoPE do not touch the weight
+  CHECK(qkv::weight_key(a) == "int4/bf16/n512/k256");
+  CHECK(qkv::weight_key(b) == qkv::weight_key(a));
+  const auto& fam = find_tuner_family("qkv_proj");
+  REQUIRE(fam.input_key);
+  CHECK(fam.input_key(qkv::problem_to_json(b)) == qkv::weight_key(a));
+  const auto in = qkv::make_inputs(a, 7);
+  const auto shared = qkv::make_inputs_with_weight(b, 7, in);
+  CHECK(shared.problem.m == 37);
+  CHECK(shared.x.size() == size_t(37) * 256);
+  CHECK(shared.w.data == in.w.data);
+  for (auto change : {0, 1, 2, 3}) {  // format, dtype, n, k: another weight
+    qkv::Problem c = a;
+    if (change == 0) c.format = quant::Format::int8;
+    if (change == 1) c.dtype = DType::f16;
+    if (change == 2) c.num_heads = 8;
+    if (change == 3) c.k = 512;
+    CHECK(qkv::weight_key(c) != qkv::weight_key(a));
+    CHECK(fam.input_key(qkv::problem_to_json(c)) != fam.input_key(qkv::problem_to_json(a)));
+    CHECK_THROWS_WITH(qkv::make_inputs_with_weight(c, 7, in),
+                      Catch::Contains("same weight") && Catch::Contains(qkv::weight_key(c)));
+  }
 }
 
 TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
