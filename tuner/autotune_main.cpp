@@ -121,6 +121,8 @@ class Progress {
       std::fflush(stdout);
     }
   }
+  /// More candidates than planned (the refinement of the two-round strategies' leaders).
+  void add(size_t n) { total_ += n; }
   void end_line() {
     if (tty_) std::printf("\r%-120s\r", "");
   }
@@ -370,6 +372,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   }
   kt::WorkOptions wopt;
   wopt.max_candidates = a.max_candidates;
+  // The two-round strategies refine each problem's leader over the depth siblings the prefix cut off (measuring only:
+  // a compile-only run compiles the candidates it lists).
+  wopt.depth_siblings = use_gpu && a.strategy != "exhaustive";
   if (!a.only.empty()) wopt.keep = [&](const std::string& name) { return std::regex_search(name, only_re); };
   // The device model: the GPU being tuned, else (compile-only) the arch's reference GPU.
   const kt::DeviceModel model =
@@ -624,8 +629,15 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       }
   }
   std::mutex db_mu;  // the database connection, the progress line and the report are shared by the threads
-  std::printf("autotune: compiling %zu binaries on %d threads while measuring (%zu more are measured already)\n",
-              n_needed, std::min<int>(compiler.jobs(), int(std::max<size_t>(1, n_needed))), sources.size() - n_needed);
+  // The two-round strategies' refinement compiles the leader's pipeline-depth siblings on request (WorkItem::siblings).
+  const bool refine = kt::rounds_for(a.strategy, 2 * kt::kFastKeep, a.budget_ms).two_rounds &&
+                      std::any_of(items.begin(), items.end(), [](const Item& it) {
+                        return std::any_of(it.siblings.begin(), it.siblings.end(), [](auto& v) { return !v.empty(); });
+                      });
+  std::printf(
+      "autotune: compiling %zu binaries on %d threads while measuring (%zu more are measured already or kept for the "
+      "refinement of each problem's leader)\n",
+      n_needed, std::min<int>(compiler.jobs(), int(std::max<size_t>(1, n_needed))), sources.size() - n_needed);
   std::fflush(stdout);
   const auto t_measure = std::chrono::steady_clock::now();
   // Each binary reaches the database (where the measuring worker reads it) as soon as it is compiled.
@@ -636,19 +648,20 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         std::lock_guard<std::mutex> lock(db_mu);
         db->put_binary(binary_record(r, compiler));
       },
-      stop_measuring);
+      stop_measuring, refine);
 
   Progress progress(total);
-  auto record = [&](const Item& it, size_t c, const kt::CompileResult& cr, const kt::WorkerResult* wr,
-                    long long device_id) {
+  // One candidate's row: config and variant name are the item's candidate's or a refinement sibling's.
+  auto record = [&](const Item& it, const nlohmann::json& config, const std::string& variant,
+                    const kt::CompileResult& cr, const kt::WorkerResult* wr, long long device_id) {
     kt::db::Measurement m;
     m.run_id = run_id;
     m.device_id = device_id;
     m.family = it.family;
     m.problem_key = it.key;
     m.problem_json = it.problem.dump();
-    m.variant_name = it.variants[c];
-    m.config_json = it.configs[c].dump();
+    m.variant_name = variant;
+    m.config_json = config.dump();
     m.measured_at = now_s();
     if (!cr.ok) {
       m.status = kt::db::Status::compile_failed;
@@ -668,13 +681,13 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::lock_guard<std::mutex> lock(db_mu);
     db->add_measurements({m});
     if (cr.ok)
-      resources[it.variants[c]] = {cr.report.registers,
-                                   cr.report.static_smem_bytes + int(cr.kernel.dynamic_smem_bytes)};
+      resources[variant] = {cr.report.registers, cr.report.static_smem_bytes + int(cr.kernel.dynamic_smem_bytes)};
   };
-  auto measure_cmd = [&](const Item& it, size_t c, const kt::CompileResult& cr, double budget) {
+  auto measure_cmd = [&](const nlohmann::json& config, const std::string& variant, const kt::CompileResult& cr,
+                         double budget) {
     return nlohmann::json{{"cmd", "measure"},
-                          {"config", it.configs[c]},
-                          {"variant", it.variants[c]},
+                          {"config", config},
+                          {"variant", variant},
                           {"binary_hash", cr.cache_key},
                           {"budget_ms", budget}};
   };
@@ -706,8 +719,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       ft.timing += time_ms / 1e3;
       ft.problems += t.cands.empty() ? 0 : 1;
     }};
-    auto measure = [&](size_t c, const kt::CompileResult& cr, double budget) {
-      auto wr = pool.measure(measure_cmd(it, c, cr, budget));
+    auto measure = [&](const nlohmann::json& config, const std::string& variant, const kt::CompileResult& cr,
+                       double budget) {
+      auto wr = pool.measure(measure_cmd(config, variant, cr, budget));
       load_ms += wr.load_ms;
       check_ms += wr.check_ms;
       time_ms += wr.time_ms;
@@ -733,55 +747,88 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       setup_failed[ti] = 1;
       return;
     }
-    auto step = [&](size_t c) {
+    auto step = [&](const std::string& variant) {
       std::lock_guard<std::mutex> lock(db_mu);
-      progress.step(it.key + " " + it.variants[c].substr(it.variants[c].find("__", 10) + 2));
+      progress.step(it.key + " " + variant.substr(variant.find("__", 10) + 2));
     };
     // The strategy's rounds (tuner/strategy.h): everyone at the first budget, then the fastest again at the full one.
     const kt::Rounds rounds = kt::rounds_for(a.strategy, t.cands.size(), a.budget_ms);
     struct Measured {
-      size_t c;
+      const nlohmann::json* config;
+      const std::string* variant;
       const kt::CompileResult* cr;
       kt::WorkerResult wr;
+      size_t c;  // the item's candidate (refinement siblings: their listed candidate's)
     };
     std::vector<Measured> round;
-    for (size_t c : t.cands) {
-      if (stop_measuring()) break;
-      const kt::CompileResult* cr = queue.wait(it.source[c]);
-      if (stop_measuring() || !cr) break;
-      step(c);
+    // One first-round measurement (a failure is stored at once; false: the compiler or the run was stopped).
+    auto first = [&](const nlohmann::json& config, const std::string& variant, size_t source, size_t c) {
+      if (stop_measuring()) return false;
+      const kt::CompileResult* cr = queue.wait(source);
+      if (stop_measuring() || !cr) return false;
+      step(variant);
       if (!cr->ok) {
-        record(it, c, *cr, nullptr, device_id);
-        continue;
+        record(it, config, variant, *cr, nullptr, device_id);
+        return true;
       }
-      auto wr = measure(c, *cr, rounds.first_budget_ms);
-      if (rounds.two_rounds && wr.status == kt::db::Status::ok) round.push_back({c, cr, wr});
-      else record(it, c, *cr, &wr, device_id);
+      auto wr = measure(config, variant, *cr, rounds.first_budget_ms);
+      if (rounds.two_rounds && wr.status == kt::db::Status::ok) round.push_back({&config, &variant, cr, wr, c});
+      else record(it, config, variant, *cr, &wr, device_id);
+      return true;
+    };
+    for (size_t c : t.cands)
+      if (!first(it.configs[c], it.variants[c], it.source[c], c)) break;
+    auto by_time = [](const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; };
+    // Refinement (two-round strategies, named problems): the first round's leader's pipeline-depth siblings that the
+    // --max-candidates prefix cut off (WorkItem::siblings), unless measured already, at the first budget too. The
+    // depth that suits a tile differs between GPUs and sizes more than the candidate order can know.
+    if (rounds.two_rounds && !stop_measuring() && !round.empty() && it.transfer_from.empty()) {
+      const Measured lead = *std::min_element(round.begin(), round.end(), by_time);
+      std::set<std::string> done;
+      if (!a.retune && !device.name.empty()) {
+        std::lock_guard<std::mutex> lock(db_mu);
+        done = db->measured_variants(device.name, it.family, it.key);
+      }
+      const auto& sibs = it.siblings[lead.c];
+      size_t n = 0;
+      for (const auto& r : sibs)
+        if (!done.count(r.variant)) {
+          queue.request(r.source);  // compiled together, on the queue's threads
+          ++n;
+        }
+      if (n) {
+        std::lock_guard<std::mutex> lock(db_mu);
+        progress.add(n);
+      }
+      for (const auto& r : sibs)
+        if (!done.count(r.variant) && !first(r.config, r.variant, r.source, lead.c)) break;
     }
     if (!rounds.two_rounds || stop_measuring()) {
-      for (const auto& r : round) record(it, r.c, *r.cr, &r.wr, device_id);  // measured, never lost
+      for (const auto& r : round) record(it, *r.config, *r.variant, *r.cr, &r.wr, device_id);  // never lost
       return;
     }
-    std::stable_sort(round.begin(), round.end(),
-                     [](const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; });
+    std::stable_sort(round.begin(), round.end(), by_time);
     // The final round: the finalists at half the full budget in order, then again in reverse (A B C, then C B A), each
     // stored as one row of both measurements: a drift of the SM clock over the round (the power limit moves it by up
     // to 25%) reaches every finalist alike. The other candidates' first-round rows are stored first; what a stop leaves
     // unmeasured keeps the row it has.
     const size_t finalists = std::min(rounds.keep, round.size());
-    for (size_t k = finalists; k < round.size(); ++k) record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
+    for (size_t k = finalists; k < round.size(); ++k)
+      record(it, *round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, device_id);
     std::vector<kt::WorkerResult> pass1;
     for (size_t k = 0; k < finalists && !stop_measuring(); ++k)
-      pass1.push_back(measure(round[k].c, *round[k].cr, a.budget_ms / 2));
+      pass1.push_back(measure(*round[k].config, *round[k].variant, *round[k].cr, a.budget_ms / 2));
     for (size_t k = pass1.size(); k-- > 0;) {
+      const Measured& r = round[k];
       if (pass1[k].status != kt::db::Status::ok || stop_measuring()) {
-        record(it, round[k].c, *round[k].cr, &pass1[k], device_id);
+        record(it, *r.config, *r.variant, *r.cr, &pass1[k], device_id);
         continue;
       }
-      const auto merged = kt::merge_measurements(pass1[k], measure(round[k].c, *round[k].cr, a.budget_ms / 2));
-      record(it, round[k].c, *round[k].cr, &merged, device_id);
+      const auto merged = kt::merge_measurements(pass1[k], measure(*r.config, *r.variant, *r.cr, a.budget_ms / 2));
+      record(it, *r.config, *r.variant, *r.cr, &merged, device_id);
     }
-    for (size_t k = pass1.size(); k < finalists; ++k) record(it, round[k].c, *round[k].cr, &round[k].wr, device_id);
+    for (size_t k = pass1.size(); k < finalists; ++k)
+      record(it, *round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, device_id);
   };
   // The named problems first, then the bucket grid (whose candidates come from its named neighbours' results).
   // Within a phase every GPU's thread takes a problem when it is free (tuner/item_scheduler.h: problems that share
@@ -1046,7 +1093,8 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", a.strategy,
                  "fast (default: the first --max-candidates of each problem's candidate order at budget/8, the 3 "
                  "fastest again at the full budget), exhaustive (every candidate at the full budget) or halving (all "
-                 "at budget/4, the best quarter at the full budget)");
+                 "at budget/4, the best quarter at the full budget); fast and halving also measure the first round's "
+                 "leader's pipeline-depth siblings that --max-candidates cut off");
   app.add_option("--max-candidates", a.max_candidates,
                  "at most N candidates per problem, in the family's candidate order (default config first); 0 = all "
                  "(default: 16 with --strategy fast, else all; all with --compile-only)");

@@ -6,7 +6,7 @@
 namespace kt {
 
 CompileQueue::CompileQueue(const std::vector<KernelSource>& sources, const std::vector<char>& needed, int jobs,
-                           CompileFn compile, DoneFn on_done, std::function<bool()> cancelled)
+                           CompileFn compile, DoneFn on_done, std::function<bool()> cancelled, bool serve_requests)
     : sources_(sources),
       compile_(std::move(compile)),
       on_done_(std::move(on_done)),
@@ -21,13 +21,17 @@ CompileQueue::CompileQueue(const std::vector<KernelSource>& sources, const std::
       order_.push_back(i);
       skipped_[i] = 0;
     }
-  const int n = order_.empty() ? 0 : std::max(1, std::min<int>(jobs, int(order_.size())));
+  serving_ = serve_requests;
+  const int n = order_.empty() && !serve_requests ? 0
+                : serve_requests                  ? std::max(1, jobs)
+                                                  : std::max(1, std::min<int>(jobs, int(order_.size())));
   running_ = size_t(n);
   for (int t = 0; t < n; ++t) threads_.emplace_back([this] { work(); });
 }
 
 CompileQueue::~CompileQueue() {
   stop();
+  close();
   join();
 }
 
@@ -54,8 +58,14 @@ void CompileQueue::work() {
   for (;;) {
     size_t i = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_ || (cancelled_ && cancelled_()) || !take(i)) break;
+      std::unique_lock<std::mutex> lock(mu_);
+      bool got = false;
+      for (;;) {  // serving: wait for a request until close()
+        if (stop_ || (cancelled_ && cancelled_())) break;
+        if ((got = take(i)) || !serving_) break;
+        cv_.wait_for(lock, std::chrono::milliseconds(100));  // (the cancel flag is polled)
+      }
+      if (!got) break;
     }
     CompileResult r;
     try {
@@ -78,7 +88,7 @@ void CompileQueue::work() {
   // Whatever was not started is never compiled: waiters on it are released.
   if (running_ == 0)
     for (size_t i = 0; i < skipped_.size(); ++i)
-      if (!finished_[i]) skipped_[i] = 1;
+      if (!finished_[i] && !started_[i]) skipped_[i] = 1;
   cv_.notify_all();
 }
 
@@ -90,7 +100,25 @@ const CompileResult* CompileQueue::wait(size_t i) {
   return finished_[i] ? &results_[i] : nullptr;
 }
 
-void CompileQueue::stop() { stop_ = true; }
+void CompileQueue::request(size_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (i >= results_.size() || !serving_ || stop_ || started_[i] || finished_[i]) return;
+  skipped_[i] = 0;
+  urgent_.push_back(i);
+  cv_.notify_all();
+}
+
+void CompileQueue::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  serving_ = false;
+  cv_.notify_all();
+}
+
+void CompileQueue::stop() {
+  stop_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
 
 void CompileQueue::join() {
   for (auto& t : threads_)

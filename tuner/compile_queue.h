@@ -21,13 +21,15 @@ namespace kt {
 /// thread after source i finishes, before any wait(i) returns it (autotune stores the binary in the database there,
 /// where the measuring worker reads it). stop(), or `cancelled()` turning true (autotune: an interrupt), lets the
 /// compilations in progress finish and starts no new one; the destructor stops and joins.
+/// With `serve_requests`, the threads stay after the needed sources until close() (or stop()), to compile what
+/// request() asks for: sources outside the plan (autotune's refinement of the fast strategy's leaders).
 class CompileQueue {
  public:
   using CompileFn = std::function<CompileResult(const KernelSource&)>;
   using DoneFn = std::function<void(size_t, const CompileResult&)>;
 
   CompileQueue(const std::vector<KernelSource>& sources, const std::vector<char>& needed, int jobs, CompileFn compile,
-               DoneFn on_done = nullptr, std::function<bool()> cancelled = nullptr);
+               DoneFn on_done = nullptr, std::function<bool()> cancelled = nullptr, bool serve_requests = false);
   ~CompileQueue();
   CompileQueue(const CompileQueue&) = delete;
   CompileQueue& operator=(const CompileQueue&) = delete;
@@ -35,6 +37,11 @@ class CompileQueue {
   /// Blocks until source i is compiled and returns its result; nullptr when i will not be compiled (not needed, or
   /// the queue was stopped before it started). Moves i ahead of the sources not started yet. Thread-safe.
   const CompileResult* wait(size_t i);
+  /// Queues source i ahead of the ones not started, needed or not, without waiting (serve_requests: the threads
+  /// stay for it); wait(i) then returns its result. No effect on a source started, finished, or after close() or stop().
+  void request(size_t i);
+  /// serve_requests: no more requests; the threads end once the queued sources are compiled.
+  void close();
   /// Starts no new compilation (the ones in progress finish).
   void stop();
   /// Waits for the threads to end (every needed source compiled, or stop()).
@@ -63,7 +70,8 @@ class CompileQueue {
   std::deque<size_t> urgent_;  // waited-for sources, in the order of the waits (under mu_)
   size_t next_ = 0;            // into order_ (under mu_)
   std::atomic<bool> stop_{false};
-  size_t running_ = 0;  // threads still working (guarded by mu_)
+  size_t running_ = 0;    // threads still working (guarded by mu_)
+  bool serving_ = false;  // serve_requests and not closed (guarded by mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::thread> threads_;

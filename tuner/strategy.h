@@ -26,7 +26,9 @@ struct Rounds {
   size_t keep = 0;
 };
 
-/// The rounds of `strategy` for `candidates` candidates at a full budget of `budget_ms`:
+/// The rounds of `strategy` for `candidates` candidates at a full budget of `budget_ms` (with two rounds, autotune
+/// adds the first-round leader's pipeline-depth siblings that --max-candidates cut off to the first round:
+/// WorkItem::siblings):
 ///   exhaustive: one round at the full budget;
 ///   halving:    with more than 4 candidates, all at max(5, budget / 4) ms, the best quarter (rounded up) again;
 ///   fast:       with more than kFastKeep candidates, all at max(2, budget / 8) ms, the best kFastKeep again.

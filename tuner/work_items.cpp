@@ -132,6 +132,23 @@ std::set<std::string> grid_candidates(const std::string& default_variant,
   return keep;
 }
 
+bool depth_siblings(const nlohmann::json& a, const nlohmann::json& b) {
+  if (!a.is_object() || !b.is_object()) return false;
+  const nlohmann::json fa = a.flatten(), fb = b.flatten();
+  if (fa.size() != fb.size()) return false;
+  int differ = 0;
+  bool depth = false;
+  for (auto x = fa.begin(); x != fa.end(); ++x) {
+    const auto y = fb.find(x.key());
+    if (y == fb.end()) return false;
+    if (*x == *y) continue;
+    ++differ;
+    const std::string& k = x.key();  // a JSON pointer: "/wgmma_ws/stages", "/stages"
+    depth = k.size() >= 7 && k.compare(k.size() - 7, 7, "/stages") == 0;
+  }
+  return differ == 1 && depth;
+}
+
 WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const DeviceModel& device,
                     const WorkOptions& options) {
   WorkPlan plan;
@@ -169,14 +186,25 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
                                  }),
                   valid.end());
     }
-    if (options.max_candidates > 0 && int(valid.size()) > options.max_candidates)
+    std::vector<nlohmann::json> cut;  // what the prefix leaves out
+    if (options.max_candidates > 0 && int(valid.size()) > options.max_candidates) {
+      cut.assign(valid.begin() + options.max_candidates, valid.end());
       valid.resize(size_t(options.max_candidates));
+    }
     it.default_variant = f.variant_name(p, def, arch);
     for (const auto& c : valid) {
       KernelSource src = f.kernel_source(p, c, arch);
       it.variants.push_back(src.variant_name);
       it.configs.push_back(c);
       it.source.push_back(add_source(std::move(src)));
+      it.siblings.emplace_back();
+      for (const auto& x : cut)
+        if (options.depth_siblings && pr.transfer_from.empty() && depth_siblings(c, x)) {
+          KernelSource xs = f.kernel_source(p, x, arch);
+          WorkItem::Reserve r{x, xs.variant_name, 0};
+          r.source = add_source(std::move(xs));
+          it.siblings.back().push_back(std::move(r));
+        }
     }
     variants_of[it.family + "|" + it.key] = it.variants;
     plan.items.push_back(std::move(it));
@@ -205,6 +233,7 @@ WorkPlan shard_work(const WorkPlan& plan, int index, int count) {
     k.configs.clear();
     k.variants.clear();
     k.source.clear();
+    k.siblings.clear();  // a shard measures exactly its pairs: no refinement beyond them
     for (size_t c = 0; c < it.variants.size(); ++c) {
       if (shard_of(it.family, it.key, it.variants[c], count) != index) continue;
       auto [pos, added] = kept_source.emplace(it.source[c], out.sources.size());
@@ -212,6 +241,7 @@ WorkPlan shard_work(const WorkPlan& plan, int index, int count) {
       k.configs.push_back(it.configs[c]);
       k.variants.push_back(it.variants[c]);
       k.source.push_back(pos->second);
+      k.siblings.emplace_back();
     }
     if (!k.variants.empty()) out.items.push_back(std::move(k));
   }

@@ -59,12 +59,29 @@ struct WorkItem {
   std::string default_variant;
   /// Bucket-grid problems only (ProblemRef::transfer_from): the named problems whose candidates it measures.
   std::vector<std::string> transfer_from = {};
+  /// A candidate the --max-candidates prefix cut off (config, variant name, index of its binary in WorkPlan::sources).
+  struct Reserve {
+    nlohmann::json config;
+    std::string variant;
+    size_t source = 0;
+  };
+  /// Per candidate: its pipeline-depth siblings that the prefix cut off (depth_siblings), in the family's order; what
+  /// autotune's two-round strategies measure besides the first round's leader (autotune_main.cpp). Empty vectors when
+  /// nothing was cut (or for a bucket-grid problem).
+  std::vector<std::vector<Reserve>> siblings = {};
 };
+
+/// Whether configs a and b are the same but for their pipeline depth: their JSON objects have the same leaves, and
+/// exactly one differs, a leaf named "stages" (every family's configs name the depth so).
+bool depth_siblings(const nlohmann::json& a, const nlohmann::json& b);
 
 struct WorkOptions {
   int max_candidates = 0;  ///< at most this many candidates per problem (default first); 0 = all
   /// Keeps a candidate by variant name (autotune --only); the default config always stays. Empty: keep all.
   std::function<bool(const std::string& variant)> keep;
+  /// Fill WorkItem::siblings (the depth siblings the max_candidates prefix cut off) and add their binaries to the
+  /// plan's sources; false: siblings stay empty.
+  bool depth_siblings = false;
 };
 
 struct WorkPlan {

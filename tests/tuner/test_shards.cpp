@@ -26,12 +26,13 @@ namespace {
 using Pair = std::tuple<std::string, std::string, std::string>;  // family, problem key, variant
 
 /// Every family of shapes/qwen7b.json for sm_90a on the arch's reference GPU, at most `max_candidates` per problem.
-WorkPlan qwen_plan(int max_candidates) {
+WorkPlan qwen_plan(int max_candidates, bool depth_siblings = false) {
   const ShapesFile s = load_shapes(std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   std::vector<std::string> families;
   const ArchId arch = parse_arch("sm_90a");
   WorkOptions o;
   o.max_candidates = max_candidates;
+  o.depth_siblings = depth_siblings;
   return build_work(collect_problems(s, families), arch, device_model(arch), o);
 }
 
@@ -181,4 +182,62 @@ TEST_CASE("merging the shards' databases gives the winners of one database with 
   const auto again = kt_test::run_autotune("merge " + merged + " " + shards[0] + " " + shards[1] + " " + shards[2]);
   CHECK(again.first == 0);
   CHECK(db::TuningDb(merged, true).count("measurements") == db::TuningDb(whole, true).count("measurements"));
+}
+
+TEST_CASE("depth_siblings: the same config but for one leaf named stages", "[tuner]") {
+  using J = nlohmann::json;
+  CHECK(depth_siblings(J{{"tile_n", 64}, {"stages", 2}}, J{{"tile_n", 64}, {"stages", 3}}));
+  CHECK(depth_siblings(J{{"mainloop", 3}, {"wgmma_ws", {{"stages", 4}, {"split_k", 3}}}},
+                       J{{"mainloop", 3}, {"wgmma_ws", {{"stages", 8}, {"split_k", 3}}}}));
+  CHECK_FALSE(depth_siblings(J{{"tile_n", 64}, {"stages", 2}}, J{{"tile_n", 64}, {"stages", 2}}));   // the same
+  CHECK_FALSE(depth_siblings(J{{"tile_n", 64}, {"stages", 2}}, J{{"tile_n", 128}, {"stages", 2}}));  // not depth
+  CHECK_FALSE(depth_siblings(J{{"tile_n", 64}, {"stages", 2}}, J{{"tile_n", 128}, {"stages", 3}}));  // two leaves
+  CHECK_FALSE(depth_siblings(J{{"tile_n", 64}, {"stages", 2}}, J{{"tile_n", 64}, {"stages", 3}, {"x", 1}}));
+  CHECK_FALSE(depth_siblings(J{{"wgmma_ws", {{"stages", 4}}}}, J{{"wgmma_pairs", {{"stages", 8}}}}));
+  CHECK_FALSE(depth_siblings(J(3), J(4)));
+}
+
+TEST_CASE("a --max-candidates prefix keeps each candidate's cut-off pipeline-depth siblings for the refinement",
+          "[tuner]") {
+  const WorkPlan fast = qwen_plan(16, true), all = qwen_plan(0, true);
+  const auto all_bins = binaries_of(all);
+  // Without the option (a compile-only run): no siblings, and only the listed candidates' binaries.
+  const WorkPlan plain = qwen_plan(16);
+  for (const auto& it : plain.items)
+    for (const auto& sib : it.siblings) CHECK(sib.empty());
+  CHECK(plain.sources.size() < fast.sources.size());
+  std::map<std::string, const WorkItem*> full;
+  for (const auto& it : all.items) full[it.family + "|" + it.key] = &it;
+  size_t with_siblings = 0, total = 0;
+  for (const auto& it : fast.items) {
+    REQUIRE(it.siblings.size() == it.variants.size());
+    const WorkItem& f = *full.at(it.family + "|" + it.key);
+    const std::set<std::string> listed(it.variants.begin(), it.variants.end());
+    for (size_t c = 0; c < it.variants.size(); ++c) {
+      // Exactly the configs past the prefix that differ from candidate c in their depth alone, in the family's order.
+      std::vector<std::string> want;
+      if (it.transfer_from.empty())
+        for (size_t x = it.variants.size(); x < f.variants.size(); ++x)
+          if (depth_siblings(it.configs[c], f.configs[x])) want.push_back(f.variants[x]);
+      std::vector<std::string> got;
+      for (const auto& r : it.siblings[c]) {
+        got.push_back(r.variant);
+        CHECK_FALSE(listed.count(r.variant));
+        CHECK(fast.sources.at(r.source).name_expression == all_bins.at({it.family, it.key, r.variant}));
+        CHECK(depth_siblings(it.configs[c], r.config));
+      }
+      CHECK(got == want);
+      with_siblings += got.empty() ? 0 : 1;
+      total += got.size();
+    }
+  }
+  CHECK(with_siblings > 100);  // qwen7b.json's tiled candidates have rings of several depths
+  // Nothing cut: nothing kept; a shard measures exactly its pairs.
+  for (const auto& it : all.items)
+    for (const auto& s : it.siblings) CHECK(s.empty());
+  for (const auto& it : shard_work(fast, 0, 2).items) {
+    CHECK(it.siblings.size() == it.variants.size());
+    for (const auto& s : it.siblings) CHECK(s.empty());
+  }
+  INFO(total);
 }

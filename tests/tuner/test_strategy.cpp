@@ -203,3 +203,39 @@ TEST_CASE("CompileQueue with nothing needed starts no thread and waits return at
   q.join();
   CHECK(q.compiled() == 0);
 }
+
+TEST_CASE("CompileQueue serving requests compiles sources outside the plan on request, until close", "[tuner]") {
+  const auto sources = fake_sources(8);
+  std::vector<char> needed(8, 0);
+  needed[0] = needed[1] = 1;
+  std::atomic<int> done_calls{0};
+  CompileQueue q(
+      sources, needed, 2, fake_compile, [&](size_t, const CompileResult&) { done_calls++; }, nullptr, true);
+  REQUIRE(q.wait(0) != nullptr);
+  REQUIRE(q.wait(1) != nullptr);
+  CHECK(q.wait(6) == nullptr);                                 // not needed, not requested: waiting does not compile it
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the plan is done; the threads stay for requests
+  q.request(6);
+  q.request(7);
+  q.request(6);  // once
+  const CompileResult* r6 = q.wait(6);
+  REQUIRE(r6 != nullptr);
+  CHECK(r6->kernel.variant_name == "v6");
+  REQUIRE(q.wait(7) != nullptr);
+  CHECK(q.wait(7)->cache_key == "key-v7");
+  q.request(0);  // finished already: nothing more
+  q.close();
+  q.request(4);  // after close: ignored
+  q.join();      // the threads end once closed
+  CHECK(q.wait(4) == nullptr);
+  CHECK(done_calls == 4);
+  CHECK(q.compiled() == 4);
+  CHECK_FALSE(q.finished(2));
+
+  // Without serve_requests a request is a no-op: the threads end with the plan.
+  CompileQueue plain(sources, needed, 2, fake_compile);
+  plain.request(5);
+  plain.join();
+  CHECK(plain.wait(5) == nullptr);
+  CHECK(plain.compiled() == 2);
+}
