@@ -374,7 +374,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   wopt.max_candidates = a.max_candidates;
   // The two-round strategies refine each problem's leader over the depth siblings the prefix cut off (measuring only:
   // a compile-only run compiles the candidates it lists).
-  wopt.depth_siblings = use_gpu && a.strategy != "exhaustive";
+  wopt.depth_siblings = use_gpu && kt::refines_leader(a.strategy);
   if (!a.only.empty()) wopt.keep = [&](const std::string& name) { return std::regex_search(name, only_re); };
   // The device model: the GPU being tuned, else (compile-only) the arch's reference GPU.
   const kt::DeviceModel model =
@@ -576,10 +576,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   };
   // Resuming skips what any GPU of this device class measured (the same GPU, or another of the same name: another
   // machine, a merged shard), as their measurements pool into one winner; --retune measures it again.
-  auto pending = [&](const Item& it, const std::set<std::string>* only) {
-    const std::set<std::string> done = a.retune || device.name.empty()
-                                           ? std::set<std::string>{}
+  auto measured_already = [&](const Item& it) {
+    return a.retune || device.name.empty() ? std::set<std::string>{}
                                            : db->measured_variants(device.name, it.family, it.key);
+  };
+  auto pending = [&](const Item& it, const std::set<std::string>* only) {
+    const std::set<std::string> done = measured_already(it);
     std::vector<size_t> cands;
     for (size_t c = 0; c < it.configs.size(); ++c)
       if ((!only || only->count(it.variants[c])) && !done.count(it.variants[c])) cands.push_back(c);
@@ -630,8 +632,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   }
   std::mutex db_mu;  // the database connection, the progress line and the report are shared by the threads
   // The two-round strategies' refinement compiles the leader's pipeline-depth siblings on request (WorkItem::siblings).
-  const bool refine = kt::rounds_for(a.strategy, 2 * kt::kFastKeep, a.budget_ms).two_rounds &&
-                      std::any_of(items.begin(), items.end(), [](const Item& it) {
+  const bool refine = wopt.depth_siblings && std::any_of(items.begin(), items.end(), [](const Item& it) {
                         return std::any_of(it.siblings.begin(), it.siblings.end(), [](auto& v) { return !v.empty(); });
                       });
   std::printf(
@@ -785,9 +786,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     if (rounds.two_rounds && !stop_measuring() && !round.empty() && it.transfer_from.empty()) {
       const Measured lead = *std::min_element(round.begin(), round.end(), by_time);
       std::set<std::string> done;
-      if (!a.retune && !device.name.empty()) {
+      {
         std::lock_guard<std::mutex> lock(db_mu);
-        done = db->measured_variants(device.name, it.family, it.key);
+        done = measured_already(it);
       }
       const auto& sibs = it.siblings[lead.c];
       size_t n = 0;

@@ -26,6 +26,11 @@ Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_
   return r;
 }
 
+bool refines_leader(const std::string& strategy) {
+  check_strategy(strategy);
+  return strategy != "exhaustive";
+}
+
 double default_budget_ms(const std::string& strategy) {
   check_strategy(strategy);
   return strategy == "fast" ? 40 : 100;

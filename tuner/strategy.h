@@ -35,6 +35,11 @@ struct Rounds {
 /// Throws std::invalid_argument naming the strategy when it is none of these.
 Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_ms);
 
+/// Whether `strategy` refines each problem's first-round leader over its pipeline-depth siblings that
+/// --max-candidates cut off (the two-round strategies: fast and halving). Throws std::invalid_argument for an unknown
+/// strategy.
+bool refines_leader(const std::string& strategy);
+
 /// The full budget per candidate, ms, when --budget-ms is not given: 40 for fast (its first round already ranks the
 /// candidates), 100 for exhaustive and halving. Throws std::invalid_argument for an unknown strategy.
 double default_budget_ms(const std::string& strategy);

@@ -132,9 +132,9 @@ std::set<std::string> grid_candidates(const std::string& default_variant,
   return keep;
 }
 
-bool depth_siblings(const nlohmann::json& a, const nlohmann::json& b) {
-  if (!a.is_object() || !b.is_object()) return false;
-  const nlohmann::json fa = a.flatten(), fb = b.flatten();
+namespace {
+/// depth_siblings on flattened configs (JSON pointer -> leaf).
+bool flat_depth_siblings(const nlohmann::json& fa, const nlohmann::json& fb) {
   if (fa.size() != fb.size()) return false;
   int differ = 0;
   bool depth = false;
@@ -147,6 +147,11 @@ bool depth_siblings(const nlohmann::json& a, const nlohmann::json& b) {
     depth = k.size() >= 7 && k.compare(k.size() - 7, 7, "/stages") == 0;
   }
   return differ == 1 && depth;
+}
+}  // namespace
+
+bool depth_siblings(const nlohmann::json& a, const nlohmann::json& b) {
+  return a.is_object() && b.is_object() && flat_depth_siblings(a.flatten(), b.flatten());
 }
 
 WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const DeviceModel& device,
@@ -186,10 +191,12 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
                                  }),
                   valid.end());
     }
-    std::vector<nlohmann::json> cut;  // what the prefix leaves out
+    std::vector<nlohmann::json> cut, cut_flat;  // what the prefix leaves out (siblings wanted: flattened once)
     if (options.max_candidates > 0 && int(valid.size()) > options.max_candidates) {
       cut.assign(valid.begin() + options.max_candidates, valid.end());
       valid.resize(size_t(options.max_candidates));
+      if (options.depth_siblings && pr.transfer_from.empty())
+        for (const auto& x : cut) cut_flat.push_back(x.is_object() ? x.flatten() : nlohmann::json());
     }
     it.default_variant = f.variant_name(p, def, arch);
     for (const auto& c : valid) {
@@ -198,10 +205,12 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
       it.configs.push_back(c);
       it.source.push_back(add_source(std::move(src)));
       it.siblings.emplace_back();
-      for (const auto& x : cut)
-        if (options.depth_siblings && pr.transfer_from.empty() && depth_siblings(c, x)) {
-          KernelSource xs = f.kernel_source(p, x, arch);
-          WorkItem::Reserve r{x, xs.variant_name, 0};
+      if (cut_flat.empty() || !c.is_object()) continue;
+      const nlohmann::json cf = c.flatten();
+      for (size_t x = 0; x < cut.size(); ++x)
+        if (flat_depth_siblings(cf, cut_flat[x])) {
+          KernelSource xs = f.kernel_source(p, cut[x], arch);
+          WorkItem::Reserve r{cut[x], xs.variant_name, 0};
           r.source = add_source(std::move(xs));
           it.siblings.back().push_back(std::move(r));
         }

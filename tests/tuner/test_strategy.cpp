@@ -60,6 +60,13 @@ TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[t
   CHECK(f.check_ms == 4);
 }
 
+TEST_CASE("refines_leader: the two-round strategies refine, exhaustive does not", "[tuner]") {
+  CHECK(refines_leader("fast"));
+  CHECK(refines_leader("halving"));
+  CHECK_FALSE(refines_leader("exhaustive"));
+  CHECK_THROWS_WITH(refines_leader("greedy"), Catch::Contains("greedy"));
+}
+
 TEST_CASE("rounds_for: exhaustive one round, halving the best quarter, fast the best three at budget / 8", "[tuner]") {
   const Rounds ex = rounds_for("exhaustive", 40, 100);
   CHECK_FALSE(ex.two_rounds);
