@@ -211,9 +211,14 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
   std::stable_sort(kept.begin(), kept.end(), [&](const Config& a, const Config& b) {
     const int sa = split_rank(a), sb = split_rank(b);
     const int ha = shape_rank(a) + (extra_waves(a) ? 8 : 0), hb = shape_rank(b) + (extra_waves(b) ? 8 : 0);
-    // A cluster config shares its grid with a kv_chunk split: it comes one rectangle after its twin, so the first
-    // candidates still span several grids.
-    const int la = std::max(sa, ha / 2) + (a.cluster > 1 ? 1 : 0), lb = std::max(sb, hb / 2) + (b.cluster > 1 ? 1 : 0);
+    // A cluster config shares its grid with a kv_chunk split; it counts its shape 2 ranks worse (one rectangle,
+    // where the shape decides the rectangle), so it joins its twin's rectangle where the split decides it and the
+    // first candidates still span several grids. Its merge through distributed shared memory skips the workspace's
+    // combine pass, which costs most at short KV and at q_len 4 and 8: on the H200 a cluster split was the fastest
+    // config of 63 of shapes/qwen7b.json's 120 decode problems, and a cluster always a rectangle after its twin left
+    // the best of the first 16 candidates over 3% behind the exhaustive best on 19 of them (9 with this order).
+    const int ca = a.cluster > 1 ? 2 : 0, cb = b.cluster > 1 ? 2 : 0;
+    const int la = std::max(sa, (ha + ca) / 2), lb = std::max(sb, (hb + cb) / 2);
     if (la != lb) return la < lb;
     if (sa != sb) return sa < sb;
     return ha < hb;
