@@ -98,8 +98,9 @@ std::vector<Config> pairs_config_space();
 ///    tile shape in turn; cluster_m at most the token tiles, 2 first, then 4, then 1; deepest ring first.
 /// The tiled list: for M <= 64 the wgmma_ws and wgmma_pairs candidates in turn, then wgmma and mma alternating;
 /// beyond, one wgmma_pairs, two wgmma_ws, one wgmma and one mma in turn (three wgmma_ws for packed weights, which have
-/// no wgmma_pairs list; the Hopper kernels won every tuned M > 64 on the H100). M <= 64: gemv and tiled alternate; else the tiled list only. The order is what
-/// --max-candidates keeps first.
+/// no wgmma_pairs list; the Hopper kernels won every tuned M > 64 on the H100). M <= 64: gemv and tiled take turns,
+/// three gemv to one tiled for 8- and 4-bit weights up to M = 16, else one each; beyond M = 64 the tiled list only.
+/// The order is what --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& dev);
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 Config default_config(ArchId arch, const Problem& p);

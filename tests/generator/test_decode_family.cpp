@@ -192,6 +192,18 @@ TEST_CASE("attention_decode: a short tune tries the coarse splits and the best s
   };
   CHECK(has(b16, Config{16, 64, 4, 3, 1024}));
   CHECK_FALSE(has(b16, Config{16, 64, 4, 4, 1024}));
+  // A cluster split shares its kv_chunk twin's rectangle where the split decides it: the first 16 of B 1 q_len 4
+  // kv 4096 (H200 exhaustive winner m32_n64_w8_s6 cluster 16, 1.16x ahead of the best kv_chunk split) and of B 4
+  // kv 512 (m16_n64_w4_s6 cluster 4) hold cluster configs of the winners' grids.
+  auto has_cluster = [](const std::vector<Config>& v, int cluster) {
+    return std::any_of(v.begin(), v.end(), [&](const Config& c) { return c.cluster == cluster; });
+  };
+  CHECK(has_cluster(first(qwen(1, 4096, KvLayout::contiguous, 4), 16), 16));
+  CHECK(has_cluster(first(qwen(4, 512, KvLayout::contiguous), 16), 4));
+  // tile_m 64 (q_len 8) ranks 64 keys per warp with the shortest: m64_n128_w8 (tile_n 128 won every q_len 8 problem
+  // of shapes/qwen7b.json on the H200, 10-15% ahead of tile_n 64) is among the first 16 of B 16 kv 4096.
+  const auto q8 = first(qwen(16, 4096, KvLayout::contiguous, 8), 16);
+  CHECK(std::any_of(q8.begin(), q8.end(), [](const Config& c) { return c.tile_m == 64 && c.tile_n == 128; }));
   // 4 warps with 16 keys per warp and 3 stages lead (m16_n64_w4_s3 for 7 rows, m32_n32_w4_s3 for 28).
   for (const auto& c : {first(qwen(16, 4096), 1).front(), first(qwen(1, 4096), 1).front(),
                         first(qwen(16, 4096, KvLayout::contiguous, 4), 1).front()}) {

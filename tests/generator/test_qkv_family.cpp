@@ -291,6 +291,16 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     REQUIRE(cs.size() >= 2);
     CHECK((cs[0].mainloop == Mainloop::gemv && cs[1].mainloop != Mainloop::gemv));
   }
+  {  // Up to M = 16: three gemv candidates to one tiled for 8- and 4-bit weights, one each for 16-bit weights.
+    for (int m : {1, 16})
+      for (auto f : {quant::Format::int8, quant::Format::int4_kb128, quant::Format::nvfp4, quant::Format::bf16}) {
+        const auto cs = valid_configs(qwen(f, DType::bf16, m), arch);
+        INFO("m " << m << " format " << quant::format_name(f));
+        REQUIRE(cs.size() >= 16);
+        const bool narrow = f != quant::Format::bf16;
+        for (size_t i = 0; i < 16; ++i) CHECK((cs[i].mainloop == Mainloop::gemv) == (narrow ? i % 4 != 3 : i % 2 == 0));
+      }
+  }
   {  // wgmma: sm_90a only; beyond M = 64 the tiled list takes one wgmma_pairs, two wgmma_ws, one wgmma and one
      // mma.sync config in turn, and for packed weights (no wgmma_pairs list) three wgmma_ws; not offered on sm_90 (no
      // "a" features).
