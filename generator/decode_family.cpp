@@ -56,17 +56,18 @@ bool same_shape(const Config& a, const Config& b) {
   return a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages;
 }
 
-/// Rank of a tile shape (lower first), from what decides a decode block's speed: four warps per 16-row group, at most
-/// 8 (tile_m 16: 4 warps, tile_m 32 and 64: 8; fewer leave too few loads in flight), up to tile_m keys per warp per
+/// Rank of a tile shape (lower first), from what decides a decode block's speed: four warps per 16-row group or 8 (tile_m
+/// 16: 4 or 8 warps, which won 33 and 36 of the 80 q_len 1 problems below; tile_m 32 and 64: 8; fewer leave too few
+/// loads in flight), up to tile_m keys per warp per
 /// tile (16 at q_len 1; the taller tiles of multi-token decode, with fewer warps per row group, want wider KV tiles:
 /// tile_m 64 ran tile_n 128, 64 keys per warp, 10-15% faster than tile_n 64 on every q_len 8 problem of
 /// shapes/qwen7b.json), and a ring of 3 tiles (2 or 4 next, 6 last: a deep ring costs occupancy and a long prologue
 /// for the short KV slices of a split). Checked against the H200's exhaustive measurements of shapes/qwen7b.json's
 /// 120 decode problems (bench/results/nvidia_h200x2_quality_qwen7b_plain.txt): with this rank and the split order
 /// below, the best of the first 16 candidates and the best one's depth siblings (autotune's fast strategy) is within
-/// 3% of the exhaustive best on 115.
+/// 3% of the exhaustive best on 119.
 int shape_penalty(const Config& c) {
-  const int warps = c.warps == std::min(8, 4 * row_groups(c)) ? 0 : c.warps >= 4 ? 1 : 2;
+  const int warps = c.warps == std::min(8, 4 * row_groups(c)) || c.warps == 8 ? 0 : c.warps >= 4 ? 1 : 2;
   const int wk = warp_keys(c), short_keys = c.tile_m;
   const int keys = wk <= short_keys ? 0 : wk <= 32 ? 1 : wk == 64 ? 2 : 3;
   const int stages = c.stages == 3 ? 0 : c.stages == 2 || c.stages == 4 ? 1 : 2;
@@ -219,7 +220,7 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     // combine pass, which costs most at short KV and at q_len 4 and 8: on the H200 a cluster split was the fastest
     // config of 63 of shapes/qwen7b.json's 120 decode problems, and a cluster always a rectangle after its twin left
     // the best of the first 16 candidates over 3% behind the exhaustive best on 19 of them (with this order and the
-    // shape rank above, 5).
+    // shape rank above, 1).
     const int ca = a.cluster > 1 ? 2 : 0, cb = b.cluster > 1 ? 2 : 0;
     const int la = std::max(sa, (ha + ca) / 2), lb = std::max(sb, (hb + cb) / 2);
     if (la != lb) return la < lb;
