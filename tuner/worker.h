@@ -45,9 +45,10 @@ struct WorkerResult {
 
 /// One candidate's two measurements as one row (a two-round strategy times each finalist twice at half the budget, in
 /// mirrored order: tuner/strategy.h, Rounds). When one pass is not ok: that pass's row (`b`'s when `a` is ok), with
-/// the load, check and timing times of both summed. Otherwise both passes' samples, and the median, p20 and p80 over
-/// all of them; rel_err the larger; the SM clock the mean of the two that are known (-1 when neither is); the times
-/// summed.
+/// the load, check and timing times of both summed. Otherwise both passes' samples, the median, p20 and p80 each the
+/// mean of the two passes' (a linear clock drift over the mirrored round cancels in it; the pooled samples' median
+/// follows whichever pass fits more samples into its budget); rel_err the larger; the SM clock the mean of the two
+/// that are known (-1 when neither is); the times summed.
 WorkerResult merge_measurements(const WorkerResult& a, const WorkerResult& b);
 
 /// Supervises worker processes. Not thread-safe (one tuner thread).

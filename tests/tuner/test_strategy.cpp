@@ -19,10 +19,10 @@ using namespace kt;
 TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[tuner]") {
   WorkerResult a, b;
   a.status = b.status = db::Status::ok;
-  a.samples_us = {10, 11, 12, 13};  // the first pass, at a higher clock
-  b.samples_us = {14, 15, 16, 17};  // the second
-  a.median_us = 11.5;
-  b.median_us = 15.5;
+  a.samples_us = {10, 10, 10, 10, 10, 11};  // the first pass, at a higher clock: more samples in its budget
+  b.samples_us = {14, 15, 16, 17};          // the second
+  a.median_us = 10, a.p20_us = 10, a.p80_us = 10.5;
+  b.median_us = 15.5, b.p20_us = 14.6, b.p80_us = 16.4;
   a.rel_err = 1e-3;
   b.rel_err = 2e-3;
   a.sm_clock_mhz = 1980;
@@ -31,10 +31,10 @@ TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[t
   b.load_ms = 0, b.check_ms = 2, b.time_ms = 3;
   const WorkerResult m = merge_measurements(a, b);
   CHECK(m.status == db::Status::ok);
-  CHECK(m.samples_us == std::vector<double>{10, 11, 12, 13, 14, 15, 16, 17});
-  CHECK(m.median_us == Approx(13.5));  // over all eight samples, not either pass's
-  CHECK(m.p20_us == Approx(11.4));
-  CHECK(m.p80_us == Approx(15.6));
+  CHECK(m.samples_us == std::vector<double>{10, 10, 10, 10, 10, 11, 14, 15, 16, 17});
+  CHECK(m.median_us == Approx(12.75));  // the passes' mean (the pooled median, 10.5, would follow the faster pass)
+  CHECK(m.p20_us == Approx(12.3));
+  CHECK(m.p80_us == Approx(13.45));
   CHECK(m.rel_err == 2e-3);
   CHECK(m.sm_clock_mhz == Approx(1740));
   CHECK(m.load_ms == 1);
