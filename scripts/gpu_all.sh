@@ -18,7 +18,8 @@
 #  bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
 #  KT_QUALITY_DEVICES (autotune --devices, default GPU 0) measures both on several GPUs;
 #  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's, and KT_QUALITY_STATE=dir over machines
-#  (each call writes its measurements, without cubins, to $OUT/quality_state/: the next call continues from that
+#  (each call writes its measurements, without cubins and xz-compressed, to $OUT/quality_state/, in 15 MiB parts when
+#  larger: the next call continues from that
 #  folder); devices: the same tune of the named
 #  problems of KT_DEVICES_SHAPES (default bench/shapes_devices_qwen7b_bf16.json; families KT_DEVICES_FAMILIES, default
 #  every family the file names)
@@ -107,17 +108,32 @@ if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
   [ "${KT_QUALITY_RESUME:-0}" = 1 ] || rm -rf "$qfast"* "$qexh"* "$qcache"
   # KT_QUALITY_STATE=dir: the measurements of an earlier machine (the quality_state/ files a call writes under $OUT),
   # continued here: autotune skips what any GPU of the same name measured, so the sweep spans several machines.
-  qstate_in() {  # qstate_in <gz> <db>
-    [ -f "$1" ] || return 0
+  qstate_in() {  # qstate_in <dir/name.db> <db>: name.db.xz, its parts name.db.xz.part0.. (in order) or name.db.gz
+    local xz=$1.xz gz=$1.gz
+    [ -f "$xz" ] || [ -f "$xz.part0" ] || [ -f "$gz" ] || return 0
     rm -rf "$2"*
-    python3 -c "import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"
+    python3 - "$1" "$2" <<'PY'
+import glob, gzip, io, lzma, os, shutil, sys
+src, dst = sys.argv[1:3]
+if os.path.isfile(src + ".xz"):
+    f = lzma.open(src + ".xz")
+elif os.path.isfile(src + ".xz.part0"):
+    parts = sorted(glob.glob(src + ".xz.part*"), key=lambda p: int(p.rsplit("part", 1)[1]))
+    f = lzma.open(io.BytesIO(b"".join(open(p, "rb").read() for p in parts)))
+else:
+    f = gzip.open(src + ".gz")
+with f, open(dst, "wb") as g:
+    shutil.copyfileobj(f, g)
+PY
     echo "quality: continuing $(basename "$1")"
   }
-  qstate_out() {  # qstate_out <db> <gz>: the database without its cubins (the next machine compiles what it measures)
+  qstate_out() {  # qstate_out <db> <dir/name.db>: the database without its cubins (the next machine compiles what it
+    # measures), xz-compressed to name.db.xz, or in parts name.db.xz.part0.. of 15 MiB when larger (the device tool
+    # brings files back up to 16 MiB each)
     [ -f "$1" ] || return 0
     mkdir -p "$(dirname "$2")"
     python3 - "$1" "$2" <<'PY'
-import gzip, os, shutil, sqlite3, sys
+import lzma, os, shutil, sqlite3, sys
 src, dst = sys.argv[1:3]
 tmp = dst + ".tmp"
 with sqlite3.connect(src) as a, sqlite3.connect(tmp) as b:
@@ -127,14 +143,23 @@ c.execute("DELETE FROM binaries")
 c.commit()
 c.execute("VACUUM")
 c.close()
-with open(tmp, "rb") as f, gzip.open(dst, "wb") as g:
+with open(tmp, "rb") as f, lzma.open(dst + ".xz", "wb") as g:
     shutil.copyfileobj(f, g)
 os.remove(tmp)
+part = 15 << 20
+if os.path.getsize(dst + ".xz") > part:
+    with open(dst + ".xz", "rb") as f:
+        i = 0
+        while chunk := f.read(part):
+            with open(f"{dst}.xz.part{i}", "wb") as g:
+                g.write(chunk)
+            i += 1
+    os.remove(dst + ".xz")
 PY
   }
   if [ -n "${KT_QUALITY_STATE:-}" ]; then
-    qstate_in "$KT_QUALITY_STATE/quality_${qtag}_fast.db.gz" "$qfast"
-    qstate_in "$KT_QUALITY_STATE/quality_${qtag}_exhaustive.db.gz" "$qexh"
+    qstate_in "$KT_QUALITY_STATE/quality_${qtag}_fast.db" "$qfast"
+    qstate_in "$KT_QUALITY_STATE/quality_${qtag}_exhaustive.db" "$qexh"
   fi
   echo "== tuning quality on $qshapes: the default strategy's winners among every candidate's exhaustive times"
   q0=$(date +%s)
@@ -162,8 +187,8 @@ PY
       tail -n 3 "$OUT/quality_$qtag.txt"
     fi
   fi
-  qstate_out "$qfast" "$OUT/quality_state/quality_${qtag}_fast.db.gz"
-  qstate_out "$qexh" "$OUT/quality_state/quality_${qtag}_exhaustive.db.gz"
+  qstate_out "$qfast" "$OUT/quality_state/quality_${qtag}_fast.db"
+  qstate_out "$qexh" "$OUT/quality_state/quality_${qtag}_exhaustive.db"
 fi
 if want devices && [[ " ${what[*]} " == *" devices "* ]]; then
   ngpu=$(nvidia-smi -L | grep -c "^GPU")
