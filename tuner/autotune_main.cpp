@@ -80,6 +80,7 @@ struct TuneArgs {
   double budget_ms = -1, watchdog_s = 30;  ///< budget -1: not given (kt::default_budget_ms of the strategy)
   double time_budget_s = 0;                ///< --time-budget: seconds from the start, 0 = none
   bool compile_only = false, retune = false, no_cache = false;
+  bool list_candidates = false;  ///< --list-candidates: print the plan's candidates in order and exit
   int sample = -1;  ///< --sample N (compile-only): kernel classes + defaults + N more (tuner/sweep_sample.h); -1 all
   uint64_t sample_seed = 1;
 };
@@ -262,13 +263,17 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::fprintf(stderr, "autotune: --sample chooses what --compile-only compiles; add --compile-only\n");
     return 2;
   }
-  bool use_gpu = !a.compile_only;
+  if (a.list_candidates && a.arch.empty()) {
+    std::fprintf(stderr, "autotune: --list-candidates needs --arch (no GPU is used)\n");
+    return 2;
+  }
+  bool use_gpu = !a.compile_only && !a.list_candidates;
   if (use_gpu && a.db.empty()) {
     std::fprintf(stderr, "autotune: tuning needs --db FILE (or --compile-only)\n");
     return 2;
   }
   // One writer per database (tuner/writer_lock.h): a second run on the same file is refused before it compiles.
-  if (!a.db.empty()) {
+  if (!a.db.empty() && !a.list_candidates) {
     std::string why;
     if (!writer_lock.acquire(a.db, &why)) {
       std::fprintf(stderr, "autotune: %s\n", why.c_str());
@@ -393,6 +398,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   }
   std::vector<kt::KernelSource>& sources = plan.sources;
   const std::vector<Item>& items = plan.items;
+  if (a.list_candidates) {  // family, problem key, rank in the order (0: the default), variant name
+    for (const auto& it : items)
+      for (size_t c = 0; c < it.variants.size(); ++c)
+        std::printf("%s\t%s\t%zu\t%s\n", it.family.c_str(), it.key.c_str(), c, it.variants[c].c_str());
+    return 0;
+  }
   std::string per_family;
   for (const auto* f : kt::families()) {
     size_t n = 0;
@@ -1130,6 +1141,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.json_out, "also write the per-problem report as JSON (compile report without a GPU)");
   app.add_flag("--compile-only", a.compile_only,
                "enumerate and compile only (no GPU needed); with --db, store the binaries there");
+  app.add_flag("--list-candidates", a.list_candidates,
+               "print every problem's candidates in the family's order (what --max-candidates keeps first), one per "
+               "line: family, problem key, rank (0: the default config), variant name, tab-separated; then exit "
+               "(no GPU, compiling or database; needs --arch). bench/order_quality.py ranks them against an "
+               "exhaustive database");
   app.add_option("--sample", a.sample,
                  "with --compile-only: compile one variant of every kernel class, every default and N more chosen by "
                  "--sample-seed (CI's sweep); without it every variant is compiled")
@@ -1206,7 +1222,8 @@ int main(int argc, char** argv) {
   try {
     // What was not given follows the strategy (tuner/strategy.h); a compile-only run compiles every candidate.
     if (!app.count("--budget-ms")) a.budget_ms = kt::default_budget_ms(a.strategy);
-    if (!app.count("--max-candidates")) a.max_candidates = kt::default_max_candidates(a.strategy, a.compile_only);
+    if (!app.count("--max-candidates"))
+      a.max_candidates = kt::default_max_candidates(a.strategy, a.compile_only || a.list_candidates);
     kt::cli::TuneOptions o;
     o.arch = a.arch;
     o.db = a.db;

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <set>
+#include <sstream>
 #include "reference/dtype_convert.h"
 
 #include "../support.h"
@@ -191,5 +193,33 @@ TEST_CASE("autotune --compile-only errors name what is wrong", "[tuner][cli]") {
       "--arch sm_90a --compile-only --only 'gemv_m8_n16_wk1_wn1_bulk_rows_p1_cl[24]_' --shapes " + bad);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("1 qkv_proj problems, 3 distinct binaries"));
+
+  // --list-candidates: the plan's candidates in order, one tab-separated line each, nothing else; --max-candidates
+  // keeps a prefix of the same order; without --arch it is refused.
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> v;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) v.push_back(l);
+    return v;
+  };
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --list-candidates --shapes " + bad);
+  CHECK(rc == 0);
+  const auto all = lines(out);
+  REQUIRE(all.size() > 16);
+  std::set<std::string> names;
+  for (size_t i = 0; i < all.size(); ++i) {
+    INFO(all[i]);
+    CHECK(all[i].rfind("qkv_proj\tqkv_proj/bf16/int4/m1/k3584/h28/kv4/d128/bias/rope\t" + std::to_string(i) +
+                           "\tqkv_proj__bf16_int4_d128_bias_rope__",
+                       0) == 0);
+    names.insert(all[i].substr(all[i].rfind('\t') + 1));
+  }
+  CHECK(names.size() == all.size());
+  std::tie(rc, out) = kt_test::run_autotune("--arch sm_90a --list-candidates --max-candidates 5 --shapes " + bad);
+  CHECK(rc == 0);
+  CHECK(lines(out) == std::vector<std::string>(all.begin(), all.begin() + 5));
+  std::tie(rc, out) = kt_test::run_autotune("--list-candidates --shapes " + bad);
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("--list-candidates needs --arch"));
   std::filesystem::remove(bad);
 }
