@@ -15,7 +15,8 @@
 #  device tool is measured over several, the times summed; quality: autotune's default and --strategy exhaustive
 #  (--budget-ms KT_QUALITY_BUDGET_MS, default 10) on the named problems of KT_QUALITY_SHAPES (default
 #  shapes/qwen7b.json; families KT_QUALITY_FAMILIES, default every family the file names), then
-#  bench/tune_quality.py, the default's winners timed among the exhaustive measurements;
+#  bench/tune_quality.py, the default's winners timed among the exhaustive measurements, and bench/order_quality.py, the
+#  candidate order against them;
 #  KT_QUALITY_DEVICES (autotune --devices, default GPU 0) measures both on several GPUs;
 #  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's, and KT_QUALITY_STATE=dir over machines
 #  (each call writes its measurements, without cubins and xz-compressed, to $OUT/quality_state/, in 15 MiB parts when
@@ -185,6 +186,12 @@ PY
         > "$OUT/quality_$qtag.txt" 2>&1
       echo "quality: exit $? (1: a problem over 1.03x or missing); table in $OUT/quality_$qtag.txt"
       tail -n 3 "$OUT/quality_$qtag.txt"
+      # The candidate order alone against the same measurements (bench/order_quality.py), appended to that table.
+      { echo; echo "== the candidate order (autotune --list-candidates) against the exhaustive measurements"
+        "${qbase[@]}" --list-candidates 2>/dev/null > /tmp/kt-quality-order.tsv &&
+          python3 bench/order_quality.py --candidates /tmp/kt-quality-order.tsv --exhaustive "$qexh"; } \
+        >> "$OUT/quality_$qtag.txt" 2>&1
+      tail -n 1 "$OUT/quality_$qtag.txt"
     fi
   fi
   qstate_out "$qfast" "$OUT/quality_state/quality_${qtag}_fast.db"
