@@ -325,7 +325,7 @@ std::vector<Config> gemv_candidates(const Problem& p, ArchId arch, const DeviceM
     };
     return key(a) < key(b);
   });
-  // At 8 < M <= 16 the default's twin that streams the weight by TMA leads (and with it, below, its twin that also
+  // At 8 < M <= 16 gemv_default's twin that streams the weight by TMA leads (and with it, below, its twin that also
   // streams X by TMA, and both balanced tails): they were the exhaustive winners at M = 16 for int4, nf4 (tma_x) and
   // int8 (tma) with Llama-3.1-8B's shapes on the H200, 8-28% ahead of the first 16 candidates, where the score above
   // ranked them 51st-120th behind the tile_m 8 configs.
@@ -544,11 +544,43 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
 }
 
 Config default_config(ArchId arch, const Problem& p) {
+  // sm_90a up to M = 2048: the configs that won shapes/qwen7b.json's exhaustive sweep on the H200 (K 3584, N 4608,
+  // every format; bench/results/nvidia_h200x2_order_qwen7b.txt), where the rules below were 1.15-3.2x behind them:
+  // 16-bit weights, M <= 16: wgmma_ws 8 / 16 x 128, one consumer, 8 slots, split-K 2 (gemv 1.7-2.0x slower); 8- and
+  // 4-bit weights at 8 < M <= 16: gemv with X by TMA and the balanced tail, 4 K warps (8 for int8; bulk_rows and the
+  // register ring 1.3-1.5x slower);
+  // M <= 64: wgmma_ws 64 x 128, 2 consumers, 4 slots, split-K 3 for 8- and 4-bit weights (from M = 33), wgmma_pairs
+  // 64 x 48 with 16 slots for 16-bit (mma.sync 2.3-3.2x slower); 128 < M <= 1024 with 16-bit weights: wgmma_pairs
+  // 128 x 96, 8 slots, clusters of 2; 8- and 4-bit weights at 128 < M <= 512: wgmma_ws 256 x 128 split-K 3, up to
+  // M = 2048: stream-K. Each range is one where valid_configs keeps the tile (the tuner measures the default first).
+  if (arch.sm == 90 && arch.arch_specific) {
+    const bool narrow = quant::format_bits(p.format) < 16;
+    std::vector<Config> prefs;
+    if (!narrow && p.m <= 16)
+      prefs.push_back(make_config(p.m <= 8 ? 8 : 16, 128, WsConfig{1, 1, 8, WsSplit::split_k, 2}));
+    else if (narrow && p.m > 8 && p.m <= 16 && p.k % 64 == 0) {  // X by TMA too: its tensor map is {64, K / 64, M}
+      const Config g = make_config(
+          16, 16,
+          GemvConfig{quant::format_bits(p.format) == 4 ? 4 : 8, 1, GemvLoad::tma_x, 1, GemvReduce::balanced_tail, 1});
+      if (gemv_smem_bytes(g, p.format, p.k) <= gemv_smem_cap(arch.sm) &&
+          g.gemv.warps_k <= (p.k + gemv_step_k(p.format) - 1) / gemv_step_k(p.format))
+        prefs.push_back(g);
+    } else if (p.m > 16 && p.m <= 64 && !narrow) prefs.push_back(make_config(64, 48, PairsConfig{16, 1}));
+    else if (p.m > 32 && p.m <= 64 && narrow)
+      prefs.push_back(make_config(64, 128, WsConfig{2, 1, 4, WsSplit::split_k, 3}));
+    else if (p.m > 128 && p.m <= 1024 && !narrow) prefs.push_back(make_config(128, 96, PairsConfig{8, 2}));
+    else if (p.m > 128 && p.m <= 512 && narrow)
+      prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 3}));
+    else if (p.m > 512 && p.m <= 2048 && narrow)
+      prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::stream_k, 1}));
+    for (const auto& c : prefs)
+      if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
+  }
   // Decode sizes: the weight-streaming kernel (gemv_default).
   if (Config g; gemv_default(p, arch, g)) return g;
-  // sm_90a beyond decode sizes: the Hopper mainloops with the shapes that won on the H100 for Qwen2.5-7B (prefill:
-  // warp-specialized 256 x 128 with a 4-slot ring; up to a few hundred tokens: warp-specialized stream-K 128 x 128
-  // with 6 slots, which won M = 256 for fp16 and nf4 weights; else wgmma 128 x 128, 3 stages).
+  // sm_90a otherwise beyond decode sizes: the Hopper mainloops with the shapes that won on the H100 for Qwen2.5-7B
+  // (prefill: warp-specialized 256 x 128 with a 4-slot ring; up to a few hundred tokens: warp-specialized stream-K
+  // 128 x 128 with 6 slots; else wgmma 128 x 128, 3 stages).
   if (arch.sm == 90 && arch.arch_specific && p.m > 64) {
     std::vector<Config> prefs;
     if (p.m > 512) prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 1}));

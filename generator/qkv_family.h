@@ -103,6 +103,10 @@ std::vector<Config> pairs_config_space();
 /// The order is what --max-candidates keeps first.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& dev);
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
+/// The config the runtime launches for a problem no tuning database covers, and the tuner's first candidate (always
+/// one of valid_configs). On sm_90a up to M = 2048 the shape that won shapes/qwen7b.json's exhaustive sweep on the H200
+/// for the M range and weight width (qkv_family.cpp); otherwise gemv_default for M <= 16, then the Hopper mainloops'
+/// H100 shapes, then mma.sync. Throws ProblemError when no config is valid for the problem.
 Config default_config(ArchId arch, const Problem& p);
 bool same_config(const Config& a, const Config& b);
 

@@ -291,6 +291,30 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     REQUIRE(cs.size() >= 2);
     CHECK((cs[0].mainloop == Mainloop::gemv && cs[1].mainloop != Mainloop::gemv));
   }
+  {  // The default is a candidate (the tuner measures it first) at every M, for every format and dtype, and on sm_90a
+     // up to M = 2048 it is the exhaustive sweep's winner shape named in default_config.
+    for (int m : {1, 5, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256, 512, 513, 1024, 2048, 2049, 4096})
+      for (int f = 0; f < quant::kFormatCount; ++f)
+        for (DType dt : {DType::bf16, DType::f16}) {
+          const auto el = quant::format_element(quant::Format(f));
+          if ((el == quant::Format::fp16 && dt != DType::f16) || (el == quant::Format::bf16 && dt != DType::bf16))
+            continue;  // 16-bit weights in the activations' dtype only
+          const Problem p = qwen(quant::Format(f), dt, m);
+          const Config def = default_config(arch, p);
+          INFO("m " << m << " format " << quant::format_name(quant::Format(f)));
+          const auto cs = valid_configs(p, arch);
+          CHECK(std::any_of(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, def); }));
+        }
+    const bool hopper_rules[] = {
+        default_config(arch, qwen(quant::Format::bf16, DType::bf16, 1)).mainloop == Mainloop::wgmma_ws,
+        default_config(arch, qwen(quant::Format::bf16, DType::bf16, 64)).mainloop == Mainloop::wgmma_pairs,
+        default_config(arch, qwen(quant::Format::int4, DType::bf16, 16)).gemv.load == GemvLoad::tma_x,
+        default_config(arch, qwen(quant::Format::int4, DType::bf16, 64)).mainloop == Mainloop::wgmma_ws,
+        default_config(arch, qwen(quant::Format::fp16, DType::f16, 256)).mainloop == Mainloop::wgmma_pairs,
+        default_config(arch, qwen(quant::Format::nf4, DType::bf16, 256)).ws.split_k == 3,
+        default_config(arch, qwen(quant::Format::int8, DType::bf16, 1024)).ws.split == WsSplit::stream_k};
+    for (bool ok : hopper_rules) CHECK(ok);
+  }
   {  // Up to M = 16: three gemv candidates to one tiled for 8- and 4-bit weights, one each for 16-bit weights.
     for (int m : {1, 16})
       for (auto f : {quant::Format::int8, quant::Format::int4_kb128, quant::Format::nvfp4, quant::Format::bf16}) {
@@ -1554,12 +1578,14 @@ TEST_CASE(
           if (ws_stream_k(c)) CHECK(ws_units(p, c) > dev.sm_count);
           if (ws_split(c) > 1) CHECK(double((p.n() + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m) < sms);
         }
-        // gemv: at 8 < M <= 16 the default's TMA twins first (tma_x, its balanced tail, tma, its tail, where valid);
-        // every fourth whole-unit candidate runs the register ring while both kinds last (3 others, 1 ring).
+        // gemv: at 8 < M <= 16 the default's TMA twins first (tma_x, its balanced tail, tma, its tail, where valid;
+        // the sm_90a default is the tma_x balanced tail itself); every fourth whole-unit candidate runs the register
+        // ring while both kinds last (3 others, 1 ring).
         const auto& gv = by[int(Mainloop::gemv)];
         if (m > 8 && m <= 16 && def.mainloop == Mainloop::gemv && def.gemv.load != kTma) {
           Config t = def;
           t.gemv.load = kTma;
+          t.gemv.reduce = GemvReduce::none;
           if (std::any_of(gv.begin(), gv.end(), [&](const Config& c) { return same_config(c, t); })) {
             size_t i = 0;
             while (i < gv.size() && gv[i].gemv.load == kTmaX) ++i;  // its tma_x twins, when valid
