@@ -79,10 +79,15 @@ std::vector<Config> config_space();
 /// its last block gets keys; it comes one rectangle after the kv_chunk split with the same grid.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
-/// The family's built-in default: tile_m = the packed rows rounded up to 16 (at most 64), tile_n 64, 4 warps, 3
-/// stages (fewer where the ring does not fit the arch), and the kv_chunk (0 or a multiple of tile_n, at most 256
-/// splits) whose grid batch x num_kv_heads x row blocks x splits comes nearest one block per SM of
-/// device_model(arch) (|ln(blocks / SMs)|; equally near: fewer splits), so no split once that grid fills the SMs.
+/// The family's built-in default (what the runtime launches untuned, and the tuner's first candidate): tile_m = the
+/// packed rows rounded up to 16 (at most 64); the shape the candidate order leads with (tile_m 16: 4 warps, tile_n
+/// 64; 32: 8 warps, 64; 64: 8 warps, 128), or 4 warps with 16 keys per key group where that splits a short KV nearer
+/// one block per SM; 3 stages (fewer where the ring does not fit the arch); the kv_chunk (0 or a multiple of tile_n,
+/// at most 256 splits) whose grid batch x num_kv_heads x row blocks x splits comes nearest one block per SM of
+/// device_model(arch) (|ln(blocks / SMs)|; equally near: fewer splits), so no split once that grid fills the SMs; on
+/// sm_90 a cluster of 2-16 splits instead where its grid is as near, or within a factor of 2 with slices of at most
+/// 1024 keys (decode_family.cpp gives the H200 measurements behind each rule). Throws ProblemError when no config is
+/// valid.
 Config default_config(ArchId arch, const Problem& p);
 
 bool same_config(const Config& a, const Config& b);

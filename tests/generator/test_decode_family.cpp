@@ -129,9 +129,11 @@ TEST_CASE("attention_decode: pruning keeps valid configs that fit the problem an
           }
         }
         CHECK(tile_ms.size() == 1);  // one tile_m: the fewest row blocks
-        // The first candidate's grid is the one nearest one block per SM.
+        // The first candidate (the default) has the grid nearest one block per SM; a cluster default is within a
+        // factor of 2 of it (default_config).
         auto fill = [&](const Config& c) { return std::fabs(std::log(double(blocks(p, c)) / dev.sm_count)); };
-        for (const auto& c : valid) CHECK(fill(c) >= fill(valid.front()));
+        const double slack = valid.front().cluster > 1 ? std::log(2.0) + 1e-9 : 0;
+        for (const auto& c : valid) CHECK(fill(c) + slack >= fill(valid.front()));
         // The first 24 candidates (a short tune) try grids on both sides of one block per SM where both exist, and
         // at least three splits where three exist.
         const size_t head = std::min<size_t>(24, valid.size());
@@ -204,10 +206,11 @@ TEST_CASE("attention_decode: a short tune tries the coarse splits and the best s
   // of shapes/qwen7b.json on the H200, 10-15% ahead of tile_n 64) is among the first 16 of B 16 kv 4096.
   const auto q8 = first(qwen(16, 4096, KvLayout::contiguous, 8), 16);
   CHECK(std::any_of(q8.begin(), q8.end(), [](const Config& c) { return c.tile_m == 64 && c.tile_n == 128; }));
-  // 4 warps with 16 keys per warp and 3 stages lead (m16_n64_w4_s3 for 7 rows, m32_n32_w4_s3 for 28).
+  // 4 warps per 16-row group (at most 8) with 16 keys per warp and 3 stages lead (m16_n64_w4_s3 for 7 rows,
+  // m32_n64_w8_s3 for 28).
   for (const auto& c : {first(qwen(16, 4096), 1).front(), first(qwen(1, 4096), 1).front(),
                         first(qwen(16, 4096, KvLayout::contiguous, 4), 1).front()}) {
-    CHECK(c.warps == 4);
+    CHECK(c.warps == std::min(8, 4 * c.tile_m / 16));
     CHECK(warp_keys(c) == 16);
     CHECK(c.stages == 3);
   }
@@ -223,18 +226,26 @@ TEST_CASE("attention_decode: the default config is valid and splits to fill the 
     CHECK(invalid_reason(p.dtype, p.head_dim, p.kv_layout, c, arch) == nullptr);
     CHECK(c.tile_m == 16);  // 7 packed rows
     if (b * p.num_kv_heads >= sms) CHECK(c.kv_chunk == 0);
-    // No whole-tile chunk of the same shape gives a grid nearer one block per SM.
+    // No whole-tile chunk of the same shape gives a grid nearer one block per SM; a cluster default (kv_chunk 0) is
+    // within a factor of 2 of the nearest, as near when its slices are longer than 1024 keys.
     auto fill = [&](const Config& x) { return std::fabs(std::log(double(blocks(p, x)) / sms)); };
+    Config as_chunks = c;
+    as_chunks.cluster = 1;
     for (int chunk = 0; chunk <= std::min(kv, 65536); chunk += c.tile_n) {
-      Config x = c;
+      Config x = as_chunks;
       x.kv_chunk = chunk;
-      if (num_splits(x, kv) <= 256) CHECK(fill(c) <= fill(x));
+      if (num_splits(x, kv) > 256) continue;
+      if (c.cluster == 1) CHECK(fill(c) <= fill(x));
+      else CHECK(fill(c) <= fill(x) + (split_keys(c, kv) <= 1024 ? std::log(2.0) : 0) + 1e-9);
     }
   }
-  // B 1 kv 4096 and 32768 (4 KV heads): 32 splits, 128 blocks on 132 SMs; B 16 kv 4096: 2 splits, 128 blocks.
-  CHECK(default_config(arch, qwen(1, 4096)).kv_chunk == 128);
+  // B 1 kv 32768 (4 KV heads): 32 splits of 1024 keys, 128 blocks on 132 SMs (a cluster of 16 would halve the grid
+  // with slices of 2048 keys); B 1 kv 4096: a cluster of 16 (64 blocks, slices of 256 keys; 32 chunk splits would
+  // give 128); B 16 kv 4096: a cluster of 2 (128 blocks, as near as 2 chunk splits).
   CHECK(default_config(arch, qwen(1, 32768)).kv_chunk == 1024);
-  CHECK(default_config(arch, qwen(16, 4096)).kv_chunk == 2048);
+  CHECK(default_config(arch, qwen(1, 4096)).cluster == 16);
+  CHECK(default_config(arch, qwen(16, 4096)).cluster == 2);
+  CHECK(default_config(parse_arch("sm_80"), qwen(16, 4096)).kv_chunk == 2048);  // no clusters before sm_90
   CHECK(default_config(arch, qwen(64, 2048)).kv_chunk == 0);  // 256 blocks without split: every SM has one
   CHECK(default_config(arch, qwen(1, 1)).kv_chunk == 0);      // one key: nothing to split
   Problem p = qwen(4, 4096, KvLayout::contiguous, 16);        // 112 rows: tile_m 64
