@@ -30,6 +30,8 @@ import os
 import sqlite3
 import sys
 
+from tune_quality import open_db
+
 
 def read_candidates(path):
     """{(family, problem_key): [variant names by rank]} from autotune --list-candidates."""
@@ -50,19 +52,6 @@ def read_candidates(path):
     if not order:
         raise ValueError(f"{path}: no candidates")
     return order
-
-
-def open_db(path):
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError as e:
-        raise ValueError(f"{path}: not a kerntune tuning database ({e})")
-    if not {"measurements", "devices"} <= names:
-        raise ValueError(f"{path}: not a kerntune tuning database (no measurements or devices table)")
-    return con
 
 
 def flat(config, prefix=""):

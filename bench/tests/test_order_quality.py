@@ -13,29 +13,14 @@ a malformed list, a file that is not a database, no problem in common and a thre
 """
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+from tuning_db_fixture import REPO, check, failures, schema
+
 SCRIPT = os.path.join(REPO, "bench", "order_quality.py")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def schema():
-    src = open(os.path.join(REPO, "cache", "tuning_db.cpp")).read()
-    m = re.search(r'\{R"sql\((.*?)\)sql"', src, re.S)
-    assert m, "cache/tuning_db.cpp: the initial schema script was not found"
-    return m.group(1)
 
 
 def make_db(path, rows):
@@ -98,23 +83,16 @@ with tempfile.TemporaryDirectory() as d:
     # A looser threshold accepts p1's sibling (8.0 / 7.5 = 1.067).
     rc, _, _ = run("--candidates", lst, "--exhaustive", exh, "--first", "2", "--threshold", "1.07")
     check(rc == 0, f"threshold 1.07: {rc}")
-    # Bad input: exit 2 with a message.
-    bad = os.path.join(d, "bad.tsv")
-    open(bad, "w").write("qkv_proj p1 0 A\n")
-    rc, _, err = run("--candidates", bad, "--exhaustive", exh)
-    check(rc == 2 and "not a line of autotune --list-candidates" in err, f"a malformed list: {rc} {err}")
-    skip = os.path.join(d, "skip.tsv")
-    open(skip, "w").write("qkv_proj\tp1\t1\tA\n")
-    rc, _, err = run("--candidates", skip, "--exhaustive", exh)
-    check(rc == 2 and "out of order" in err, f"a rank out of order: {rc} {err}")
-    junk = os.path.join(d, "junk.db")
-    open(junk, "w").write("not sqlite")
-    rc, _, err = run("--candidates", lst, "--exhaustive", junk)
-    check(rc == 2 and "order_quality:" in err, f"a file that is not a database: {rc} {err}")
-    other = os.path.join(d, "other.tsv")
-    open(other, "w").write("qkv_proj\tp9\t0\tA\n")
-    rc, _, err = run("--candidates", other, "--exhaustive", exh)
-    check(rc == 2 and "no problem of the list" in err, f"no problem in common: {rc} {err}")
+    # Bad input: exit 2 with a message naming what is wrong.
+    for fname, text, args, want in (
+            ("bad.tsv", "qkv_proj p1 0 A\n", None, "not a line of autotune --list-candidates"),
+            ("skip.tsv", "qkv_proj\tp1\t1\tA\n", None, "out of order"),
+            ("junk.db", "not sqlite", "db", "order_quality:"),
+            ("other.tsv", "qkv_proj\tp9\t0\tA\n", None, "no problem of the list")):
+        path = os.path.join(d, fname)
+        open(path, "w").write(text)
+        rc, _, err = run("--candidates", lst if args == "db" else path, "--exhaustive", path if args == "db" else exh)
+        check(rc == 2 and want in err, f"{fname}: {rc} {err}")
     rc, _, err = run("--candidates", lst, "--exhaustive", exh, "--threshold", "0.9")
     check(rc == 2 and "--threshold" in err, f"a threshold below 1: {rc} {err}")
 

@@ -14,29 +14,14 @@ measurements and a fast database without winners give exit status 2.
 """
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+from tuning_db_fixture import REPO, check, failures, schema
+
 SCRIPT = os.path.join(REPO, "bench", "tune_quality.py")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def schema():
-    src = open(os.path.join(REPO, "cache", "tuning_db.cpp")).read()
-    m = re.search(r'\{R"sql\((.*?)\)sql"', src, re.S)
-    assert m, "cache/tuning_db.cpp: the initial schema script was not found"
-    return m.group(1)
 
 
 def make_db(path, runs, rows):
