@@ -14,7 +14,9 @@ order.tsv holds one candidate per line: family, problem key, rank (0: the defaul
   refined     = the same, with the depth siblings of the prefix's fastest added: the candidates ranked at or beyond
                 --first whose config differs from it only in the leaf named "stages" (tuner/work_items.h,
                 depth_siblings; what autotune's fast strategy measures besides its first round's leader);
-  best_rank   = the rank of EXH's winner; first_within = the first rank whose time is within --threshold of best.
+  best_rank   = the rank of EXH's winner; first_within = the first rank whose time is within --threshold of best;
+  default_ratio = the default config's (rank 0: what the runtime launches untuned) median over best, summarized per
+                family as a geometric mean and a worst case.
 Both ratios use EXH's times alone: what a strategy that measured its first --first candidates exactly would reach.
 Measurement noise in a real run comes on top (bench/tune_quality.py compares a real run's winners). A problem of the
 list without an 'ok' row in EXH is counted as missing.
@@ -26,6 +28,7 @@ in common).
 """
 import argparse
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -95,7 +98,8 @@ def compare(order, exh, first, threshold):
             row = {"device": dev, "family": fam, "problem": key, "status": "compared", "candidates": len(names),
                    "measured": len(ranked), "best": best_name, "best_us": best,
                    "best_rank": names.index(best_name) if best_name in names else None,
-                   "first_within": next((r for r, v in ranked if t[v][0] <= threshold * best), None)}
+                   "first_within": next((r for r, v in ranked if t[v][0] <= threshold * best), None),
+                   "default_ratio": t[names[0]][0] / best if names[0] in t else None}
             if prefix:
                 lead = min(prefix, key=lambda v: t[v][0])
                 sibs = [v for r, v in ranked if r >= first and depth_siblings(t[lead][1], t[v][1])]
@@ -152,8 +156,19 @@ def main():
     print(f"\n{len(compared)} problems compared ({len(missing)} missing): the first {a.first} candidates hold one within "
           f"{a.threshold:.2f}x of the exhaustive best on {n_prefix}, with the fastest one's depth siblings on "
           f"{n_refined}")
+    # The default config (rank 0: what the runtime launches untuned) against the best, per family.
+    defaults = {}
+    for r in compared:
+        if r["default_ratio"] is not None:
+            defaults.setdefault(r["family"], []).append(r["default_ratio"])
+    for fam, rs in sorted(defaults.items()):
+        gm = math.exp(sum(math.log(x) for x in rs) / len(rs))
+        print(f"{fam}: the default config is {gm:.3f}x the exhaustive best in geometric mean over {len(rs)} "
+              f"problems, worst {max(rs):.3f}x")
     summary = {"compared": len(compared), "missing": len(missing), "first": a.first, "threshold": a.threshold,
-               "within_prefix": n_prefix, "within_refined": n_refined}
+               "within_prefix": n_prefix, "within_refined": n_refined,
+               "default_geomean": {f: math.exp(sum(math.log(x) for x in rs) / len(rs)) for f, rs in defaults.items()},
+               "default_worst": {f: max(rs) for f, rs in defaults.items()}}
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"problems": rows, "summary": summary}, f, indent=1)

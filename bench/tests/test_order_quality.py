@@ -71,6 +71,11 @@ with tempfile.TemporaryDirectory() as d:
           f"p1: the winner D (E failed) at rank 3: {r1}")
     r2 = [r for r in q["problems"] if r["problem"] == "p2"][0]
     check(r2["prefix_ratio"] == 1.0 and r2["best_rank"] == 0, f"p2: the default wins: {r2}")
+    check(abs(r1["default_ratio"] - 10.0 / 7.5) < 1e-9 and r2["default_ratio"] == 1.0, f"default ratios: {r1} {r2}")
+    gm = q["summary"]["default_geomean"]["qkv_proj"]
+    check(abs(gm - (10.0 / 7.5) ** 0.5) < 1e-9, f"the defaults' geometric mean: {q['summary']}")
+    check("the default config is 1.155x the exhaustive best in geometric mean over 2 problems, worst 1.333x" in out,
+          f"the defaults' summary line: {out[-400:]}")
     r3 = [r for r in q["problems"] if r["problem"] == "p3"][0]
     check(r3["status"] == "missing", f"p3 is missing: {r3}")
     s = q["summary"]
