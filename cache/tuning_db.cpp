@@ -149,6 +149,43 @@ FROM ranked WHERE rank_in_tie = 1;
     // 1 -> 2: qkv_proj configs with one meaning per field (one object per mainloop) and their variant names
     // (cache/migration_v2.h).
     {"", migrate_qkv_configs_v1_to_v2},
+    // 2 -> 3: `screened` marks a first-round row of a two-round strategy whose candidate the final round left out
+    // (it ran slower than the finalists, measured alongside them). Such a row was timed at a shorter budget and at
+    // another moment than the finalists' final rows, so the view compares it with them only when its problem has no
+    // row that is not screened: a non-finalist measured at a higher SM clock no longer overrules the final round.
+    {R"sql(
+ALTER TABLE measurements ADD COLUMN screened INTEGER NOT NULL DEFAULT 0 CHECK (screened IN (0, 1));
+DROP VIEW IF EXISTS winners;
+-- Per (device class, family, problem): among the 'ok' rows that are not screened (all the 'ok' rows when each is
+-- screened), the fastest median; rows within 1% of it tie and are broken by registers, then static + dynamic shared
+-- memory, then variant_name, then measurement id. A measurement whose binary is missing sorts after every one that
+-- has it.
+CREATE VIEW winners AS
+WITH ok AS (
+  SELECT m.id AS measurement_id, d.name AS device_name, m.family, m.problem_key, m.problem_json,
+         m.variant_name, m.config_json, m.binary_hash, m.median_us, m.metric, m.screened,
+         b.registers AS registers, b.static_smem_bytes + b.dynamic_smem_bytes AS smem_bytes
+  FROM measurements m
+  JOIN devices d ON d.id = m.device_id
+  LEFT JOIN binaries b ON b.hash = m.binary_hash
+  WHERE m.status = 'ok'
+), decided AS (
+  SELECT * FROM (SELECT *, MIN(screened) OVER (PARTITION BY device_name, family, problem_key) AS least_screened
+                 FROM ok)
+  WHERE screened = least_screened
+), best AS (
+  SELECT *, MIN(median_us) OVER (PARTITION BY device_name, family, problem_key) AS best_us FROM decided
+), ranked AS (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY device_name, family, problem_key
+                               ORDER BY registers IS NULL, registers, smem_bytes IS NULL, smem_bytes,
+                                        variant_name, measurement_id) AS rank_in_tie
+  FROM best WHERE median_us <= best_us * 1.01
+)
+SELECT device_name, family, problem_key, problem_json, variant_name, config_json, binary_hash,
+       median_us, metric, registers, smem_bytes, measurement_id
+FROM ranked WHERE rank_in_tie = 1;
+)sql",
+     nullptr},
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == TuningDb::kSchemaVersion, "one migration script per schema version");
@@ -310,7 +347,7 @@ std::string text_or_empty(const SQLite::Column& c) { return c.isNull() ? std::st
 const char* const kMeasurementColumns =
     "m.id, m.run_id, m.device_id, m.family, m.problem_key, m.problem_json, m.variant_name, m.config_json, "
     "m.binary_hash, m.status, m.median_us, m.p20_us, m.p80_us, m.samples_json, m.error, m.sm_clock_mhz, "
-    "m.rel_err, m.metric, m.measured_at";
+    "m.rel_err, m.metric, m.measured_at, m.screened";
 
 Measurement read_measurement(SQLite::Statement& q) {
   Measurement m;
@@ -333,6 +370,7 @@ Measurement read_measurement(SQLite::Statement& q) {
   m.rel_err = q.getColumn(16).getDouble();
   m.metric = q.getColumn(17).getDouble();
   m.measured_at = q.getColumn(18).getInt64();
+  m.screened = q.getColumn(19).getInt() != 0;
   return m;
 }
 
@@ -792,8 +830,8 @@ void TuningDb::add_measurements(const std::vector<Measurement>& ms) {
     SQLite::Statement ins(*impl_->db,
                           "INSERT INTO measurements(run_id, device_id, family, problem_key, problem_json, "
                           "variant_name, config_json, binary_hash, status, median_us, p20_us, p80_us, samples_json, "
-                          "error, sm_clock_mhz, rel_err, metric, measured_at) "
-                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          "error, sm_clock_mhz, rel_err, metric, measured_at, screened) "
+                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     for (const Measurement& m : ms) {
       ins.reset();
       ins.clearBindings();
@@ -816,6 +854,7 @@ void TuningDb::add_measurements(const std::vector<Measurement>& ms) {
       ins.bind(16, m.rel_err);
       ins.bind(17, m.metric);
       ins.bind(18, static_cast<int64_t>(m.measured_at));
+      ins.bind(19, m.screened ? 1 : 0);
       ins.exec();
     }
   });
@@ -881,7 +920,9 @@ std::optional<Winner> TuningDb::winner(const std::string& device_name, const std
 std::vector<VariantMedian> TuningDb::variant_medians(const std::string& device_name) const {
   return impl_->guard("read variant medians", [&] {
     SQLite::Statement q(*impl_->db,
-                        "SELECT m.family, m.problem_key, m.variant_name, MIN(m.config_json), MIN(m.median_us) "
+                        "SELECT m.family, m.problem_key, m.variant_name, MIN(m.config_json), "
+                        "COALESCE(MIN(CASE WHEN m.screened = 0 THEN m.median_us END), MIN(m.median_us)), "
+                        "MIN(m.screened) "
                         "FROM measurements m JOIN devices d ON d.id = m.device_id "
                         "WHERE d.name = ? AND m.status = 'ok' "
                         "GROUP BY m.family, m.problem_key, m.variant_name "
@@ -890,7 +931,7 @@ std::vector<VariantMedian> TuningDb::variant_medians(const std::string& device_n
     std::vector<VariantMedian> out;
     while (q.executeStep())
       out.push_back({q.getColumn(0).getString(), q.getColumn(1).getString(), q.getColumn(2).getString(),
-                     q.getColumn(3).getString(), q.getColumn(4).getDouble()});
+                     q.getColumn(3).getString(), q.getColumn(4).getDouble(), q.getColumn(5).getInt() != 0});
     return out;
   });
 }
@@ -973,13 +1014,13 @@ MergeCounts TuningDb::merge_from(const std::string& other_path) {
         added.measurements = db.exec(
             "INSERT INTO main.measurements(run_id, device_id, family, problem_key, problem_json, variant_name, "
             "config_json, binary_hash, status, median_us, p20_us, p80_us, samples_json, error, sm_clock_mhz, rel_err, "
-            "metric, measured_at) "
+            "metric, measured_at, screened) "
             "SELECT (SELECT r.id FROM main.runs r WHERE r.argv = sr.argv AND r.started_at = sr.started_at "
             "        AND r.host = sr.host ORDER BY r.id LIMIT 1), "
             "       (SELECT d.id FROM main.devices d WHERE d.uuid = sd.uuid), "
             "       sm.family, sm.problem_key, sm.problem_json, sm.variant_name, sm.config_json, sm.binary_hash, "
             "       sm.status, sm.median_us, sm.p20_us, sm.p80_us, sm.samples_json, sm.error, sm.sm_clock_mhz, "
-            "       sm.rel_err, sm.metric, sm.measured_at "
+            "       sm.rel_err, sm.metric, sm.measured_at, sm.screened "
             "FROM merge_src.measurements sm "
             "JOIN merge_src.runs sr ON sr.id = sm.run_id "
             "JOIN merge_src.devices sd ON sd.id = sm.device_id "

@@ -1,8 +1,8 @@
 // The SQLite tuning database: one file holding devices, tuning runs, compiled binaries (cubins) and
 // every measurement, with a winners view. Readable with the plain `sqlite3` shell. No CUDA here.
 //
-// Schema (PRAGMA user_version = 2; migrations are applied in order on open; 2 rewrote qkv_proj's config_json and
-// variant names, cache/migration_v2.h):
+// Schema (PRAGMA user_version = 3; migrations are applied in order on open; 2 rewrote qkv_proj's config_json and
+// variant names, cache/migration_v2.h; 3 added measurements.screened):
 //   devices(id, name, uuid UNIQUE, cc_major, cc_minor, sm_count, l2_bytes, driver_version,
 //           sm_clock_khz, mem_clock_khz)
 //   runs(id, argv, shapes_path, shapes_hash, kerntune_version, host, started_at, ended_at)   -- unix seconds
@@ -11,12 +11,13 @@
 //            static_smem_bytes, dynamic_smem_bytes, compile_ms, log)
 //   measurements(id, run_id, device_id, family, problem_key, problem_json, variant_name, config_json,
 //                binary_hash NULL, status, median_us, p20_us, p80_us, samples_json, error,
-//                sm_clock_mhz, rel_err, metric, measured_at)
-//       status in ('ok','invalid','compile_failed','launch_failed','wrong_result','timeout')
-//   VIEW winners: per (device_name, family, problem_key), among 'ok' rows: the smallest median; rows
-//       within 1% of it are a tie, broken by fewer registers, then less shared memory (static +
-//       dynamic), then variant_name, then the lower measurement id. The same rule as the tuner's
-//       pick_winner, so every reader of one database picks the same kernel.
+//                sm_clock_mhz, rel_err, metric, measured_at, screened)
+//       status in ('ok','invalid','compile_failed','launch_failed','wrong_result','timeout'); screened 1: a
+//       first-round row whose candidate the strategy's final round left out (Measurement::screened)
+//   VIEW winners: per (device_name, family, problem_key), among the 'ok' rows that are not screened (all 'ok'
+//       rows when every one is): the smallest median; rows within 1% of it are a tie, broken by fewer
+//       registers, then less shared memory (static + dynamic), then variant_name, then the lower measurement
+//       id. The same rule as the tuner's pick_winner, so every reader of one database picks the same kernel.
 // Concurrency: WAL journal while a writer has the file open, busy_timeout 30 s, one transaction per
 // add_measurements() batch, so several autotune processes can write one file at once. The last writer to
 // close puts the file back in rollback-journal mode (journal_mode=DELETE), so a finished database opens
@@ -109,6 +110,9 @@ struct Measurement {
   double rel_err = -1;                           ///< ||out-ref||/||ref|| from verification, -1 unknown
   double metric = 0;                             ///< TFLOP/s (compute-bound families) or GB/s
   long long measured_at = 0;                     ///< unix seconds
+  /// A first-round row of a two-round strategy whose candidate the final round left out (tuner/strategy.h): the
+  /// winners view compares it with the final round's rows only when its problem has no unscreened 'ok' row.
+  bool screened = false;
 };
 
 /// A row of the winners view, with what a runtime needs to launch it.
@@ -133,7 +137,12 @@ struct VariantMedian {
   std::string problem_key;
   std::string variant_name;
   std::string config_json;
-  double median_us = 0;  ///< microseconds: the smallest median among the variant's 'ok' rows for the problem
+  /// Microseconds: the smallest median among the variant's unscreened 'ok' rows for the problem, or among its
+  /// screened ones when it has no other (Measurement::screened).
+  double median_us = 0;
+  /// Every 'ok' row of the variant is screened: its final round left it out, so it ran slower than that round's
+  /// finalists, and its median compares only with other screened medians.
+  bool screened = false;
 };
 
 /// Rows one merge inserted (what was already there is not counted).
@@ -163,7 +172,7 @@ class TuningDb {
   const std::string& path() const;
   /// Current PRAGMA user_version (kSchemaVersion after open).
   int schema_version() const;
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   /// How many migration scripts this open applied (0 when the file was already current).
   int migrations_applied() const;
 
@@ -201,8 +210,8 @@ class TuningDb {
   std::vector<Winner> winners(const std::string& device_name = "", const std::string& family = "") const;
   std::optional<Winner> winner(const std::string& device_name, const std::string& family,
                                const std::string& problem_key) const;
-  /// Per (family, problem key, variant) measured 'ok' on device class `device_name`: the smallest median, ordered by
-  /// family, problem key, variant name.
+  /// Per (family, problem key, variant) measured 'ok' on device class `device_name`: its median (VariantMedian),
+  /// ordered by family, problem key, variant name.
   std::vector<VariantMedian> variant_medians(const std::string& device_name) const;
 
   /// Copies every device, run, binary and measurement of another database file into this one

@@ -77,17 +77,21 @@ std::string slower_than_default_at(const Family& f, const Candidate& c, const nl
                                    const std::vector<Candidate>& bucket,
                                    const std::vector<db::VariantMedian>& medians) {
   for (const auto& t : bucket) {
-    double mine = -1, dflt = -1;
+    const db::VariantMedian *mine = nullptr, *dflt = nullptr;
     const auto [lo, hi] = rows_of(medians, f.name(), t.w->problem_key);
     for (auto* m = lo; m != hi; ++m) {
-      if (m->variant_name == c.w->variant_name) mine = m->median_us;
+      if (m->variant_name == c.w->variant_name) mine = m;
       try {
-        if (f.same_config(nlohmann::json::parse(m->config_json), default_config)) dflt = m->median_us;
+        if (f.same_config(nlohmann::json::parse(m->config_json), default_config)) dflt = m;
       } catch (const std::exception&) {
         // a row this build cannot read is no evidence
       }
     }
-    if (mine > 0 && dflt > 0 && mine > dflt) return t.w->problem_key;
+    if (!mine || !dflt || mine->median_us <= 0 || dflt->median_us <= 0) continue;
+    // A screened median lost its problem's final round: slower than an unscreened one whatever the two numbers,
+    // which were timed in different rounds.
+    if (std::make_pair(mine->screened, mine->median_us) > std::make_pair(dflt->screened, dflt->median_us))
+      return t.w->problem_key;
   }
   return "";
 }

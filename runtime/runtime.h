@@ -54,7 +54,8 @@ std::string winners_device(const std::vector<db::DeviceRecord>& devices, const s
 ///    size_bucket), the one with the smallest family.nearness() (distance, then tie, each quantized to 1e-9), then
 ///    the smaller problem key, then the smaller measurement id. A winner is passed over when `medians` shows it
 ///    slower than the default config: on some tuned problem of the bucket both were measured and the default's
-///    median is the smaller. A tuned problem in another bucket never answers: the default is the rule there, since
+///    median is the smaller, or only the winner's is screened (it lost that problem's final round; VariantMedian).
+///    A tuned problem in another bucket never answers: the default is the rule there, since
 ///    a winner tuned at another size is not known to beat it (a config tuned at M 1 can be 40% slower than the
 ///    default at M 16).
 /// In steps 2 and 3 a winner is skipped when its problem/config JSON does not parse (or its problem is one no

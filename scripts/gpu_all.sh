@@ -15,8 +15,8 @@
 #  device tool is measured over several, the times summed; quality: autotune's default and --strategy exhaustive
 #  (--budget-ms KT_QUALITY_BUDGET_MS, default 10) on the named problems of KT_QUALITY_SHAPES (default
 #  shapes/qwen7b.json; families KT_QUALITY_FAMILIES, default every family the file names), then
-#  bench/tune_quality.py, the default's winners timed among the exhaustive measurements, and bench/order_quality.py, the
-#  candidate order against them;
+#  bench/tune_quality.py, the default's winners timed among the exhaustive measurements, bench/order_quality.py, the
+#  candidate order against them, and bench/rematch.py, each problem over 1.03x timed again head to head;
 #  KT_QUALITY_DEVICES (autotune --devices, default GPU 0) measures both on several GPUs;
 #  KT_QUALITY_BUDGET_S / KT_QUALITY_RESUME=1 spread it over calls as tunetime's, and KT_QUALITY_STATE=dir over machines
 #  (each call writes its measurements, without cubins and xz-compressed, to $OUT/quality_state/, in 15 MiB parts when
@@ -190,6 +190,14 @@ PY
       { echo; echo "== the candidate order (autotune --list-candidates) against the exhaustive measurements"
         "${qbase[@]}" --list-candidates 2>/dev/null > /tmp/kt-quality-order.tsv &&
           python3 bench/order_quality.py --candidates /tmp/kt-quality-order.tsv --exhaustive "$qexh"; } \
+        >> "$OUT/quality_$qtag.txt" 2>&1
+      tail -n 1 "$OUT/quality_$qtag.txt"
+      # The problems over 1.03x, their two winners timed again side by side in one process on GPU 0
+      # (bench/rematch.py), appended too: the exhaustive pass times each candidate once, at a short budget.
+      rm -f /tmp/kt-quality-$qtag-rematch.db*
+      { echo; echo "== the problems over 1.03x, rematched head to head (bench/rematch.py)"
+        KERNTUNE_CACHE_DIR=$qcache python3 bench/rematch.py --quality "$OUT/quality_$qtag.json" --shapes "$qshapes" \
+          --autotune "$BIN/autotune" --db /tmp/kt-quality-$qtag-rematch.db --json "$OUT/quality_${qtag}_rematch.json"; } \
         >> "$OUT/quality_$qtag.txt" 2>&1
       tail -n 1 "$OUT/quality_$qtag.txt"
     fi

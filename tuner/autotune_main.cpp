@@ -74,9 +74,10 @@ struct TuneArgs {
   std::string arch, shapes, db, cache_dir, json_out, strategy = "fast", grid = "buckets";
   std::vector<std::string> families;
   int jobs = 0, max_candidates = -1;  ///< -1: not given (fast: kFastCandidates; otherwise all)
-  std::string only;     ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
-  std::string shard;    ///< --shard i/N: this process's part of the (problem, candidate) pairs (kt::shard_work)
-  std::string devices;  ///< --devices all | 0,1,...: one worker per GPU (kt::cli::parse_devices); "" = GPU 0
+  std::string only;      ///< ECMAScript regex: keep the candidates whose variant name it matches (the default stays)
+  std::string problems;  ///< ECMAScript regex: keep the problems whose key it matches
+  std::string shard;     ///< --shard i/N: this process's part of the (problem, candidate) pairs (kt::shard_work)
+  std::string devices;   ///< --devices all | 0,1,...: one worker per GPU (kt::cli::parse_devices); "" = GPU 0
   double budget_ms = -1, watchdog_s = 30;  ///< budget -1: not given (kt::default_budget_ms of the strategy)
   double time_budget_s = 0;                ///< --time-budget: seconds from the start, 0 = none
   bool compile_only = false, retune = false, no_cache = false;
@@ -184,6 +185,7 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
     c.variant = name;
     c.status = m->status;
     c.median_us = m->median_us;
+    c.screened = m->screened;
     auto it = resources.find(name);
     if (it != resources.end()) {
       c.registers = it->second.first;
@@ -238,6 +240,17 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     if (a.grid == "buckets") {  // the runtime's buckets between the named sizes (tuner/work_items.h, bucket_grid)
       auto grid = kt::bucket_grid(problems);
       problems.insert(problems.end(), std::make_move_iterator(grid.begin()), std::make_move_iterator(grid.end()));
+    }
+    if (!a.problems.empty()) {  // --problems: the problems whose key matches (after the grid: buckets can be chosen)
+      std::regex re;
+      try {
+        re = std::regex(a.problems, std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        throw std::invalid_argument("--problems '" + a.problems + "' is not a valid regular expression: " + e.what());
+      }
+      problems = kt::select_problems(
+          std::move(problems), [&](const std::string& key) { return std::regex_search(key, re); },
+          "--problems '" + a.problems + "'");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
@@ -664,9 +677,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
   Progress progress(total);
   // One candidate's row: config and variant name are the item's candidate's or a refinement sibling's.
+  // screened: a first-round row whose candidate the final round left out (db::Measurement::screened).
   auto record = [&](const Item& it, const nlohmann::json& config, const std::string& variant,
-                    const kt::CompileResult& cr, const kt::WorkerResult* wr, long long device_id) {
+                    const kt::CompileResult& cr, const kt::WorkerResult* wr, long long device_id,
+                    bool screened = false) {
     kt::db::Measurement m;
+    m.screened = screened;
     m.run_id = run_id;
     m.device_id = device_id;
     m.family = it.family;
@@ -822,11 +838,12 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::stable_sort(round.begin(), round.end(), by_time);
     // The final round: the finalists at half the full budget in order, then again in reverse (A B C, then C B A), each
     // stored as one row of both measurements: a drift of the SM clock over the round (the power limit moves it by up
-    // to 25%) reaches every finalist alike. The other candidates' first-round rows are stored first; what a stop leaves
-    // unmeasured keeps the row it has.
+    // to 25%) reaches every finalist alike. The other candidates' first-round rows are stored first, screened: they
+    // ran slower than the finalists alongside them, and a clock that fell between the rounds must not let such a row
+    // overrule the final round (the winners view sets them aside). What a stop leaves unmeasured keeps the row it has.
     const size_t finalists = std::min(rounds.keep, round.size());
     for (size_t k = finalists; k < round.size(); ++k)
-      record(it, *round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, device_id);
+      record(it, *round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, device_id, true);
     std::vector<kt::WorkerResult> pass1;
     for (size_t k = 0; k < finalists && !stop_measuring(); ++k)
       pass1.push_back(measure(*round[k].config, *round[k].variant, *round[k].cr, a.budget_ms / 2));
@@ -1117,6 +1134,10 @@ int main(int argc, char** argv) {
   app.add_option("--only", a.only,
                  "keep only the candidates whose variant name matches this regular expression (ECMAScript, searched "
                  "anywhere in the name; the default config is always kept); applied before --max-candidates");
+  app.add_option("--problems", a.problems,
+                 "keep only the problems whose key matches this regular expression (ECMAScript, searched anywhere in "
+                 "the key, e.g. 'qkv_proj/bf16/int4/m(1|16)/'; keys as --list-candidates and `show` print them); "
+                 "applied after --grid");
   app.add_option("--shard", a.shard,
                  "i/N: tune only shard i (0 <= i < N) of the (problem, candidate) pairs; N processes with 0/N .. "
                  "(N-1)/N cover every pair exactly once, each into its own --db, then `autotune merge` "

@@ -13,10 +13,12 @@ struct Candidate {
   double median_us = 0;
   int registers = -1;
   int smem_bytes = 0;
+  bool screened = false;  ///< db::Measurement::screened: left out by the final round of its run
 };
 
-/// Index of the fastest ok candidate by median; candidates within 1% of the best median are a tie,
-/// broken by fewer registers, then less shared memory, then variant name. -1 if none is ok.
+/// Index of the fastest ok candidate by median among those not screened (among every ok one when each is
+/// screened); candidates within 1% of the best median are a tie, broken by fewer registers, then less shared
+/// memory, then variant name. -1 if none is ok.
 int pick_winner(const std::vector<Candidate>& c);
 
 }  // namespace kt

@@ -221,6 +221,19 @@ WorkPlan build_work(const std::vector<ProblemRef>& problems, ArchId arch, const 
   return plan;
 }
 
+std::vector<ProblemRef> select_problems(std::vector<ProblemRef> problems,
+                                        const std::function<bool(const std::string& key)>& keep,
+                                        const std::string& what) {
+  const size_t all = problems.size();
+  problems.erase(std::remove_if(problems.begin(), problems.end(),
+                                [&](const ProblemRef& p) { return !keep(p.family->family->problem_key(p.problem)); }),
+                 problems.end());
+  if (problems.empty())
+    throw std::invalid_argument(what + " matches none of the " + std::to_string(all) +
+                                " problems (autotune --list-candidates prints their keys)");
+  return problems;
+}
+
 int shard_of(const std::string& family, const std::string& problem_key, const std::string& variant, int count) {
   if (count < 1) throw std::invalid_argument("shard count must be >= 1, got " + std::to_string(count));
   uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a, 64-bit

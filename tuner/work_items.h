@@ -31,6 +31,14 @@ struct ProblemRef {
 /// unsupported problem.
 std::vector<ProblemRef> collect_problems(const ShapesFile& shapes, std::vector<std::string>& families);
 
+/// The problems whose key (TunerFamily::problem_key, e.g. "qkv_proj/bf16/int4/m16/k3584/h28/kv4/d128/bias/rope")
+/// `keep` accepts, in their order (autotune --problems). A kept bucket-grid problem keeps its transfer_from: the
+/// neighbours' measurements come from the database, so it measures only its default when they were never tuned there.
+/// Throws std::invalid_argument naming `what` (the option as the user wrote it) when none is kept.
+std::vector<ProblemRef> select_problems(std::vector<ProblemRef> problems,
+                                        const std::function<bool(const std::string& key)>& keep,
+                                        const std::string& what);
+
 /// How many of each neighbour's fastest candidates a bucket-grid problem measures (besides its own default).
 constexpr int kGridTransfer = 3;
 /// How many named problems (the nearest) a bucket-grid problem takes candidates from.

@@ -1,6 +1,7 @@
-// Tuning database migration 1 -> 2 (cache/migration_v2.h): a database written in schema 1, with qkv_proj configs in
+// Tuning database migrations. 1 -> 2 (cache/migration_v2.h): a database written in schema 1, with qkv_proj configs in
 // the flat form of that schema, opens migrated: every config and variant name in the per-mainloop form, equal to what
-// the qkv_proj family writes today, and the winners unchanged.
+// the qkv_proj family writes today, and the winners unchanged. 2 -> 3: measurements gain `screened` (0 for every
+// existing row), the winners unchanged.
 #include <SQLiteCpp/SQLiteCpp.h>
 
 #include <unistd.h>
@@ -139,16 +140,16 @@ TEST_CASE("tuning db 1 -> 2: qkv_proj configs and variant names rewritten, winne
     for (const Winner& w : db.winners()) winner_before[w.problem_key] = w.measurement_id;
     REQUIRE(winner_before.size() == 2);
   }
-  {  // what schema 1 wrote: the same tables, user_version 1
+  {  // what schema 1 wrote: the same tables without migration 3's column, user_version 1
     SQLite::Database raw(tmp.path, SQLite::OPEN_READWRITE);
-    raw.exec("PRAGMA user_version = 1");
+    raw.exec("DROP VIEW winners; ALTER TABLE measurements DROP COLUMN screened; PRAGMA user_version = 1");
   }
   CHECK_THROWS_WITH(TuningDb(tmp.path, true),
                     Catch::Contains("schema version 1") && Catch::Contains("a read-write open migrates it"));
 
   TuningDb db(tmp.path);
-  CHECK(db.schema_version() == 2);
-  CHECK(db.migrations_applied() == 1);
+  CHECK(db.schema_version() == TuningDb::kSchemaVersion);
+  CHECK(db.migrations_applied() == TuningDb::kSchemaVersion - 1);
   int i = 0;
   for (const OldRow& o : kOld) {
     INFO(o.name);
@@ -209,4 +210,53 @@ TEST_CASE("tuning db 1 -> 2: a qkv_proj row of no schema-1 form stops the migrat
   CHECK_THROWS_WITH(TuningDb(tmp.path), Catch::Contains("measurements row 1") && Catch::Contains("delete that row"));
   SQLite::Database raw(tmp.path, SQLite::OPEN_READONLY);
   CHECK(raw.execAndGet("PRAGMA user_version").getInt() == 1);  // nothing half-done: the transaction rolled back
+}
+
+TEST_CASE("tuning db 2 -> 3: every existing row unscreened, winners unchanged", "[db]") {
+  TempFile tmp;
+  std::map<std::string, long long> winner_before;
+  {
+    TuningDb db(tmp.path);
+    DeviceRecord d;
+    d.name = "NVIDIA H200";
+    d.uuid = "GPU-v3";
+    const long long dev = db.upsert_device(d);
+    RunRecord r;
+    r.argv = "autotune (schema 2)";
+    const long long run = db.begin_run(r);
+    std::vector<Measurement> ms;
+    for (int p = 0; p < 3; ++p)
+      for (int v = 0; v < 4; ++v) {
+        Measurement x;
+        x.run_id = run;
+        x.device_id = dev;
+        x.family = "attention_prefill";
+        x.problem_key = "p" + std::to_string(p);
+        x.problem_json = "{}";
+        x.variant_name = "v" + std::to_string(v);
+        x.config_json = "{}";
+        x.median_us = 10.0 + (v + p) % 4;  // problem p's winner is v(4 - p) % 4
+        x.p20_us = x.p80_us = x.median_us;
+        ms.push_back(x);
+      }
+    db.add_measurements(ms);
+    for (const Winner& w : db.winners()) winner_before[w.problem_key] = w.measurement_id;
+    REQUIRE(winner_before.size() == 3);
+  }
+  {  // what schema 2 wrote: no `screened` column, user_version 2
+    SQLite::Database raw(tmp.path, SQLite::OPEN_READWRITE);
+    raw.exec("DROP VIEW winners; ALTER TABLE measurements DROP COLUMN screened; PRAGMA user_version = 2");
+  }
+  CHECK_THROWS_WITH(TuningDb(tmp.path, true),
+                    Catch::Contains("schema version 2") && Catch::Contains("a read-write open migrates it"));
+  TuningDb db(tmp.path);
+  CHECK(db.schema_version() == 3);
+  CHECK(db.migrations_applied() == 1);
+  for (int p = 0; p < 3; ++p) {
+    const std::string key = "p" + std::to_string(p);
+    const auto ms = db.measurements("NVIDIA H200", "attention_prefill", key);
+    REQUIRE(ms.size() == 4);
+    for (const auto& m : ms) CHECK_FALSE(m.screened);
+    CHECK(db.winner("NVIDIA H200", "attention_prefill", key)->measurement_id == winner_before.at(key));
+  }
 }

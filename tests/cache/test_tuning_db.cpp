@@ -468,6 +468,7 @@ TEST_CASE("winners view matches the C++ pick rule on random data", "[db]") {
       const double us = 100.0 * (1.0 + 0.004 * (rng() % 6));                            // steps of 0.4%: many ties
       all.push_back(meas(run, devs[rng() % 3], "p" + std::to_string(p), "v" + std::to_string(rng() % 5),
                          statuses[rng() % 5], us, hash, 1));
+      all.back().screened = rng() % 3 == 0;  // a third screened: some problems have only screened 'ok' rows
     }
   for (size_t i = 0; i < all.size(); i += 50)
     db.add_measurements(std::vector<Measurement>(all.begin() + i, all.begin() + std::min(all.size(), i + 50)));
@@ -477,13 +478,17 @@ TEST_CASE("winners view matches the C++ pick rule on random data", "[db]") {
     for (int p = 0; p < 40; ++p) {
       const std::string key = "p" + std::to_string(p);
       const auto rows = db.measurements(cls, "attention", key);
+      // Screened rows only when every ok row is screened.
+      bool decided = false;
+      for (const auto& r : rows) decided = decided || (r.status == Status::ok && !r.screened);
+      auto eligible = [&](const Measurement& r) { return r.status == Status::ok && !(decided && r.screened); };
       double best = -1;
       for (const auto& r : rows)
-        if (r.status == Status::ok && (best < 0 || r.median_us < best)) best = r.median_us;
+        if (eligible(r) && (best < 0 || r.median_us < best)) best = r.median_us;
       std::optional<long long> expect;
       std::tuple<int, int, int, int, std::string, long long> expect_key;
       for (const auto& r : rows) {
-        if (r.status != Status::ok || r.median_us > best * 1.01) continue;
+        if (!eligible(r) || r.median_us > best * 1.01) continue;
         const auto it = bins.find(r.binary_hash);
         const bool missing = it == bins.end();
         const auto k = std::make_tuple(missing ? 1 : 0, missing ? 0 : it->second.regs, missing ? 1 : 0,
@@ -503,6 +508,39 @@ TEST_CASE("winners view matches the C++ pick rule on random data", "[db]") {
     }
   CHECK(winners_seen > 40);
   CHECK(db.count("winners") == winners_seen);
+}
+
+TEST_CASE("winners view: a screened row loses to the final round's rows however fast, wins when all are screened",
+          "[db]") {
+  TuningDb db(":memory:");
+  const long long dev = db.upsert_device(device("H200", "u1"));
+  const long long run = db.begin_run(run_record("autotune", 1));
+  db.put_binary(binary("r64", 64, 0, 0));
+  db.put_binary(binary("r32", 32, 0, 0));
+  auto screened = [&](Measurement m) {
+    m.screened = true;
+    return m;
+  };
+  db.add_measurements({
+      // p: the first round's non-finalist ran at a higher clock: 90 us, faster than the finalists' final rows.
+      screened(meas(run, dev, "p", "non_finalist", Status::ok, 90, "r32", 1)),
+      meas(run, dev, "p", "finalist_a", Status::ok, 100, "r64", 1),
+      meas(run, dev, "p", "finalist_b", Status::ok, 103, "r64", 1),
+      // q: within 1% of the finalist and fewer registers: still not eligible.
+      screened(meas(run, dev, "q", "non_finalist", Status::ok, 100.5, "r32", 1)),
+      meas(run, dev, "q", "finalist", Status::ok, 100, "r64", 1),
+      // r: only screened ok rows (a final round that failed): the fastest of them.
+      screened(meas(run, dev, "r", "a", Status::ok, 120, "r64", 1)),
+      screened(meas(run, dev, "r", "b", Status::ok, 110, "r64", 1)),
+      meas(run, dev, "r", "c", Status::wrong_result, 50, "r64", 1),
+  });
+  CHECK(db.winner("H200", "attention", "p")->variant_name == "finalist_a");
+  CHECK(db.winner("H200", "attention", "q")->variant_name == "finalist");
+  CHECK(db.winner("H200", "attention", "r")->variant_name == "b");
+  const auto rows = db.measurements("H200", "attention", "p");
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].screened);  // read back as written
+  CHECK_FALSE(rows[1].screened);
 }
 
 TEST_CASE("winners are per device class, filterable, and deterministic across reopen", "[db]") {

@@ -146,3 +146,33 @@ TEST_CASE("grid_candidates: the default and each neighbour's fastest ok variants
   CHECK(grid_candidates("dflt", {{}, {row("x", 1, db::Status::timeout)}}) == std::set<std::string>{"dflt"});
   static_assert(kGridTransfer == 3, "the expectations above take the 3 fastest");
 }
+
+TEST_CASE(
+    "select_problems (autotune --problems): the matching keys in their order, transfer_from kept, none is an error",
+    "[tuner]") {
+  auto all = qwen_named();
+  const auto grid = bucket_grid(all);
+  all.insert(all.end(), grid.begin(), grid.end());
+  auto key = [](const ProblemRef& p) { return p.family->family->problem_key(p.problem); };
+  // The bf16 int4 qkv_proj problems at M 16 and the grid's M 32 between them and M 64.
+  auto keep = [](const std::string& k) {
+    return k.rfind("qkv_proj/bf16/int4/m16/", 0) == 0 || k.rfind("qkv_proj/bf16/int4/m32/", 0) == 0;
+  };
+  const auto kept = select_problems(all, keep, "--problems 'x'");
+  std::vector<std::string> expected;
+  for (const auto& p : all)
+    if (keep(key(p))) expected.push_back(key(p));
+  REQUIRE(expected.size() == 2);  // one named (M 16), one bucket-grid (M 32) problem
+  REQUIRE(kept.size() == expected.size());
+  for (size_t i = 0; i < kept.size(); ++i) CHECK(key(kept[i]) == expected[i]);
+  CHECK(kept[0].transfer_from.empty());
+  CHECK_FALSE(kept[1].transfer_from.empty());  // the grid problem still names its neighbours
+
+  try {
+    select_problems(
+        all, [](const std::string&) { return false; }, "--problems 'nothing'");
+    FAIL("no problem kept must throw");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(e.what(), Catch::Contains("--problems 'nothing' matches none of the " + std::to_string(all.size())));
+  }
+}

@@ -57,6 +57,16 @@ TEST_CASE("the winner is the fastest median; ties within 1% are broken determini
   CHECK(pick_winner(c) == 5);  // same resources: name
   std::vector<Candidate> none = {cand("x", 1, 1, 1, db::Status::launch_failed)};
   CHECK(pick_winner(none) == -1);
+
+  // A screened candidate (left out by its final round) does not compete with unscreened ones, however fast...
+  c.push_back(cand("s", 10, 32, 0));
+  c.back().screened = true;
+  CHECK(pick_winner(c) == 5);
+  // ...and wins when every ok candidate is screened.
+  std::vector<Candidate> all_screened = {cand("s1", 100, 32, 0), cand("s2", 95, 64, 0),
+                                         cand("f", 50, 32, 0, db::Status::wrong_result)};
+  for (auto& x : all_screened) x.screened = true;
+  CHECK(pick_winner(all_screened) == 1);
 }
 
 TEST_CASE("cold-L2 rotation covers more than 3x the L2", "[tuner]") {
