@@ -187,28 +187,29 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     CHECK(count_files(cache_dir) == 1);
     CHECK(rt.resolved_qkv_problems() == 5);
 
-    // Decode sizes default to the gemv kernel; with stages 1 its shared memory grows with K (above 48 KB here for
-    // fp16 weights), which the runtime must allow when it loads the binary.
+    // Decode sizes default to the gemv kernel, with 16-bit weights on sm_90a to wgmma_ws 8 x 128 with 8 ring slots
+    // (generator/qkv_family.cpp default_config). Either one's shared memory is above 48 KB here (gemv with stages 1
+    // and fp16 weights: 16 rows x 8 KB), which the runtime must allow when it loads the binary.
+    const bool sm90a = rt.arch().sm == 90 && rt.arch().arch_specific;
     for (auto [f, d] : {std::pair{quant::Format::nf4, DType::bf16}, {quant::Format::fp16, DType::f16}}) {
       Problem dp = small(1, f, d);
-      dp.k = 4096;  // fp16: 16 rows x 8 KB in shared memory
+      dp.k = 4096;
       const auto dch = rt.explain_qkv(dp);
       INFO(dch.variant_name);
       CHECK(dch.step == "default");
-      CHECK(dch.config.mainloop == Mainloop::gemv);
+      CHECK(dch.config.mainloop == (sm90a && f == quant::Format::fp16 ? Mainloop::wgmma_ws : Mainloop::gemv));
       run_and_verify(
           dp, [&](const QkvParams& a, double) { rt.qkv_proj(dp, a, stream.get()); }, 7);
     }
     CHECK(rt.resolved_qkv_problems() == 7);
 
-    // A few hundred tokens on sm_90a default to wgmma_ws stream-K: the runtime allocates its workspace for this
-    // device's SM count, and the second launch reuses it (the counters reset themselves).
-    const Problem mid = small(200, quant::Format::fp16, DType::f16);
+    // 4-bit weights at 512 < M <= 2048 on sm_90a default to wgmma_ws stream-K: the runtime allocates its workspace
+    // for this device's SM count, and the second launch reuses it (the counters reset themselves).
+    const Problem mid = small(600, quant::Format::nf4, DType::bf16);
     const auto mch = rt.explain_qkv(mid);
     INFO(mch.variant_name);
     CHECK(mch.step == "default");
-    if (rt.arch().sm == 90 && rt.arch().arch_specific)
-      CHECK((mch.config.mainloop == Mainloop::wgmma_ws && ws_stream_k(mch.config)));
+    if (sm90a) CHECK((mch.config.mainloop == Mainloop::wgmma_ws && ws_stream_k(mch.config)));
     const auto mid1 = run_and_verify(
         mid, [&](const QkvParams& a, double) { rt.qkv_proj(mid, a, stream.get()); }, 8);
     const auto mid2 = run_and_verify(
@@ -216,15 +217,15 @@ TEST_CASE("Runtime::qkv_proj: database winners (exact, nearest), default, split-
     CHECK(mid1 == mid2);  // same inputs: the same bits (partials added in block order)
     CHECK(rt.resolved_qkv_problems() == 8);
 
-    // K-blocked 16-bit weights (fp16_kb64): the defaults on sm_90a are wgmma_ws configs, which read the layout through
-    // the tensor map the runtime encodes for the format.
-    if (rt.arch().sm == 90 && rt.arch().arch_specific) {
+    // K-blocked 16-bit weights (fp16_kb64): the defaults on sm_90a are wgmma_ws at M 1 and wgmma_pairs at M 200, both
+    // reading the layout through the tensor map the runtime encodes for the format.
+    if (sm90a) {
       for (int m : {1, 200}) {
         const Problem kp = small(m, quant::Format::fp16_kb64, DType::f16);
         const auto kch = rt.explain_qkv(kp);
         INFO(kch.variant_name);
         CHECK(kch.step == "default");
-        CHECK(kch.config.mainloop == Mainloop::wgmma_ws);
+        CHECK(kch.config.mainloop == (m == 1 ? Mainloop::wgmma_ws : Mainloop::wgmma_pairs));
         run_and_verify(
             kp, [&](const QkvParams& a, double) { rt.qkv_proj(kp, a, stream.get()); }, 9 + m);
       }
