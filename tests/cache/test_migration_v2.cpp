@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cache/migration_v2.h"
 #include "cache/tuning_db.h"
@@ -32,6 +34,17 @@ struct TempFile {
     for (const char* s : {"", "-wal", "-shm"}) std::filesystem::remove(path + s);
   }
 };
+
+/// A device and a run in `db`: (device id, run id).
+std::pair<long long, long long> device_and_run(TuningDb& db, const std::string& device, const std::string& argv) {
+  DeviceRecord d;
+  d.name = device;
+  d.uuid = "GPU-" + argv;
+  RunRecord r;
+  r.argv = argv;
+  const long long dev = db.upsert_device(d);
+  return {dev, db.begin_run(r)};
+}
 
 /// A schema-1 qkv_proj config: its variant name and config JSON exactly as schema 1 stored them, and the config it
 /// means in today's fields.
@@ -97,13 +110,7 @@ TEST_CASE("tuning db 1 -> 2: qkv_proj configs and variant names rewritten, winne
   std::map<std::string, long long> winner_before;  // problem key -> measurement id
   {
     TuningDb db(tmp.path);
-    DeviceRecord d;
-    d.name = "NVIDIA H100 80GB HBM3";
-    d.uuid = "GPU-migration";
-    const long long dev = db.upsert_device(d);
-    RunRecord r;
-    r.argv = "autotune (schema 1)";
-    const long long run = db.begin_run(r);
+    const auto [dev, run] = device_and_run(db, "NVIDIA H100 80GB HBM3", "autotune (schema 1)");
     std::vector<Measurement> ms;
     // Each old config is measured for two problems (M = 16 and 256): row i is fastest for M = 16 when i is even,
     // for M = 256 when i is odd, so both winners come from different rows.
@@ -217,13 +224,7 @@ TEST_CASE("tuning db 2 -> 3: every existing row unscreened, winners unchanged", 
   std::map<std::string, long long> winner_before;
   {
     TuningDb db(tmp.path);
-    DeviceRecord d;
-    d.name = "NVIDIA H200";
-    d.uuid = "GPU-v3";
-    const long long dev = db.upsert_device(d);
-    RunRecord r;
-    r.argv = "autotune (schema 2)";
-    const long long run = db.begin_run(r);
+    const auto [dev, run] = device_and_run(db, "NVIDIA H200", "autotune (schema 2)");
     std::vector<Measurement> ms;
     for (int p = 0; p < 3; ++p)
       for (int v = 0; v < 4; ++v) {
