@@ -120,14 +120,18 @@ std::set<std::string> grid_candidates(const std::string& default_variant,
                                       const std::vector<std::vector<db::Measurement>>& neighbours) {
   std::set<std::string> keep = {default_variant};
   for (const auto& rows : neighbours) {
-    std::map<std::string, double> best;  // variant -> its smallest ok median
-    for (const auto& m : rows)
-      if (m.status == db::Status::ok && (!best.count(m.variant_name) || m.median_us < best[m.variant_name]))
-        best[m.variant_name] = m.median_us;
-    std::vector<std::pair<double, std::string>> order;
-    for (const auto& [v, us] : best) order.push_back({us, v});
+    // variant -> (screened, its smallest ok median): a screened row lost its final round, so it ranks after every
+    // unscreened one (db::Measurement::screened), as in the winners view.
+    std::map<std::string, std::pair<bool, double>> best;
+    for (const auto& m : rows) {
+      if (m.status != db::Status::ok) continue;
+      const std::pair<bool, double> e{m.screened, m.median_us};
+      if (const auto it = best.find(m.variant_name); it == best.end() || e < it->second) best[m.variant_name] = e;
+    }
+    std::vector<std::tuple<bool, double, std::string>> order;
+    for (const auto& [v, e] : best) order.push_back({e.first, e.second, v});
     std::sort(order.begin(), order.end());
-    for (size_t k = 0; k < order.size() && k < size_t(kGridTransfer); ++k) keep.insert(order[k].second);
+    for (size_t k = 0; k < order.size() && k < size_t(kGridTransfer); ++k) keep.insert(std::get<2>(order[k]));
   }
   return keep;
 }

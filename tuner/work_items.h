@@ -98,8 +98,8 @@ struct WorkPlan {
 };
 
 /// The variants a bucket-grid problem measures: its default and, from each neighbour's measurements (rows of any
-/// status, several per variant allowed), the kGridTransfer variants with the smallest 'ok' median (ties: the smaller
-/// name). Neighbours without an 'ok' row add nothing.
+/// status, several per variant allowed), the kGridTransfer variants with the smallest 'ok' median, the unscreened
+/// ones first (db::Measurement::screened; ties: the smaller name). Neighbours without an 'ok' row add nothing.
 std::set<std::string> grid_candidates(const std::string& default_variant,
                                       const std::vector<std::vector<db::Measurement>>& neighbours);
 

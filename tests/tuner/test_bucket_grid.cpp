@@ -144,6 +144,18 @@ TEST_CASE("grid_candidates: the default and each neighbour's fastest ok variants
   CHECK(grid_candidates("dflt", {a}) == std::set<std::string>{"dflt", "a3", "a2", "a5"});
   CHECK(grid_candidates("dflt", {a, b}) == std::set<std::string>{"dflt", "a3", "a2", "a5", "b1"});
   CHECK(grid_candidates("dflt", {{}, {row("x", 1, db::Status::timeout)}}) == std::set<std::string>{"dflt"});
+  // Screened rows (non-finalists' first-round rows) rank after every unscreened one, however fast; a variant with
+  // both kinds ranks by its unscreened row.
+  auto screened = [&](const std::string& v, double us) {
+    auto m = row(v, us);
+    m.screened = true;
+    return m;
+  };
+  const std::vector<db::Measurement> c = {screened("s1", 1), row("f1", 10), row("f2", 11),
+                                          screened("s2", 2), row("f3", 12), row("s2", 20)};
+  CHECK(grid_candidates("dflt", {c}) == std::set<std::string>{"dflt", "f1", "f2", "f3"});
+  const std::vector<db::Measurement> d = {screened("s1", 1), screened("s2", 2), row("f1", 10)};
+  CHECK(grid_candidates("dflt", {d}) == std::set<std::string>{"dflt", "f1", "s1", "s2"});
   static_assert(kGridTransfer == 3, "the expectations above take the 3 fastest");
 }
 
