@@ -14,8 +14,9 @@ one that drew a slower moment. Each problem runs
     BIN --arch ARCH --shapes SHAPES --grid listed --problems '^KEY$' --only '^(FAST|EXH)$' --max-candidates 0
         --budget-ms N --retune --db REMATCH.db
 
-(the default config always joins as a third finalist: autotune --only keeps it), then reads the newest 'ok' row of
-each of the two variants from REMATCH.db: ratio = fast winner's median / exhaustive winner's median.
+(the default config always joins as a third finalist: autotune --only keeps it), then reads the newest 'ok' row that run
+added for each of the two variants from REMATCH.db (rows of earlier runs in the same file never count):
+ratio = fast winner's median / exhaustive winner's median.
 
 Prints one line per problem and a summary; --json writes {"problems": [...], "summary": {...}}. Exit status: 0 when
 every rematched ratio is <= --threshold (or nothing was over it), 1 when one is above it or could not be measured,
@@ -48,10 +49,22 @@ def command(args, miss):
             "--max-candidates", "0", "--budget-ms", str(args.budget_ms), "--retune", "--db", args.db]
 
 
-def newest_ok(con, family, key, variant):
+def last_id(path):
+    """The largest measurement id in the database at path (0 when it does not exist yet)."""
+    if not os.path.isfile(path):
+        return 0
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT COALESCE(MAX(id), 0) FROM measurements").fetchone()[0]
+    finally:
+        con.close()
+
+
+def newest_ok(con, family, key, variant, after):
+    """The newest 'ok' row of the variant with an id above `after` (this rematch's, not an earlier run's)."""
     row = con.execute(
         "SELECT median_us, sm_clock_mhz FROM measurements WHERE family = ? AND problem_key = ? AND variant_name = ? "
-        "AND status = 'ok' ORDER BY measured_at DESC, id DESC LIMIT 1", (family, key, variant)).fetchone()
+        "AND status = 'ok' AND id > ? ORDER BY id DESC LIMIT 1", (family, key, variant, after)).fetchone()
     return row if row else (None, None)
 
 
@@ -79,10 +92,11 @@ def main():
     results = []
     for m in todo:
         cmd = command(args, m)
+        before = last_id(args.db)
         run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         con = sqlite3.connect(f"file:{args.db}?mode=ro", uri=True) if os.path.isfile(args.db) else None
-        fast_us, fast_mhz = newest_ok(con, m["family"], m["problem"], m["fast_winner"]) if con else (None, None)
-        exh_us, exh_mhz = newest_ok(con, m["family"], m["problem"], m["exh_winner"]) if con else (None, None)
+        fast_us, fast_mhz = newest_ok(con, m["family"], m["problem"], m["fast_winner"], before) if con else (None, None)
+        exh_us, exh_mhz = newest_ok(con, m["family"], m["problem"], m["exh_winner"], before) if con else (None, None)
         if con:
             con.close()
         r = dict(m, exit=run.returncode, fast_us=fast_us, exh_us=exh_us, fast_mhz=fast_mhz, exh_mhz=exh_mhz)

@@ -8,7 +8,7 @@ and stores a measurement row, in a database with the schema of cache/tuning_db.c
 and --only regexes select among a fixed list. Checks: only the problems over the threshold are rematched; the regexes
 select exactly the two winners (a name that extends a winner's is left out) and the one problem; the rematch ratio is
 the fast winner's newest row over the exhaustive winner's; a problem the stand-in does not measure is reported as not
-measured with exit status 1; exit status 0 when every rematch is within the threshold; the JSON summary; exit status 2
+measured with exit status 1, also when an earlier run left a row of it in the same database; exit status 0 when every rematch is within the threshold; the JSON summary; exit status 2
 for an unreadable quality file and a missing autotune.
 """
 import json
@@ -62,12 +62,12 @@ def quality(rows):
                           "exh_winner": e, "status": "ok", "ratio": r} for k, f, e, r in rows]}
 
 
-def run(tmp, q, extra=(), autotune=None):
+def run(tmp, q, extra=(), autotune=None, keep_db=False):
     qpath = os.path.join(tmp, "q.json")
     with open(qpath, "w") as f:
         json.dump(q, f)
     db = os.path.join(tmp, "r.db")
-    if os.path.exists(db):
+    if os.path.exists(db) and not keep_db:
         os.remove(db)
     calls = os.path.join(tmp, "calls.jsonl")
     open(calls, "w").close()
@@ -120,6 +120,18 @@ def main():
         # A winner the rematch could not measure: reported, exit 1.
         p, argvs, res = run(tmp, quality([(P3, "q__int4__gemv_a__sm_90a", "q__int4__gemv_b__sm_90a", 1.2)]))
         check(p.returncode == 1 and res["problems"][0]["status"] == "not measured", f"not measured: {p.stdout}")
+
+        # An earlier run's rows in the same database never stand in for this run's: P3's gemv_a has an old 'ok' row.
+        times = dict(TIMES, **{P3: {"q__int4__gemv_a__sm_90a": 7.0, "q__int4__gemv_b__sm_90a": 9.0}})
+        with open(os.path.join(tmp, "times.json"), "w") as f:
+            json.dump(times, f)
+        q3 = quality([(P3, "q__int4__gemv_a__sm_90a", "q__int4__gemv_b__sm_90a", 1.2)])
+        run(tmp, q3)  # writes gemv_a's row
+        with open(os.path.join(tmp, "times.json"), "w") as f:
+            json.dump(TIMES, f)  # gemv_a no longer measured
+        p, argvs, res = run(tmp, q3, keep_db=True)
+        check(p.returncode == 1 and res["problems"][0]["status"] == "not measured",
+              f"an old row is not this rematch's: {p.stdout}")
 
         # Nothing over the threshold: no autotune call, exit 0.
         p, argvs, res = run(tmp, q, extra=("--threshold", "1.1"))
