@@ -211,9 +211,48 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     const long long g = grid_blocks(p, c);
     return waves(c) > std::find_if(fewest.begin(), fewest.end(), [&](const auto& f) { return f.first == g; })->second;
   };
-  std::stable_sort(kept.begin(), kept.end(), [&](const Config& a, const Config& b) {
+  // The ring keeps Stages - 1 tiles in flight. A cluster split whose block's KV slice is 3 or more tiles, in one wave:
+  // a ring deeper than 3 that holds the whole slice in flight issues every load at once, which the same config with 3
+  // stages cannot, so the two swap places in the order (the shallowest such ring takes the 3-stage config's shape
+  // rank, and that one the deep ring's) unless the 3-stage config is the default (first anyway). H200, shapes/
+  // llama8b.json's B 1, 2048 keys over a cluster of 8 (4 tiles of 64 keys per block): 6 stages ran 2-3% faster than
+  // 3 or 4, in one process on every run, and the stage rank alone left it at rank 51; with the swap it is in the first
+  // 16 of both dtypes, and no other decode problem of shapes/qwen7b.json or shapes/llama8b.json loses its best.
+  auto whole_slice = [&](const Config& c) {
+    const long long tiles = (split_keys(c, p.kv_len) + c.tile_n - 1) / c.tile_n;
+    return c.cluster > 1 && c.kv_chunk == 0 && c.stages > 3 && tiles >= 3 && tiles <= c.stages - 1 &&
+           grid_blocks(p, c) <= sms;
+  };
+  auto with_stages = [](Config c, int stages) {
+    c.stages = stages;
+    return c;
+  };
+  auto deep_twin = [&](const Config& c) -> const Config* {  // the shallowest whole-slice ring of c's 3-stage config
+    const Config* best = nullptr;
+    for (const auto& k : kept)
+      if (same_config(with_stages(k, 3), with_stages(c, 3)) && whole_slice(k) && (!best || k.stages < best->stages))
+        best = &k;
+    return best;
+  };
+  const Config def = default_config(arch, p);
+  std::vector<int> rank_of(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const Config& c = kept[i];
+    int r = shape_rank(c);
+    const Config* deep = same_config(with_stages(c, 3), def) ? nullptr : deep_twin(c);  // (the default stays first)
+    const bool has_shallow = std::any_of(
+        kept.begin(), kept.end(), [&](const Config& k) { return k.stages == 3 && same_config(k, with_stages(c, 3)); });
+    if (c.stages == 3 && deep) r = shape_rank(*deep);
+    else if (deep == &c && has_shallow) r = shape_rank(with_stages(c, 3));
+    rank_of[i] = r + (extra_waves(c) ? 8 : 0);
+  }
+  // Ranks by position: the sort below moves configs, so it looks each one up by its original index.
+  std::vector<size_t> order(kept.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t ia, size_t ib) {
+    const Config &a = kept[ia], &b = kept[ib];
     const int sa = split_rank(a), sb = split_rank(b);
-    const int ha = shape_rank(a) + (extra_waves(a) ? 8 : 0), hb = shape_rank(b) + (extra_waves(b) ? 8 : 0);
+    const int ha = rank_of[ia], hb = rank_of[ib];
     // A cluster config shares its grid with a kv_chunk split; it counts its shape 2 ranks worse (one rectangle,
     // where the shape decides the rectangle), so it joins its twin's rectangle where the split decides it and the
     // first candidates still span several grids. Its merge through distributed shared memory skips the workspace's
@@ -227,9 +266,13 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     if (sa != sb) return sa < sb;
     return ha < hb;
   });
+  {
+    std::vector<Config> sorted;
+    for (size_t i : order) sorted.push_back(kept[i]);
+    kept = std::move(sorted);
+  }
   // The default's chunk is any whole number of tiles (the split nearest one block per SM), not only the space's
   // powers of two: it is a candidate too, first (the tuner's baseline), once.
-  const Config def = default_config(arch, p);
   kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const Config& c) { return same_config(c, def); }),
              kept.end());
   kept.insert(kept.begin(), def);
