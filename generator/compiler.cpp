@@ -1,5 +1,7 @@
 #include "generator/compiler.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -42,8 +44,18 @@ CompileReport parse_ptxas_log(const std::string& log) {
   return r;
 }
 
+namespace {
+/// The cores this process may run on: its CPU affinity mask (what taskset, Slurm's task binding and cgroup cpusets
+/// leave it), else every hardware thread.
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+}  // namespace
+
 Compiler::Compiler(CubinCache* cache, int jobs) : cache_(cache), jobs_(jobs) {
-  if (jobs_ <= 0) jobs_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (jobs_ <= 0) jobs_ = usable_cores();
   nvrtc_version_ = nvrtc_version();
 }
 

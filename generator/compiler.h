@@ -43,7 +43,7 @@ struct CompileResult {
 /// shared memory. Fields that the log does not mention keep their defaults.
 CompileReport parse_ptxas_log(const std::string& log);
 
-/// Compiles kernel variants with NVRTC on `jobs` threads (0 = all hardware threads).
+/// Compiles kernel variants with NVRTC on `jobs` threads (0 = one per core of the process's CPU affinity mask).
 /// Cache key = content_hash(name expression, source, embedded headers hash, NVRTC version,
 /// options, arch): any change of template, compiler or flags misses. A cache hit is used only if its
 /// cubin is an ELF cubin for the variant's SM (cubin_image.h); any other entry is compiled again and

@@ -473,9 +473,13 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         ++spilling;
       }
     }
-    if (done < needed)
-      std::printf("autotune: interrupted after compiling %zu of %zu binaries%s; rerun the same command to resume\n",
-                  done, needed, cache ? " (they are in the cubin cache)" : "");
+    if (done < needed && (g_interrupted || out_of_time))
+      std::printf("autotune: %s after compiling %zu of %zu binaries%s; rerun the same command to resume\n",
+                  g_interrupted ? "interrupted" : "--time-budget spent", done, needed,
+                  cache ? " (they are in the cubin cache)" : "");
+    else if (done < needed)  // bucket-grid candidates that no neighbour passed on: nothing waited for them
+      std::printf("autotune: %zu of the %zu binaries were not needed (bucket-grid candidates no neighbour passed on)\n",
+                  needed - done, needed);
     std::printf("autotune: compiled %zu variants on %d threads in %s%s: %zu failed, %zu spill registers, cache %s\n",
                 done, compiler.jobs(), fmt_duration(q.seconds()).c_str(), how, failed, spilling,
                 cache
@@ -642,13 +646,22 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   std::printf("autotune: %zu candidates to measure (%zu already in %s%s), strategy %s, budget %.0f ms each\n", total,
               skipped, a.db.c_str(), a.retune ? "" : "; --retune measures them again", a.strategy.c_str(), a.budget_ms);
 
-  // Only the binaries of what is still to measure are compiled: a named problem's pending candidates, and every
-  // unmeasured candidate of a bucket-grid problem (which of them its neighbours pass on is known only later).
+  // Only the binaries of what is still to measure are compiled: a named problem's pending candidates, and a
+  // bucket-grid problem's: the ones its neighbours pass on when none of them measures anything in this run (each has
+  // nothing pending, or is not in the plan), else every unmeasured one (which its neighbours pass on is known later).
+  std::map<std::string, size_t> item_index;  // family + '/' + problem key -> index into items and todo
+  for (size_t i = 0; i < items.size(); ++i) item_index[items[i].family + '/' + items[i].key] = i;
+  auto neighbours_settled = [&](const Item& it) {
+    return std::none_of(it.transfer_from.begin(), it.transfer_from.end(), [&](const std::string& key) {
+      const auto f = item_index.find(it.family + '/' + key);
+      return f != item_index.end() && !todo[f->second].cands.empty();
+    });
+  };
   std::vector<char> needed(sources.size(), 0);
   size_t n_needed = 0;
   for (const auto& t : todo) {
     const Item& it = items[t.item];
-    for (size_t c : it.transfer_from.empty() ? t.cands : pending(it, nullptr))
+    for (size_t c : it.transfer_from.empty() || neighbours_settled(it) ? t.cands : pending(it, nullptr))
       if (!needed[it.source[c]]) {
         needed[it.source[c]] = 1;
         ++n_needed;
@@ -1155,7 +1168,8 @@ int main(int argc, char** argv) {
                  "continues); default 0: none");
   app.add_option("--watchdog-s", a.watchdog_s,
                  "seconds before a candidate's worker is killed as timed out (default 30)");
-  app.add_option("--jobs", a.jobs, "parallel NVRTC compilations, 0..256 (default 0: all cores)");
+  app.add_option("--jobs", a.jobs,
+                 "parallel NVRTC compilations, 0..256 (default 0: every core of its CPU affinity mask)");
   app.add_option("--cache-dir", a.cache_dir,
                  "cubin cache directory (default $KERNTUNE_CACHE_DIR or ~/.cache/kerntune)");
   app.add_flag("--no-cache", a.no_cache, "compile everything; do not read or write the cubin cache");

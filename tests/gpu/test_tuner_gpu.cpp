@@ -365,6 +365,33 @@ TEST_CASE("autotune resumes a database measured on another GPU of the same name:
   std::filesystem::remove(shapes);
 }
 
+TEST_CASE("autotune --grid buckets: the same command again measures nothing and compiles nothing", "[gpu][tuner]") {
+  const std::string shapes = temp_path("grid_again_shapes.json");
+  std::ofstream(shapes) << R"({"model": "qwen-qkv", "hidden_size": 3584, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "head_dim": 128, "qkv_bias": true, "dtypes": ["bf16"],
+    "workloads": {"qkv_proj": {"tokens": [1, 16], "formats": ["int4"]}}})";
+  const std::string dbp = temp_path("grid_again.db");
+  std::filesystem::remove(dbp);
+  const std::string cmd = std::string(kt_test::autotune_path()) + " --arch " + arch_name(device_arch()) + " --shapes " +
+                          shapes + " --grid buckets --budget-ms 5 --max-candidates 4 --db " + dbp;
+  auto [rc, out] = kt_test::run_command(cmd);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK_THAT(out, Catch::Contains("fill the runtime's power-of-two buckets"));  // M 2, 4 and 8 between 1 and 16
+  CHECK_THAT(out, !Catch::Contains("interrupted") && !Catch::Contains("rerun the same command"));
+  const long long rows = db::TuningDb(dbp, true).count("measurements");
+  // Again: every grid problem's neighbours are measured, so its candidates are known and measured too.
+  std::tie(rc, out) = kt_test::run_command(cmd);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK_THAT(out, Catch::Contains("autotune: 0 candidates to measure"));
+  CHECK_THAT(out, Catch::Contains("autotune: compiling 0 binaries"));
+  CHECK_THAT(out, !Catch::Contains("interrupted") && !Catch::Contains("rerun the same command"));
+  CHECK(db::TuningDb(dbp, true).count("measurements") == rows);
+  std::filesystem::remove(dbp);
+  std::filesystem::remove(shapes);
+}
+
 TEST_CASE("autotune --time-budget: stops measuring once spent, exits 0, and the same command continues",
           "[gpu][tuner]") {
   const std::string shapes = temp_path("budget_shapes.json");
