@@ -1,8 +1,9 @@
 // The SQLite tuning database: one file holding devices, tuning runs, compiled binaries (cubins) and
 // every measurement, with a winners view. Readable with the plain `sqlite3` shell. No CUDA here.
 //
-// Schema (PRAGMA user_version = 3; migrations are applied in order on open; 2 rewrote qkv_proj's config_json and
-// variant names, cache/migration_v2.h; 3 added measurements.screened):
+// Schema (PRAGMA user_version = 4; migrations are applied in order on open; 2 rewrote qkv_proj's config_json and
+// variant names, cache/migration_v2.h; 3 added measurements.screened; 4 made the winners view's fastest median win
+// outright, where rows within 1% of it had tied):
 //   devices(id, name, uuid UNIQUE, cc_major, cc_minor, sm_count, l2_bytes, driver_version,
 //           sm_clock_khz, mem_clock_khz)
 //   runs(id, argv, shapes_path, shapes_hash, kerntune_version, host, started_at, ended_at)   -- unix seconds
@@ -15,9 +16,9 @@
 //       status in ('ok','invalid','compile_failed','launch_failed','wrong_result','timeout'); screened 1: a
 //       first-round row whose candidate the strategy's final round left out (Measurement::screened)
 //   VIEW winners: per (device_name, family, problem_key), among the 'ok' rows that are not screened (all 'ok'
-//       rows when every one is): the smallest median; rows within 1% of it are a tie, broken by fewer
-//       registers, then less shared memory (static + dynamic), then variant_name, then the lower measurement
-//       id. The same rule as the tuner's pick_winner, so every reader of one database picks the same kernel.
+//       rows when every one is): the smallest median; equal medians are broken by fewer registers, then less
+//       shared memory (static + dynamic), then variant_name, then the lower measurement id. The same rule as the
+//       tuner's pick_winner, so every reader of one database picks the same kernel.
 // Concurrency: WAL journal while a writer has the file open, busy_timeout 30 s, one transaction per
 // add_measurements() batch, so several autotune processes can write one file at once. The last writer to
 // close puts the file back in rollback-journal mode (journal_mode=DELETE), so a finished database opens
@@ -172,7 +173,7 @@ class TuningDb {
   const std::string& path() const;
   /// Current PRAGMA user_version (kSchemaVersion after open).
   int schema_version() const;
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   /// How many migration scripts this open applied (0 when the file was already current).
   int migrations_applied() const;
 

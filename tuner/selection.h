@@ -17,8 +17,8 @@ struct Candidate {
 };
 
 /// Index of the fastest ok candidate by median among those not screened (among every ok one when each is
-/// screened); candidates within 1% of the best median are a tie, broken by fewer registers, then less shared
-/// memory, then variant name. -1 if none is ok.
+/// screened); equal medians are broken by fewer registers, then less shared memory, then variant name (the
+/// winners view's rule, cache/tuning_db.h). -1 if none is ok.
 int pick_winner(const std::vector<Candidate>& c);
 
 }  // namespace kt

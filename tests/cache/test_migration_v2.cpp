@@ -1,7 +1,7 @@
 // Tuning database migrations. 1 -> 2 (cache/migration_v2.h): a database written in schema 1, with qkv_proj configs in
 // the flat form of that schema, opens migrated: every config and variant name in the per-mainloop form, equal to what
 // the qkv_proj family writes today, and the winners unchanged. 2 -> 3: measurements gain `screened` (0 for every
-// existing row), the winners unchanged.
+// existing row), the winners unchanged. 3 -> 4: the winners view's fastest median wins outright (no 1% tie window).
 #include <SQLiteCpp/SQLiteCpp.h>
 
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -251,8 +252,8 @@ TEST_CASE("tuning db 2 -> 3: every existing row unscreened, winners unchanged", 
   CHECK_THROWS_WITH(TuningDb(tmp.path, true),
                     Catch::Contains("schema version 2") && Catch::Contains("a read-write open migrates it"));
   TuningDb db(tmp.path);
-  CHECK(db.schema_version() == 3);
-  CHECK(db.migrations_applied() == 1);
+  CHECK(db.schema_version() == TuningDb::kSchemaVersion);
+  CHECK(db.migrations_applied() == TuningDb::kSchemaVersion - 2);
   for (int p = 0; p < 3; ++p) {
     const std::string key = "p" + std::to_string(p);
     const auto ms = db.measurements("NVIDIA H200", "attention_prefill", key);
@@ -260,4 +261,51 @@ TEST_CASE("tuning db 2 -> 3: every existing row unscreened, winners unchanged", 
     for (const auto& m : ms) CHECK_FALSE(m.screened);
     CHECK(db.winner("NVIDIA H200", "attention_prefill", key)->measurement_id == winner_before.at(key));
   }
+}
+
+TEST_CASE("tuning db 3 -> 4: the winners view's fastest median wins, only equal medians tie", "[db]") {
+  TempFile tmp;
+  {
+    TuningDb db(tmp.path);
+    const auto [dev, run] = device_and_run(db, "NVIDIA H200", "autotune (schema 3)");
+    for (const auto& [hash, regs] : {std::pair<const char*, int>{"r96", 96}, {"r32", 32}}) {
+      BinaryRecord b;
+      b.hash = hash;
+      b.family = "attention_prefill";
+      b.variant_name = hash;
+      b.arch = "sm_90a";
+      b.cubin = "elf";
+      b.registers = regs;
+      db.put_binary(b);
+    }
+    std::vector<Measurement> ms;
+    for (const auto& [name, us, hash] : {std::tuple<const char*, double, const char*>{"fast", 100.0, "r96"},
+                                         {"lean", 100.5, "r32"},
+                                         {"tie_a", 200.0, "r96"},
+                                         {"tie_b", 200.0, "r32"}}) {
+      Measurement x;
+      x.run_id = run;
+      x.device_id = dev;
+      x.family = "attention_prefill";
+      x.problem_key = std::string(name).rfind("tie", 0) == 0 ? "t" : "p";
+      x.problem_json = "{}";
+      x.variant_name = name;
+      x.config_json = "{}";
+      x.binary_hash = hash;
+      x.median_us = x.p20_us = x.p80_us = us;
+      ms.push_back(x);
+    }
+    db.add_measurements(ms);
+  }
+  {  // what schema 3 left: its own winners view (a stand-in here: the migration replaces it), user_version 3
+    SQLite::Database raw(tmp.path, SQLite::OPEN_READWRITE);
+    raw.exec("DROP VIEW winners; CREATE VIEW winners AS SELECT 1 AS schema_3; PRAGMA user_version = 3");
+  }
+  CHECK_THROWS_WITH(TuningDb(tmp.path, true),
+                    Catch::Contains("schema version 3") && Catch::Contains("a read-write open migrates it"));
+  TuningDb db(tmp.path);
+  CHECK(db.schema_version() == 4);
+  CHECK(db.migrations_applied() == 1);
+  CHECK(db.winner("NVIDIA H200", "attention_prefill", "p")->variant_name == "fast");   // 0.5% faster, more registers
+  CHECK(db.winner("NVIDIA H200", "attention_prefill", "t")->variant_name == "tie_b");  // equal: fewer registers
 }

@@ -382,7 +382,7 @@ TEST_CASE("resume lookup, ordering of measurements, all-or-nothing batches", "[d
   CHECK(db.measured_variants("H100", "attention", "p9").empty());
 }
 
-TEST_CASE("winners view: fastest ok, never a wrong result, 1% ties broken by registers, smem, name", "[db]") {
+TEST_CASE("winners view: fastest ok, never a wrong result, equal medians broken by registers, smem, name", "[db]") {
   TuningDb db(":memory:");
   const long long dev = db.upsert_device(device("H100", "GPU-w"));
   const long long run = db.begin_run(run_record("autotune", 1));
@@ -400,19 +400,20 @@ TEST_CASE("winners view: fastest ok, never a wrong result, 1% ties broken by reg
       m("fast", "quick", Status::ok, 150, "r96"),
       m("fast", "wrong", Status::wrong_result, 50, "r32"),
       m("fast", "dead", Status::launch_failed, 0, "r32"),
-      // within 1%: fewer registers wins over the faster one; 1.5% slower with fewer still does not
+      // equal medians: fewer registers wins; 0.1% slower with fewer registers does not (no tie window)
       m("regs", "fastest", Status::ok, 100.0, "r96"),
-      m("regs", "lean", Status::ok, 100.9, "r64"),
-      m("regs", "leanest", Status::ok, 101.5, "r32"),
-      // same registers: less shared memory (static + dynamic) wins
+      m("regs", "lean", Status::ok, 100.0, "r64"),
+      m("regs", "leanest", Status::ok, 100.1, "r32"),
+      // same median and registers: less shared memory (static + dynamic) wins
       m("smem", "a_big", Status::ok, 100.0, "r64"),
-      m("smem", "b_static", Status::ok, 100.2, "r64s_static"),
-      m("smem", "c_small", Status::ok, 100.5, "r64s"),
-      // same registers and smem: the name decides; a missing binary sorts last despite its name
+      m("smem", "b_static", Status::ok, 100.0, "r64s_static"),
+      m("smem", "c_small", Status::ok, 100.0, "r64s"),
+      // same median, registers and smem: the name decides; a missing binary sorts last despite its name
       m("name", "zeta", Status::ok, 100.0, "r64"),
-      m("name", "beta", Status::ok, 100.8, "r64"),
-      m("name", "alpha", Status::ok, 100.1, "missing-hash"),
-      m("name", "aaa", Status::ok, 100.1, ""),
+      m("name", "beta", Status::ok, 100.0, "r64"),
+      m("name", "alpha", Status::ok, 100.0, "missing-hash"),
+      m("name", "aaa", Status::ok, 100.0, ""),
+      m("name", "a_slower", Status::ok, 100.01, "r32"),
       // only failures: no winner
       m("none", "x", Status::wrong_result, 1, "r32"),
       m("none", "y", Status::timeout, 0, ""),
@@ -430,13 +431,13 @@ TEST_CASE("winners view: fastest ok, never a wrong result, 1% ties broken by reg
   REQUIRE(lean);
   CHECK(lean->registers == 64);
   CHECK(lean->binary_hash == "r64");
-  CHECK(lean->median_us == 100.9);
+  CHECK(lean->median_us == 100.0);
   CHECK(lean->config_json == "{\"variant\":\"lean\"}");
   CHECK(lean->problem_json == "{\"key\":\"regs\"}");
   CHECK(db.count("winners") == 4);
 
-  // Exact duplicates of (registers, smem, name): the lower measurement id.
-  db.add_measurements({m("dup", "same", Status::ok, 100.0, "r64"), m("dup", "same", Status::ok, 100.5, "r64")});
+  // Exact duplicates of (median, registers, smem, name): the lower measurement id.
+  db.add_measurements({m("dup", "same", Status::ok, 100.0, "r64"), m("dup", "same", Status::ok, 100.0, "r64")});
   const auto dup = db.measurements("H100", "attention", "dup");
   REQUIRE(dup.size() == 2);
   CHECK(db.winner("H100", "attention", "dup")->measurement_id == dup[0].id);
@@ -465,7 +466,7 @@ TEST_CASE("winners view matches the C++ pick rule on random data", "[db]") {
   for (int p = 0; p < 40; ++p)
     for (int k = 0; k < 12; ++k) {
       const std::string hash = rng() % 10 == 0 ? "" : "b" + std::to_string(rng() % 9);  // b8 is missing
-      const double us = 100.0 * (1.0 + 0.004 * (rng() % 6));                            // steps of 0.4%: many ties
+      const double us = 100.0 * (1.0 + 0.004 * (rng() % 3));                            // 3 values: many ties
       all.push_back(meas(run, devs[rng() % 3], "p" + std::to_string(p), "v" + std::to_string(rng() % 5),
                          statuses[rng() % 5], us, hash, 1));
       all.back().screened = rng() % 3 == 0;  // a third screened: some problems have only screened 'ok' rows
@@ -482,16 +483,13 @@ TEST_CASE("winners view matches the C++ pick rule on random data", "[db]") {
       bool decided = false;
       for (const auto& r : rows) decided = decided || (r.status == Status::ok && !r.screened);
       auto eligible = [&](const Measurement& r) { return r.status == Status::ok && !(decided && r.screened); };
-      double best = -1;
-      for (const auto& r : rows)
-        if (eligible(r) && (best < 0 || r.median_us < best)) best = r.median_us;
       std::optional<long long> expect;
-      std::tuple<int, int, int, int, std::string, long long> expect_key;
+      std::tuple<double, int, int, int, int, std::string, long long> expect_key;
       for (const auto& r : rows) {
-        if (!eligible(r) || r.median_us > best * 1.01) continue;
+        if (!eligible(r)) continue;
         const auto it = bins.find(r.binary_hash);
         const bool missing = it == bins.end();
-        const auto k = std::make_tuple(missing ? 1 : 0, missing ? 0 : it->second.regs, missing ? 1 : 0,
+        const auto k = std::make_tuple(r.median_us, missing ? 1 : 0, missing ? 0 : it->second.regs, missing ? 1 : 0,
                                        missing ? 0 : it->second.smem, r.variant_name, r.id);
         if (!expect || k < expect_key) {
           expect = r.id;
@@ -526,8 +524,8 @@ TEST_CASE("winners view: a screened row loses to the final round's rows however 
       screened(meas(run, dev, "p", "non_finalist", Status::ok, 90, "r32", 1)),
       meas(run, dev, "p", "finalist_a", Status::ok, 100, "r64", 1),
       meas(run, dev, "p", "finalist_b", Status::ok, 103, "r64", 1),
-      // q: within 1% of the finalist and fewer registers: still not eligible.
-      screened(meas(run, dev, "q", "non_finalist", Status::ok, 100.5, "r32", 1)),
+      // q: the finalist's median and fewer registers: still not eligible.
+      screened(meas(run, dev, "q", "non_finalist", Status::ok, 100, "r32", 1)),
       meas(run, dev, "q", "finalist", Status::ok, 100, "r64", 1),
       // r: only screened ok rows (a final round that failed): the fastest of them.
       screened(meas(run, dev, "r", "a", Status::ok, 120, "r64", 1)),
@@ -560,8 +558,8 @@ TEST_CASE("winners are per device class, filterable, and deterministic across re
         meas(run, a, "p", "a_fast", Status::ok, 90, "r128", 1),
         meas(run, a, "p", "a_slow", Status::ok, 95, "r64", 1),
         meas(run, a, "q", "a_q", Status::ok, 10, "r64", 1),
-        // a tie within 1%: the decision must not depend on row order or reopen
-        meas(run, h1, "t", "t_b", Status::ok, 20.1, "r64", 1),
+        // a tie (equal medians): the decision must not depend on row order or reopen
+        meas(run, h1, "t", "t_b", Status::ok, 20.0, "r64", 1),
         meas(run, h2, "t", "t_a", Status::ok, 20.0, "r64", 1),
     });
     before = db.winners();

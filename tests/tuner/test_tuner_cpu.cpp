@@ -45,23 +45,25 @@ TEST_CASE("percentiles interpolate", "[tuner]") {
   CHECK(percentile({0, 10}, 20) == Approx(2));
 }
 
-TEST_CASE("the winner is the fastest median; ties within 1% are broken deterministically", "[tuner]") {
+TEST_CASE("the winner is the fastest median; equal medians are broken deterministically", "[tuner]") {
   std::vector<Candidate> c = {cand("c", 100, 200, 1000), cand("a", 90, 250, 1000),
                               cand("b", 80, 255, 1000, db::Status::wrong_result)};
   CHECK(pick_winner(c) == 1);  // the wrong result can never win
-  c.push_back(cand("d", 90.5, 240, 2000));
-  CHECK(pick_winner(c) == 3);  // within 1%: fewer registers
-  c.push_back(cand("e", 90.6, 240, 1000));
-  CHECK(pick_winner(c) == 4);  // same registers: less shared memory
-  c.push_back(cand("0", 90.7, 240, 1000));
-  CHECK(pick_winner(c) == 5);  // same resources: name
+  c.push_back(cand("d", 90.01, 32, 0));
+  CHECK(pick_winner(c) == 1);  // no tie window: slower by 0.01% loses, whatever its registers
+  c.push_back(cand("e", 90, 240, 2000));
+  CHECK(pick_winner(c) == 4);  // the same median: fewer registers
+  c.push_back(cand("f", 90, 240, 1000));
+  CHECK(pick_winner(c) == 5);  // the same registers: less shared memory
+  c.push_back(cand("0", 90, 240, 1000));
+  CHECK(pick_winner(c) == 6);  // the same resources: name
   std::vector<Candidate> none = {cand("x", 1, 1, 1, db::Status::launch_failed)};
   CHECK(pick_winner(none) == -1);
 
   // A screened candidate (left out by its final round) does not compete with unscreened ones, however fast...
   c.push_back(cand("s", 10, 32, 0));
   c.back().screened = true;
-  CHECK(pick_winner(c) == 5);
+  CHECK(pick_winner(c) == 6);
   // ...and wins when every ok candidate is screened.
   std::vector<Candidate> all_screened = {cand("s1", 100, 32, 0), cand("s2", 95, 64, 0),
                                          cand("f", 50, 32, 0, db::Status::wrong_result)};
