@@ -42,15 +42,32 @@ if want tests; then
   # A queue of test cases, one process each, run on every GPU of the machine at once (a GPU takes the next case when
   # its last one ends; the [qkv] cases, the longest, go first). KT_TEST_SPEC picks a subset (default every
   # non-hidden [gpu] case). NVRTC compiles dominate the qkv cases; each process compiles on every core.
+  # KT_TEST_NAMES=file runs exactly the cases named there, one per line (e.g. the not_run.txt of an earlier call);
+  # KT_TEST_BUDGET_S=S starts no case after S seconds (a case started before runs to its end: leave room for the
+  # longest, about 7 minutes on an H200) and lists the cases it did not start in $OUT/gpu_tests/not_run.txt, so that
+  # the whole suite runs over several calls of a device whose calls are time-limited.
   spec=${KT_TEST_SPEC:-"[gpu]~[.]"}
   ngpu=$(nvidia-smi -L | grep -c "^GPU")
   mkdir -p "$OUT/gpu_tests"
   # Catch2 reads each line of -f as one exact name, with ',' '[' ']' '\' escaped.
-  { "$BIN/kerntune_tests" "$spec" --list-test-names-only | grep "^qkv_proj"
-    "$BIN/kerntune_tests" "$spec" --list-test-names-only | grep -v "^qkv_proj"; } | sed '/^$/d' > "$OUT/gpu_tests/names.txt"
+  if [ -n "${KT_TEST_NAMES:-}" ]; then
+    [ -r "$KT_TEST_NAMES" ] || { echo "gpu_all: KT_TEST_NAMES=$KT_TEST_NAMES is not a readable file"; exit 2; }
+    sed '/^$/d' "$KT_TEST_NAMES" > "$OUT/gpu_tests/names.txt.new" && mv "$OUT/gpu_tests/names.txt.new" "$OUT/gpu_tests/names.txt"
+    spec="names in $KT_TEST_NAMES"
+  else
+    { "$BIN/kerntune_tests" "$spec" --list-test-names-only | grep "^qkv_proj"
+      "$BIN/kerntune_tests" "$spec" --list-test-names-only | grep -v "^qkv_proj"; } | sed '/^$/d' > "$OUT/gpu_tests/names.txt"
+  fi
+  rm -f "$OUT/gpu_tests/not_run.txt"
   echo "== [gpu] tests ($spec): $(grep -c . "$OUT/gpu_tests/names.txt") cases on $ngpu GPU(s)"
+  export KT_TESTS_T0=$(date +%s) KT_TEST_BUDGET_S=${KT_TEST_BUDGET_S:-0}
   run_case() {  # run_case <name>: one case on the GPU of this xargs slot
     local f t0=$SECONDS st
+    if [ "$KT_TEST_BUDGET_S" -gt 0 ] && [ $(($(date +%s) - KT_TESTS_T0)) -ge "$KT_TEST_BUDGET_S" ]; then
+      printf '%s\n' "$1" >> "$OUT/gpu_tests/not_run.txt"
+      echo "not run (KT_TEST_BUDGET_S=$KT_TEST_BUDGET_S spent): $1"
+      return 0
+    fi
     f="$OUT/gpu_tests/$(printf '%s' "$1" | tr -c 'A-Za-z0-9' '_' | cut -c1-80)"
     printf '%s\n' "$1" | sed 's/[][,\\]/\\&/g' > "$f.name"
     [ "$("$BIN/kerntune_tests" -f "$f.name" --list-test-names-only | grep -c .)" -eq 1 ] || { echo "no such case: $1"; return 1; }
@@ -64,7 +81,12 @@ if want tests; then
     | tee "$OUT/gpu_tests.log"
   st=${PIPESTATUS[0]}
   grep -q "^exit 77" "$OUT/gpu_tests.log" && echo "gpu_all: some [gpu] test cases were skipped on this GPU (listed above)"
-  [ "$st" -eq 0 ] || { rc=1; echo "gpu_all: FAILED: $(grep -vc "^exit 0" "$OUT/gpu_tests.log") [gpu] test case(s)"; }
+  [ "$st" -eq 0 ] || { rc=1; echo "gpu_all: FAILED: $(grep -c "^exit [1-9]" "$OUT/gpu_tests.log") [gpu] test case(s)"; }
+  if [ -s "$OUT/gpu_tests/not_run.txt" ]; then
+    rc=1
+    echo "gpu_all: $(grep -c . "$OUT/gpu_tests/not_run.txt") [gpu] test case(s) not run (KT_TEST_BUDGET_S spent);" \
+      "run them with KT_TEST_NAMES=<a copy of $OUT/gpu_tests/not_run.txt>"
+  fi
 fi
 if want tune; then
   echo "== autotune (attention_prefill, qwen7b), cold cubin cache, then the same command again"
