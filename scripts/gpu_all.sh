@@ -131,54 +131,15 @@ if want quality && [[ " ${what[*]} " == *" quality "* ]]; then
   [ "${KT_QUALITY_RESUME:-0}" = 1 ] || rm -rf "$qfast"* "$qexh"* "$qcache"
   # KT_QUALITY_STATE=dir: the measurements of an earlier machine (the quality_state/ files a call writes under $OUT),
   # continued here: autotune skips what any GPU of the same name measured, so the sweep spans several machines.
-  qstate_in() {  # qstate_in <dir/name.db> <db>: name.db.xz, its parts name.db.xz.part0.. (in order) or name.db.gz
+  qstate_in() {  # qstate_in <dir/name.db> <db>: name.db.xz, its parts name.db.xz.part0.. or name.db.gz
     local xz=$1.xz gz=$1.gz
     [ -f "$xz" ] || [ -f "$xz.part0" ] || [ -f "$gz" ] || return 0
-    rm -rf "$2"*
-    python3 - "$1" "$2" <<'PY'
-import glob, gzip, io, lzma, os, shutil, sys
-src, dst = sys.argv[1:3]
-if os.path.isfile(src + ".xz"):
-    f = lzma.open(src + ".xz")
-elif os.path.isfile(src + ".xz.part0"):
-    parts = sorted(glob.glob(src + ".xz.part*"), key=lambda p: int(p.rsplit("part", 1)[1]))
-    f = lzma.open(io.BytesIO(b"".join(open(p, "rb").read() for p in parts)))
-else:
-    f = gzip.open(src + ".gz")
-with f, open(dst, "wb") as g:
-    shutil.copyfileobj(f, g)
-PY
+    python3 bench/quality_state.py unpack "$1" "$2" > /dev/null || { rc=1; return; }
     echo "quality: continuing $(basename "$1")"
   }
-  qstate_out() {  # qstate_out <db> <dir/name.db>: the database without its cubins (the next machine compiles what it
-    # measures), xz-compressed to name.db.xz, or in parts name.db.xz.part0.. of 15 MiB when larger (the device tool
-    # brings files back up to 16 MiB each)
+  qstate_out() {  # qstate_out <db> <dir/name.db>: without its cubins, xz-compressed, in parts of 15 MiB when larger
     [ -f "$1" ] || return 0
-    mkdir -p "$(dirname "$2")"
-    python3 - "$1" "$2" <<'PY'
-import lzma, os, shutil, sqlite3, sys
-src, dst = sys.argv[1:3]
-tmp = dst + ".tmp"
-with sqlite3.connect(src) as a, sqlite3.connect(tmp) as b:
-    a.backup(b)
-c = sqlite3.connect(tmp)
-c.execute("DELETE FROM binaries")
-c.commit()
-c.execute("VACUUM")
-c.close()
-with open(tmp, "rb") as f, lzma.open(dst + ".xz", "wb") as g:
-    shutil.copyfileobj(f, g)
-os.remove(tmp)
-part = 15 << 20
-if os.path.getsize(dst + ".xz") > part:
-    with open(dst + ".xz", "rb") as f:
-        i = 0
-        while chunk := f.read(part):
-            with open(f"{dst}.xz.part{i}", "wb") as g:
-                g.write(chunk)
-            i += 1
-    os.remove(dst + ".xz")
-PY
+    python3 bench/quality_state.py pack "$1" "$2" > /dev/null || rc=1
   }
   if [ -n "${KT_QUALITY_STATE:-}" ]; then
     qstate_in "$KT_QUALITY_STATE/quality_${qtag}_fast.db" "$qfast"
