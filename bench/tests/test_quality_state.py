@@ -36,8 +36,10 @@ def make_db(path, rows, cubin_bytes):
         c.execute("INSERT INTO binaries VALUES (?, 'f', 'v', 'e', 'l', 'sm_90a', '13.0', '', ?, 64, 0, 0, 0, 0, 0, 1, '')",
                   (f"h{i}", rng.randbytes(cubin_bytes)))
     for i in range(rows):
-        c.execute("INSERT INTO measurements VALUES (?, 1, 1, 'f', ?, '{}', ?, '{}', 'h0', 'ok', ?, ?, ?, '[]', '', "
-                  "1980, 0, 0, 0)", (i + 1, f"p{i % 7}", f"v{i}", 10.0 + i, 9.0 + i, 11.0 + i))
+        c.execute("INSERT INTO measurements (id, run_id, device_id, family, problem_key, problem_json, variant_name, "
+                  "config_json, binary_hash, status, median_us, p20_us, p80_us, samples_json, error, sm_clock_mhz, "
+                  "rel_err, metric, measured_at) VALUES (?, 1, 1, 'f', ?, '{}', ?, '{}', 'h0', 'ok', ?, ?, ?, '[]', "
+                  "'', 1980, 0, 0, 0)", (i + 1, f"p{i % 7}", f"v{i}", 10.0 + i, 9.0 + i, 11.0 + i))
     c.commit()
     c.close()
 
