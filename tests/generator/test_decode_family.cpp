@@ -206,6 +206,30 @@ TEST_CASE("attention_decode: a short tune tries the coarse splits and the best s
   // of shapes/qwen7b.json on the H200, 10-15% ahead of tile_n 64) is among the first 16 of B 16 kv 4096.
   const auto q8 = first(qwen(16, 4096, KvLayout::contiguous, 8), 16);
   CHECK(std::any_of(q8.begin(), q8.end(), [](const Config& c) { return c.tile_m == 64 && c.tile_n == 128; }));
+  // A cluster split whose block's slice fits a deeper ring whole swaps places with its 3-stage config: Llama-3.1-8B
+  // heads (32 / 8), B 1, 2048 keys, a cluster of 8 (4 tiles of 64 keys per block; H200: 6 stages 2-3% faster than
+  // 3 or 4, rank 51 without the swap) comes in the first 16, ahead of its 3-stage config; with the 3-stage config
+  // the default (Qwen2.5-7B B 1 kv 4096, cluster 16), nothing swaps and the default stays first.
+  Problem llama = qwen(1, 2048, KvLayout::contiguous);
+  llama.num_heads = 32;
+  llama.num_kv_heads = 8;
+  const auto ll = valid_configs(llama, arch, dev);
+  auto rank = [](const std::vector<Config>& v, Config x) {
+    return size_t(std::find_if(v.begin(), v.end(), [&](const Config& c) { return same_config(c, x); }) - v.begin());
+  };
+  Config s6_cl8{16, 64, 4, 6, 0}, s3_cl8{16, 64, 4, 3, 0};
+  s6_cl8.cluster = s3_cl8.cluster = 8;
+  CHECK(rank(ll, s6_cl8) < 16);
+  CHECK(rank(ll, s6_cl8) < rank(ll, s3_cl8));
+  CHECK(rank(ll, s3_cl8) < ll.size());  // still a candidate, later
+  const auto q4096 = valid_configs(qwen(1, 4096, KvLayout::contiguous), arch, dev);
+  REQUIRE(!q4096.empty());
+  CHECK(same_config(q4096.front(), default_config(arch, qwen(1, 4096, KvLayout::contiguous))));
+  Config s6_cl16 = q4096.front();
+  s6_cl16.stages = 6;
+  REQUIRE(q4096.front().cluster == 16);
+  REQUIRE(q4096.front().stages == 3);
+  CHECK(rank(q4096, s6_cl16) > 16);
   // 4 warps per 16-row group (at most 8) with 16 keys per warp and 3 stages lead (m16_n64_w4_s3 for 7 rows,
   // m32_n64_w8_s3 for 28).
   for (const auto& c : {first(qwen(16, 4096), 1).front(), first(qwen(1, 4096), 1).front(),

@@ -284,6 +284,23 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         const auto it = std::find_if(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, want); });
         CHECK(it - cs.begin() < 128);
       }
+    // The register ring's K warps within one 64-element step of 512 K elements each rank equal, more K warps first:
+    // at K 3584 8 K warps (448 each; the H200's exhaustive best of int8 and int8_kb64 at M = 1, with the balanced
+    // tail) come before 7 (512 each), and both register-ring winners are in the fast strategy's first 16.
+    for (auto f : {quant::Format::int8, quant::Format::int8_kb64})
+      for (DType dt : {DType::bf16, DType::f16}) {
+        const auto cs = valid_configs(qwen(f, dt, 1), arch);
+        auto at = [&](const Config& want) {
+          return std::find_if(cs.begin(), cs.end(), [&](const Config& c) { return same_config(c, want); }) - cs.begin();
+        };
+        const auto w8 = at(mk_gemv(8, 16, 8, 1, kRing, 1)),
+                   w8_bal = at(mk_gemv(8, 16, 8, 1, kRing, 1, GemvReduce::balanced_tail)),
+                   w7 = at(mk_gemv(8, 16, 7, 1, kRing, 1));
+        INFO("format " << int(f) << " dtype " << int(dt) << ": w8 " << w8 << " w8 bal " << w8_bal << " w7 " << w7);
+        CHECK(w8 < w7);
+        CHECK(w8_bal < 16);
+        CHECK(w7 < long(cs.size()));
+      }
     // (every fourth whole-unit gemv candidate on the register ring, prefetch 1 first: the order properties test below)
   }
   {  // int8 at M = 37: gemv (tile_m 64) is valid, and the two mainloops alternate in the order.
