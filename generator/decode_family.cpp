@@ -227,25 +227,20 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     c.stages = stages;
     return c;
   };
-  auto deep_twin = [&](const Config& c) -> const Config* {  // the shallowest whole-slice ring of c's 3-stage config
-    const Config* best = nullptr;
-    for (const auto& k : kept)
-      if (same_config(with_stages(k, 3), with_stages(c, 3)) && whole_slice(k) && (!best || k.stages < best->stages))
-        best = &k;
-    return best;
-  };
   const Config def = default_config(arch, p);
   std::vector<int> rank_of(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) rank_of[i] = shape_rank(kept[i]);
   for (size_t i = 0; i < kept.size(); ++i) {
-    const Config& c = kept[i];
-    int r = shape_rank(c);
-    const Config* deep = same_config(with_stages(c, 3), def) ? nullptr : deep_twin(c);  // (the default stays first)
-    const bool has_shallow = std::any_of(
-        kept.begin(), kept.end(), [&](const Config& k) { return k.stages == 3 && same_config(k, with_stages(c, 3)); });
-    if (c.stages == 3 && deep) r = shape_rank(*deep);
-    else if (deep == &c && has_shallow) r = shape_rank(with_stages(c, 3));
-    rank_of[i] = r + (extra_waves(c) ? 8 : 0);
+    const Config& deep = kept[i];
+    const Config shallow = with_stages(deep, 3);
+    if (!whole_slice(deep) || same_config(shallow, def)) continue;
+    const bool shallowest = std::none_of(kept.begin(), kept.end(), [&](const Config& k) {
+      return whole_slice(k) && k.stages < deep.stages && same_config(with_stages(k, 3), shallow);
+    });
+    const auto twin = std::find_if(kept.begin(), kept.end(), [&](const Config& k) { return same_config(k, shallow); });
+    if (shallowest && twin != kept.end()) std::swap(rank_of[i], rank_of[twin - kept.begin()]);
   }
+  for (size_t i = 0; i < kept.size(); ++i) rank_of[i] += extra_waves(kept[i]) ? 8 : 0;
   // Ranks by position: the sort below moves configs, so it looks each one up by its original index.
   std::vector<size_t> order(kept.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
