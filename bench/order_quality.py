@@ -11,9 +11,10 @@ order.tsv holds one candidate per line: family, problem key, rank (0: the defaul
   best        = the least 'ok' median of any candidate of that problem in EXH;
   prefix      = the least median in EXH among the candidates ranked below --first, over best (1.00: the first --first
                 hold the exhaustive winner);
-  refined     = the same, with the depth siblings of the prefix's fastest added: the candidates ranked at or beyond
-                --first whose config differs from it only in the leaf named "stages" (tuner/work_items.h,
-                depth_siblings; what autotune's fast strategy measures besides its first round's leader);
+  refined     = the same, with the depth siblings of the prefix's leaders added: the candidates ranked at or beyond
+                --first whose config differs from a leader's only in the leaf named "stages" (tuner/work_items.h,
+                depth_siblings), the leaders being the prefix's fastest and the next fastest when it is within 5% of
+                it (tuner/strategy.h, refine_leaders: what autotune's fast strategy measures besides its first round);
   best_rank   = the rank of EXH's winner; first_within = the first rank whose time is within --threshold of best;
   default_ratio = the default config's (rank 0: what the runtime launches untuned) median over best, summarized per
                 family as a geometric mean and a worst case.
@@ -76,6 +77,18 @@ def depth_siblings(a, b):
     return len(diff) == 1 and diff[0].rsplit("/", 1)[-1] == "stages"
 
 
+# tuner/strategy.h: kRefineLeaders, kRefineWithin.
+REFINE_LEADERS = 2
+REFINE_WITHIN = 1.05
+
+
+def refine_leaders(prefix, t):
+    """The prefix's candidates whose depth siblings the fast strategy measures (tuner/strategy.h refine_leaders): the
+    fastest, then up to REFINE_LEADERS - 1 more in order of time within REFINE_WITHIN of it."""
+    ranked = sorted(prefix, key=lambda v: t[v][0])  # stable: equal times keep the listed order
+    return [v for v in ranked[:REFINE_LEADERS] if t[v][0] <= REFINE_WITHIN * t[ranked[0]][0]]
+
+
 def compare(order, exh, first, threshold):
     times = {}  # (device, family, key) -> {variant: (median, config)}
     for dev, fam, key, name, us, config in exh.execute(
@@ -101,8 +114,10 @@ def compare(order, exh, first, threshold):
                    "first_within": next((r for r, v in ranked if t[v][0] <= threshold * best), None),
                    "default_ratio": t[names[0]][0] / best if names[0] in t else None}
             if prefix:
-                lead = min(prefix, key=lambda v: t[v][0])
-                sibs = [v for r, v in ranked if r >= first and depth_siblings(t[lead][1], t[v][1])]
+                leads = refine_leaders(prefix, t)
+                lead = leads[0]
+                sibs = [v for r, v in ranked
+                        if r >= first and any(depth_siblings(t[l][1], t[v][1]) for l in leads)]
                 got = min(prefix + sibs, key=lambda v: t[v][0])
                 row.update(prefix_ratio=t[lead][0] / best, prefix_best=lead, refined_ratio=t[got][0] / best,
                            refined_best=got)
@@ -154,7 +169,7 @@ def main():
     n_prefix = sum(not over(r, "prefix_ratio") for r in compared)
     n_refined = sum(not over(r, "refined_ratio") for r in compared)
     print(f"\n{len(compared)} problems compared ({len(missing)} missing): the first {a.first} candidates hold one within "
-          f"{a.threshold:.2f}x of the exhaustive best on {n_prefix}, with the fastest one's depth siblings on "
+          f"{a.threshold:.2f}x of the exhaustive best on {n_prefix}, with the leaders' depth siblings on "
           f"{n_refined}")
     # The default config (rank 0: what the runtime launches untuned) against the best, per family.
     defaults = {}

@@ -390,7 +390,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   }
   kt::WorkOptions wopt;
   wopt.max_candidates = a.max_candidates;
-  // The two-round strategies refine each problem's leader over the depth siblings the prefix cut off (measuring only:
+  // The two-round strategies refine each problem's leaders over the depth siblings the prefix cut off (measuring only:
   // a compile-only run compiles the candidates it lists).
   wopt.depth_siblings = use_gpu && kt::refines_leader(a.strategy);
   if (!a.only.empty()) wopt.keep = [&](const std::string& name) { return std::regex_search(name, only_re); };
@@ -668,13 +668,13 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       }
   }
   std::mutex db_mu;  // the database connection, the progress line and the report are shared by the threads
-  // The two-round strategies' refinement compiles the leader's pipeline-depth siblings on request (WorkItem::siblings).
+  // The two-round strategies' refinement compiles the leaders' pipeline-depth siblings on request (WorkItem::siblings).
   const bool refine = wopt.depth_siblings && std::any_of(items.begin(), items.end(), [](const Item& it) {
                         return std::any_of(it.siblings.begin(), it.siblings.end(), [](auto& v) { return !v.empty(); });
                       });
   std::printf(
       "autotune: compiling %zu binaries on %d threads while measuring (%zu more are measured already or kept for the "
-      "refinement of each problem's leader)\n",
+      "refinement of each problem's leaders)\n",
       n_needed, std::min<int>(compiler.jobs(), int(std::max<size_t>(1, n_needed))), sources.size() - n_needed);
   std::fflush(stdout);
   const auto t_measure = std::chrono::steady_clock::now();
@@ -820,29 +820,33 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     for (size_t c : t.cands)
       if (!first(it.configs[c], it.variants[c], it.source[c], c)) break;
     auto by_time = [](const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; };
-    // Refinement (two-round strategies, named problems): the first round's leader's pipeline-depth siblings that the
-    // --max-candidates prefix cut off (WorkItem::siblings), unless measured already, at the first budget too. The
-    // depth that suits a tile differs between GPUs and sizes more than the candidate order can know.
+    // Refinement (two-round strategies, named problems): the pipeline-depth siblings that the --max-candidates prefix
+    // cut off (WorkItem::siblings) of the first round's leaders (kt::refine_leaders: the fastest and a runner-up within
+    // 5%), unless measured already, at the first budget too. The depth that suits a tile differs between GPUs and
+    // sizes more than the candidate order can know.
     if (rounds.two_rounds && !stop_measuring() && !round.empty() && it.transfer_from.empty()) {
-      const Measured lead = *std::min_element(round.begin(), round.end(), by_time);
+      std::vector<double> medians;
+      for (const auto& r : round) medians.push_back(r.wr.median_us);
+      std::vector<size_t> leads;  // the leaders' listed candidates, fastest first
+      for (size_t k : kt::refine_leaders(medians)) leads.push_back(round[k].c);
       std::set<std::string> done;
       {
         std::lock_guard<std::mutex> lock(db_mu);
         done = measured_already(it);
       }
-      const auto& sibs = it.siblings[lead.c];
-      size_t n = 0;
-      for (const auto& r : sibs)
-        if (!done.count(r.variant)) {
-          queue.request(r.source);  // compiled together, on the queue's threads
-          ++n;
-        }
-      if (n) {
+      std::vector<std::pair<const Item::Reserve*, size_t>> sibs;  // (sibling, its leader's candidate)
+      for (size_t c : leads)
+        for (const auto& r : it.siblings[c])
+          if (done.insert(r.variant).second) {
+            queue.request(r.source);  // compiled together, on the queue's threads
+            sibs.emplace_back(&r, c);
+          }
+      if (!sibs.empty()) {
         std::lock_guard<std::mutex> lock(db_mu);
-        progress.add(n);
+        progress.add(sibs.size());
       }
-      for (const auto& r : sibs)
-        if (!done.count(r.variant) && !first(r.config, r.variant, r.source, lead.c)) break;
+      for (const auto& [r, c] : sibs)
+        if (!first(r->config, r->variant, r->source, c)) break;
     }
     if (!rounds.two_rounds || stop_measuring()) {
       for (const auto& r : round) record(it, *r.config, *r.variant, *r.cr, &r.wr, device_id);  // never lost
@@ -1135,8 +1139,8 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", a.strategy,
                  "fast (default: the first --max-candidates of each problem's candidate order at budget/8, the 3 "
                  "fastest again at the full budget), exhaustive (every candidate at the full budget) or halving (all "
-                 "at budget/4, the best quarter at the full budget); fast and halving also measure the first round's "
-                 "leader's pipeline-depth siblings that --max-candidates cut off");
+                 "at budget/4, the best quarter at the full budget); fast and halving also measure the pipeline-depth "
+                 "siblings that --max-candidates cut off of the first round's fastest and of a runner-up within 5%");
   app.add_option("--max-candidates", a.max_candidates,
                  "at most N candidates per problem, in the family's candidate order (default config first); 0 = all "
                  "(default: 16 with --strategy fast, else all; all with --compile-only)");

@@ -1,6 +1,7 @@
 #include "tuner/strategy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace kt {
@@ -29,6 +30,20 @@ Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_
 bool refines_leader(const std::string& strategy) {
   check_strategy(strategy);
   return strategy != "exhaustive";
+}
+
+std::vector<size_t> refine_leaders(const std::vector<double>& medians_us) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < medians_us.size(); ++i)
+    if (std::isfinite(medians_us[i]) && medians_us[i] > 0) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return medians_us[a] < medians_us[b]; });
+  std::vector<size_t> leaders;
+  for (size_t i : order) {
+    if (leaders.size() == kRefineLeaders) break;
+    if (!leaders.empty() && medians_us[i] > kRefineWithin * medians_us[leaders.front()]) break;
+    leaders.push_back(i);
+  }
+  return leaders;
 }
 
 double default_budget_ms(const std::string& strategy) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace kt {
 
@@ -10,6 +11,10 @@ namespace kt {
 constexpr int kFastCandidates = 16;
 /// How many of the first round's fastest candidates the fast strategy measures again at the full budget.
 constexpr size_t kFastKeep = 3;
+/// The two-round strategies refine at most this many first-round leaders over their pipeline-depth siblings...
+constexpr size_t kRefineLeaders = 2;
+/// ...each after the fastest only when its first-round median is within this factor of the fastest's.
+constexpr double kRefineWithin = 1.05;
 
 /// The strategies `autotune --strategy` knows: fast, exhaustive, halving. Throws std::invalid_argument naming
 /// `strategy` and the known ones when it is none of these; every function below checks its argument with it.
@@ -27,18 +32,27 @@ struct Rounds {
 };
 
 /// The rounds of `strategy` for `candidates` candidates at a full budget of `budget_ms` (with two rounds, autotune
-/// adds the first-round leader's pipeline-depth siblings that --max-candidates cut off to the first round:
-/// WorkItem::siblings):
+/// adds the pipeline-depth siblings of the first round's leaders that --max-candidates cut off to the first round:
+/// refine_leaders, WorkItem::siblings):
 ///   exhaustive: one round at the full budget;
 ///   halving:    with more than 4 candidates, all at max(5, budget / 4) ms, the best quarter (rounded up) again;
 ///   fast:       with more than kFastKeep candidates, all at max(2, budget / 8) ms, the best kFastKeep again.
 /// Throws std::invalid_argument naming the strategy when it is none of these.
 Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_ms);
 
-/// Whether `strategy` refines each problem's first-round leader over its pipeline-depth siblings that
+/// Whether `strategy` refines each problem's first-round leaders over their pipeline-depth siblings that
 /// --max-candidates cut off (the two-round strategies: fast and halving). Throws std::invalid_argument for an unknown
 /// strategy.
 bool refines_leader(const std::string& strategy);
+
+/// The first-round leaders a two-round strategy refines, as indices into `medians_us` (the first round's medians,
+/// microseconds), fastest first: the fastest, then up to kRefineLeaders - 1 more in order of time whose median is at
+/// most kRefineWithin times the fastest's. Two leaders rather than one because the depth that suits a tile differs
+/// between problems more than a first round at 1/8 of the budget can rank the tiles: a runner-up tile within 5% whose
+/// better depth the prefix cut off is then still found (the exhaustive qwen7b.json sweep: int8_kb64 M 1024, 1.057x
+/// with the leader's siblings alone, 1.000x with both). Empty for no medians; a median that is not a positive finite
+/// number never leads.
+std::vector<size_t> refine_leaders(const std::vector<double>& medians_us);
 
 /// The full budget per candidate, ms, when --budget-ms is not given: 40 for fast (its first round already ranks the
 /// candidates), 100 for exhaustive and halving. Throws std::invalid_argument for an unknown strategy.

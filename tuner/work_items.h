@@ -74,7 +74,7 @@ struct WorkItem {
     size_t source = 0;
   };
   /// Per candidate: its pipeline-depth siblings that the prefix cut off (depth_siblings), in the family's order; what
-  /// autotune's two-round strategies measure besides the first round's leader (autotune_main.cpp). Empty vectors when
+  /// autotune's two-round strategies measure besides the first round's leaders (kt::refine_leaders). Empty vectors when
   /// nothing was cut (or for a bucket-grid problem).
   std::vector<std::vector<Reserve>> siblings = {};
 };

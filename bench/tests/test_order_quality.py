@@ -7,7 +7,7 @@ Builds an exhaustive tuning database in a temp folder with the schema cache/tuni
 migration script, read from the source) and a candidate list in autotune --list-candidates' form, runs
 order_quality.py as a subprocess and checks: the prefix ratio is the best of the first --first candidates over the
 exhaustive best; the refined ratio adds only the depth siblings (configs that differ in the "stages" leaf alone) of
-the prefix's fastest; the winner's rank and the first rank within the threshold; a problem the database lacks is
+the prefix's leaders (its fastest, and the next fastest only when within 5% of it); the winner's rank and the first rank within the threshold; a problem the database lacks is
 missing; exit status 1 when a refined ratio is over the threshold, 0 when none is; the JSON summary; exit status 2 for
 a malformed list, a file that is not a database, no problem in common and a threshold below 1.
 """
@@ -81,13 +81,33 @@ with tempfile.TemporaryDirectory() as d:
     s = q["summary"]
     check((s["compared"], s["missing"], s["within_prefix"], s["within_refined"]) == (2, 1, 1, 1), f"summary: {s}")
     check(any(" p1 " in l and "<-- over" in l for l in out.splitlines()), f"p1 flagged: {out}")
-    check("on 1, with the fastest one's depth siblings on 1" in out, f"summary line: {out[-300:]}")
+    check("on 1, with the leaders' depth siblings on 1" in out, f"summary line: {out[-300:]}")
     # With the first four, D is in the prefix: every problem within, exit 0.
     rc, out, _ = run("--candidates", lst, "--exhaustive", exh, "--first", "4")
     check(rc == 0, f"every compared problem within exits 0: {rc} {out[-300:]}")
     # A looser threshold accepts p1's sibling (8.0 / 7.5 = 1.067).
     rc, _, _ = run("--candidates", lst, "--exhaustive", exh, "--first", "2", "--threshold", "1.07")
     check(rc == 0, f"threshold 1.07: {rc}")
+    # The runner-up's siblings: in q1 B is 4% behind A, so B's sibling C (the winner) is refined; in q2 B is 6%
+    # behind, so only A's sibling D is.
+    exh2, lst2, js2 = os.path.join(d, "exh2.db"), os.path.join(d, "order2.tsv"), os.path.join(d, "o2.json")
+    with open(lst2, "w") as f:
+        for key in ("q1", "q2"):
+            for r, n in enumerate("ABCD"):
+                f.write(f"qkv_proj\t{key}\t{r}\t{n}\n")
+    make_db(exh2, [
+        ("q1", "A", ws(128, 4), 10.0), ("q1", "B", ws(256, 4), 10.4), ("q1", "C", ws(256, 6), 9.0),
+        ("q1", "D", ws(128, 6), 9.5),
+        ("q2", "A", ws(128, 4), 10.0), ("q2", "B", ws(256, 4), 10.6), ("q2", "C", ws(256, 6), 9.0),
+        ("q2", "D", ws(128, 6), 9.8),
+    ])
+    rc, out, err = run("--candidates", lst2, "--exhaustive", exh2, "--first", "2", "--json", js2)
+    q2 = {r["problem"]: r for r in json.load(open(js2))["problems"]}
+    check(q2["q1"]["refined_best"] == "C" and q2["q1"]["refined_ratio"] == 1.0,
+          f"q1: the runner-up within 5% has its sibling C refined: {q2['q1']}")
+    check(q2["q2"]["refined_best"] == "D" and abs(q2["q2"]["refined_ratio"] - 9.8 / 9.0) < 1e-9,
+          f"q2: the runner-up 6% behind is not refined, the leader's sibling D is: {q2['q2']}")
+    check(rc == 1, f"q2 over 1.03 exits 1: {rc} {err}")
     # Bad input: exit 2 with a message naming what is wrong.
     for fname, text, args, want in (
             ("bad.tsv", "qkv_proj p1 0 A\n", None, "not a line of autotune --list-candidates"),

@@ -415,7 +415,7 @@ TEST_CASE("autotune --time-budget: stops measuring once spent, exits 0, and the 
   CHECK(spent == (first < 12 * 6));
   if (spent) CHECK_THAT(out, Catch::Contains("not measured yet (--time-budget spent"));
   // The same command without a budget measures only what is missing and completes: every problem has its 6
-  // candidates (and the leader's depth siblings the refinement adds), none measured twice.
+  // candidates (and the leaders' depth siblings the refinement adds), none measured twice.
   std::tie(rc, out) = kt_test::run_command(base);
   REQUIRE(rc == 0);
   db::TuningDb db(dbp, true);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -65,6 +66,24 @@ TEST_CASE("refines_leader: the two-round strategies refine, exhaustive does not"
   CHECK(refines_leader("halving"));
   CHECK_FALSE(refines_leader("exhaustive"));
   CHECK_THROWS_WITH(refines_leader("greedy"), Catch::Contains("greedy"));
+}
+
+TEST_CASE("refine_leaders: the fastest, and a runner-up only within 5% of it", "[tuner]") {
+  using V = std::vector<size_t>;
+  CHECK(refine_leaders({}) == V{});
+  CHECK(refine_leaders({7.0}) == V{0});
+  // The runner-up within 5% joins, fastest first; a third within 5% does not (two leaders at most).
+  CHECK(refine_leaders({10.4, 10.0, 10.2, 30.0}) == V{1, 2});
+  // A runner-up 6% behind does not.
+  CHECK(refine_leaders({10.6, 10.0, 12.0}) == V{1});
+  // Exactly 5% behind still does (the bound is inclusive).
+  CHECK(refine_leaders({10.0, 10.5}) == V{0, 1});
+  // Equal medians keep the listed order.
+  CHECK(refine_leaders({5.0, 5.0, 5.0}) == V{0, 1});
+  // A median that is not a positive finite number never leads.
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  CHECK(refine_leaders({0.0, nan, 9.0, -1.0, inf, 9.3}) == V{2, 5});
+  CHECK(refine_leaders({nan, 0.0}) == V{});
 }
 
 TEST_CASE("rounds_for: exhaustive one round, halving the best quarter, fast the best three at budget / 8", "[tuner]") {
