@@ -41,6 +41,7 @@
 #include "tuner/compile_queue.h"
 #include "tuner/db_diff.h"
 #include "tuner/item_scheduler.h"
+#include "tuner/problem_rounds.h"
 #include "tuner/selection.h"
 #include "tuner/shapes_file.h"
 #include "tuner/strategy.h"
@@ -201,6 +202,239 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
   return out;
 }
 
+/// The problems to tune: the shapes file's workloads of the families asked for (`shapes` gets the file; an empty
+/// a.families gets every family it names), the bucket grid between the named sizes with --grid buckets, then those
+/// whose key --problems matches. Throws
+/// std::invalid_argument (or the shapes file's error) naming the bad option or file.
+std::vector<kt::ProblemRef> load_problems(TuneArgs& a, kt::ShapesFile& shapes) {
+  shapes = kt::load_shapes(a.shapes);
+  if (shapes.hugging_face)
+    std::fprintf(stderr,
+                 "autotune: reading %s as a Hugging Face config.json (model %s; dtypes bf16 and fp16 and the "
+                 "workloads of shapes/qwen7b.json)\n",
+                 a.shapes.c_str(), shapes.model.name.c_str());
+  for (const auto& w : kt::cli::check_families(shapes, a.families)) std::fprintf(stderr, "autotune: %s\n", w.c_str());
+  std::vector<kt::ProblemRef> problems = kt::collect_problems(shapes, a.families);
+  if (a.grid != "buckets" && a.grid != "listed")
+    throw std::invalid_argument("unknown --grid '" + a.grid + "': use buckets or listed");
+  if (a.grid == "buckets") {  // the runtime's buckets between the named sizes (tuner/work_items.h, bucket_grid)
+    auto grid = kt::bucket_grid(problems);
+    problems.insert(problems.end(), std::make_move_iterator(grid.begin()), std::make_move_iterator(grid.end()));
+  }
+  if (!a.problems.empty()) {  // --problems: the problems whose key matches (after the grid: buckets can be chosen)
+    std::regex re;
+    try {
+      re = std::regex(a.problems, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw std::invalid_argument("--problems '" + a.problems + "' is not a valid regular expression: " + e.what());
+    }
+    problems = kt::select_problems(
+        std::move(problems), [&](const std::string& key) { return std::regex_search(key, re); },
+        "--problems '" + a.problems + "'");
+  }
+  return problems;
+}
+
+/// --devices: the GPUs to measure on (kt::cli::parse_devices over the first worker's device count) into `gpus`, and a
+/// worker pool for each GPU after the first, started at once (each initializes CUDA and probes its GPU) rather than
+/// one after another; `gpu_records` gets every GPU's record, `device` (the first's) first. Throws, naming the GPUs,
+/// when one is of another device class than the first: their measurements pool into one winner.
+void start_gpus(const TuneArgs& a, const kt::db::DeviceRecord& device,
+                const std::function<std::vector<std::string>(int)>& worker_argv,
+                std::vector<std::unique_ptr<kt::WorkerPool>>& pools, std::vector<int>& gpus,
+                std::vector<kt::db::DeviceRecord>& gpu_records) {
+  gpus = kt::cli::parse_devices(a.devices, pools[0]->device_count());
+  gpu_records.push_back(device);
+  // The other GPUs' workers start at once (each initializes CUDA and probes its GPU), not one after another.
+  for (size_t g = 1; g < gpus.size(); ++g)
+    pools.push_back(std::make_unique<kt::WorkerPool>(worker_argv(gpus[g]), a.watchdog_s, 900));
+  gpu_records.resize(gpus.size());
+  std::vector<std::exception_ptr> failed(gpus.size());
+  std::vector<std::thread> starts;
+  for (size_t g = 1; g < gpus.size(); ++g)
+    starts.emplace_back([&, g] {
+      try {
+        gpu_records[g] = pools[g]->device();
+      } catch (...) {
+        failed[g] = std::current_exception();
+      }
+    });
+  for (auto& th : starts) th.join();
+  for (size_t g = 1; g < gpus.size(); ++g) {
+    if (failed[g]) std::rethrow_exception(failed[g]);
+    if (gpu_records[g].name != device.name)
+      throw std::invalid_argument("--devices: GPU " + std::to_string(gpus[g]) + " is a " + gpu_records[g].name +
+                                  ", GPU " + std::to_string(gpus[0]) + " a " + device.name +
+                                  ": tune each device class with its own --devices");
+  }
+  if (gpus.size() > 1) {
+    std::string list;
+    for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
+    std::printf("autotune: measuring on %zu GPUs (%s), one worker each: %s\n", gpus.size(), list.c_str(),
+                device.name.c_str());
+  }
+}
+
+/// Without a GPU (or with --compile-only) a --db is pre-filled with the compiled binaries `results`, and --json gets
+/// the compile report: neither is left empty or silently skipped. Returns 0, or 2 after printing why the database or
+/// the JSON file could not be written.
+int store_compiled(const TuneArgs& a, const std::string& argv_line, const std::vector<Item>& items,
+                   const std::vector<kt::CompileResult>& results, const kt::Compiler& compiler) {
+  if (!a.db.empty()) {
+    try {
+      kt::db::TuningDb db(a.db);
+      char host[256] = {0};
+      gethostname(host, sizeof host - 1);
+      const long long run_id =
+          db.begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
+      size_t stored = 0;
+      for (const auto& r : results)
+        if (r.ok) {
+          db.put_binary(binary_record(r, compiler));
+          ++stored;
+        }
+      db.end_run(run_id, now_s());
+      std::printf(
+          "autotune: stored %zu compiled binaries in %s (no measurements, no winners: tune on a GPU "
+          "with --db %s)\n",
+          stored, a.db.c_str(), a.db.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "autotune: %s\n", e.what());
+      return 2;
+    }
+  }
+  if (!a.json_out.empty()) {
+    nlohmann::json problems = nlohmann::json::array(), binaries = nlohmann::json::array();
+    for (const auto& it : items)
+      problems.push_back({{"family", it.family},
+                          {"problem", it.key},
+                          {"flops", it.flops},
+                          {"bytes", it.bytes},
+                          {"candidates", it.variants.size()},
+                          {"default", it.default_variant}});
+    for (const auto& r : results) {
+      nlohmann::json b = {{"variant", r.kernel.variant_name}, {"ok", r.ok}};
+      if (r.ok) {
+        b["registers"] = r.report.registers;
+        b["spill_bytes"] = r.report.spill_store_bytes + r.report.spill_load_bytes;
+        b["smem_bytes"] = r.report.static_smem_bytes + int(r.kernel.dynamic_smem_bytes);
+        b["compile_ms"] = r.report.compile_ms;
+        b["cache_hit"] = r.cache_hit;
+      } else {
+        b["error"] = r.error;
+      }
+      binaries.push_back(b);
+    }
+    nlohmann::json doc = {{"device", nullptr},  {"measured", false},    {"arch", a.arch},
+                          {"shapes", a.shapes}, {"problems", problems}, {"binaries", binaries}};
+    std::ofstream f(a.json_out);
+    f << doc.dump(1) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "autotune: cannot write --json %s\n", a.json_out.c_str());
+      return 2;
+    }
+    std::printf("autotune: compile report (no measurements) in %s\n", a.json_out.c_str());
+  }
+  return 0;
+}
+
+/// One problem of the run's report: its item, whether its inputs could not be set up, whether the run reached it, and
+/// whether it had candidates to measure when the run began.
+struct ReportItem {
+  const Item* item;
+  bool setup_failed, reached, pending;
+};
+
+/// The run's report, from the database (rows of earlier, resumed runs included), in the plan's order.
+struct TuneReport {
+  std::vector<std::string> lines;                     ///< one per problem, under the table's header
+  nlohmann::json problems = nlohmann::json::array();  ///< one object per problem (autotune --json)
+  double clock_min = 1e9, clock_max = -1;             ///< SM clock of this run's measurements, MHz (NVML)
+  int no_winner = 0;                                  ///< problems set up or measured without a verified candidate
+  size_t not_reached = 0;                             ///< problems a stop left unmeasured
+};
+
+/// Builds the report of run `run_id` on device class `device` (its winners from the database's winners view, the
+/// same answer `autotune show` and the runtime give). `stop_reason` names why the run stopped early ("interrupted",
+/// "--time-budget spent"), nullptr when it ran to the end: a problem it did not reach is then "not measured yet".
+TuneReport build_report(kt::db::TuningDb& db, const std::string& device, long long run_id,
+                        const std::vector<ReportItem>& items,
+                        const std::map<std::string, std::pair<int, int>>& resources, const char* stop_reason) {
+  TuneReport rep;
+  for (const auto& ri : items) {
+    const Item& it = *ri.item;
+    if (ri.setup_failed) {
+      rep.no_winner++;
+      continue;
+    }
+    int n_compiled = 0, n_failed = 0, n_verified = 0;
+    const auto ms = db.measurements(device, it.family, it.key);
+    const auto cands = latest_candidates(ms, resources, db);
+    for (const auto& m : ms)
+      if (m.run_id == run_id && m.sm_clock_mhz > 0) {
+        rep.clock_min = std::min(rep.clock_min, m.sm_clock_mhz);
+        rep.clock_max = std::max(rep.clock_max, m.sm_clock_mhz);
+      }
+    for (const auto& c : cands) {
+      n_compiled += c.status != kt::db::Status::compile_failed;
+      n_verified += c.status == kt::db::Status::ok;
+      n_failed += c.status != kt::db::Status::ok;
+    }
+    // The winner is the database's (winners view): the same answer `autotune show` and the runtime give.
+    int w = -1;
+    if (const auto dbw = db.winner(device, it.family, it.key))
+      for (size_t j = 0; j < cands.size(); ++j)
+        if (cands[j].variant == dbw->variant_name) w = int(j);
+    // After --retune the view may answer from an older ok row of a variant whose latest row failed:
+    // report from the latest rows then (same rule, tuner/selection.h).
+    if (w >= 0 && cands[w].status != kt::db::Status::ok) w = kt::pick_winner(cands);
+    nlohmann::json pj = {{"family", it.family},
+                         {"problem", it.key},
+                         {"flops", it.flops},
+                         {"bytes", it.bytes},
+                         {"candidates", cands.size()}};
+    if (w < 0 && stop_reason && !ri.reached && ri.pending) {
+      rep.lines.push_back(it.key + "  not measured yet (" + stop_reason + "; the same command continues)");
+      rep.problems.push_back(pj);
+      ++rep.not_reached;
+      continue;
+    }
+    if (w < 0) {
+      ++rep.no_winner;
+      rep.lines.push_back(it.key + "  NO CANDIDATE PASSED VERIFICATION");
+      rep.problems.push_back(pj);
+      continue;
+    }
+    const auto& win = cands[w];
+    double runner_up = 0, def_us = 0;
+    for (size_t j = 0; j < cands.size(); ++j) {
+      if (cands[j].status != kt::db::Status::ok) continue;
+      if (int(j) != w && (runner_up == 0 || cands[j].median_us < runner_up)) runner_up = cands[j].median_us;
+      if (cands[j].variant == it.default_variant) def_us = cands[j].median_us;
+    }
+    const double tflops = it.flops / (win.median_us * 1e-6) / 1e12;
+    const double gbs = it.bytes / (win.median_us * 1e-6) / 1e9;
+    const size_t a0 = win.variant.find("__", 10) + 2, a1 = win.variant.rfind("__");
+    char buf[512];
+    std::snprintf(
+        buf, sizeof buf, "%-62s %-30s %10.1f %8.1f %8.0f %8s %8s %3d/%3d/%3d/%3d", it.key.c_str(),
+        win.variant.substr(a0, a1 - a0).c_str(), win.median_us, tflops, gbs,
+        def_us > 0 ? (std::to_string(def_us / win.median_us).substr(0, 4) + "x").c_str() : "n/a",
+        runner_up > 0 ? (std::to_string((runner_up / win.median_us - 1) * 100).substr(0, 4) + "%").c_str() : "n/a",
+        n_compiled, n_verified, n_verified, n_failed);
+    rep.lines.push_back(buf);
+    pj["winner"] = win.variant;
+    pj["median_us"] = win.median_us;
+    pj["tflops"] = tflops;
+    pj["gbps"] = gbs;
+    pj["default_us"] = def_us;
+    pj["speedup_vs_default"] = def_us > 0 ? def_us / win.median_us : 0;
+    pj["runner_up_us"] = runner_up;
+    rep.problems.push_back(pj);
+  }
+  return rep;
+}
+
 int run_tune(TuneArgs a, const std::string& argv_line) {
   install_signal_handlers();
   // --time-budget: once it is spent no new candidate is measured (like an interrupt, but the run ends normally).
@@ -227,31 +461,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   };
   try {
     if (!a.arch.empty()) set_arch();  // else the GPU's, once the worker has found it
-    shapes = kt::load_shapes(a.shapes);
-    if (shapes.hugging_face)
-      std::fprintf(stderr,
-                   "autotune: reading %s as a Hugging Face config.json (model %s; dtypes bf16 and fp16 and the "
-                   "workloads of shapes/qwen7b.json)\n",
-                   a.shapes.c_str(), shapes.model.name.c_str());
-    for (const auto& w : kt::cli::check_families(shapes, a.families)) std::fprintf(stderr, "autotune: %s\n", w.c_str());
-    problems = kt::collect_problems(shapes, a.families);
-    if (a.grid != "buckets" && a.grid != "listed")
-      throw std::invalid_argument("unknown --grid '" + a.grid + "': use buckets or listed");
-    if (a.grid == "buckets") {  // the runtime's buckets between the named sizes (tuner/work_items.h, bucket_grid)
-      auto grid = kt::bucket_grid(problems);
-      problems.insert(problems.end(), std::make_move_iterator(grid.begin()), std::make_move_iterator(grid.end()));
-    }
-    if (!a.problems.empty()) {  // --problems: the problems whose key matches (after the grid: buckets can be chosen)
-      std::regex re;
-      try {
-        re = std::regex(a.problems, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        throw std::invalid_argument("--problems '" + a.problems + "' is not a valid regular expression: " + e.what());
-      }
-      problems = kt::select_problems(
-          std::move(problems), [&](const std::string& key) { return std::regex_search(key, re); },
-          "--problems '" + a.problems + "'");
-    }
+    problems = load_problems(a, shapes);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;
@@ -343,36 +553,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
 
   if (use_gpu) {  // --devices: a worker per GPU, all of one device class (their measurements pool into one winner)
     try {
-      gpus = kt::cli::parse_devices(a.devices, pools[0]->device_count());
-      gpu_records.push_back(device);
-      // The other GPUs' workers start at once (each initializes CUDA and probes its GPU), not one after another.
-      for (size_t g = 1; g < gpus.size(); ++g)
-        pools.push_back(std::make_unique<kt::WorkerPool>(worker_argv(gpus[g]), a.watchdog_s, 900));
-      gpu_records.resize(gpus.size());
-      std::vector<std::exception_ptr> failed(gpus.size());
-      std::vector<std::thread> starts;
-      for (size_t g = 1; g < gpus.size(); ++g)
-        starts.emplace_back([&, g] {
-          try {
-            gpu_records[g] = pools[g]->device();
-          } catch (...) {
-            failed[g] = std::current_exception();
-          }
-        });
-      for (auto& th : starts) th.join();
-      for (size_t g = 1; g < gpus.size(); ++g) {
-        if (failed[g]) std::rethrow_exception(failed[g]);
-        if (gpu_records[g].name != device.name)
-          throw std::invalid_argument("--devices: GPU " + std::to_string(gpus[g]) + " is a " + gpu_records[g].name +
-                                      ", GPU " + std::to_string(gpus[0]) + " a " + device.name +
-                                      ": tune each device class with its own --devices");
-      }
-      if (gpus.size() > 1) {
-        std::string list;
-        for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
-        std::printf("autotune: measuring on %zu GPUs (%s), one worker each: %s\n", gpus.size(), list.c_str(),
-                    device.name.c_str());
-      }
+      start_gpus(a, device, worker_argv, pools, gpus, gpu_records);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "autotune: %s\n", e.what());
       return 2;
@@ -512,63 +693,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       if (queue.finished(i)) results.push_back(queue.results()[i]);
     print_compile_table(results);
     compile_summary(queue, sources.size(), "");
-    // Without a GPU (or with --compile-only) a --db is pre-filled with the compiled binaries, and --json gets the
-    // compile report: neither is left empty or silently skipped.
-    if (!a.db.empty()) {
-      try {
-        kt::db::TuningDb db(a.db);
-        char host[256] = {0};
-        gethostname(host, sizeof host - 1);
-        const long long run_id =
-            db.begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
-        size_t stored = 0;
-        for (const auto& r : results)
-          if (r.ok) {
-            db.put_binary(binary_record(r, compiler));
-            ++stored;
-          }
-        db.end_run(run_id, now_s());
-        std::printf(
-            "autotune: stored %zu compiled binaries in %s (no measurements, no winners: tune on a GPU "
-            "with --db %s)\n",
-            stored, a.db.c_str(), a.db.c_str());
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "autotune: %s\n", e.what());
-        return 2;
-      }
-    }
-    if (!a.json_out.empty()) {
-      nlohmann::json problems = nlohmann::json::array(), binaries = nlohmann::json::array();
-      for (const auto& it : items)
-        problems.push_back({{"family", it.family},
-                            {"problem", it.key},
-                            {"flops", it.flops},
-                            {"bytes", it.bytes},
-                            {"candidates", it.variants.size()},
-                            {"default", it.default_variant}});
-      for (const auto& r : results) {
-        nlohmann::json b = {{"variant", r.kernel.variant_name}, {"ok", r.ok}};
-        if (r.ok) {
-          b["registers"] = r.report.registers;
-          b["spill_bytes"] = r.report.spill_store_bytes + r.report.spill_load_bytes;
-          b["smem_bytes"] = r.report.static_smem_bytes + int(r.kernel.dynamic_smem_bytes);
-          b["compile_ms"] = r.report.compile_ms;
-          b["cache_hit"] = r.cache_hit;
-        } else {
-          b["error"] = r.error;
-        }
-        binaries.push_back(b);
-      }
-      nlohmann::json doc = {{"device", nullptr},  {"measured", false},    {"arch", a.arch},
-                            {"shapes", a.shapes}, {"problems", problems}, {"binaries", binaries}};
-      std::ofstream f(a.json_out);
-      f << doc.dump(1) << "\n";
-      if (!f) {
-        std::fprintf(stderr, "autotune: cannot write --json %s\n", a.json_out.c_str());
-        return 2;
-      }
-      std::printf("autotune: compile report (no measurements) in %s\n", a.json_out.c_str());
-    }
+    if (const int rc = store_compiled(a, argv_line, items, results, compiler)) return rc;
     if (g_interrupted) return 130;
     return failed ? 1 : 0;
   }
@@ -788,93 +913,29 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       setup_failed[ti] = 1;
       return;
     }
-    auto step = [&](const std::string& variant) {
+    // The strategy's rounds (tuner/problem_rounds.h): everyone at the first budget, then the fastest again at the full
+    // one; db_mu guards what the GPUs' threads share.
+    kt::RoundsHost host;
+    host.stop = stop_measuring;
+    host.wait = [&](size_t source) { return queue.wait(source); };
+    host.request = [&](size_t source) { queue.request(source); };
+    host.measure = measure;
+    host.record = [&](const nlohmann::json& config, const std::string& variant, const kt::CompileResult& cr,
+                      const kt::WorkerResult* wr,
+                      bool screened) { record(it, config, variant, cr, wr, device_id, screened); };
+    host.measured_already = [&] {
+      std::lock_guard<std::mutex> lock(db_mu);
+      return measured_already(it);
+    };
+    host.step = [&](const std::string& variant) {
       std::lock_guard<std::mutex> lock(db_mu);
       progress.step(it.key + " " + variant.substr(variant.find("__", 10) + 2));
     };
-    // The strategy's rounds (tuner/strategy.h): everyone at the first budget, then the fastest again at the full one.
-    const kt::Rounds rounds = kt::rounds_for(a.strategy, t.cands.size(), a.budget_ms);
-    struct Measured {
-      const nlohmann::json* config;
-      const std::string* variant;
-      const kt::CompileResult* cr;
-      kt::WorkerResult wr;
-      size_t c;  // the item's candidate (refinement siblings: their listed candidate's)
+    host.add_planned = [&](size_t more) {
+      std::lock_guard<std::mutex> lock(db_mu);
+      progress.add(more);
     };
-    std::vector<Measured> round;
-    // One first-round measurement (a failure is stored at once; false: the compiler or the run was stopped).
-    auto first = [&](const nlohmann::json& config, const std::string& variant, size_t source, size_t c) {
-      if (stop_measuring()) return false;
-      const kt::CompileResult* cr = queue.wait(source);
-      if (stop_measuring() || !cr) return false;
-      step(variant);
-      if (!cr->ok) {
-        record(it, config, variant, *cr, nullptr, device_id);
-        return true;
-      }
-      auto wr = measure(config, variant, *cr, rounds.first_budget_ms);
-      if (rounds.two_rounds && wr.status == kt::db::Status::ok) round.push_back({&config, &variant, cr, wr, c});
-      else record(it, config, variant, *cr, &wr, device_id);
-      return true;
-    };
-    for (size_t c : t.cands)
-      if (!first(it.configs[c], it.variants[c], it.source[c], c)) break;
-    auto by_time = [](const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; };
-    // Refinement (two-round strategies, named problems): the pipeline-depth siblings that the --max-candidates prefix
-    // cut off (WorkItem::siblings) of the first round's leaders (kt::refine_leaders: the fastest and a runner-up within
-    // 5%), unless measured already, at the first budget too. The depth that suits a tile differs between GPUs and
-    // sizes more than the candidate order can know.
-    if (rounds.two_rounds && !stop_measuring() && !round.empty() && it.transfer_from.empty()) {
-      std::vector<double> medians;
-      for (const auto& r : round) medians.push_back(r.wr.median_us);
-      std::vector<size_t> leads;  // the leaders' listed candidates, fastest first
-      for (size_t k : kt::refine_leaders(medians)) leads.push_back(round[k].c);
-      std::set<std::string> done;
-      {
-        std::lock_guard<std::mutex> lock(db_mu);
-        done = measured_already(it);
-      }
-      std::vector<std::pair<const Item::Reserve*, size_t>> sibs;  // (sibling, its leader's candidate)
-      for (size_t c : leads)
-        for (const auto& r : it.siblings[c])
-          if (done.insert(r.variant).second) {
-            queue.request(r.source);  // compiled together, on the queue's threads
-            sibs.emplace_back(&r, c);
-          }
-      if (!sibs.empty()) {
-        std::lock_guard<std::mutex> lock(db_mu);
-        progress.add(sibs.size());
-      }
-      for (const auto& [r, c] : sibs)
-        if (!first(r->config, r->variant, r->source, c)) break;
-    }
-    if (!rounds.two_rounds || stop_measuring()) {
-      for (const auto& r : round) record(it, *r.config, *r.variant, *r.cr, &r.wr, device_id);  // never lost
-      return;
-    }
-    std::stable_sort(round.begin(), round.end(), by_time);
-    // The final round: the finalists at half the full budget in order, then again in reverse (A B C, then C B A), each
-    // stored as one row of both measurements: a drift of the SM clock over the round (the power limit moves it by up
-    // to 25%) reaches every finalist alike. The other candidates' first-round rows are stored first, screened: they
-    // ran slower than the finalists alongside them, and a clock that fell between the rounds must not let such a row
-    // overrule the final round (the winners view sets them aside). What a stop leaves unmeasured keeps the row it has.
-    const size_t finalists = std::min(rounds.keep, round.size());
-    for (size_t k = finalists; k < round.size(); ++k)
-      record(it, *round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, device_id, true);
-    std::vector<kt::WorkerResult> pass1;
-    for (size_t k = 0; k < finalists && !stop_measuring(); ++k)
-      pass1.push_back(measure(*round[k].config, *round[k].variant, *round[k].cr, a.budget_ms / 2));
-    for (size_t k = pass1.size(); k-- > 0;) {
-      const Measured& r = round[k];
-      if (pass1[k].status != kt::db::Status::ok || stop_measuring()) {
-        record(it, *r.config, *r.variant, *r.cr, &pass1[k], device_id);
-        continue;
-      }
-      const auto merged = kt::merge_measurements(pass1[k], measure(*r.config, *r.variant, *r.cr, a.budget_ms / 2));
-      record(it, *r.config, *r.variant, *r.cr, &merged, device_id);
-    }
-    for (size_t k = pass1.size(); k < finalists; ++k)
-      record(it, *round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, device_id);
+    kt::measure_rounds(it, t.cands, kt::rounds_for(a.strategy, t.cands.size(), a.budget_ms), a.budget_ms, host);
   };
   // The named problems first, then the bucket grid (whose candidates come from its named neighbours' results).
   // Within a phase every GPU's thread takes a problem when it is free (tuner/item_scheduler.h: problems that share
@@ -923,95 +984,28 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
         fmt_duration(std::max(0.0, ft.wall - ft.setup - ft.load - ft.check - ft.timing)).c_str());
 
   // ---- report, from the database (includes rows from earlier, resumed runs), in the plan's order ----
-  double clock_min = 1e9, clock_max = -1;  // SM clock seen by this run's measurements (NVML)
-  nlohmann::json report = nlohmann::json::array();
-  std::vector<std::string> lines;
-  size_t not_reached = 0;  // problems the interrupt or --time-budget left unmeasured
-  for (size_t ti = 0; ti < todo.size(); ++ti) {
-    const Item& it = items[todo[ti].item];
-    if (setup_failed[ti]) {
-      no_winner++;
-      continue;
-    }
-    int n_compiled = 0, n_failed = 0, n_verified = 0;
-    const auto ms = db->measurements(device.name, it.family, it.key);
-    const auto cands = latest_candidates(ms, resources, *db);
-    for (const auto& m : ms)
-      if (m.run_id == run_id && m.sm_clock_mhz > 0) {
-        clock_min = std::min(clock_min, m.sm_clock_mhz);
-        clock_max = std::max(clock_max, m.sm_clock_mhz);
-      }
-    for (const auto& c : cands) {
-      n_compiled += c.status != kt::db::Status::compile_failed;
-      n_verified += c.status == kt::db::Status::ok;
-      n_failed += c.status != kt::db::Status::ok;
-    }
-    // The winner is the database's (winners view): the same answer `autotune show` and the runtime give.
-    int w = -1;
-    if (const auto dbw = db->winner(device.name, it.family, it.key))
-      for (size_t j = 0; j < cands.size(); ++j)
-        if (cands[j].variant == dbw->variant_name) w = int(j);
-    // After --retune the view may answer from an older ok row of a variant whose latest row failed:
-    // report from the latest rows then (same rule, tuner/selection.h).
-    if (w >= 0 && cands[w].status != kt::db::Status::ok) w = kt::pick_winner(cands);
-    nlohmann::json pj = {{"family", it.family},
-                         {"problem", it.key},
-                         {"flops", it.flops},
-                         {"bytes", it.bytes},
-                         {"candidates", cands.size()}};
-    if (w < 0 && (g_interrupted || out_of_time) && !reached[ti] && !todo[ti].cands.empty()) {
-      lines.push_back(it.key + "  not measured yet (" + (g_interrupted ? "interrupted" : "--time-budget spent") +
-                      "; the same command continues)");
-      report.push_back(pj);
-      ++not_reached;
-      continue;
-    }
-    if (w < 0) {
-      ++no_winner;
-      lines.push_back(it.key + "  NO CANDIDATE PASSED VERIFICATION");
-      report.push_back(pj);
-      continue;
-    }
-    const auto& win = cands[w];
-    double runner_up = 0, def_us = 0;
-    for (size_t j = 0; j < cands.size(); ++j) {
-      if (cands[j].status != kt::db::Status::ok) continue;
-      if (int(j) != w && (runner_up == 0 || cands[j].median_us < runner_up)) runner_up = cands[j].median_us;
-      if (cands[j].variant == it.default_variant) def_us = cands[j].median_us;
-    }
-    const double tflops = it.flops / (win.median_us * 1e-6) / 1e12;
-    const double gbs = it.bytes / (win.median_us * 1e-6) / 1e9;
-    const size_t a0 = win.variant.find("__", 10) + 2, a1 = win.variant.rfind("__");
-    char buf[512];
-    std::snprintf(
-        buf, sizeof buf, "%-62s %-30s %10.1f %8.1f %8.0f %8s %8s %3d/%3d/%3d/%3d", it.key.c_str(),
-        win.variant.substr(a0, a1 - a0).c_str(), win.median_us, tflops, gbs,
-        def_us > 0 ? (std::to_string(def_us / win.median_us).substr(0, 4) + "x").c_str() : "n/a",
-        runner_up > 0 ? (std::to_string((runner_up / win.median_us - 1) * 100).substr(0, 4) + "%").c_str() : "n/a",
-        n_compiled, n_verified, n_verified, n_failed);
-    lines.push_back(buf);
-    pj["winner"] = win.variant;
-    pj["median_us"] = win.median_us;
-    pj["tflops"] = tflops;
-    pj["gbps"] = gbs;
-    pj["default_us"] = def_us;
-    pj["speedup_vs_default"] = def_us > 0 ? def_us / win.median_us : 0;
-    pj["runner_up_us"] = runner_up;
-    report.push_back(pj);
-  }
+  std::vector<ReportItem> report_items;
+  for (size_t ti = 0; ti < todo.size(); ++ti)
+    report_items.push_back({&items[todo[ti].item], setup_failed[ti] != 0, reached[ti] != 0, !todo[ti].cands.empty()});
+  const TuneReport rep = build_report(*db, device.name, run_id, report_items, resources,
+                                      g_interrupted ? "interrupted"
+                                      : out_of_time ? "--time-budget spent"
+                                                    : nullptr);
+  no_winner += rep.no_winner;
   progress.end_line();
   db->end_run(run_id, now_s());
   std::printf("\n%-62s %-30s %10s %8s %8s %8s %8s %s\n", "problem", "winner", "median_us", "TFLOP/s", "GB/s", "vs_dflt",
               "margin", "compiled/verified/timed/failed");
-  for (const auto& l : lines) std::printf("%s\n", l.c_str());
-  if (clock_max > 0) std::printf("autotune: SM clock during measurement %.0f-%.0f MHz (NVML)\n", clock_min, clock_max);
+  for (const auto& l : rep.lines) std::printf("%s\n", l.c_str());
+  if (rep.clock_max > 0)
+    std::printf("autotune: SM clock during measurement %.0f-%.0f MHz (NVML)\n", rep.clock_min, rep.clock_max);
   else std::printf("autotune: SM clock during measurement unknown (NVML not available or nothing measured)\n");
   int workers = 0;
   for (const auto& pl : pools) workers += pl->workers_started();
   std::printf("autotune: %d worker process(es) used; results in %s (autotune show --db %s)\n", workers, a.db.c_str(),
               a.db.c_str());
   if (!a.json_out.empty()) {
-    nlohmann::json doc = {{"device", device.name}, {"arch", a.arch}, {"shapes", a.shapes}, {"problems", report}};
+    nlohmann::json doc = {{"device", device.name}, {"arch", a.arch}, {"shapes", a.shapes}, {"problems", rep.problems}};
     std::ofstream(a.json_out) << doc.dump(1) << "\n";
   }
   if (g_interrupted) {
@@ -1023,7 +1017,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     std::printf(
         "autotune: --time-budget %.0f s spent: %zu problems not measured yet; everything measured is in %s, the same "
         "command continues\n",
-        a.time_budget_s, not_reached, a.db.c_str());
+        a.time_budget_s, rep.not_reached, a.db.c_str());
   return (failed || no_winner > 0) ? 1 : 0;
 }
 
