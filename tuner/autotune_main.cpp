@@ -202,6 +202,14 @@ std::vector<kt::Candidate> latest_candidates(const std::vector<kt::db::Measureme
   return out;
 }
 
+/// The database's record of this run as it starts: its command line, the shapes file (path and content hash), the
+/// kerntune version, the host name and the start time (unix seconds).
+kt::db::RunRecord run_record(const TuneArgs& a, const std::string& argv_line) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return {argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0};
+}
+
 /// The problems to tune: the shapes file's workloads of the families asked for (`shapes` gets the file; an empty
 /// a.families gets every family it names), the bucket grid between the named sizes with --grid buckets, then those
 /// whose key --problems matches. Throws
@@ -283,10 +291,7 @@ int store_compiled(const TuneArgs& a, const std::string& argv_line, const std::v
   if (!a.db.empty()) {
     try {
       kt::db::TuningDb db(a.db);
-      char host[256] = {0};
-      gethostname(host, sizeof host - 1);
-      const long long run_id =
-          db.begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
+      const long long run_id = db.begin_run(run_record(a, argv_line));
       size_t stored = 0;
       for (const auto& r : results)
         if (r.ok) {
@@ -706,10 +711,7 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
   try {
     db = std::make_unique<kt::db::TuningDb>(a.db);
     for (const auto& r : gpu_records) device_ids.push_back(db->upsert_device(r));
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    run_id =
-        db->begin_run({argv_line, a.shapes, kt::content_hash({read_file(a.shapes)}), KT_VERSION, host, now_s(), 0});
+    run_id = db->begin_run(run_record(a, argv_line));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "autotune: %s\n", e.what());
     return 2;
