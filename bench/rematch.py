@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Head-to-head rematch of tune_quality.py's misses: for each problem whose default-strategy winner was over the
 threshold in the exhaustive database, time that winner and the exhaustive winner again in one autotune process, on one
-GPU, in the fast strategy's final round (both at the full budget, in mirrored order A B, then B A; tuner/strategy.h).
+GPU, in the fast strategy's final round (both at the full budget, in four passes: A B, A B, B A, B A;
+tuner/strategy.h final_pass_orders).
 
 Usage: bench/rematch.py --quality Q.json --shapes SHAPES --autotune BIN --db REMATCH.db [--arch sm_90]
                         [--threshold 1.03] [--budget-ms 100] [--json OUT.json]

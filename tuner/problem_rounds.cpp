@@ -18,30 +18,34 @@ struct Measured {
 
 bool by_time(const Measured& x, const Measured& y) { return x.wr.median_us < y.wr.median_us; }
 
-/// The final round: the finalists at half the full budget in order, then again in reverse (A B C, then C B A), each
-/// stored as one row of both measurements: a drift of the SM clock over the round (the power limit moves it by up to
-/// 25%) reaches every finalist alike. The other candidates' first-round rows are stored first, screened: they ran
-/// slower than the finalists alongside them, and a clock that fell between the rounds must not let such a row
-/// overrule the final round (the winners view sets them aside). What a stop leaves unmeasured keeps the row it has.
+/// The final round: the finalists at the full budget as kFinalPasses passes of a fraction of it, in the orders of
+/// final_pass_orders (an SM clock that drifts over the round reaches each finalist alike, a short dip at most one
+/// pass of each), each stored as one row of its passes (merge_passes). The other candidates' first-round rows are
+/// stored first, screened: they ran slower than the finalists alongside them, and a clock that fell between the rounds
+/// must not let such a row overrule the final round (the winners view sets them aside). A finalist whose pass fails
+/// runs no more passes; what a stop leaves unmeasured keeps the row it has (the passes taken, else the first round's).
 void final_round(std::vector<Measured>& round, size_t keep, double budget_ms, const RoundsHost& host) {
   std::stable_sort(round.begin(), round.end(), by_time);
   const size_t finalists = std::min(keep, round.size());
   for (size_t k = finalists; k < round.size(); ++k)
     host.record(*round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, true);
-  std::vector<WorkerResult> pass1;
-  for (size_t k = 0; k < finalists && !host.stop(); ++k)
-    pass1.push_back(host.measure(*round[k].config, *round[k].variant, *round[k].cr, budget_ms / 2));
-  for (size_t k = pass1.size(); k-- > 0;) {
-    const Measured& r = round[k];
-    if (pass1[k].status != db::Status::ok || host.stop()) {
-      host.record(*r.config, *r.variant, *r.cr, &pass1[k], false);
+  std::vector<std::vector<WorkerResult>> passes(finalists);
+  std::vector<char> failed(finalists, 0);
+  for (const auto& order : final_pass_orders(finalists))
+    for (size_t k : order) {
+      if (host.stop()) break;
+      if (failed[k]) continue;
+      passes[k].push_back(host.measure(*round[k].config, *round[k].variant, *round[k].cr, budget_ms / kFinalPasses));
+      failed[k] = passes[k].back().status != db::Status::ok;
+    }
+  for (size_t k = 0; k < finalists; ++k) {
+    if (passes[k].empty()) {
+      host.record(*round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, false);
       continue;
     }
-    const auto merged = merge_measurements(pass1[k], host.measure(*r.config, *r.variant, *r.cr, budget_ms / 2));
-    host.record(*r.config, *r.variant, *r.cr, &merged, false);
+    const WorkerResult merged = merge_passes(passes[k]);
+    host.record(*round[k].config, *round[k].variant, *round[k].cr, &merged, false);
   }
-  for (size_t k = pass1.size(); k < finalists; ++k)
-    host.record(*round[k].config, *round[k].variant, *round[k].cr, &round[k].wr, false);
 }
 
 }  // namespace

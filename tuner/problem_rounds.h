@@ -49,10 +49,10 @@ struct RoundsHost {
 ///   - refinement (two rounds, a named problem: it.transfer_from empty): the depth siblings (it.siblings) of the first
 ///     round's leaders (refine_leaders), not measured already, requested from the compiler and measured at the first
 ///     budget as well;
-///   - final round: the rounds.keep fastest at the full budget as two passes of half of it, in order and then in
-///     reverse, each stored as one row (merge_measurements); the other first-round results are stored first,
-///     screened. A stop keeps every result taken so far: a finalist whose second pass did not run stores its first
-///     pass, one whose first pass did not run its first-round row.
+///   - final round: the rounds.keep fastest at the full budget as kFinalPasses passes of a fraction of it, in the
+///     orders of final_pass_orders, each stored as one row (merge_passes); the other first-round results are stored
+///     first, screened. A stop keeps every result taken so far: a finalist stores the passes it has, one without a
+///     pass its first-round row.
 /// Stops early, storing what it has, once host.stop() is true or host.wait() returns nullptr.
 void measure_rounds(const WorkItem& it, const std::vector<size_t>& cands, const Rounds& rounds, double budget_ms,
                     const RoundsHost& host);

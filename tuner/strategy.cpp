@@ -46,6 +46,16 @@ std::vector<size_t> refine_leaders(const std::vector<double>& medians_us) {
   return leaders;
 }
 
+std::vector<std::vector<size_t>> final_pass_orders(size_t finalists) {
+  std::vector<size_t> x(finalists), y(finalists);
+  for (size_t i = 0; i < finalists; ++i) x[i] = i;
+  if (finalists == 3) y = {0, 2, 1};
+  else
+    for (size_t i = 0; i < finalists; ++i) y[i] = finalists >= 4 ? (i + finalists / 2) % finalists : i;
+  std::vector<size_t> rx(x.rbegin(), x.rend()), ry(y.rbegin(), y.rend());
+  return {x, y, rx, ry};
+}
+
 double default_budget_ms(const std::string& strategy) {
   check_strategy(strategy);
   return strategy == "fast" ? 40 : 100;

@@ -16,15 +16,17 @@ constexpr size_t kRefineLeaders = 2;
 /// ...each after the fastest only when its first-round median is within this factor of the fastest's.
 constexpr double kRefineWithin = 1.05;
 
+/// The final round times each finalist in this many passes of budget / kFinalPasses (final_pass_orders).
+constexpr size_t kFinalPasses = 4;
+
 /// The strategies `autotune --strategy` knows: fast, exhaustive, halving. Throws std::invalid_argument naming
 /// `strategy` and the known ones when it is none of these; every function below checks its argument with it.
 void check_strategy(const std::string& strategy);
 
 /// The measuring rounds of one problem: every candidate at `first_budget_ms`, then, when `two_rounds`, the `keep`
-/// fastest of them again at the full budget, as two passes at half of it in mirrored order (the finalists in order,
-/// then in reverse, so that a drift of the SM clock over the round reaches each alike; the two passes are stored as
-/// one row, worker.h merge_measurements); the others keep their first-round row, which the database ranks like any
-/// other.
+/// fastest of them again at the full budget, as kFinalPasses passes at a fraction of it in the orders of
+/// final_pass_orders (stored as one row, worker.h merge_passes); the others keep their first-round row, which the
+/// database ranks like any other.
 struct Rounds {
   bool two_rounds = false;
   double first_budget_ms = 0;
@@ -39,6 +41,14 @@ struct Rounds {
 ///   fast:       with more than kFastKeep candidates, all at max(2, budget / 8) ms, the best kFastKeep again.
 /// Throws std::invalid_argument naming the strategy when it is none of these.
 Rounds rounds_for(const std::string& strategy, size_t candidates, double budget_ms);
+
+/// The orders of the final round's kFinalPasses passes over `finalists` finalists (indices 0..finalists-1): X, Y,
+/// X reversed, Y reversed, with X the finalists in order and Y another order (X rotated by finalists / 2 from 4
+/// finalists on; 0 2 1 for 3). Each finalist's four positions in the round then sum to the same number, so an SM
+/// clock that drifts linearly over the round adds the same to every finalist's mean of passes; and from 3 finalists on
+/// no finalist runs two passes back to back, so a dip of the clock shorter than a pass reaches at most one pass of
+/// each, which the median of the passes (merge_passes) then sets aside. (2 finalists: A B, A B, B A, B A.)
+std::vector<std::vector<size_t>> final_pass_orders(size_t finalists);
 
 /// Whether `strategy` refines each problem's first-round leaders over their pipeline-depth siblings that
 /// --max-candidates cut off (the two-round strategies: fast and halving). Throws std::invalid_argument for an unknown

@@ -333,23 +333,41 @@ void WorkerPool::set_problem(const nlohmann::json& problem_cmd) {
   setup_ms_ += j.value("setup_ms", 0.0);
 }
 
-WorkerResult merge_measurements(const WorkerResult& a, const WorkerResult& b) {
-  WorkerResult r = a.status == db::Status::ok && b.status != db::Status::ok ? b : a;
-  r.load_ms = a.load_ms + b.load_ms;
-  r.check_ms = a.check_ms + b.check_ms;
-  r.time_ms = a.time_ms + b.time_ms;
-  if (r.status != db::Status::ok) return r;  // the failing pass's row as it is: no times from the other pass
-  r.samples_us = a.samples_us;
-  r.samples_us.insert(r.samples_us.end(), b.samples_us.begin(), b.samples_us.end());
-  // Each statistic the mean of the two passes': in mirrored order a drift of the SM clock that is linear over the
-  // round adds the same to every finalist's mean, while the pooled samples' median lands anywhere between two passes
-  // that differ (and leans to the faster one, which fits more samples into its budget).
-  r.median_us = (a.median_us + b.median_us) / 2;
-  r.p20_us = (a.p20_us + b.p20_us) / 2;
-  r.p80_us = (a.p80_us + b.p80_us) / 2;
-  r.rel_err = std::max(a.rel_err, b.rel_err);
-  const bool ka = a.sm_clock_mhz > 0, kb = b.sm_clock_mhz > 0;
-  r.sm_clock_mhz = ka && kb ? (a.sm_clock_mhz + b.sm_clock_mhz) / 2 : ka ? a.sm_clock_mhz : kb ? b.sm_clock_mhz : -1;
+namespace {
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+}  // namespace
+
+WorkerResult merge_passes(const std::vector<WorkerResult>& passes) {
+  if (passes.empty()) throw std::invalid_argument("merge_passes: no passes to merge");
+  const auto bad = std::find_if(passes.begin(), passes.end(), [](auto& p) { return p.status != db::Status::ok; });
+  WorkerResult r = bad != passes.end() ? *bad : passes.front();
+  r.load_ms = r.check_ms = r.time_ms = 0;
+  for (const auto& p : passes) {
+    r.load_ms += p.load_ms;
+    r.check_ms += p.check_ms;
+    r.time_ms += p.time_ms;
+  }
+  if (r.status != db::Status::ok) return r;  // the failing pass's row as it is: no times from the others
+  std::vector<double> med, p20, p80, clocks;
+  r.samples_us.clear();
+  for (const auto& p : passes) {
+    r.samples_us.insert(r.samples_us.end(), p.samples_us.begin(), p.samples_us.end());
+    med.push_back(p.median_us);
+    p20.push_back(p.p20_us);
+    p80.push_back(p.p80_us);
+    r.rel_err = std::max(r.rel_err, p.rel_err);
+    if (p.sm_clock_mhz > 0) clocks.push_back(p.sm_clock_mhz);
+  }
+  r.median_us = median_of(med);
+  r.p20_us = median_of(p20);
+  r.p80_us = median_of(p80);
+  double sum = 0;
+  for (double c : clocks) sum += c;
+  r.sm_clock_mhz = clocks.empty() ? -1 : sum / clocks.size();
   return r;
 }
 

@@ -43,13 +43,14 @@ struct WorkerResult {
   double load_ms = 0, check_ms = 0, time_ms = 0;
 };
 
-/// One candidate's two measurements as one row (a two-round strategy times each finalist twice at half the budget, in
-/// mirrored order: tuner/strategy.h, Rounds). When one pass is not ok: that pass's row (`b`'s when `a` is ok), with
-/// the load, check and timing times of both summed. Otherwise both passes' samples, the median, p20 and p80 each the
-/// mean of the two passes' (a linear clock drift over the mirrored round cancels in it; the pooled samples' median
-/// follows whichever pass fits more samples into its budget); rel_err the larger; the SM clock the mean of the two
-/// that are known (-1 when neither is); the times summed.
-WorkerResult merge_measurements(const WorkerResult& a, const WorkerResult& b);
+/// One candidate's passes of the final round as one row (tuner/strategy.h, final_pass_orders). When a pass is not ok:
+/// the first such pass's row, with the load, check and timing times of all passes summed. Otherwise every pass's
+/// samples, and the median, p20 and p80 each the median of the passes' (two passes: their mean; four: the mean of
+/// the middle two, so one pass that a dip of the SM clock slowed is set aside, while a drift that is linear over the
+/// balanced round still adds alike to every finalist; the pooled samples' median instead follows whichever pass fits
+/// more samples into its budget); rel_err the largest; the SM clock the mean of those known (-1 when none is); the
+/// times summed. Throws std::invalid_argument for no passes.
+WorkerResult merge_passes(const std::vector<WorkerResult>& passes);
 
 /// Supervises worker processes. Not thread-safe (one tuner thread).
 class WorkerPool {

@@ -101,24 +101,26 @@ Rounds fast_rounds() {
 
 }  // namespace
 
-TEST_CASE("measure_rounds: first round in order, the 3 fastest again in mirrored passes, the rest stored screened",
+TEST_CASE("measure_rounds: first round in order, the 3 fastest again in four balanced passes, the rest screened",
           "[tuner]") {
   const WorkItem it = make_item({"A", "B", "C", "D", "E"});
   Script s;
-  s.times = {{"A", {10, 9, 11}}, {"B", {8, 8, 8}}, {"C", {20}}, {"D", {9.5, 9, 10}}, {"E", {30}}};
+  // A's third pass runs in a dip of the clock (13); D's passes alternate.
+  s.times = {{"A", {10, 9, 9, 13, 9}}, {"B", {8}}, {"C", {20}}, {"D", {9.5, 9, 10, 9, 10}}, {"E", {30}}};
   s.compile(it);
   measure_rounds(it, {0, 1, 2, 3, 4}, fast_rounds(), 40, s.host());
-  // First round at 5 ms in the listed order; finalists B, D, A (by first-round time) at 20 ms, then reversed.
-  CHECK(s.measured ==
-        std::vector<std::string>{"A@5", "B@5", "C@5", "D@5", "E@5", "B@20", "D@20", "A@20", "A@20", "D@20", "B@20"});
+  // First round at 5 ms in the listed order; finalists B, D, A (by first-round time) at 10 ms in the orders
+  // B D A, B A D, A D B, D A B.
+  CHECK(s.measured == std::vector<std::string>{"A@5", "B@5", "C@5", "D@5", "E@5", "B@10", "D@10", "A@10", "B@10",
+                                               "A@10", "D@10", "A@10", "D@10", "B@10", "D@10", "A@10", "B@10"});
   // The two slower ones are stored first, screened, with their first-round medians; each finalist as one row of the
-  // mean of its two passes.
+  // median of its four passes.
   REQUIRE(s.rows.size() == 5);
   CHECK((s.rows[0].variant == "C" && s.rows[0].screened && s.rows[0].median_us == 20));
   CHECK((s.rows[1].variant == "E" && s.rows[1].screened && s.rows[1].median_us == 30));
-  CHECK((!s.row("A")->screened && s.row("A")->median_us == Approx(10)));  // passes 9 and 11
+  CHECK((!s.row("A")->screened && s.row("A")->median_us == Approx(9)));  // passes 9 9 13 9: the dip set aside
   CHECK(s.row("B")->median_us == Approx(8));
-  CHECK(s.row("D")->median_us == Approx(9.5));  // passes 9 and 10
+  CHECK(s.row("D")->median_us == Approx(9.5));  // passes 9 10 9 10
   CHECK(s.requested.empty());                   // no siblings
 }
 
@@ -136,7 +138,7 @@ TEST_CASE("measure_rounds: the leaders' depth siblings join the first round, the
     CHECK(std::vector<std::string>(s.measured.begin(), s.measured.begin() + 6) ==
           std::vector<std::string>{"A@5", "B@5", "C@5", "D@5", "A6@5", "B6@5"});
     // B6, the fastest, wins the final round; the finalists are B6, A6, A.
-    CHECK(s.measured[6] == "B6@20");
+    CHECK(s.measured[6] == "B6@10");
     CHECK(s.row("B6") != nullptr);
     CHECK(!s.row("B6")->screened);
     CHECK(s.row("B")->screened);
@@ -154,7 +156,7 @@ TEST_CASE("measure_rounds: the leaders' depth siblings join the first round, the
     s.times = {{"A", {10}}, {"B", {10.4}}, {"C", {12}}, {"D", {20}}};
     measure_rounds(grid, {0, 1, 2, 3}, fast_rounds(), 40, s.host());
     CHECK(s.requested.empty());
-    CHECK(s.measured.size() == 4 + 6);
+    CHECK(s.measured.size() == 4 + 3 * 4);
   }
 }
 
@@ -191,7 +193,7 @@ TEST_CASE("measure_rounds: a stop keeps every result taken so far", "[tuner]") {
   SECTION("during the final round's first pass: passes taken stored, the rest their first-round rows") {
     s.stop_after = 6;  // 4 first-round, then B and C's first passes
     measure_rounds(it, {0, 1, 2, 3}, fast_rounds(), 40, s.host());
-    CHECK(s.measured == std::vector<std::string>{"A@5", "B@5", "C@5", "D@5", "B@20", "C@20"});
+    CHECK(s.measured == std::vector<std::string>{"A@5", "B@5", "C@5", "D@5", "B@10", "C@10"});
     REQUIRE(s.rows.size() == 4);
     CHECK((s.row("D")->screened && s.row("D")->median_us == 20));
     CHECK(s.row("B")->median_us == 6);  // its first pass

@@ -17,7 +17,7 @@
 
 using namespace kt;
 
-TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[tuner]") {
+TEST_CASE("merge_passes: one row of a finalist's two passes", "[tuner]") {
   WorkerResult a, b;
   a.status = b.status = db::Status::ok;
   a.samples_us = {10, 10, 10, 10, 10, 11};  // the first pass, at a higher clock: more samples in its budget
@@ -30,7 +30,7 @@ TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[t
   b.sm_clock_mhz = 1500;
   a.load_ms = 1, a.check_ms = 2, a.time_ms = 3;
   b.load_ms = 0, b.check_ms = 2, b.time_ms = 3;
-  const WorkerResult m = merge_measurements(a, b);
+  const WorkerResult m = merge_passes({a, b});
   CHECK(m.status == db::Status::ok);
   CHECK(m.samples_us == std::vector<double>{10, 10, 10, 10, 10, 11, 14, 15, 16, 17});
   CHECK(m.median_us == Approx(12.75));  // the passes' mean (the pooled median, 10.5, would follow the faster pass)
@@ -43,22 +43,67 @@ TEST_CASE("merge_measurements: one row of a finalist's two mirrored passes", "[t
   CHECK(m.time_ms == 6);
   // An unknown clock is left out of the mean.
   b.sm_clock_mhz = -1;
-  CHECK(merge_measurements(a, b).sm_clock_mhz == 1980);
+  CHECK(merge_passes({a, b}).sm_clock_mhz == 1980);
   a.sm_clock_mhz = -1;
-  CHECK(merge_measurements(a, b).sm_clock_mhz == -1);
+  CHECK(merge_passes({a, b}).sm_clock_mhz == -1);
   // A failing second pass is the row as it is (its error, no samples of the other pass), with both passes' times.
   WorkerResult bad;
   bad.status = db::Status::wrong_result;
   bad.error = "rel_l2 0.5 > 0.01";
   bad.rel_err = 0.5;
   bad.check_ms = 2;
-  const WorkerResult f = merge_measurements(a, bad);
+  const WorkerResult f = merge_passes({a, bad});
   CHECK(f.status == db::Status::wrong_result);
   CHECK(f.error == "rel_l2 0.5 > 0.01");
   CHECK(f.samples_us.empty());
   CHECK(f.median_us == 0);
   CHECK(f.rel_err == 0.5);
   CHECK(f.check_ms == 4);
+}
+
+TEST_CASE("merge_passes: four passes take the median of the passes, setting one slow pass aside", "[tuner]") {
+  std::vector<WorkerResult> ps(4);
+  const double med[4] = {9, 9, 13, 9.2}, clk[4] = {1980, 1980, -1, 1900};
+  for (int i = 0; i < 4; ++i) {
+    ps[i].status = db::Status::ok;
+    ps[i].median_us = ps[i].p20_us = ps[i].p80_us = med[i];
+    ps[i].samples_us = {med[i]};
+    ps[i].sm_clock_mhz = clk[i];
+    ps[i].time_ms = 1;
+  }
+  ps[3].p80_us = 11;
+  const WorkerResult m = merge_passes(ps);
+  CHECK(m.median_us == Approx(9.1));  // the middle two of 9 9 9.2 13
+  CHECK(m.p80_us == Approx(10));      // the middle two of 9 9 11 13
+  CHECK(m.samples_us.size() == 4);
+  CHECK(m.sm_clock_mhz == Approx((1980 + 1980 + 1900) / 3.0));
+  CHECK(m.time_ms == 4);
+  // A failing pass (here the third) is the row, whichever pass it is.
+  ps[2].status = db::Status::launch_failed;
+  ps[2].error = "illegal address";
+  CHECK(merge_passes(ps).status == db::Status::launch_failed);
+  CHECK(merge_passes(ps).error == "illegal address");
+  CHECK_THROWS_AS(merge_passes({}), std::invalid_argument);
+}
+
+TEST_CASE("final_pass_orders: four permutations, every finalist's positions summing alike, no pass back to back",
+          "[tuner]") {
+  for (size_t k = 1; k <= 9; ++k) {
+    const auto orders = final_pass_orders(k);
+    REQUIRE(orders.size() == kFinalPasses);
+    std::vector<size_t> seq, sum(k, 0);
+    for (const auto& o : orders) {
+      std::vector<size_t> sorted = o;
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 0; i < k; ++i) CHECK(sorted[i] == i);  // a permutation of the finalists
+      seq.insert(seq.end(), o.begin(), o.end());
+    }
+    for (size_t pos = 0; pos < seq.size(); ++pos) sum[seq[pos]] += pos;
+    for (size_t i = 0; i < k; ++i) CHECK(sum[i] == sum[0]);  // a linear drift adds alike to each finalist's mean
+    if (k >= 3)
+      for (size_t pos = 1; pos < seq.size(); ++pos) CHECK(seq[pos] != seq[pos - 1]);
+  }
+  CHECK(final_pass_orders(3) == std::vector<std::vector<size_t>>{{0, 1, 2}, {0, 2, 1}, {2, 1, 0}, {1, 2, 0}});
 }
 
 TEST_CASE("refines_leader: the two-round strategies refine, exhaustive does not", "[tuner]") {
