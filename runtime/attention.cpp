@@ -7,7 +7,7 @@ namespace kt {
 namespace attn {
 namespace {
 
-/// Q, K or V as a 4-D tensor map {head_dim, seqlen, heads, batch} of 16-bit elements, box {64, box_rows, 1, 1},
+/// Q, K, V or O as a 4-D tensor map {head_dim, seqlen, heads, batch} of 16-bit elements, box {64, box_rows, 1, 1},
 /// 128-byte swizzle (FwdTmaParams; flash_fwd_ws.cuh).
 TmaDescriptor encode_4d(const void* base, int head_dim, int seqlen, int heads, int batch, long long row_stride,
                         long long head_stride, long long batch_stride, int box_rows, const char* what) {
@@ -38,6 +38,8 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
   tp.v_map =
       encode_4d(params.v, p.head_dim, p.seqlen_k, p.num_kv_heads, p.batch, params.v_row_stride, params.v_head_stride,
                 params.v_batch_stride, config.tile_n, "cuTensorMapEncodeTiled (attention V)");
+  tp.o_map = encode_4d(params.o, p.head_dim, p.seqlen_q, p.num_heads, p.batch, params.o_row_stride,
+                       params.o_head_stride, params.o_batch_stride, 64, "cuTensorMapEncodeTiled (attention O)");
   kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &tp);
 }
 

@@ -63,22 +63,37 @@ struct FwdParams {
 };
 
 /// Kernel arguments of the Hopper mainloop (flash_fwd_ws.cuh, passed __grid_constant__): the FwdParams plus TMA maps of
-/// Q, K and V, each a 4-D tensor {head_dim, seqlen, heads, batch} of 16-bit elements with the FwdParams strides and the
-/// 128-byte swizzle; box {64, 64, 1, 1} for Q, {64, tile_n, 1, 1} for K and V.
+/// Q, K, V and O, each a 4-D tensor {head_dim, seqlen, heads, batch} of 16-bit elements with the FwdParams strides and
+/// the 128-byte swizzle; box {64, 64, 1, 1} for Q and O (O: stored by the epilogue), {64, tile_n, 1, 1} for K and V.
 struct FwdTmaParams {
   FwdParams p;
-  TmaDescriptor q_map, k_map, v_map;
+  TmaDescriptor q_map, k_map, v_map, o_map;
 };
 
 /// Query-row fragments of 16 rows that each warp owns.
 KT_HD constexpr int m_frags_per_warp(const Config& c) { return c.tile_m / (16 * c.warps); }
 
-/// Dynamic shared memory of a block in bytes: the Q tile plus `stages` K and V tiles
-/// ([tile_m, head_dim] + stages * 2 * [tile_n, head_dim] elements of 2 bytes); kWgmmaWs also 1 KB of slack to align
-/// the tiles to the 128-byte swizzle's 1024 bytes.
+/// Shared memory of the Q tile and the K/V buffers in bytes: [tile_m, head_dim] + stages * 2 * [tile_n, head_dim]
+/// elements of 2 bytes.
+KT_HD constexpr int qkv_smem_bytes(const Config& c, int head_dim) {
+  return (c.tile_m * head_dim + (c.stages < 1 ? 1 : c.stages) * 2 * c.tile_n * head_dim) * 2;
+}
+
+/// kWgmmaWs: bytes of the buffer in which a persistent block's epilogue stages O [tile_m, head_dim] for its TMA
+/// store, beside Q and the ring (and the 1 KB alignment slack) when that fits under sm_90's 227 KB; 0 otherwise. A
+/// block that holds one tile stages O in its Q tile instead (Q is dead after the tile's last Q K^T), and a persistent
+/// block without the buffer stores O from registers (its next tile's Q is loaded under the epilogue).
+KT_HD constexpr int ws_o_stage_bytes(const Config& c, int head_dim) {
+  return c.mainloop == kWgmmaWs && c.persistent == 1 &&
+                 qkv_smem_bytes(c, head_dim) + 1024 + c.tile_m * head_dim * 2 <= max_smem_per_block(90)
+             ? c.tile_m * head_dim * 2
+             : 0;
+}
+
+/// Dynamic shared memory of a block in bytes: qkv_smem_bytes; kWgmmaWs adds the O staging buffer
+/// (ws_o_stage_bytes) and 1 KB of slack to align the tiles to the 128-byte swizzle's 1024 bytes.
 KT_HD constexpr int smem_bytes(const Config& c, int head_dim) {
-  return (c.tile_m * head_dim + (c.stages < 1 ? 1 : c.stages) * 2 * c.tile_n * head_dim) * 2 +
-         (c.mainloop == kWgmmaWs ? 1024 : 0);
+  return qkv_smem_bytes(c, head_dim) + (c.mainloop == kWgmmaWs ? 1024 + ws_o_stage_bytes(c, head_dim) : 0);
 }
 
 /// Fp32 registers a thread holds for the output accumulator and the score tile, plus the Q

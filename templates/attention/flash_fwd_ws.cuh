@@ -5,8 +5,10 @@
 // (exp2, scale folded into log2 space), and O += P V with P as wgmma's register A operand and V read MN-major.
 //
 // Shared memory (every operand in the 128-byte swizzle, as TMA writes it and wgmma reads it): Q [tile_m, D], then per
-// ring slot K [tile_n, D] and V [tile_n, D]; each stored as D / 64 column blocks of [rows][64] (128-byte rows), each
-// block filled by [64 rows][64] TMA boxes. The mbarriers are static shared memory.
+// ring slot K [tile_n, D] and V [tile_n, D], then (persistent blocks, where it fits: ws_o_stage_bytes) O [tile_m, D];
+// each stored as D / 64 column blocks of [rows][64] (128-byte rows), each block filled (O: emptied) by [64 rows][64]
+// TMA boxes. The mbarriers are static shared memory. The epilogue stages O in shared memory and stores it by TMA
+// (FlashAttention-3's epilogue), in Q's tile when the block computes one tile.
 //
 // Block: (Consumers + 1) warpgroups; warpgroup 0 produces (one thread issues every copy), warpgroup 1 + c consumes
 // query rows [64 c, 64 c + 64) of the block's tile. Grid and block order: block_order.cuh (Raster).
@@ -272,40 +274,96 @@ __device__ __forceinline__ void ws_consume(const FwdParams& p, WsRows<D>& st, un
   if (lead) v_ring.release(step(n_tiles - 1));
 }
 
-/// Epilogue of one consumer thread: O / l in the output dtype for its two rows (4-byte stores of column pairs) below
-/// seqlen_q, and the LSE (natural log; -inf for a row that saw no key) when p.lse is set.
-template <DType DT, int D>
-__device__ __forceinline__ void ws_store(const FwdParams& p, const WsRows<D>& st, unsigned short* o, int row0,
-                                         int batch, int head) {
+/// The thread's two rows' 1 / l in inv (0 for a row that saw no key) and, when p.lse is set, their LSE (natural log;
+/// -inf for a row that saw no key) for the rows below seqlen_q.
+template <int D>
+__device__ __forceinline__ void ws_row_scales(const FwdParams& p, const WsRows<D>& st, float (&inv)[2], int row0,
+                                              int batch, int head) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = st.row_sum[h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[h] = l > 0.f ? 1.f / l : 0.f;
     const int row = row0 + 8 * h;
-    if (row >= p.seqlen_q) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-      *reinterpret_cast<unsigned*>(o + (long long)row * p.o_row_stride + 8 * i + 2 * t) =
-          ptx::pack2<DT>(st.o[4 * i + 2 * h] * inv, st.o[4 * i + 2 * h + 1] * inv);
-    if (p.lse != nullptr && t == 0) {
+    if (p.lse != nullptr && t == 0 && row < p.seqlen_q) {
       const float lse = l > 0.f ? (st.row_max[h] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : ptx::neg_inf();
       p.lse[((long long)batch * p.num_heads + head) * p.seqlen_q + row] = lse;
     }
   }
 }
 
+/// Epilogue of one consumer thread from registers: O / l in the output dtype for its two rows (4-byte stores of
+/// column pairs) below seqlen_q, and the LSE.
+template <DType DT, int D>
+__device__ __forceinline__ void ws_store(const FwdParams& p, const WsRows<D>& st, unsigned short* o, int row0,
+                                         int batch, int head) {
+  const int t = threadIdx.x % 4;
+  float inv[2];
+  ws_row_scales<D>(p, st, inv, row0, batch, head);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= p.seqlen_q) continue;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<unsigned*>(o + (long long)row * p.o_row_stride + 8 * i + 2 * t) =
+          ptx::pack2<DT>(st.o[4 * i + 2 * h] * inv[h], st.o[4 * i + 2 * h + 1] * inv[h]);
+  }
+}
+
+/// Epilogue of consumer warpgroup c through shared memory: O / l of its 64 rows into sO_rows (its rows of a
+/// [TileM][64]-per-column-block buffer in the 128-byte swizzle, the Q tile's layout), then one thread stores them by
+/// TMA (o_map, [64 rows][64 columns] boxes; rows past seqlen_q are not written), and the LSE from registers. The
+/// buffer is written again only once the warpgroup's previous store has read it (named barrier 3 + c).
+template <DType DT, int D, int TileM>
+__device__ __forceinline__ void ws_store_staged(const FwdTmaParams& tp, const WsRows<D>& st, unsigned sO_rows, int c,
+                                                int m0, int batch, int head) {
+  const int ct = threadIdx.x % 128, t = ct % 4;
+  const int r0 = ct / 4 % 8 + 16 * (ct / 32);  // the thread's first row within the warpgroup's 64 (and r0 + 8)
+  float inv[2];
+  ws_row_scales<D>(tp.p, st, inv, m0 + 64 * c + r0, batch, head);
+  if (ct == 0) ptx::bulk_wait_group_read<0>();
+  ptx::named_barrier(3 + c, 128);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)  // 16-byte chunk i % 8 of row r sits at chunk (i % 8) ^ (r % 8)
+      ptx::sts_u32(sO_rows + (i / 8) * TileM * 128 + r * 128 + ((i % 8) ^ (r % 8)) * 16 + 4 * t,
+                   ptx::pack2<DT>(st.o[4 * i + 2 * h] * inv[h], st.o[4 * i + 2 * h + 1] * inv[h]));
+  }
+  ptx::fence_proxy_async_shared();
+  ptx::named_barrier(3 + c, 128);
+  if (ct == 0) {
+#pragma unroll
+    for (int b = 0; b < D / 64; ++b)
+      ptx::tma_store_4d(&tp.o_map, sO_rows + b * TileM * 128, 64 * b, m0 + 64 * c, head, batch);
+    ptx::bulk_commit_group();
+  }
+}
+
+/// The Config of a kernel instance (the kernel's template arguments).
+template <int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong, bool Persistent>
+__host__ __device__ constexpr Config ws_config() {
+  return Config{64 * Consumers,    TileN, 4 * Consumers, Stages, kWgmmaWs, Raster, Overlap ? 1 : 0, Pingpong ? 1 : 0,
+                Persistent ? 1 : 0};
+}
+
 /// Consumers: every tile of the block (TileScheduler), each with its own O, row maxima and sums; a tile without keys
-/// (causal rows above the diagonal) stores o = 0 and LSE = -inf without touching shared memory.
+/// (causal rows above the diagonal) stores o = 0 and LSE = -inf without reading K or V. sO: the O staging buffer of
+/// the epilogue's TMA store (ws_o_stage_bytes; Q's tile when the block holds one tile), 0 when O is stored from
+/// registers.
 template <DType DT, int D, bool Causal, int TileN, int Consumers, int Stages, int Raster, bool Overlap, bool Pingpong,
           bool Persistent>
-__device__ __forceinline__ void ws_consumer(const FwdParams& p, const TileScheduler<Causal, Raster, Persistent>& sched,
-                                            unsigned sQ, unsigned sKV, unsigned q_full, unsigned q_empty,
+__device__ __forceinline__ void ws_consumer(const FwdTmaParams& tp,
+                                            const TileScheduler<Causal, Raster, Persistent>& sched, unsigned sQ,
+                                            unsigned sKV, unsigned sO, unsigned q_full, unsigned q_empty,
                                             const pipe::TmaRing<Stages>& k_ring, const pipe::TmaRing<Stages>& v_ring,
                                             int c) {
   constexpr int TileM = 64 * Consumers;
+  const FwdParams& p = tp.p;
   const int ct = threadIdx.x - 128 * (c + 1), warp = ct / 32, lane = ct % 32;
   auto keys = [&](int t) {  // key tiles of tile t
     const int n = keys_needed<Causal>(p, sched.tile(t).m_block * TileM, TileM);
@@ -335,9 +393,15 @@ __device__ __forceinline__ void ws_consumer(const FwdParams& p, const TileSchedu
       step += n_tiles;
       ++qi;
     }
-    unsigned short* o = static_cast<unsigned short*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
-    ws_store<DT, D>(p, st, o, row0, tile.batch, tile.head);
+    if (sO != 0u) {
+      ws_store_staged<DT, D, TileM>(tp, st, sO + c * 64 * 128, c, m0, tile.batch, tile.head);
+    } else {
+      unsigned short* o =
+          static_cast<unsigned short*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
+      ws_store<DT, D>(p, st, o, row0, tile.batch, tile.head);
+    }
   }
+  if (sO != 0u && threadIdx.x % 128 == 0) ptx::bulk_wait_group_read<0>();  // the buffer outlives the last store's read
 }
 
 #endif  // __CUDA_ARCH__ >= 900
@@ -351,10 +415,8 @@ __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const _
 #if __CUDA_ARCH__ >= 900
   constexpr int TileM = 64 * Consumers;
   // ---- preconditions: the family's single validity rule set ----
-  static_assert(invalid_reason(DT, D, Causal,
-                               Config{TileM, TileN, 4 * Consumers, Stages, kWgmmaWs, Raster, Overlap ? 1 : 0,
-                                      Pingpong ? 1 : 0, Persistent ? 1 : 0},
-                               ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
+  constexpr Config kConfig = ws_config<TileN, Consumers, Stages, Raster, Overlap, Pingpong, Persistent>();
+  static_assert(invalid_reason(DT, D, Causal, kConfig, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_prefill wgmma_ws variant: see invalid_reason() in attention_config.h");
   const FwdParams& p = tp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -363,6 +425,10 @@ __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const _
   const unsigned raw = ptx::smem_u32(smem_raw);
   const unsigned sQ = (raw + 1023u) & ~1023u;  // the launch requests 1 KB of slack for this alignment
   const unsigned sKV = sQ + ws_tile_bytes<TileM, D>();
+  // The epilogue's O staging: its own buffer after the ring, Q's tile in a one-tile block, or none (registers).
+  const unsigned sO = ws_o_stage_bytes(kConfig, D) > 0 ? sKV + 2 * Stages * ws_tile_bytes<TileN, D>()
+                      : Persistent                     ? 0u
+                                                       : sQ;
   const unsigned q_full = ptx::smem_u32(s_bars), q_empty = q_full + 8;
   const pipe::TmaRing<Stages> k_ring(s_bars + 2), v_ring(s_bars + 2 + 2 * Stages);
   const TileScheduler<Causal, Raster, Persistent> sched{(p.seqlen_q + TileM - 1) / TileM, p.num_heads, p.batch};
@@ -397,7 +463,7 @@ __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const _
   }
   if (Consumers == 2) wgmma::setmaxnreg_inc<240>();
   ws_consumer<DT, D, Causal, TileN, Consumers, Stages, Raster, Overlap, Pingpong, Persistent>(
-      p, sched, sQ, sKV, q_full, q_empty, k_ring, v_ring, wg - 1);
+      tp, sched, sQ, sKV, sO, q_full, q_empty, k_ring, v_ring, wg - 1);
 #endif
 }
 

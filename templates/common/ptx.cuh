@@ -171,6 +171,28 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const void* map, int c
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+/// 4-D TMA tile store (PTX ISA "cp.async.bulk.tensor", shared::cta to global, bulk_group completion): the box at
+/// coordinates (c0 innermost) of the tensor map from shared memory at src; elements outside the tensor are not
+/// written. The writing threads' st.shared of src must be ordered before it by fence_proxy_async_shared and a barrier.
+__device__ __forceinline__ void tma_store_4d(const void* map, unsigned src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
+/// Closes this thread's bulk-group of TMA stores issued since the last commit.
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until at most N of this thread's committed bulk groups still read their shared-memory source (the source
+/// may then be written again).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/// Waits until every bulk group this thread committed has completed (its global writes done).
+__device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/// 4-byte shared-memory store at a shared-window address.
+__device__ __forceinline__ void sts_u32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
 __device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, int c4,
                                             unsigned bar, L2Hint h) {
   if (h.on)

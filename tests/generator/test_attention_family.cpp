@@ -66,6 +66,39 @@ TEST_CASE("pruning keeps exactly the configs invalid_reason accepts, and they re
   }
 }
 
+TEST_CASE("wgmma_ws: a persistent block stages O for its TMA store in a buffer of its own only where it fits",
+          "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  for (int d : {64, 128}) {
+    Problem p = qwen();
+    p.head_dim = d;
+    int staged = 0, unstaged_persistent = 0;
+    for (const auto& c : valid_configs(p, arch)) {
+      if (c.mainloop != kWgmmaWs) continue;
+      INFO("d" << d << " tile_n " << c.tile_n << " stages " << c.stages << " warps " << c.warps << " persistent "
+               << c.persistent);
+      const int o = ws_o_stage_bytes(c, d);
+      CHECK(smem_bytes(c, d) == qkv_smem_bytes(c, d) + 1024 + o);  // the launch requests what the kernel lays out
+      CHECK(smem_bytes(c, d) <= max_smem_per_block(90));           // never makes a config invalid
+      if (c.persistent == 0) {
+        CHECK(o == 0);  // a one-tile block stages O in its Q tile
+      } else if (o > 0) {
+        CHECK(o == c.tile_m * d * 2);
+        ++staged;
+      } else {
+        CHECK(qkv_smem_bytes(c, d) + 1024 + c.tile_m * d * 2 > max_smem_per_block(90));
+        ++unstaged_persistent;
+      }
+    }
+    CHECK(staged > 0);
+    if (d == 128) CHECK(unstaged_persistent > 0);  // e.g. tile_n 176 with 2 stages: 212 KB before O
+  }
+  Config c{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1};
+  CHECK(ws_o_stage_bytes(c, 128) == 128 * 128 * 2);
+  c.tile_n = 176;
+  CHECK(ws_o_stage_bytes(c, 128) == 0);
+}
+
 TEST_CASE("a smaller shared-memory budget prunes a subset", "[generator]") {
   const Problem p = qwen();
   const auto on86 = valid_configs(p, parse_arch("sm_86"));
