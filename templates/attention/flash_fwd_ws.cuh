@@ -81,14 +81,13 @@ struct WsRows {
 /// block, a column block every 4 steps).
 template <DType DT, int D, int TileM, int TileN>
 __device__ __forceinline__ void ws_scores(float (&s)[TileN / 2], unsigned sQ_rows, unsigned sK) {
-#pragma unroll
-  for (int i = 0; i < TileN / 2; ++i) s[i] = 0.f;
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     const unsigned long long a = wgmma::make_desc_sw128(sQ_rows + (ks / 4) * TileM * 128 + (ks % 4) * 32);
     const unsigned long long b = wgmma::make_desc_sw128(sK + (ks / 4) * TileN * 128 + (ks % 4) * 32);
-    wgmma::Mma<DT, TileN>::run(s, a, b);
+    if (ks == 0) wgmma::Mma<DT, TileN>::run_zero(s, a, b);  // S = Q K^T from the first k-step: s is not zeroed first
+    else wgmma::Mma<DT, TileN>::run(s, a, b);
   }
   wgmma::commit_group();
   wgmma::fence_operands(s);
