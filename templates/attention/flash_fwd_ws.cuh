@@ -86,7 +86,7 @@ __device__ __forceinline__ void ws_scores(float (&s)[TileN / 2], unsigned sQ_row
   for (int ks = 0; ks < D / 16; ++ks) {
     const unsigned long long a = wgmma::make_desc_sw128(sQ_rows + (ks / 4) * TileM * 128 + (ks % 4) * 32);
     const unsigned long long b = wgmma::make_desc_sw128(sK + (ks / 4) * TileN * 128 + (ks % 4) * 32);
-    if (ks == 0) wgmma::Mma<DT, TileN>::run_zero(s, a, b);  // S = Q K^T from the first k-step: s is not zeroed first
+    if (ks == 0) wgmma::Mma<DT, TileN>::template run<0>(s, a, b);  // S = Q K^T from the first k-step: no zeroing
     else wgmma::Mma<DT, TileN>::run(s, a, b);
   }
   wgmma::commit_group();
