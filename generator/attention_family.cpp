@@ -62,19 +62,22 @@ std::vector<Config> config_space() {
       for (int warps : {4, 8})
         for (int stages : {1, 2, 3})
           for (int raster : {0, 1}) out.push_back(Config{tile_m, tile_n, warps, stages, kMmaSync, raster});
-  // The Hopper mainloop: one or two consumer warpgroups (tile_m 64 / 128), tile_n 64, 128 or 176, 2..4 ring slots,
-  // both block orders, intra-warpgroup overlap off / on, with two consumers and overlap pingpong off / on, and one
-  // block per tile or persistent.
-  for (int warps : {4, 8})
-    for (int tile_n : {64, 128, 176})
-      for (int stages : {2, 3, 4})
-        for (int raster : {0, 1})
-          for (int overlap : {0, 1})
-            for (int pingpong : {0, 1})
-              for (int persistent : {0, 1})
-                if (pingpong == 0 || (warps == 8 && overlap == 1))
-                  out.push_back(
-                      Config{16 * warps, tile_n, warps, stages, kWgmmaWs, raster, overlap, pingpong, persistent});
+  // The Hopper mainloop: one, two or three consumer warpgroups (tile_m 64 / 128 / 192), tile_n 64, 128 or 176, 2..4
+  // ring slots, both block orders, intra-warpgroup overlap off / on, with several consumers and overlap pingpong off /
+  // on, and one block per tile or persistent; then the same with GQA packing (pack_gqa; one block per tile, overlap on:
+  // the schedules that win on the short problems packing is for).
+  for (int pack_gqa : {0, 1})
+    for (int warps : {4, 8, 12})
+      for (int tile_n : {64, 128, 176})
+        for (int stages : {2, 3, 4})
+          for (int raster : {0, 1})
+            for (int overlap : {0, 1})
+              for (int pingpong : {0, 1})
+                for (int persistent : {0, 1})
+                  if ((pingpong == 0 || (warps > 4 && overlap == 1)) &&
+                      (pack_gqa == 0 || (persistent == 0 && overlap == 1)))
+                    out.push_back(Config{16 * warps, tile_n, warps, stages, kWgmmaWs, raster, overlap, pingpong,
+                                         persistent, pack_gqa});
   return out;
 }
 
@@ -93,19 +96,25 @@ int rank_in(int v, std::initializer_list<int> order) {
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : config_space())
-    if (invalid_reason(p.dtype, p.head_dim, p.causal, c, arch) == nullptr) out.push_back(c);
+    if (invalid_reason(p.dtype, p.head_dim, p.causal, c, arch) == nullptr &&
+        pack_gqa_reason(p.num_heads, p.num_kv_heads, c) == nullptr)
+      out.push_back(c);
   // Candidate order (what --max-candidates and the fast strategy keep): the wgmma_ws mainloop first; within it
   // FlashAttention-3's tiles (two consumer warpgroups, 128 query rows, intra-warpgroup overlap; 128 keys when causal,
   // 176 when not, then the other sizes), the shallowest rings first, every block order, pingpong and persistence
-  // next to each other: the first 16 on sm_90a. mma.sync: the 128 x 64 tile of 4 warps with a 2-slot ring first
-  // (FlashAttention-2's shape), then growing distance from it.
-  const bool causal = p.causal;
-  auto key = [causal](const Config& c) {
+  // next to each other: the first 16 on sm_90a; one consumer warpgroup next, then three. When seqlen_q <= 64 (a tile
+  // of one head's positions is then mostly empty) the GQA-packed variants come first and one consumer warpgroup
+  // before two (default_config's measurements); otherwise packed variants come after the unpacked ones. mma.sync:
+  // the 128 x 64 tile of 4 warps with a 2-slot ring first (FlashAttention-2's shape), then growing distance from it.
+  const bool causal = p.causal, pack_first = p.seqlen_q <= 64;
+  auto key = [causal, pack_first](const Config& c) {
     if (c.mainloop == kWgmmaWs)
-      return std::make_tuple(0, rank_in(c.warps, {8, 4}), rank_in(c.overlap, {1, 0}),
+      return std::make_tuple(0, pack_first ? 1 - c.pack_gqa : c.pack_gqa,
+                             pack_first ? rank_in(c.warps, {4, 8, 12}) : rank_in(c.warps, {8, 4, 12}),
+                             rank_in(c.overlap, {1, 0}),
                              causal ? rank_in(c.tile_n, {128, 64, 176}) : rank_in(c.tile_n, {176, 128, 64}), c.stages,
                              rank_in(c.pingpong, {1, 0}) * 4 + c.persistent * 2 + c.raster);
-    return std::make_tuple(1, rank_in(c.tile_m, {128, 64, 256}), rank_in(c.tile_n, {64, 128, 32}),
+    return std::make_tuple(1, 0, rank_in(c.tile_m, {128, 64, 256}), rank_in(c.tile_n, {64, 128, 32}),
                            rank_in(c.warps, {4, 8}), rank_in(c.stages, {2, 3, 1}), c.raster);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return key(a) < key(b); });
@@ -115,6 +124,10 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
 Config default_config(ArchId arch, const Problem& p) {
   Config c{128, 64, 4, 2, kMmaSync, 0};
   if (arch.sm == 90 && arch.arch_specific) c = Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1};
+  if (arch.sm == 90 && arch.arch_specific && p.seqlen_q <= 64) {  // one consumer, GQA-packed where the group allows
+    c = Config{64, 128, 4, 2, kWgmmaWs, 0, 1, 0, 0, 1};
+    if (pack_gqa_reason(p.num_heads, p.num_kv_heads, c) != nullptr) c.pack_gqa = 0;
+  }
   if (const char* why = invalid_reason(p.dtype, p.head_dim, p.causal, c, arch))
     fail(std::string("no default config for ") + arch_name(arch) + ": " + why);
   return c;
@@ -126,6 +139,7 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
     << (c.mainloop == kWgmmaWs ? "wgmmaws_m" : "mmasync_m") << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s"
     << c.stages << "_r" << c.raster;
   if (c.mainloop == kWgmmaWs) s << "_o" << c.overlap << "_p" << c.pingpong << "_pers" << c.persistent;
+  if (c.pack_gqa == 1) s << "_gqa";
   s << "__" << arch_name(arch);
   return s.str();
 }
@@ -133,11 +147,11 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
 std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   if (c.mainloop == kWgmmaWs) {  // flash_fwd_ws<dtype, D, causal, tile_n, consumers, stages, raster, overlap, pingpong,
-                                 // persistent>
+                                 // persistent, pack_gqa>
     s << "kt::attn::flash_fwd_ws<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
       << (p.causal ? "true" : "false") << ", " << c.tile_n << ", " << c.warps / 4 << ", " << c.stages << ", "
       << c.raster << ", " << (c.overlap ? "true" : "false") << ", " << (c.pingpong ? "true" : "false") << ", "
-      << (c.persistent ? "true" : "false") << ">";
+      << (c.persistent ? "true" : "false") << ", " << (c.pack_gqa ? "true" : "false") << ">";
     return s.str();
   }
   s << "kt::attn::flash_fwd<kt::DType::" << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim << ", "
@@ -159,14 +173,20 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
 }
 
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
+  if (const char* why = pack_gqa_reason(p.num_heads, p.num_kv_heads, c)) fail(why);
   LaunchDims d;
-  const unsigned m_blocks = static_cast<unsigned>((p.seqlen_q + c.tile_m - 1) / c.tile_m);
-  d.grid_x = c.raster == 0 ? m_blocks : static_cast<unsigned>(p.num_heads);
-  d.grid_y = c.raster == 0 ? static_cast<unsigned>(p.num_heads) : static_cast<unsigned>(p.batch);
+  const int positions = tile_positions(c, p.num_heads / p.num_kv_heads);
+  const unsigned m_blocks = static_cast<unsigned>((p.seqlen_q + positions - 1) / positions);
+  const unsigned heads = static_cast<unsigned>(c.pack_gqa == 1 ? p.num_kv_heads : p.num_heads);
+  if (c.raster == 1 && m_blocks > 65535)
+    fail("grid too large: " + std::to_string(m_blocks) + " m-blocks of " + std::to_string(positions) +
+         " query positions exceed the 65535 of raster 1's grid z");
+  d.grid_x = c.raster == 0 ? m_blocks : heads;
+  d.grid_y = c.raster == 0 ? heads : static_cast<unsigned>(p.batch);
   d.grid_z = c.raster == 0 ? static_cast<unsigned>(p.batch) : m_blocks;
   if (c.persistent == 1) {
     if (sm_count < 1) fail("a persistent attention_prefill config needs the GPU's SM count");
-    const unsigned long long tiles = 1ull * m_blocks * unsigned(p.num_heads) * unsigned(p.batch);
+    const unsigned long long tiles = 1ull * m_blocks * heads * unsigned(p.batch);
     d.grid_x = static_cast<unsigned>(std::min<unsigned long long>(tiles, unsigned(sm_count)));
     d.grid_y = d.grid_z = 1;
   }
@@ -241,9 +261,9 @@ Problem problem_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"tile_m", c.tile_m},   {"tile_n", c.tile_n},     {"warps", c.warps},
-          {"stages", c.stages},   {"mainloop", c.mainloop}, {"raster", c.raster},
-          {"overlap", c.overlap}, {"pingpong", c.pingpong}, {"persistent", c.persistent}};
+  return {{"tile_m", c.tile_m},         {"tile_n", c.tile_n},    {"warps", c.warps},     {"stages", c.stages},
+          {"mainloop", c.mainloop},     {"raster", c.raster},    {"overlap", c.overlap}, {"pingpong", c.pingpong},
+          {"persistent", c.persistent}, {"pack_gqa", c.pack_gqa}};
 }
 
 Config config_from_json(const nlohmann::json& j) {
@@ -258,13 +278,14 @@ Config config_from_json(const nlohmann::json& j) {
   c.overlap = j.contains("overlap") ? field<int>(j, "overlap", "config") : 0;
   c.pingpong = j.contains("pingpong") ? field<int>(j, "pingpong", "config") : 0;
   c.persistent = j.contains("persistent") ? field<int>(j, "persistent", "config") : 0;
+  c.pack_gqa = j.contains("pack_gqa") ? field<int>(j, "pack_gqa", "config") : 0;  // added after persistent
   return c;
 }
 
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages &&
          a.mainloop == b.mainloop && a.raster == b.raster && a.overlap == b.overlap && a.pingpong == b.pingpong &&
-         a.persistent == b.persistent;
+         a.persistent == b.persistent && a.pack_gqa == b.pack_gqa;
 }
 
 void check_params(const Problem& p, const FwdParams& a) {

@@ -43,14 +43,17 @@ void check_problem(const Problem& p);
 
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
 /// mma.sync: tile_m {64, 128, 256} x tile_n {32, 64, 128} x warps {4, 8} x stages {1, 2, 3} x raster {0, 1};
-/// wgmma_ws (sm_90a): warps {4, 8} (tile_m 16 warps) x tile_n {64, 128} x stages {2, 3, 4} x raster {0, 1} x
-/// overlap {0, 1} x pingpong {0, 1} (pingpong 1 only with warps 8 and overlap 1) x persistent {0, 1}.
+/// wgmma_ws (sm_90a): pack_gqa {0, 1} x warps {4, 8, 12} (tile_m 16 warps) x tile_n {64, 128, 176} x stages {2, 3, 4}
+/// x raster {0, 1} x overlap {0, 1} x pingpong {0, 1} (pingpong 1 only with warps 8 or 12 and overlap 1) x persistent
+/// {0, 1} (pack_gqa 1 only with overlap 1 and persistent 0).
 std::vector<Config> config_space();
 
-/// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) is null, in the candidate
-/// order (what --max-candidates and autotune's fast strategy keep): wgmma_ws first (128 x 128 tiles, two consumer
-/// warpgroups, overlap on, 2 then 3 ring slots, every block order / pingpong / persistence: the first 16), then
-/// mma.sync from FlashAttention-2's 128 x 64 tile of 4 warps outward.
+/// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) and
+/// pack_gqa_reason(num_heads, num_kv_heads, config) are null, in the candidate order (what --max-candidates and
+/// autotune's fast strategy keep): wgmma_ws first (128 x 128 tiles, two consumer warpgroups, overlap on, 2 then 3 ring
+/// slots, every block order / pingpong / persistence: the first 16; then one consumer, then three; GQA-packed after
+/// the unpacked; when seqlen_q <= 64 GQA-packed first and one consumer before two), then mma.sync from
+/// FlashAttention-2's 128 x 64 tile of 4 warps outward.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 
 /// The family's built-in default for an arch (used when nothing is tuned). sm_90a: wgmma_ws, tile 128x128, two
@@ -58,26 +61,32 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch);
 /// head_dim 128). On the H200 it is within 3% of the fastest one-block-per-tile wgmma_ws variant on the causal qwen7b
 /// prefill workloads up to S 8192, and at least 10% slower than 3 stages at B 2 S 16384; persistent variants take
 /// 10-15% less time at B 8 S 2048 and B 4 S 1024 and lose at B 1. The tuner, not the default, makes those choices.
+/// sm_90a with seqlen_q <= 64: one consumer warpgroup (tile 64 x 128, 2 stages, overlap, raster 0), GQA-packed when
+/// the problem has 2 to 64 query heads per KV head; on the H200 within 2% of the fastest wgmma_ws variant at S_q 16
+/// and 64 over S_k 2048 and 4096 with Qwen2.5-7B's heads (28 / 4), and 1.8x faster than unpacked at B 8 S_q 16
+/// (bench/results/nvidia_h200_prefill_ws_space.txt).
 /// Other archs: mma.sync, tile 128x64, 4 warps, 2 stages, as FlashAttention-2 picks for head_dim 128 on sm_80+.
 Config default_config(ArchId arch, const Problem& p);
 
 /// "attention_prefill__bf16_d128_causal__mmasync_m128_n64_w4_s2_r0__sm_90a" or
-/// "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1_pers0__sm_90a": every kernel axis of the mainloop
-/// in declaration order. Not in the name: batch, sequence lengths and the GQA ratio, which are
-/// run-time arguments of one and the same binary.
+/// "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1_pers0__sm_90a" (with pack_gqa: "..._pers0_gqa
+/// __sm_90a"): every kernel axis of the mainloop in declaration order. Not in the name: batch, sequence lengths and
+/// the GQA ratio, which are run-time arguments of one and the same binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
 /// "kt::attn::flash_fwd<kt::DType::bf16, 128, true, 128, 64, 4, 2, 0, 0>" or
-/// "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 1, true, true, false>" (tile_n, consumer
-/// warpgroups, stages, raster, overlap, pingpong, persistent)
+/// "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 1, true, true, false, false>" (tile_n, consumer
+/// warpgroups, stages, raster, overlap, pingpong, persistent, pack_gqa)
 std::string name_expression(const Problem& p, const Config& c);
 
 /// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
 KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 
-/// Grid (m_blocks, num_heads, batch) for raster 0 or (num_heads, batch, m_blocks) for raster 1, with
-/// m_blocks = ceil(seqlen_q / tile_m); persistent: (min(tiles, sm_count), 1, 1) (throws ProblemError when
-/// sm_count < 1). Block warps * 32 threads (wgmma_ws: + 128, the producer warpgroup); dynamic smem bytes; no cluster.
+/// Grid (m_blocks, heads, batch) for raster 0 or (heads, batch, m_blocks) for raster 1, with m_blocks =
+/// ceil(seqlen_q / tile_positions(config, num_heads / num_kv_heads)) and heads = num_heads (pack_gqa: num_kv_heads);
+/// persistent: (min(tiles, sm_count), 1, 1). Block warps * 32 threads (wgmma_ws: + 128, the producer warpgroup);
+/// dynamic smem bytes; no cluster. Throws ProblemError when sm_count < 1 for a persistent config, when
+/// pack_gqa_reason rejects the config for the problem's heads, or when raster 1's m_blocks exceed 65535.
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count = 0);
 
 /// Kernel arguments for contiguous tensors in FlashAttention layout (strides derived from the shape).
@@ -88,7 +97,8 @@ FwdParams contiguous_params(const Problem& p, const void* q, const void* k, cons
 /// JSON forms stored in the tuning database:
 ///   problem {"dtype":"bf16","batch":1,"seqlen_q":512,"seqlen_k":512,"num_heads":28,"num_kv_heads":4,"head_dim":128,"causal":true}
 ///   config  {"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1,"overlap":0,"pingpong":0,
-///            "persistent":0} (the last three may be absent: 0, as in databases written before the wgmma_ws mainloop)
+///            "persistent":0,"pack_gqa":0} (the last four may be absent: 0, as in databases written before the wgmma_ws
+///            mainloop or GQA packing)
 /// from_json throws ProblemError naming a missing or mistyped field.
 nlohmann::json problem_to_json(const Problem& p);
 Problem problem_from_json(const nlohmann::json& j);

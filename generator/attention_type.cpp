@@ -52,7 +52,8 @@ struct Traits {
   static Config default_config(ArchId arch, const Problem& p) { return attn::default_config(arch, p); }
   static bool same_config(const Config& a, const Config& b) { return attn::same_config(a, b); }
   static const char* unusable(const Problem& p, const Config& c, ArchId arch) {
-    return invalid_reason(p.dtype, p.head_dim, p.causal, c, arch);
+    if (const char* why = invalid_reason(p.dtype, p.head_dim, p.causal, c, arch)) return why;
+    return pack_gqa_reason(p.num_heads, p.num_kv_heads, c);
   }
 
   static std::string variant_name(const Problem& p, const Config& c, ArchId arch) {

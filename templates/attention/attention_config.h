@@ -38,6 +38,12 @@ struct Config {
   /// kWgmmaWs: 1 = at most one block per SM loops over the tiles in the raster's order, loading the next tile's Q
   /// under this tile's last GEMMs and epilogue; 0 = one block per tile. kMmaSync: 0.
   int persistent = 0;
+  /// kWgmmaWs: 1 = a tile's query rows are the group = num_heads / num_kv_heads query heads of one KV head at
+  /// consecutive positions (FlashAttention-3's PackGQA): each 64-row box holds 64 / group positions of every head of
+  /// the group (ws_packed_positions), so a short or few-head problem fills its tiles and reads each K/V tile once per
+  /// KV head rather than once per query head. Needs persistent 0, and a problem with 2 <= group <= 64
+  /// (pack_gqa_reason); 0 = a tile's rows are consecutive positions of one query head. kMmaSync: 0.
+  int pack_gqa = 0;
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of
@@ -65,10 +71,31 @@ struct FwdParams {
 /// Kernel arguments of the Hopper mainloop (flash_fwd_ws.cuh, passed __grid_constant__): the FwdParams plus TMA maps of
 /// Q, K, V and O, each a 4-D tensor {head_dim, seqlen, heads, batch} of 16-bit elements with the FwdParams strides and
 /// the 128-byte swizzle; box {64, 64, 1, 1} for Q and O (O: stored by the epilogue), {64, tile_n, 1, 1} for K and V.
+/// With pack_gqa, Q and O are mapped {head_dim, heads, seqlen, batch} with box {64, group, 64 / group, 1}: one box is
+/// the 64 / group positions of a whole group of query heads, a position's heads in consecutive rows.
 struct FwdTmaParams {
   FwdParams p;
   TmaDescriptor q_map, k_map, v_map, o_map;
 };
+
+/// pack_gqa: query positions per 64-row box (64 / group; the box's last 64 % group rows are unused).
+KT_HD constexpr int ws_packed_positions(int group) { return 64 / group; }
+
+/// Query positions one tile covers: tile_m, or with pack_gqa (tile_m / 64) boxes of ws_packed_positions(group) each.
+KT_HD constexpr int tile_positions(const Config& c, int group) {
+  return c.pack_gqa == 1 ? (c.tile_m / 64) * ws_packed_positions(group) : c.tile_m;
+}
+
+/// nullptr when config c can run a problem with num_heads query heads over num_kv_heads KV heads, otherwise the rule
+/// it breaks: pack_gqa packs a whole group of query heads into each 64-row box, so it needs 2 to 64 query heads per KV
+/// head. The rules that depend on the kernel class alone are invalid_reason's.
+KT_HD constexpr const char* pack_gqa_reason(int num_heads, int num_kv_heads, const Config& c) {
+  if (c.pack_gqa != 1) return nullptr;
+  if (num_kv_heads < 1 || num_heads % num_kv_heads != 0) return "pack_gqa needs num_heads a multiple of num_kv_heads";
+  const int group = num_heads / num_kv_heads;
+  if (group < 2 || group > 64) return "pack_gqa needs 2 to 64 query heads per KV head (num_heads / num_kv_heads)";
+  return nullptr;
+}
 
 /// Query-row fragments of 16 rows that each warp owns.
 KT_HD constexpr int m_frags_per_warp(const Config& c) { return c.tile_m / (16 * c.warps); }
@@ -108,20 +135,28 @@ KT_HD constexpr int accumulator_registers(const Config& c, int head_dim) {
 KT_HD constexpr const char* invalid_reason_ws(int head_dim, const Config& c, ArchId arch) {
   // wgmma, TMA and setmaxnreg: sm_90a (arch-specific) only.
   if (arch.sm != 90 || !arch.arch_specific) return "the wgmma_ws mainloop needs sm_90a";
-  // warps: one or two consumer warpgroups, each owning 64 query rows (16 per warp).
-  if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8 (one or two consumer warpgroups)";
+  // warps: one, two or three consumer warpgroups, each owning 64 query rows (16 per warp).
+  if (c.warps != 4 && c.warps != 8 && c.warps != 12)
+    return "warps must be 4, 8 or 12 (one, two or three consumer warpgroups)";
   if (c.tile_m != 16 * c.warps) return "tile_m must be 16 * warps (64 query rows per consumer warpgroup)";
   // tile_n: the score tile's wgmma N and one TMA box's rows per 64-column block of K and V; 176 is FlashAttention-3's
   // non-causal head_dim 128 tile (more keys per softmax step and per O rescale, within the consumers' 240 registers).
   if (c.tile_n != 64 && c.tile_n != 128 && c.tile_n != 176) return "tile_n must be 64, 128 or 176";
   // stages: 2..4 K/V ring slots.
   if (c.stages < 2 || c.stages > 4) return "stages must be 2, 3 or 4";
+  // Three consumer warpgroups get 160 registers each (setmaxnreg; the producer keeps 24, 512 threads share the 64 K
+  // registers): a thread's O accumulator (head_dim / 2), scores (tile_n / 2) and packed P (tile_n / 4) must stay
+  // within 128 of them.
+  if (c.warps == 12 && head_dim / 2 + 3 * c.tile_n / 4 > 128)
+    return "three consumer warpgroups need head_dim / 2 + 3 tile_n / 4 <= 128 (head_dim 128: tile_n 64)";
   if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
   if (c.overlap != 0 && c.overlap != 1) return "overlap must be 0 or 1";
   if (c.pingpong != 0 && c.pingpong != 1) return "pingpong must be 0 or 1";
-  if (c.pingpong == 1 && (c.warps != 8 || c.overlap != 1))
-    return "pingpong needs two consumer warpgroups (warps 8) and overlap";
+  if (c.pingpong == 1 && (c.warps == 4 || c.overlap != 1))
+    return "pingpong needs two or three consumer warpgroups (warps 8 or 12) and overlap";
   if (c.persistent != 0 && c.persistent != 1) return "persistent must be 0 or 1";
+  if (c.pack_gqa != 0 && c.pack_gqa != 1) return "pack_gqa must be 0 or 1";
+  if (c.pack_gqa == 1 && c.persistent != 0) return "pack_gqa needs persistent 0";
   if (smem_bytes(c, head_dim) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
   return nullptr;
 }
@@ -147,8 +182,8 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, bool causa
   // raster: one of the two block orders.
   if (c.raster != 0 && c.raster != 1) return "raster must be 0 or 1";
   // overlap and pingpong are wgmma_ws schedules.
-  if (c.overlap != 0 || c.pingpong != 0 || c.persistent != 0)
-    return "overlap, pingpong and persistent must be 0 for the mma.sync mainloop";
+  if (c.overlap != 0 || c.pingpong != 0 || c.persistent != 0 || c.pack_gqa != 0)
+    return "overlap, pingpong, persistent and pack_gqa must be 0 for the mma.sync mainloop";
   // stages: 1 (no prefetch) to 3 K/V buffers.
   if (c.stages < 1 || c.stages > 3) return "stages must be 1, 2 or 3";
   // cp.async tile loads: every thread moves the same number of 16-byte chunks.

@@ -31,11 +31,18 @@ Problem qwen(DType dt = DType::bf16, bool causal = true) {
 TEST_CASE("config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
   // mma.sync: tile_m x tile_n x warps x stages x raster; wgmma_ws: tile_n {64, 128, 176} x stages {2, 3, 4} x raster {0, 1}
-  // x (warps 4: overlap {0, 1}; warps 8: overlap 0, overlap 1 with pingpong {0, 1}) x persistent {0, 1}.
-  CHECK(space.size() == 3 * 3 * 2 * 3 * 2 + 3 * 3 * 2 * (2 + 3) * 2);
-  std::set<std::tuple<int, int, int, int, int, int, int, int, int>> seen;
-  for (const auto& c : space)
-    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.mainloop, c.raster, c.overlap, c.pingpong, c.persistent});
+  // x (warps 4: overlap {0, 1}; warps 8 and 12: overlap 0, overlap 1 with pingpong {0, 1}) x persistent {0, 1}; then
+  // packed (overlap 1, persistent 0): warps 4, warps 8 and 12 with pingpong {0, 1}.
+  CHECK(space.size() == 3 * 3 * 2 * 3 * 2 + 3 * 3 * 2 * (2 + 3 + 3) * 2 + 3 * 3 * 2 * (1 + 2 + 2));
+  std::set<std::tuple<int, int, int, int, int, int, int, int, int, int>> seen;
+  for (const auto& c : space) {
+    seen.insert(
+        {c.tile_m, c.tile_n, c.warps, c.stages, c.mainloop, c.raster, c.overlap, c.pingpong, c.persistent, c.pack_gqa});
+    if (c.pack_gqa == 1) {
+      CHECK(c.overlap == 1);
+      CHECK(c.persistent == 0);
+    }
+  }
   CHECK(seen.size() == space.size());
 }
 
@@ -133,7 +140,7 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
   const ArchId arch = parse_arch("sm_90a");
   std::set<std::string> names;
   const std::regex form(
-      R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__(mmasync_m\d+_n\d+_w\d_s\d_r[01]|wgmmaws_m\d+_n\d+_w\d_s\d_r[01]_o[01]_p[01]_pers[01])__sm_90a)");
+      R"(attention_prefill__(fp16|bf16)_d(64|128)_(causal|full)__(mmasync_m\d+_n\d+_w\d_s\d_r[01]|wgmmaws_m\d+_n\d+_w\d+_s\d_r[01]_o[01]_p[01]_pers[01](_gqa)?)__sm_90a)");
   for (DType dt : {DType::f16, DType::bf16})
     for (bool causal : {false, true})
       for (const auto& c : valid_configs(qwen(dt, causal), arch)) {
@@ -142,8 +149,8 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
         const std::string tail =
             "_r" + std::to_string(c.raster) +
             (c.mainloop == kWgmmaWs ? "_o" + std::to_string(c.overlap) + "_p" + std::to_string(c.pingpong) + "_pers" +
-                                          std::to_string(c.persistent)
-                                    : "");
+                                          std::to_string(c.persistent) + (c.pack_gqa == 1 ? "_gqa__" : "__")
+                                    : "__");
         CHECK(n.find("_m" + std::to_string(c.tile_m) + "_n" + std::to_string(c.tile_n) + "_w" +
                      std::to_string(c.warps) + "_s" + std::to_string(c.stages) + tail) != std::string::npos);
         CHECK(names.insert(n).second);
@@ -155,13 +162,25 @@ TEST_CASE("variant names are canonical, unique and spell every axis", "[generato
   CHECK(variant_name(qwen(), Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1}, arch) ==
         "attention_prefill__bf16_d128_causal__wgmmaws_m128_n128_w8_s2_r1_o1_p1_pers1__sm_90a");
   CHECK(name_expression(qwen(), Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 0, 0}) ==
-        "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 0, true, false, false>");
+        "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 128, 2, 2, 0, true, false, false, false>");
+  CHECK(variant_name(qwen(), Config{192, 64, 12, 2, kWgmmaWs, 0, 1, 1, 0, 1}, arch) ==
+        "attention_prefill__bf16_d128_causal__wgmmaws_m192_n64_w12_s2_r0_o1_p1_pers0_gqa__sm_90a");
+  CHECK(name_expression(qwen(), Config{192, 64, 12, 2, kWgmmaWs, 0, 1, 1, 0, 1}) ==
+        "kt::attn::flash_fwd_ws<kt::DType::bf16, 128, true, 64, 3, 2, 0, true, true, false, true>");
   // A config stored before overlap and pingpong existed reads back with both 0.
   CHECK(same_config(config_from_json(nlohmann::json::parse(
                         R"({"tile_m":128,"tile_n":64,"warps":4,"stages":2,"mainloop":0,"raster":1})")),
                     Config{128, 64, 4, 2, kMmaSync, 1}));
   const Config ws{128, 128, 8, 3, kWgmmaWs, 0, 1, 1, 1};
   CHECK(same_config(config_from_json(config_to_json(ws)), ws));
+  const Config packed{128, 128, 8, 3, kWgmmaWs, 0, 1, 1, 0, 1};
+  CHECK(same_config(config_from_json(config_to_json(packed)), packed));
+  CHECK_FALSE(same_config(packed, Config{128, 128, 8, 3, kWgmmaWs, 0, 1, 1, 0, 0}));
+  // A wgmma_ws config stored before GQA packing existed reads back unpacked.
+  CHECK(config_from_json(nlohmann::json::parse(
+                             R"({"tile_m":128,"tile_n":128,"warps":8,"stages":2,"mainloop":1,"raster":1,"overlap":1,)"
+                             R"("pingpong":1,"persistent":0})"))
+            .pack_gqa == 0);
   // The GQA ratio and sequence lengths are run-time arguments: they do not change the variant.
   Problem other = qwen();
   other.num_heads = 32;
@@ -195,6 +214,24 @@ TEST_CASE("launch dims, FLOPs and kernel arguments derive from the problem", "[g
   CHECK(dp.block_x == 384);
   CHECK(launch_dims(p, pers, 1000).grid_x == 672);
   CHECK_THROWS_AS(launch_dims(p, pers), ProblemError);
+  // Three consumer warpgroups: 192 query rows, 512 threads with the producer.
+  CHECK(launch_dims(p, Config{192, 64, 12, 2, kWgmmaWs, 0, 1, 1, 0}).grid_x == 6);  // ceil(1000 / 192)
+  CHECK(launch_dims(p, Config{192, 64, 12, 2, kWgmmaWs, 0, 1, 1, 0}).block_x == 512);
+  // GQA packing (group 7): 64 / 7 = 9 positions per 64-row box, 18 per 128-row tile: ceil(1000 / 18) = 56 m-blocks
+  // of the 4 KV heads.
+  const Config packed{128, 128, 8, 2, kWgmmaWs, 0, 1, 1, 0, 1};
+  CHECK(tile_positions(packed, 7) == 18);
+  Config packed_r1 = packed;
+  packed_r1.raster = 1;
+  auto grid = [&](const Config& c) {
+    const auto g = launch_dims(p, c);
+    return std::make_tuple(g.grid_x, g.grid_y, g.grid_z);
+  };
+  CHECK(grid(packed) == std::make_tuple(56u, 4u, 3u));
+  CHECK(grid(packed_r1) == std::make_tuple(4u, 3u, 56u));
+  Problem mha = p;
+  mha.num_kv_heads = 28;
+  CHECK_THROWS_WITH(launch_dims(mha, packed), Catch::Contains("pack_gqa needs 2 to 64 query heads per KV head"));
   p.batch = 1;
   // causal, Sq == Sk: S (S + 1) / 2 visible pairs; non-causal: S^2.
   Problem s = qwen();
@@ -303,4 +340,70 @@ TEST_CASE("the candidate order leads with FlashAttention-3's tiles on sm_90a and
       REQUIRE_FALSE(on80.empty());
       CHECK(same_config(on80[0], Config{128, 64, 4, 2, kMmaSync, 0}));
     }
+}
+
+TEST_CASE("wgmma_ws: three consumer warpgroups and GQA packing follow their rules", "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  // Three consumers: 160 registers each, so head_dim 128 takes tile_n 64 only, head_dim 64 up to 128.
+  for (int d : {64, 128})
+    for (int tile_n : {64, 128, 176}) {
+      const Config c{192, tile_n, 12, 2, kWgmmaWs, 0, 1, 1, 0};
+      const char* why = invalid_reason(DType::bf16, d, true, c, arch);
+      INFO("d" << d << " tile_n " << tile_n);
+      CHECK((why == nullptr) == (d / 2 + 3 * tile_n / 4 <= 128));
+      if (why) CHECK_THAT(why, Catch::Contains("three consumer warpgroups"));
+    }
+  CHECK_THAT(invalid_reason(DType::bf16, 128, true, Config{64, 64, 4, 2, kWgmmaWs, 0, 1, 1, 0}, arch),
+             Catch::Contains("pingpong needs two or three consumer warpgroups"));
+  CHECK_THAT(invalid_reason(DType::bf16, 128, true, Config{128, 64, 8, 2, kWgmmaWs, 0, 1, 1, 1, 1}, arch),
+             Catch::Contains("pack_gqa needs persistent 0"));
+  CHECK_THAT(invalid_reason(DType::bf16, 128, true, Config{128, 64, 4, 2, kMmaSync, 0, 0, 0, 0, 1}, arch),
+             Catch::Contains("pack_gqa must be 0 for the mma.sync mainloop"));
+  // Packing needs 2 to 64 query heads per KV head: none for MHA or a group of 80, packed variants otherwise; the
+  // family's unusable() (the runtime's check of a stored winner) says the same.
+  const Config packed{128, 128, 8, 2, kWgmmaWs, 0, 1, 1, 0, 1};
+  CHECK(pack_gqa_reason(28, 4, packed) == nullptr);
+  CHECK(pack_gqa_reason(64, 1, packed) == nullptr);
+  CHECK_THAT(pack_gqa_reason(28, 28, packed), Catch::Contains("2 to 64 query heads per KV head"));
+  CHECK_THAT(pack_gqa_reason(80, 1, packed), Catch::Contains("2 to 64 query heads per KV head"));
+  CHECK(pack_gqa_reason(28, 28, Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 1, 0, 0}) == nullptr);
+  const Family& fam = family_type();
+  Problem mha = qwen();
+  mha.num_kv_heads = 28;
+  CHECK_THAT(fam.unusable(problem_to_json(mha), config_to_json(packed), arch), Catch::Contains("pack_gqa"));
+  CHECK(fam.unusable(problem_to_json(qwen()), config_to_json(packed), arch) == nullptr);
+  auto count_packed = [&](const Problem& p) {
+    int n = 0;
+    for (const auto& c : valid_configs(p, arch)) n += c.pack_gqa;
+    return n;
+  };
+  CHECK(count_packed(mha) == 0);
+  CHECK(count_packed(qwen()) > 20);
+  // Candidate order: packed variants after the unpacked ones at S 2048, first for a short problem.
+  const auto long_order = valid_configs(qwen(), arch);
+  CHECK(long_order.front().pack_gqa == 0);
+  Problem shortp = qwen();
+  shortp.seqlen_q = 16;
+  const auto short_order = valid_configs(shortp, arch);
+  REQUIRE(short_order.size() == long_order.size());
+  for (size_t i = 0; i < short_order.size(); ++i) {
+    INFO(i);
+    CHECK(short_order[i].pack_gqa == (i < size_t(count_packed(shortp)) ? 1 : 0));
+  }
+  CHECK(short_order.front().warps == 4);  // one consumer first for a short problem
+  // The default for a short problem: one consumer, packed where the group allows.
+  const Config short_default = default_config(arch, shortp);
+  CHECK(same_config(short_default, Config{64, 128, 4, 2, kWgmmaWs, 0, 1, 0, 0, 1}));
+  Problem short_mha = shortp;
+  short_mha.num_kv_heads = 28;
+  CHECK(same_config(default_config(arch, short_mha), Config{64, 128, 4, 2, kWgmmaWs, 0, 1, 0, 0, 0}));
+  CHECK(same_config(default_config(arch, qwen()), Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 0, 0}));
+  // Three consumers rank after two and one.
+  bool seen_three = false;
+  for (const auto& c : long_order) {
+    if (c.pack_gqa == 1 || c.mainloop != kWgmmaWs) break;
+    if (c.warps == 12) seen_three = true;
+    else CHECK_FALSE(seen_three);
+  }
+  CHECK(seen_three);
 }

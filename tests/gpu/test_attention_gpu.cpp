@@ -63,15 +63,18 @@ std::vector<Variant> load_variants(const Problem& p, const std::vector<Config>& 
 std::string describe(const Problem& p) { return p.key(); }
 
 /// A few wgmma_ws configs (one consumer; two with overlap; two in pingpong, one block per tile and persistent; the
-/// 176-key tile in pingpong) where the GPU runs them (sm_90a), else none.
+/// 176-key tile in pingpong; three consumers in pingpong; two consumers with GQA packing) where the GPU runs them
+/// (sm_90a), else none.
 std::vector<Config> ws_configs(ArchId arch) {
   if (!(arch.sm == 90 && arch.arch_specific)) return {};
-  return {Config{64, 64, 4, 3, kWgmmaWs, 0, 0, 0, 0}, Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 0, 0},
-          Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 0}, Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1},
-          Config{128, 176, 8, 2, kWgmmaWs, 1, 1, 1, 0}};
+  return {Config{64, 64, 4, 3, kWgmmaWs, 0, 0, 0, 0},     Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 0, 0},
+          Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 0},   Config{128, 128, 8, 2, kWgmmaWs, 1, 1, 1, 1},
+          Config{128, 176, 8, 2, kWgmmaWs, 1, 1, 1, 0},   Config{192, 64, 12, 2, kWgmmaWs, 1, 1, 1, 0},
+          Config{128, 128, 8, 2, kWgmmaWs, 0, 1, 1, 0, 1}};
 }
 
-/// Runs every variant on p (same inputs, one reference) and checks each.
+/// Runs every variant that can run p (same inputs, one reference) and checks each; a GQA-packed variant runs only
+/// problems with 2 to 64 query heads per KV head (pack_gqa_reason).
 void check_variants(const Problem& p, const std::vector<Variant>& variants, size_t max_ref_rows, uint64_t seed) {
   auto& env = GpuEnv::get();
   const HostInputs in = make_inputs(p, seed);
@@ -79,6 +82,10 @@ void check_variants(const Problem& p, const std::vector<Variant>& variants, size
   const RefRows ref = reference_rows(in, scale, max_ref_rows, seed + 1);
   DeviceProblem dev(in, 1, true);
   for (const auto& v : variants) {
+    if (pack_gqa_reason(p.num_heads, p.num_kv_heads, v.config) != nullptr) {
+      CHECK_THROWS_AS(launch(*v.kernel, p, v.config, dev.params(0, 0.f), env.stream.get()), ProblemError);
+      continue;
+    }
     dev.poison();
     launch(*v.kernel, p, v.config, dev.params(0, 0.f), env.stream.get());
     env.stream.synchronize();
@@ -119,7 +126,7 @@ TEST_CASE("every valid variant matches the float64 reference on edge-case proble
         REQUIRE(configs.size() >= 10);
         const auto variants = load_variants(cls, configs);
         // odd lengths, GQA ratio 7; decode-like single query; Sq > Sk (rows without keys when causal);
-        // Sq < Sk; MQA with 2 batches.
+        // Sq < Sk; MQA with 2 batches. Every group is 2..64, so the packed variants run each problem.
         for (const Problem& p : {make(dt, 1, 37, 37, 7, 1, d, causal), make(dt, 2, 1, 577, 8, 1, d, causal),
                                  make(dt, 1, 577, 37, 4, 1, d, causal), make(dt, 1, 100, 1000, 7, 1, d, causal),
                                  make(dt, 2, 129, 255, 14, 2, d, causal)})
