@@ -343,7 +343,8 @@ int store_compiled(const TuneArgs& a, const std::string& argv_line, const std::v
   return 0;
 }
 
-/// One problem of the run's report: its item, whether its inputs could not be set up, whether the run reached it, and
+/// One problem of the run's report: its item, whether its inputs could not be set up, whether the run reached it (began
+/// measuring one of its candidates; a stop between its set-up and its first candidate leaves it unreached), and
 /// whether it had candidates to measure when the run began.
 struct ReportItem {
   const Item* item;
@@ -901,7 +902,6 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       t.cands = pending(it, &keep);
     }
     if (t.cands.empty()) return;
-    reached[ti] = 1;
     try {
       // float64 reference rows: as many as the family's registration asks (a row's cost differs per family).
       pool.set_problem({{"cmd", "problem"},
@@ -929,8 +929,9 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
       std::lock_guard<std::mutex> lock(db_mu);
       return measured_already(it);
     };
-    host.step = [&](const std::string& variant) {
+    host.step = [&](const std::string& variant) {  // a candidate's measurement begins: the problem is reached
       std::lock_guard<std::mutex> lock(db_mu);
+      reached[ti] = 1;
       progress.step(it.key + " " + variant.substr(variant.find("__", 10) + 2));
     };
     host.add_planned = [&](size_t more) {
@@ -955,9 +956,10 @@ int run_tune(TuneArgs a, const std::string& argv_line) {
     }
     kt::ItemScheduler schedule(keys, int(pools.size()));
     auto work = [&](size_t g) {
-      while (!stop_measuring()) {
-        const auto k = schedule.take(int(g));
-        if (!k) break;
+      // The budget is looked at only when an item is left to measure, so a run that ends as it runs out is not
+      // reported spent; an item taken and then not measured is not reached, like one never taken.
+      while (const auto k = schedule.take(int(g))) {
+        if (stop_measuring()) break;
         measure_item(phase[*k], *pools[g], device_ids[g]);
       }
     };
