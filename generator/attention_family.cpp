@@ -93,11 +93,24 @@ int rank_in(int v, std::initializer_list<int> order) {
 }
 }  // namespace
 
+namespace {
+/// The m-blocks of a launch: ceil(seqlen_q / tile_positions), the grid's x (raster 0) or z (raster 1).
+unsigned m_blocks_of(const Problem& p, const Config& c) {
+  const int positions = tile_positions(c, p.num_heads / p.num_kv_heads);
+  return static_cast<unsigned>((p.seqlen_q + positions - 1) / positions);
+}
+}  // namespace
+
+const char* problem_reason(const Problem& p, const Config& c) {
+  if (const char* why = pack_gqa_reason(p.num_heads, p.num_kv_heads, c)) return why;
+  if (c.raster == 1 && m_blocks_of(p, c) > 65535) return "grid too large: raster 1 takes at most 65535 m-blocks";
+  return nullptr;
+}
+
 std::vector<Config> valid_configs(const Problem& p, ArchId arch) {
   std::vector<Config> out;
   for (const auto& c : config_space())
-    if (invalid_reason(p.dtype, p.head_dim, p.causal, c, arch) == nullptr &&
-        pack_gqa_reason(p.num_heads, p.num_kv_heads, c) == nullptr)
+    if (invalid_reason(p.dtype, p.head_dim, p.causal, c, arch) == nullptr && problem_reason(p, c) == nullptr)
       out.push_back(c);
   // Candidate order (what --max-candidates and the fast strategy keep): the wgmma_ws mainloop first; within it
   // FlashAttention-3's tiles (two consumer warpgroups, 128 query rows, intra-warpgroup overlap; 128 keys when causal,
@@ -173,14 +186,10 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch) {
 }
 
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
-  if (const char* why = pack_gqa_reason(p.num_heads, p.num_kv_heads, c)) fail(why);
+  if (const char* why = problem_reason(p, c)) fail(why);
   LaunchDims d;
-  const int positions = tile_positions(c, p.num_heads / p.num_kv_heads);
-  const unsigned m_blocks = static_cast<unsigned>((p.seqlen_q + positions - 1) / positions);
+  const unsigned m_blocks = m_blocks_of(p, c);
   const unsigned heads = static_cast<unsigned>(c.pack_gqa == 1 ? p.num_kv_heads : p.num_heads);
-  if (c.raster == 1 && m_blocks > 65535)
-    fail("grid too large: " + std::to_string(m_blocks) + " m-blocks of " + std::to_string(positions) +
-         " query positions exceed the 65535 of raster 1's grid z");
   d.grid_x = c.raster == 0 ? m_blocks : heads;
   d.grid_y = c.raster == 0 ? heads : static_cast<unsigned>(p.batch);
   d.grid_z = c.raster == 0 ? static_cast<unsigned>(p.batch) : m_blocks;

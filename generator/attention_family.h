@@ -48,8 +48,13 @@ void check_problem(const Problem& p);
 /// {0, 1} (pack_gqa 1 only with overlap 1 and persistent 0).
 std::vector<Config> config_space();
 
+/// nullptr when config c (valid for the problem's kernel class: invalid_reason) can run problem p, otherwise the rule it
+/// breaks: pack_gqa_reason for the heads, and raster 1's grid z limit of 65535 m-blocks (a packed tile may cover as
+/// few as one position). Used by valid_configs, launch_dims and the runtime's check of a stored winner (unusable).
+const char* problem_reason(const Problem& p, const Config& c);
+
 /// Configs of config_space() for which invalid_reason(dtype, head_dim, causal, config, arch) and
-/// pack_gqa_reason(num_heads, num_kv_heads, config) are null, in the candidate order (what --max-candidates and
+/// problem_reason(p, config) are null, in the candidate order (what --max-candidates and
 /// autotune's fast strategy keep): wgmma_ws first (128 x 128 tiles, two consumer warpgroups, overlap on, 2 then 3 ring
 /// slots, every block order / pingpong / persistence: the first 16; then one consumer, then three; GQA-packed after
 /// the unpacked; when seqlen_q <= 64 GQA-packed first and one consumer before two), then mma.sync from
@@ -86,7 +91,7 @@ KernelSource kernel_source(const Problem& p, const Config& c, ArchId arch);
 /// ceil(seqlen_q / tile_positions(config, num_heads / num_kv_heads)) and heads = num_heads (pack_gqa: num_kv_heads);
 /// persistent: (min(tiles, sm_count), 1, 1). Block warps * 32 threads (wgmma_ws: + 128, the producer warpgroup);
 /// dynamic smem bytes; no cluster. Throws ProblemError when sm_count < 1 for a persistent config, when
-/// pack_gqa_reason rejects the config for the problem's heads, or when raster 1's m_blocks exceed 65535.
+/// problem_reason rejects the config for the problem.
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count = 0);
 
 /// Kernel arguments for contiguous tensors in FlashAttention layout (strides derived from the shape).

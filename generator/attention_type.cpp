@@ -53,7 +53,7 @@ struct Traits {
   static bool same_config(const Config& a, const Config& b) { return attn::same_config(a, b); }
   static const char* unusable(const Problem& p, const Config& c, ArchId arch) {
     if (const char* why = invalid_reason(p.dtype, p.head_dim, p.causal, c, arch)) return why;
-    return pack_gqa_reason(p.num_heads, p.num_kv_heads, c);
+    return problem_reason(p, c);
   }
 
   static std::string variant_name(const Problem& p, const Config& c, ArchId arch) {

@@ -400,10 +400,11 @@ struct WsTiles {
   }
 };
 
+/// The launch's tiles for config c (c.pack_gqa == PackGqa), as launch_dims sizes the grid.
 template <bool Causal, int Raster, bool Persistent, bool PackGqa>
-__device__ __forceinline__ WsTiles<Causal, Raster, Persistent, PackGqa> ws_tiles(const FwdParams& p, int tile_m) {
+__device__ __forceinline__ WsTiles<Causal, Raster, Persistent, PackGqa> ws_tiles(const FwdParams& p, const Config& c) {
   const int group = p.num_heads / p.num_kv_heads, per_box = PackGqa ? ws_packed_positions(group) : 64;
-  const int positions = PackGqa ? (tile_m / 64) * per_box : tile_m;
+  const int positions = tile_positions(c, group);
   return {{(p.seqlen_q + positions - 1) / positions, PackGqa ? p.num_kv_heads : p.num_heads, p.batch},
           group,
           per_box,
@@ -426,7 +427,7 @@ __device__ __forceinline__ void ws_consumer(const FwdTmaParams& tp,
   const int ct = threadIdx.x - 128 * (c + 1), warp = ct / 32, lane = ct % 32;
   const int r = 64 * c + 16 * warp + lane / 4;  // the thread's first row in the tile (and r + 8)
   auto keys = [&](int t) {                      // key tiles of tile t
-    const int n = keys_needed<Causal>(p, sched.tile(t).m_block * tiles.positions, tiles.positions);
+    const int n = keys_needed<Causal>(p, tiles.rows(sched.tile(t)).pos0, tiles.positions);
     return n > 0 ? (n + TileN - 1) / TileN : 0;
   };
   auto next_work = [&](int t) {  // the first tile at or after t with keys, or total
@@ -490,7 +491,7 @@ __global__ void __launch_bounds__((Consumers + 1) * 128, 1) flash_fwd_ws(const _
                                                        : sQ;
   const unsigned q_full = ptx::smem_u32(s_bars), q_empty = q_full + 8;
   const pipe::TmaRing<Stages> k_ring(s_bars + 2), v_ring(s_bars + 2 + 2 * Stages);
-  const auto tiles = ws_tiles<Causal, Raster, Persistent, PackGqa>(p, TileM);
+  const auto tiles = ws_tiles<Causal, Raster, Persistent, PackGqa>(p, kConfig);
   const int tid = threadIdx.x, wg = tid / 128;
 
   if (tid == 0) {

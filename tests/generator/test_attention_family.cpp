@@ -378,6 +378,19 @@ TEST_CASE("wgmma_ws: three consumer warpgroups and GQA packing follow their rule
     return n;
   };
   CHECK(count_packed(mha) == 0);
+  // One position per packed box (group 64, tile_m 64): 70000 m-blocks, over raster 1's 65535 grid z; raster 0 runs.
+  Problem wide = qwen();
+  wide.num_heads = 64;
+  wide.num_kv_heads = 1;
+  wide.seqlen_q = wide.seqlen_k = 70000;
+  const Config one_pos{64, 64, 4, 2, kWgmmaWs, 1, 1, 0, 0, 1};
+  CHECK_THAT(problem_reason(wide, one_pos), Catch::Contains("raster 1 takes at most 65535 m-blocks"));
+  CHECK_THROWS_WITH(launch_dims(wide, one_pos), Catch::Contains("65535 m-blocks"));
+  Config one_pos_r0 = one_pos;
+  one_pos_r0.raster = 0;
+  CHECK(problem_reason(wide, one_pos_r0) == nullptr);
+  CHECK(launch_dims(wide, one_pos_r0).grid_x == 70000u);
+  for (const auto& c : valid_configs(wide, arch)) CHECK(problem_reason(wide, c) == nullptr);
   CHECK(count_packed(qwen()) > 20);
   // Candidate order: packed variants after the unpacked ones at S 2048, first for a short problem.
   const auto long_order = valid_configs(qwen(), arch);
