@@ -348,74 +348,63 @@ __device__ __forceinline__ long long partial_group(const BlockWork& w, const Dec
   return ((long long)w.b * p.num_kv_heads + w.kvh) * w.row_blocks + w.rb;
 }
 
-/// The online merge of split partials (flash decoding's combine; Dao et al., "Flash-Decoding for long-context
-/// inference", 2023): N columns of one row, splits added in a fixed order. Running max M of the splits' LSEs (log2
-/// units), sum of 2^(lse_s - M), and O weighted the same way, rescaled when M grows; a split whose rows saw no key
-/// (LSE -inf) is skipped. The same splits in the same order give the same bits.
-template <int N>
-struct SplitMerge {
-  float M = ptx::neg_inf(), sum = 0.f;
-  float acc[N] = {};
-
-  /// Adds one split: its LSE (log2 units) and its normalized O columns.
-  __device__ __forceinline__ void add(float lse2, const float (&v)[N]) {
-    if (lse2 == ptx::neg_inf()) return;
-    const float mn = fmaxf(M, lse2);
-    const float corr = ptx::exp2_approx(M - mn);  // 0 while M is -inf
-    const float wgt = ptx::exp2_approx(lse2 - mn);
-    sum = sum * corr + wgt;
-#pragma unroll
-    for (int e = 0; e < N; ++e) acc[e] = acc[e] * corr + wgt * v[e];
-    M = mn;
-  }
-
-  /// Normalizes acc to the merged O (0 for a row without keys) and returns the merged LSE (log2 units; -inf for a
-  /// row without keys).
-  __device__ __forceinline__ float finish() {
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll
-    for (int e = 0; e < N; ++e) acc[e] *= inv;
-    return sum > 0.f ? M + __log2f(sum) : ptx::neg_inf();
-  }
-};
-
 /// The last block of a (b, kvh, rb) merges the S partials (slots [0, S) of the group's grid_slots; one per split or
-/// per cluster) of the group's valid rows with every thread: item i
-/// of valid_rows x D / 4 is row i / (D / 4), columns [4 (i % (D / 4)), + 4), one 16-byte load per split (a warp
-/// reads 512 contiguous bytes of one split's rows), the items spread over the block's threads. A thread runs a
-/// SplitMerge over the splits in split order and loads kBatch splits' LSE and O before it uses them, so they are in
-/// flight together; no pass over the LSEs first. Every thread of a row merges the same LSEs in the same order, so the row's
-/// sum and LSE agree across its items, and the result has the same bits whichever block arrives last.
+/// per cluster) of the group's valid rows (flash decoding's combine; Dao et al., "Flash-Decoding for long-context
+/// inference", 2023), in two passes with no running rescale:
+///  1. each warp takes rows: the row's max M of the S LSEs (log2 units), the lanes over the splits, then a shuffle
+///     tree (max is exact in any order), into shared memory (`row_max`, TileM floats);
+///  2. every thread takes items: item i of valid_rows x D / 4 is row i / (D / 4), columns [4 (i % (D / 4)), + 4);
+///     it loads kBatch splits' LSE and 16-byte O at once (a warp reads 512 contiguous bytes of one split's rows) and
+///     adds w = 2^(lse - M) to the sum and w O to the columns, splits in split order; a split whose rows saw no key
+///     (LSE -inf) weighs 0. o = sum_s w_s O_s / sum_s w_s, lse = M + log2(sum_s w_s).
+/// Every thread of a row adds the same weights in the same order, so the row's sum and LSE agree across its items,
+/// and the result has the same bits whichever block arrives last.
 template <DType DT, int D, int TileM, int Threads>
-__device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, int valid_rows, int S,
-                                               int grid_slots) {
+__device__ __forceinline__ void combine_splits(const DecodeParams& p, const BlockWork& w, float* row_max,
+                                               int valid_rows, int S, int grid_slots) {
   constexpr int kItemsPerRow = D / 4;
   // Splits' loads in flight per thread: 16 at D 128 (the mainloop's registers cover them), 8 at D 64 (whose rows
   // have half the items, and whose mainloop needs far fewer registers than 16 batched loads would).
   constexpr int kBatch = D == 128 ? 16 : 8;
   const long long grp = partial_group(w, p) * grid_slots;  // first slot of the group
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < valid_rows; r += Threads / 32) {
+    float m = ptx::neg_inf();
+    for (int s = lane; s < S; s += 32) m = fmaxf(m, __ldcg(p.partial_lse + (grp + s) * TileM + r));
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (lane == 0) row_max[r] = m;
+  }
+  __syncthreads();
   for (int it = threadIdx.x; it < valid_rows * kItemsPerRow; it += Threads) {
     const int r = it / kItemsPerRow, c4 = it % kItemsPerRow;
+    const float M = row_max[r];
     const float* lse_r = p.partial_lse + grp * TileM + r;             // split s: lse_r[s TileM]
     const float* o_r = p.partial_o + (grp * TileM + r) * D + c4 * 4;  // split s: o_r[s TileM D]
-    SplitMerge<4> m;
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1  // one batch of loads in flight: the registers stay those of the mainloop
-    for (int s0 = 0; s0 < S; s0 += kBatch) {
+    for (int s0 = 0; M != ptx::neg_inf() && s0 < S; s0 += kBatch) {
       float l[kBatch];
-      float v[kBatch][4];
+      float4 v[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const bool in = s0 + j < S;
         l[j] = in ? __ldcg(lse_r + (long long)(s0 + j) * TileM) : ptx::neg_inf();
-        const float4 f = in ? __ldcg(reinterpret_cast<const float4*>(o_r + (long long)(s0 + j) * TileM * D))
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
+        v[j] = in ? __ldcg(reinterpret_cast<const float4*>(o_r + (long long)(s0 + j) * TileM * D))
+                  : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) m.add(l[j], v[j]);
+      for (int j = 0; j < kBatch; ++j) {
+        const float wgt = l[j] == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l[j] - M);
+        sum += wgt;
+        acc[0] = fmaf(wgt, v[j].x, acc[0]), acc[1] = fmaf(wgt, v[j].y, acc[1]);
+        acc[2] = fmaf(wgt, v[j].z, acc[2]), acc[3] = fmaf(wgt, v[j].w, acc[3]);
+      }
     }
-    const float lse2 = m.finish();
-    store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, m.acc, lse2, c4 == 0);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] *= inv;
+    store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), c4 == 0);
   }
 }
 
@@ -423,7 +412,7 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
 /// the group's w.splits blocks merges the group's S partials (combine_splits) and resets the counter. One release
 /// per block publishes its stores (the barrier orders every thread's stores before thread 0's atomic); the last
 /// block's acquire, then a barrier, makes every partial visible to all its threads. The flag lies in the warps' max
-/// area of the combine area, which nothing reads any more.
+/// area of the combine area and combine_splits' row maxima in their sum area, which nothing reads any more.
 template <DType DT, int D, int TileM, int KG, int Threads>
 __device__ __forceinline__ void count_then_combine(const DecodeParams& p, const BlockWork& w, float* smem,
                                                    int valid_rows, int S, int grid_slots) {
@@ -433,64 +422,88 @@ __device__ __forceinline__ void count_then_combine(const DecodeParams& p, const 
   if (threadIdx.x == 0) s_last = ptx::atomic_add_acq_rel_gpu(counter, 1u) == unsigned(w.splits - 1);
   __syncthreads();
   if (!s_last) return;
-  combine_splits<DT, D, TileM, Threads>(p, w, valid_rows, S, grid_slots);
+  combine_splits<DT, D, TileM, Threads>(p, w, smem + KG * TileM * (combine_ld(D) + 1), valid_rows, S, grid_slots);
   if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
 }
 
 #if __CUDA_ARCH__ >= 900
 /// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
-/// Every block first sums its key groups' slices of its merged partial (block_merge: O rows normalized per split, LSE
-/// in log2 units; -inf for a split without keys) into slice 0 of its own combine area. After one cluster barrier the
-/// items (valid_rows x D / 4 columns) are dealt round-robin to the cluster's blocks (item i to rank i % Cluster), so
-/// every block's load units share the remote reads; a thread loads the Cluster LSEs and float4s of its item at once
-/// (ld.shared::cluster, all in flight together) and runs a SplitMerge over them in rank order: the same order, and
-/// the same bits, as combine_splits. The merged rows go to o and lse, or, with several clusters per row block
-/// (to_workspace), to the cluster's workspace slot (O normalized, LSE in log2 units). A second barrier keeps every
-/// block resident until the others have read its area.
+/// The items of the partial (valid_rows x D / 4 columns; block_merge leaves O rows normalized per split and LSE in log2
+/// units, -inf for a split without keys) are dealt round-robin to the cluster's blocks (item i to rank i % Cluster).
+/// Every block pushes its partial to the items' owners: for each item the sum of its key groups' slices (merged_row's
+/// order) into the owner's receive area (cluster_recv_offset: O [Cluster][cluster_items] float4 at [rank][i /
+/// Cluster], LSE [Cluster][TileM] at [rank][r], every row's LSE to every block), remote stores with no round trip. One
+/// cluster barrier (release / acquire) then makes every block's share visible to its owner, which merges its items'
+/// Cluster partials from its own shared memory in two passes (the LSEs' max, then the weighted sum in rank = split
+/// order: the same bits on every run). The merged rows go to o and lse, or, with several clusters per row block (to_workspace),
+/// to the cluster's workspace slot (O normalized, LSE in log2 units). After the barrier no block touches another's
+/// shared memory, so a block leaves as soon as its own items are stored. The caller has passed the cluster barrier
+/// once since the kernel began (every block running) before this writes to another block.
 template <DType DT, int D, int TileM, int KG, int Threads, int Cluster>
-__device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, float* smem, int valid_rows,
-                                                bool to_workspace) {
+__device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, float* smem, int recv_offset,
+                                                int valid_rows, bool to_workspace) {
   constexpr int LD = combine_ld(D);
-  constexpr int kLseOff = KG * TileM * LD + 2 * KG * TileM;  // the LSE row of the combine area (floats)
-  if constexpr (KG > 1) {  // one thread per item: slice 0 is read (merged_row) before it is written
-    for (int it = threadIdx.x; it < valid_rows * (D / 8); it += Threads) {
-      const int r = it / (D / 8), ch = it % (D / 8);
-      float v[8];
-      merged_row<D, TileM, KG>(smem, r, ch, v);
-      *reinterpret_cast<float4*>(smem + r * LD + ch * 8) = make_float4(v[0], v[1], v[2], v[3]);
-      *reinterpret_cast<float4*>(smem + r * LD + ch * 8 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+  constexpr int kItems = (TileM * D / 4 + Cluster - 1) / Cluster;  // cluster_items: a block's items at most
+  const float* sLse = smem + KG * TileM * LD + 2 * KG * TileM;     // the LSE row of the combine area
+  const unsigned recv = ptx::smem_u32(smem) + unsigned(recv_offset);
+  const unsigned recv_o = recv + Cluster * TileM * 4;
+  const int rank = int(ptx::cluster_rank());
+  const int items = valid_rows * (D / 4);
+  for (int it = threadIdx.x; it < items; it += Threads) {
+    const int r = it / (D / 4), c4 = it % (D / 4);
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < KG; ++k) {
+      const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + c4 * 4);
+      v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
     }
+    const unsigned owner = unsigned(it % Cluster);
+    ptx::st_cluster_f4(ptx::cluster_map(recv_o + (rank * kItems + it / Cluster) * 16, owner), v);
+  }
+  for (int j = threadIdx.x; j < valid_rows * Cluster; j += Threads) {
+    const int r = j / Cluster;
+    ptx::st_cluster_f32(ptx::cluster_map(recv + (rank * TileM + r) * 4, unsigned(j % Cluster)), sLse[r]);
   }
   ptx::cluster_arrive_release();
-  ptx::cluster_wait();  // every block's partial is written and visible
-  const unsigned base = ptx::smem_u32(smem);
-  const int rank = int(ptx::cluster_rank());
-  for (int it = rank + Cluster * int(threadIdx.x); it < valid_rows * (D / 4); it += Cluster * Threads) {
+  ptx::cluster_wait();                           // every block's share is in its owner's receive area
+  const float* lse_in = smem + recv_offset / 4;  // [Cluster][TileM]
+  const float4* o_in = reinterpret_cast<const float4*>(lse_in + Cluster * TileM);  // [Cluster][kItems]
+  for (int k = threadIdx.x; rank + Cluster * k < items; k += Threads) {
+    const int it = rank + Cluster * k;
     const int r = it / (D / 4), c4 = it % (D / 4);
+    // Two passes, no running rescale: the max M of the Cluster LSEs, then sum_s 2^(lse_s - M) (O_s, 1); a split
+    // whose rows saw no key (LSE -inf) weighs 0.
     float l[Cluster];
-    float v[Cluster][4];
+    float M = ptx::neg_inf();
 #pragma unroll
     for (int s = 0; s < Cluster; ++s) {
-      const unsigned remote = ptx::cluster_map(base, unsigned(s));
-      l[s] = ptx::ld_cluster_f32(remote + (kLseOff + r) * 4);
-      const float4 f = ptx::ld_cluster_f4(remote + (r * LD + c4 * 4) * 4);
-      v[s][0] = f.x, v[s][1] = f.y, v[s][2] = f.z, v[s][3] = f.w;
+      l[s] = lse_in[s * TileM + r];
+      M = fmaxf(M, l[s]);
     }
-    SplitMerge<4> m;
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (M != ptx::neg_inf()) {
 #pragma unroll
-    for (int s = 0; s < Cluster; ++s) m.add(l[s], v[s]);  // a split whose rows saw no key (LSE -inf) is skipped
-    const float lse2 = m.finish();
+      for (int s = 0; s < Cluster; ++s) {
+        const float wgt = l[s] == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l[s] - M);
+        const float4 f = o_in[s * kItems + k];
+        sum += wgt;
+        acc[0] = fmaf(wgt, f.x, acc[0]), acc[1] = fmaf(wgt, f.y, acc[1]);
+        acc[2] = fmaf(wgt, f.z, acc[2]), acc[3] = fmaf(wgt, f.w, acc[3]);
+      }
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] *= inv;
+    const float lse2 = sum > 0.f ? M + __log2f(sum) : ptx::neg_inf();
     if (to_workspace) {
       const long long slot = partial_group(w, p) * (w.grid_splits / Cluster) + w.split / Cluster;
       __stcg(reinterpret_cast<float4*>(p.partial_o + (slot * TileM + r) * D + c4 * 4),
-             make_float4(m.acc[0], m.acc[1], m.acc[2], m.acc[3]));
+             make_float4(acc[0], acc[1], acc[2], acc[3]));
       if (c4 == 0) __stcg(p.partial_lse + slot * TileM + r, lse2);
     } else {
-      store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, m.acc, lse2, c4 == 0);
+      store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, acc, lse2, c4 == 0);
     }
   }
-  ptx::cluster_arrive_release();
-  ptx::cluster_wait();  // no block leaves while another still reads its combine area
 }
 #endif
 
@@ -499,8 +512,8 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
 template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages, int Cluster>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   // ---- preconditions: the family's single validity rule set ----
-  static_assert(invalid_reason(DT, D, Layout, Config{TileM, TileN, Warps, Stages, 0, Cluster},
-                               ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
+  constexpr Config kConfig{TileM, TileN, Warps, Stages, 0, Cluster};
+  static_assert(invalid_reason(DT, D, Layout, kConfig, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_decode variant: see invalid_reason() in decode_config.h");
   constexpr int kThreads = Warps * 32;
   constexpr int RG = TileM / 16;  // row groups: warp w owns rows [16 (w % RG), + 16)
@@ -510,6 +523,11 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 
   const BlockWork w = block_work<TileM, Cluster>(p);
   if (w.splits == 0) return;  // this split (in a cluster: the whole cluster) lies past the end of its sequence
+#if __CUDA_ARCH__ >= 900
+  // A block may write another's shared memory only once that block runs: this arrival, and the wait before the
+  // cluster merge, guarantee it at no cost (every block has long started by then).
+  if constexpr (Cluster > 1) ptx::cluster_arrive_relaxed();
+#endif
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned sQ = ptx::smem_u32(smem_raw);  // [TileM, D] swizzled
@@ -585,7 +603,9 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   if constexpr (Cluster > 1) {
     // Several clusters per row block: one workspace partial per cluster; one cluster: it writes o.
     const int grid_clusters = w.grid_splits / Cluster;
-    cluster_combine<DT, D, TileM, KG, kThreads, Cluster>(p, w, smem, valid_rows, grid_clusters > 1);
+    ptx::cluster_wait();  // the arrival at the start: every block of the cluster runs, its receive area may be written
+    cluster_combine<DT, D, TileM, KG, kThreads, Cluster>(p, w, smem, cluster_recv_offset(kConfig, D), valid_rows,
+                                                         grid_clusters > 1);
     if (grid_clusters > 1)
       count_then_combine<DT, D, TileM, KG, kThreads>(p, w, smem, valid_rows, w.splits / Cluster, grid_clusters);
     return;

@@ -157,9 +157,24 @@ KT_HD constexpr int combine_ld(int head_dim) { return head_dim + 8; }
 KT_HD constexpr int combine_bytes(const Config& c, int head_dim) {
   return (key_groups(c) * c.tile_m * combine_ld(head_dim) + (2 * key_groups(c) + 1) * c.tile_m) * 4;
 }
+/// Cluster merge (cluster > 1): output items (4 columns of one row) each block of the cluster merges; items of the row
+/// block's tile_m x head_dim / 4 are dealt round-robin over the cluster's blocks. 0 without a cluster.
+KT_HD constexpr int cluster_items(const Config& c, int head_dim) {
+  return c.cluster > 1 ? (c.tile_m * head_dim / 4 + c.cluster - 1) / c.cluster : 0;
+}
+/// Offset of a block's receive area for the cluster merge: after the ring (and the combine area, which reuses it).
+KT_HD constexpr int cluster_recv_offset(const Config& c, int head_dim) {
+  return ring_bytes(c, head_dim) > combine_bytes(c, head_dim) ? ring_bytes(c, head_dim) : combine_bytes(c, head_dim);
+}
+/// Bytes of the receive area, into which every block of the cluster writes its partial's share for this block: LSE
+/// [cluster][tile_m] fp32, then O [cluster][cluster_items] float4. 0 without a cluster. A dedicated area: a block
+/// may receive while its own mainloop still uses the ring.
+KT_HD constexpr int cluster_recv_bytes(const Config& c, int head_dim) {
+  return c.cluster > 1 ? c.cluster * (c.tile_m * 4 + cluster_items(c, head_dim) * 16) : 0;
+}
 /// Dynamic shared memory of a block in bytes.
 KT_HD constexpr int smem_bytes(const Config& c, int head_dim) {
-  return ring_bytes(c, head_dim) > combine_bytes(c, head_dim) ? ring_bytes(c, head_dim) : combine_bytes(c, head_dim);
+  return cluster_recv_offset(c, head_dim) + cluster_recv_bytes(c, head_dim);
 }
 /// Fp32 workspace elements for split partials: O then LSE (see DecodeParams::partial_o / partial_lse); 0 without
 /// split.
@@ -224,7 +239,8 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, KvLayout l
   // cp.async K/V tile loads: every thread moves the same number of 16-byte chunks.
   if ((c.tile_n * head_dim / 8) % (32 * c.warps) != 0)
     return "tile_n * head_dim / 8 must be a multiple of the block's threads";
-  // shared memory: the ring + Q tile, and the warps' combine area, must fit the architecture's per-block limit.
+  // shared memory: the ring + Q tile (or the warps' combine area, which reuses it), and a cluster's receive area, must fit
+  // the architecture's per-block limit.
   if (smem_bytes(c, head_dim) > max_smem_per_block(arch.sm)) return "shared memory exceeds the per-block limit";
   // registers: accumulators must leave room under the 255-register cap, or the variant spills.
   if (accumulator_registers(c, head_dim) > 160) return "accumulator registers exceed 160 per thread";

@@ -245,23 +245,14 @@ __device__ __forceinline__ unsigned cluster_map(unsigned addr, unsigned rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
 }
-/// A float4 / float load from another block's shared memory (address from cluster_map).
-__device__ __forceinline__ float4 ld_cluster_f4(unsigned addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ float ld_cluster_f32(unsigned addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
-  return v;
-}
 /// A float4 store into another block's shared memory (address from cluster_map).
 __device__ __forceinline__ void st_cluster_f4(unsigned addr, float4 v) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
+}
+/// A float store into another block's shared memory (address from cluster_map).
+__device__ __forceinline__ void st_cluster_f32(unsigned addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
 /// An asynchronous float4 store into another block's shared memory that completes as 16 bytes of transactions on
 /// that block's mbarrier `bar` (both addresses from cluster_map; PTX ISA, st.async): the receiver waits on its own
