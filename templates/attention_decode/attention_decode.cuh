@@ -78,6 +78,7 @@ struct KvLoader {
   const int* table;  // paged: sequence b's block-table row
   long long k_row, v_row, k_page, v_page;
   int r, ch, page_shift, num_pages;
+  unsigned long long evict_first;  // L2 policy of the copies: K/V are read once, so they replace their own lines
 
   __device__ __forceinline__ KvLoader(const DecodeParams& p, int b, int kvh, int tid) {
     r = tid / kChunks;
@@ -93,6 +94,7 @@ struct KvLoader {
     table = Layout == KvLayout::paged ? p.block_table + b * p.block_table_stride : nullptr;
     page_shift = Layout == KvLayout::paged ? __ffs(p.page_size) - 1 : 0;
     num_pages = p.num_pages;
+    evict_first = ptx::l2_evict_first_if(true).policy;
   }
 
   /// Tokens [n0, n0 + Rows) into the K tile at sK and the V tile at sV (shared addresses). n0 is a multiple of Rows
@@ -118,8 +120,8 @@ struct KvLoader {
       const int row = r + i * kRowsPerPass;
       const bool in = tile_in && n0 + row < end;
       const unsigned dst = swz<D>(row, ch) * 2;
-      ptx::cp_async_16(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u);
-      ptx::cp_async_16(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u);
+      ptx::cp_async_16_hint(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u, evict_first);
+      ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
     }
   }
 
@@ -133,8 +135,8 @@ struct KvLoader {
       const bool in = page >= 0 && page < num_pages;
       const long long off = t & ((1 << page_shift) - 1);
       const unsigned dst = swz<D>(row, ch) * 2;
-      ptx::cp_async_16(sK + dst, in ? k + (long long)page * k_page + off * k_row : k, in ? 16u : 0u);
-      ptx::cp_async_16(sV + dst, in ? v + (long long)page * v_page + off * v_row : v, in ? 16u : 0u);
+      ptx::cp_async_16_hint(sK + dst, in ? k + (long long)page * k_page + off * k_row : k, in ? 16u : 0u, evict_first);
+      ptx::cp_async_16_hint(sV + dst, in ? v + (long long)page * v_page + off * v_row : v, in ? 16u : 0u, evict_first);
     }
   }
 };
@@ -370,6 +372,7 @@ __device__ __forceinline__ void combine_splits(const DecodeParams& p, const Bloc
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < valid_rows; r += Threads / 32) {
     float m = ptx::neg_inf();
+#pragma unroll 1  // unrolled, ptxas keeps many loads in flight and spills in the small sm_80 variants
     for (int s = lane; s < S; s += 32) m = fmaxf(m, __ldcg(p.partial_lse + (grp + s) * TileM + r));
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));

@@ -25,6 +25,12 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, unsigned src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+/// cp_async_16 with an L2 cache policy (createpolicy; PTX ISA "cp.async", .L2::cache_hint).
+__device__ __forceinline__ void cp_async_16_hint(unsigned dst, const void* src, unsigned src_bytes,
+                                                 unsigned long long policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes), "l"(policy));
+}
 /// 32-bit load from a 32-bit shared-window address (ld.shared.u32). Volatile so that the compiler keeps it after the
 /// barrier that published the data (ptxas still schedules it freely).
 __device__ __forceinline__ unsigned lds_u32(unsigned addr) {
