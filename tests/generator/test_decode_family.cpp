@@ -95,6 +95,39 @@ TEST_CASE("attention_decode: invalid_reason names each broken rule", "[generator
   CHECK_THAT(why({16, 128, 4, 3, 0}, 128, parse_arch("sm_86")), Catch::Contains("shared memory"));
 }
 
+TEST_CASE("attention_decode: a cluster's receive area lies past the ring and combine area and holds every item",
+          "[generator]") {
+  const ArchId a90 = parse_arch("sm_90a");
+  int checked = 0;
+  for (const auto& c : config_space())
+    for (int d : {64, 128}) {
+      if (invalid_reason(DType::bf16, d, KvLayout::contiguous, c, a90) != nullptr) continue;
+      INFO("tile_m " << c.tile_m << " tile_n " << c.tile_n << " warps " << c.warps << " stages " << c.stages
+                     << " cluster " << c.cluster << " head_dim " << d);
+      if (c.cluster == 1) {
+        CHECK(cluster_recv_bytes(c, d) == 0);
+        continue;
+      }
+      // Every (row, 4-column) item of the row block has an owner's slot; the area starts past everything the
+      // mainloop and the block merge write, so a block can receive while its mainloop runs.
+      CHECK(cluster_items(c, d) * c.cluster >= c.tile_m * d / 4);
+      CHECK(cluster_recv_offset(c, d) >= ring_bytes(c, d));
+      CHECK(cluster_recv_offset(c, d) >= combine_bytes(c, d));
+      CHECK(cluster_recv_offset(c, d) % 16 == 0);  // float4 slots
+      CHECK(cluster_recv_bytes(c, d) == c.cluster * c.tile_m * 4 + cluster_items(c, d) * c.cluster * 16);
+      CHECK(smem_bytes(c, d) == cluster_recv_offset(c, d) + cluster_recv_bytes(c, d));
+      ++checked;
+    }
+  CHECK(checked > 100);
+  // A ring that fits alone does not with a cluster's receive area: m64 n128 w8 3 stages at head_dim 128 is 208 KB,
+  // plus 32.5 KB to receive from a cluster of 2.
+  Config c{64, 128, 8, 3, 0, 1};
+  CHECK(invalid_reason(DType::bf16, 128, KvLayout::contiguous, c, a90) == nullptr);
+  c.cluster = 2;
+  CHECK_THAT(std::string(invalid_reason(DType::bf16, 128, KvLayout::contiguous, c, a90)),
+             Catch::Contains("shared memory"));
+}
+
 TEST_CASE("attention_decode: pruning keeps valid configs that fit the problem and the GPU", "[generator]") {
   for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
     const ArchId arch = parse_arch(arch_name);
