@@ -21,9 +21,7 @@ using namespace kt;
 namespace {
 
 using kt_test::TempDir;
-}  // namespace
 
-namespace {
 /// The flash_fwd_ws checks of a compiled variant: no spills, and no wgmma that ptxas serialized (C7515, "Potential
 /// Performance Loss": it could not prove the accumulators untouched while a wgmma is in flight, so the overlap
 /// schedule would silently become a sequential one).
