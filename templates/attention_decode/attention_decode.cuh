@@ -68,19 +68,31 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
 /// Per-thread part of the K/V tile loader: each thread moves 16-byte chunk `ch` of rows r, r + kRowsPerPass, ... of
 /// a [Rows, D] K tile and V tile. Rows whose token is at or past `end` (or, paged, whose page lies outside
 /// [0, num_pages)) are zero-filled without a read.
+///
+/// Paged: the block-table entries reach the copies through registers, not through a load on each tile's copy path.
+/// The entries of a window of 32 consecutive pages [32 win, 32 win + 32) of the sequence's table row lie one per lane
+/// (`cur`), and the next window's (`nxt`) are read when a window becomes current, 32 pages before any copy needs them;
+/// a copy takes its page from its warp's lane by shuffle. Tiles start at multiples of Rows (a power of two) and a
+/// tile spans at most 32 pages (Rows <= 32 x the smallest page size), so a tile's pages lie in one window. Entries
+/// past the table row (kv_capacity / page_size entries) are not read.
 template <KvLayout Layout, int D, int Threads, int Rows>
 struct KvLoader {
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = Threads / kChunks;
+  static constexpr int kWindow = 32;  // block-table entries per window: one per lane
   static_assert(Threads % kChunks == 0 && Rows % kRowsPerPass == 0, "K/V chunks must divide evenly over the threads");
+  static_assert(Rows <= kWindow * 16, "a tile spans at most one window of the smallest pages (16 tokens)");
   const unsigned short* k;  // chunk ch of head kvh in token 0 (contiguous: of sequence b; paged: of page 0)
   const unsigned short* v;
   const int* table;  // paged: sequence b's block-table row
   long long k_row, v_row, k_page, v_page;
-  int r, ch, page_shift, num_pages;
+  int r, ch, page_shift, num_pages, table_pages;
+  int win = 0;           // paged: the window whose entries `cur` holds
+  int cur = 0, nxt = 0;  // paged: this lane's entry of window win and of window win + 1 (-1 past the table row)
   unsigned long long evict_first;  // L2 policy of the copies: K/V are read once, so they replace their own lines
 
-  __device__ __forceinline__ KvLoader(const DecodeParams& p, int b, int kvh, int tid) {
+  /// first_key: the first token the block loads (its window is read here).
+  __device__ __forceinline__ KvLoader(const DecodeParams& p, int b, int kvh, int tid, int first_key) {
     r = tid / kChunks;
     ch = tid % kChunks;
     k_row = p.k_row_stride;
@@ -94,44 +106,93 @@ struct KvLoader {
     table = Layout == KvLayout::paged ? p.block_table + b * p.block_table_stride : nullptr;
     page_shift = Layout == KvLayout::paged ? __ffs(p.page_size) - 1 : 0;
     num_pages = p.num_pages;
+    table_pages = Layout == KvLayout::paged ? p.kv_capacity >> page_shift : 0;
     evict_first = ptx::l2_evict_first_if(true).policy;
+    if (Layout == KvLayout::paged) {
+      win = (first_key >> page_shift) / kWindow;
+      cur = window_entry(win);
+      nxt = window_entry(win + 1);
+    }
   }
+
+  /// This lane's block-table entry of window wi (-1 past the table row).
+  __device__ __forceinline__ int window_entry(int wi) const {
+    const int page = wi * kWindow + threadIdx.x % 32;
+    return page < table_pages ? __ldg(table + page) : -1;
+  }
+
+  /// Makes the window of page index `pi` current (block-uniform: every lane of the warp calls it with the same pi).
+  /// Windows advance in order, so the next one is already in registers; a jump (not taken by the kernel's monotone
+  /// tiles) reads both.
+  __device__ __forceinline__ void to_window(int pi) {
+    const int wi = pi / kWindow;
+    if (wi == win) return;
+    cur = wi == win + 1 ? nxt : window_entry(wi);
+    nxt = window_entry(wi + 1);
+    win = wi;
+  }
+
+  /// The block-table entry of page index pi of the current window (every lane of the warp calls it).
+  __device__ __forceinline__ int page_of(int pi) const { return __shfl_sync(0xffffffffu, cur, pi % kWindow); }
 
   /// Tokens [n0, n0 + Rows) into the K tile at sK and the V tile at sV (shared addresses). n0 is a multiple of Rows
-  /// (a power of two), so with page_size >= Rows the tile lies in one page: one block-table read per tile.
-  __device__ __forceinline__ void load(unsigned sK, unsigned sV, int n0, int end) const {
-    if (Layout == KvLayout::paged && (1 << page_shift) < Rows) {
-      load_rows(sK, sV, n0, end);
-      return;
+  /// (a power of two), so with page_size >= Rows the tile lies in one page (one block-table entry per tile), and with
+  /// 64 <= page_size < Rows each 64-row piece lies in one page.
+  __device__ __forceinline__ void load(unsigned sK, unsigned sV, int n0, int end) {
+    if constexpr (Layout == KvLayout::paged) {
+      to_window(n0 >> page_shift);
+      if constexpr (Rows > 64) {
+        if ((1 << page_shift) < Rows) {
+          if ((1 << page_shift) >= 64) load_pieces<64>(sK, sV, n0, end);
+          else load_rows(sK, sV, n0, end);
+          return;
+        }
+      } else if ((1 << page_shift) < Rows) {
+        load_rows(sK, sV, n0, end);
+        return;
+      }
     }
-    bool tile_in = true;
-    long long ko = (long long)(n0 + r) * k_row, vo = (long long)(n0 + r) * v_row;
-    if (Layout == KvLayout::paged) {
-      const int page = __ldg(table + (n0 >> page_shift));
-      tile_in = page >= 0 && page < num_pages;
-      const int off = (n0 & ((1 << page_shift) - 1)) + r;
-      ko = (long long)page * k_page + (long long)off * k_row;
-      vo = (long long)page * v_page + (long long)off * v_row;
-    }
-    const unsigned short* ks = k + ko;
-    const unsigned short* vs = v + vo;
+    load_pieces<Rows>(sK, sV, n0, end);
+  }
+
+  /// load() in pieces of Piece rows (a power of two), each piece contiguous in the cache (paged: within one page):
+  /// one address per piece, the piece's rows at constant strides from it.
+  template <int Piece>
+  __device__ __forceinline__ void load_pieces(unsigned sK, unsigned sV, int n0, int end) const {
+    static_assert(Rows % Piece == 0 && Piece % kRowsPerPass == 0, "pieces of whole passes");
 #pragma unroll
-    for (int i = 0; i < Rows / kRowsPerPass; ++i) {
-      const int row = r + i * kRowsPerPass;
-      const bool in = tile_in && n0 + row < end;
-      const unsigned dst = swz<D>(row, ch) * 2;
-      ptx::cp_async_16_hint(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u, evict_first);
-      ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
+    for (int q = 0; q < Rows / Piece; ++q) {
+      const int nq = n0 + q * Piece;
+      bool piece_in = true;
+      long long ko = (long long)(nq + r) * k_row, vo = (long long)(nq + r) * v_row;
+      if (Layout == KvLayout::paged) {
+        const int page = page_of(nq >> page_shift);
+        piece_in = page >= 0 && page < num_pages;
+        const int off = (nq & ((1 << page_shift) - 1)) + r;
+        ko = (long long)page * k_page + (long long)off * k_row;
+        vo = (long long)page * v_page + (long long)off * v_row;
+      }
+      const unsigned short* ks = k + ko;
+      const unsigned short* vs = v + vo;
+#pragma unroll
+      for (int i = 0; i < Piece / kRowsPerPass; ++i) {
+        const int row = r + i * kRowsPerPass;
+        const bool in = piece_in && nq + row < end;
+        const unsigned dst = swz<D>(q * Piece + row, ch) * 2;
+        ptx::cp_async_16_hint(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u, evict_first);
+        ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
+      }
     }
   }
 
-  /// load() for pages smaller than the tile: each row through its own block-table entry.
+  /// load() for pages smaller than the tile and than 64 rows: each row through its own block-table entry.
   __device__ __forceinline__ void load_rows(unsigned sK, unsigned sV, int n0, int end) const {
 #pragma unroll
     for (int i = 0; i < Rows / kRowsPerPass; ++i) {
       const int row = r + i * kRowsPerPass;
       const int t = n0 + row;
-      const int page = t < end ? __ldg(table + (t >> page_shift)) : -1;
+      const int entry = page_of(t >> page_shift);  // every lane shuffles, whether or not its row is in range
+      const int page = t < end ? entry : -1;
       const bool in = page >= 0 && page < num_pages;
       const long long off = t & ((1 << page_shift) - 1);
       const unsigned dst = swz<D>(row, ch) * 2;
@@ -559,7 +620,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 
   const int n_tiles = (w.key_end - w.key0 + TileN - 1) / TileN;
   if (n_tiles > 0) {
-    const KvLoader<Layout, D, kThreads, TileN> loader(p, w.b, w.kvh, tid);
+    KvLoader<Layout, D, kThreads, TileN> loader(p, w.b, w.kvh, tid, w.key0);
     // ---- prologue: Q with tile 0, then tiles 1 .. Stages-2: one cp.async group per tile ----
     load_q<D, TileM, kThreads>(p, w, sQ, tid);
 #pragma unroll
