@@ -511,6 +511,10 @@ void check_args(const Problem& p, const DecodeParams& a) {
     if (a.kv_capacity > a.block_table_stride * p.page_size)
       fail("kv_capacity " + std::to_string(a.kv_capacity) + " exceeds the block table's " +
            std::to_string(a.block_table_stride) + " pages of " + std::to_string(p.page_size) + " tokens");
+    // The kernel reads a sequence's block-table row up to kv_capacity / page_size entries (its table window).
+    if (a.kv_capacity % p.page_size != 0)
+      fail("kv_capacity " + std::to_string(a.kv_capacity) + " must be a whole number of pages (max_pages_per_seq x " +
+           "page_size " + std::to_string(p.page_size) + ")");
   }
   if (!(a.softmax_scale > 0.f) || !std::isfinite(a.softmax_scale)) fail("softmax_scale must be positive and finite");
 }

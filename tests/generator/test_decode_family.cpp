@@ -563,6 +563,9 @@ TEST_CASE("attention_decode: check_params rejects bad arguments naming them", "[
   a.kv_capacity = a.block_table_stride * p.page_size + 1;
   fails_with(a, "exceeds the block table's");
   a = bound();
+  a.kv_capacity = a.block_table_stride * p.page_size - 1;
+  fails_with(a, "must be a whole number of pages");
+  a = bound();
   a.softmax_scale = -1.f;
   fails_with(a, "softmax_scale");
   a = fake_params(p);  // bind_config not applied: the arguments are fine, the config's part is missing
