@@ -139,16 +139,13 @@ struct KvLoader {
   /// (a power of two), so with page_size >= Rows the tile lies in one page (one block-table entry per tile), and with
   /// 64 <= page_size < Rows each 64-row piece lies in one page.
   __device__ __forceinline__ void load(unsigned sK, unsigned sV, int n0, int end) {
+    constexpr int kPiece = Rows > 64 ? 64 : Rows;  // the pieces of a tile that spans pages of 64 or more tokens
     if constexpr (Layout == KvLayout::paged) {
       to_window(n0 >> page_shift);
-      if constexpr (Rows > 64) {
-        if ((1 << page_shift) < Rows) {
-          if ((1 << page_shift) >= 64) load_pieces<64>(sK, sV, n0, end);
-          else load_rows(sK, sV, n0, end);
-          return;
-        }
-      } else if ((1 << page_shift) < Rows) {
-        load_rows(sK, sV, n0, end);
+      const int page_size = 1 << page_shift;
+      if (page_size < Rows) {
+        if (kPiece < Rows && page_size >= kPiece) load_pieces<kPiece>(sK, sV, n0, end);
+        else load_rows(sK, sV, n0, end);
         return;
       }
     }
