@@ -340,7 +340,8 @@ bool same_config(const Config& a, const Config& b) {
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
-  s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << layout_name(p.kv_layout) << "__m"
+  s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << layout_name(p.kv_layout)
+    << (p.kv_layout == KvLayout::paged ? std::to_string(p.page_size) : std::string()) << "__m"
     << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk
     << (c.cluster > 1 ? "_cl" + std::to_string(c.cluster) : std::string()) << "__" << arch_name(arch);
   return s.str();
@@ -350,7 +351,8 @@ std::string name_expression(const Problem& p, const Config& c) {
   std::ostringstream s;
   s << (c.cluster > 1 ? "kt::decode::attention_decode_cluster<kt::DType::" : "kt::decode::attention_decode<kt::DType::")
     << (p.dtype == DType::f16 ? "f16" : "bf16") << ", " << p.head_dim
-    << ", kt::decode::KvLayout::" << layout_name(p.kv_layout) << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps
+    << ", kt::decode::KvLayout::" << layout_name(p.kv_layout) << ", "
+    << (p.kv_layout == KvLayout::paged ? p.page_size : 0) << ", " << c.tile_m << ", " << c.tile_n << ", " << c.warps
     << ", " << c.stages;
   if (c.cluster > 1) s << ", " << c.cluster;
   s << ">";

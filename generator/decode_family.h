@@ -18,10 +18,6 @@ namespace decode {
 
 constexpr const char* kFamily = "attention_decode";
 
-/// Page sizes the paged layout supports (tokens per page; powers of two).
-constexpr int kMinPageSize = 16;
-constexpr int kMaxPageSize = 256;
-
 /// Result-defining key of one decode call (the database key). Tensors as in DecodeParams:
 /// q [batch, q_len, num_heads, head_dim]; K/V cache contiguous [batch, S_max, num_kv_heads, head_dim] or paged
 /// [num_pages, page_size, num_kv_heads, head_dim] + block table [batch, max_pages_per_seq]; seqlens_k [batch];
@@ -92,14 +88,15 @@ Config default_config(ArchId arch, const Problem& p);
 
 bool same_config(const Config& a, const Config& b);
 
-/// "attention_decode__bf16_d128_paged__m16_n64_w4_s4_c512__sm_90a": the kernel class (dtype, head_dim, layout),
-/// then every config field in declaration order (c0 = no split; "_cl<n>" for a cluster of n, absent for 1), then the
-/// arch. Not in the name: batch, q_len,
-/// heads, kv_len, page_size and causal, run-time arguments of one binary.
+/// "attention_decode__bf16_d128_paged64__m16_n64_w4_s4_c512__sm_90a": the kernel class (dtype, head_dim, layout with
+/// the page size: "contiguous" or "paged<page_size>"), then every config field in declaration order (c0 = no split;
+/// "_cl<n>" for a cluster of n, absent for 1), then the arch. Not in the name: batch, q_len, heads, kv_len and causal,
+/// run-time arguments of one binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
-/// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 4>", or for a cluster
-/// config "kt::decode::attention_decode_cluster<..., 16, 64, 4, 4, 8>" (the cluster size is compiled in). kv_chunk
+/// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 4>" (dtype,
+/// head_dim, layout, page size (0 for contiguous), tile_m, tile_n, warps, stages), or for a cluster config
+/// "kt::decode::attention_decode_cluster<..., 16, 64, 4, 4, 8>" (the cluster size is compiled in). kv_chunk
 /// is a run-time argument (DecodeParams::kv_chunk, set by bind_config) and gridDim.x the split count, so configs
 /// that differ only in kv_chunk share one binary.
 std::string name_expression(const Problem& p, const Config& c);

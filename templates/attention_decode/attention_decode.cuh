@@ -69,24 +69,27 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
 /// a [Rows, D] K tile and V tile. Rows whose token is at or past `end` (or, paged, whose page lies outside
 /// [0, num_pages)) are zero-filled without a read.
 ///
-/// Paged: the block-table entries reach the copies through registers, not through a load on each tile's copy path.
-/// The entries of a window of 32 consecutive pages [32 win, 32 win + 32) of the sequence's table row lie one per lane
-/// (`cur`), and the next window's (`nxt`) are read when a window becomes current, 32 pages before any copy needs them;
-/// a copy takes its page from its warp's lane by shuffle. Tiles start at multiples of Rows (a power of two) and a
-/// tile spans at most 32 pages (Rows <= 32 x the smallest page size), so a tile's pages lie in one window. Entries
-/// past the table row (kv_capacity / page_size entries) are not read.
-template <KvLayout Layout, int D, int Threads, int Rows>
+/// Paged: the page size is a compile-time constant (PageSize tokens, part of the kernel class), so a tile's split into
+/// pages and each token's page index and row are shifts and masks fixed at compile time. The block-table entries reach
+/// the copies through registers, not through a load on each tile's copy path. The entries of a window of 32
+/// consecutive pages [32 win, 32 win + 32) of the sequence's table row lie one per lane (`cur`), and the next window's
+/// (`nxt`) are read when a window becomes current, 32 pages before any copy needs them; a copy takes its page from its
+/// warp's lane by shuffle. Tiles start at multiples of Rows (a power of two) and a tile spans at most 32 pages
+/// (Rows <= 32 x PageSize), so a tile's pages lie in one window. Entries past the table row (kv_capacity / PageSize
+/// entries) are not read.
+template <KvLayout Layout, int PageSize, int D, int Threads, int Rows>
 struct KvLoader {
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = Threads / kChunks;
   static constexpr int kWindow = 32;  // block-table entries per window: one per lane
+  static constexpr int kPageShift = Layout == KvLayout::paged ? log2_pow2(PageSize) : 0;
   static_assert(Threads % kChunks == 0 && Rows % kRowsPerPass == 0, "K/V chunks must divide evenly over the threads");
-  static_assert(Rows <= kWindow * 16, "a tile spans at most one window of the smallest pages (16 tokens)");
+  static_assert(Layout != KvLayout::paged || Rows <= kWindow * PageSize, "a tile spans at most one window of pages");
   const unsigned short* k;  // chunk ch of head kvh in token 0 (contiguous: of sequence b; paged: of page 0)
   const unsigned short* v;
   const int* table;  // paged: sequence b's block-table row
   long long k_row, v_row, k_page, v_page;
-  int r, ch, page_shift, num_pages, table_pages;
+  int r, ch, num_pages, table_pages;
   int win = 0;           // paged: the window whose entries `cur` holds
   int cur = 0, nxt = 0;  // paged: this lane's entry of window win and of window win + 1 (-1 past the table row)
   unsigned long long evict_first;  // L2 policy of the copies: K/V are read once, so they replace their own lines
@@ -104,12 +107,11 @@ struct KvLoader {
     k_page = p.k_page_stride;
     v_page = p.v_page_stride;
     table = Layout == KvLayout::paged ? p.block_table + b * p.block_table_stride : nullptr;
-    page_shift = Layout == KvLayout::paged ? __ffs(p.page_size) - 1 : 0;
     num_pages = p.num_pages;
-    table_pages = Layout == KvLayout::paged ? p.kv_capacity >> page_shift : 0;
+    table_pages = Layout == KvLayout::paged ? p.kv_capacity >> kPageShift : 0;
     evict_first = ptx::l2_evict_first_if(true).policy;
     if (Layout == KvLayout::paged) {
-      win = (first_key >> page_shift) / kWindow;
+      win = (first_key >> kPageShift) / kWindow;
       cur = window_entry(win);
       nxt = window_entry(win + 1);
     }
@@ -136,15 +138,14 @@ struct KvLoader {
   __device__ __forceinline__ int page_of(int pi) const { return __shfl_sync(0xffffffffu, cur, pi % kWindow); }
 
   /// Tokens [n0, n0 + Rows) into the K tile at sK and the V tile at sV (shared addresses). n0 is a multiple of Rows
-  /// (a power of two), so with page_size >= Rows the tile lies in one page (one block-table entry per tile), and with
-  /// 64 <= page_size < Rows each 64-row piece lies in one page.
+  /// (a power of two), so with PageSize >= Rows the tile lies in one page (one block-table entry per tile), and with
+  /// PageSize < Rows each PageSize-row piece lies in one page: a piece per page where a page holds whole passes of
+  /// the threads' rows, otherwise a block-table entry per row.
   __device__ __forceinline__ void load(unsigned sK, unsigned sV, int n0, int end) {
-    constexpr int kPiece = Rows > 64 ? 64 : Rows;  // the pieces of a tile that spans pages of 64 or more tokens
     if constexpr (Layout == KvLayout::paged) {
-      to_window(n0 >> page_shift);
-      const int page_size = 1 << page_shift;
-      if (page_size < Rows) {
-        if (kPiece < Rows && page_size >= kPiece) load_pieces<kPiece>(sK, sV, n0, end);
+      to_window(n0 >> kPageShift);
+      if constexpr (PageSize < Rows) {
+        if constexpr (PageSize % kRowsPerPass == 0) load_pieces<PageSize>(sK, sV, n0, end);
         else load_rows(sK, sV, n0, end);
         return;
       }
@@ -163,9 +164,9 @@ struct KvLoader {
       bool piece_in = true;
       long long ko = (long long)(nq + r) * k_row, vo = (long long)(nq + r) * v_row;
       if (Layout == KvLayout::paged) {
-        const int page = page_of(nq >> page_shift);
+        const int page = page_of(nq >> kPageShift);
         piece_in = page >= 0 && page < num_pages;
-        const int off = (nq & ((1 << page_shift) - 1)) + r;
+        const int off = (nq & (PageSize - 1)) + r;
         ko = (long long)page * k_page + (long long)off * k_row;
         vo = (long long)page * v_page + (long long)off * v_row;
       }
@@ -182,16 +183,17 @@ struct KvLoader {
     }
   }
 
-  /// load() for pages smaller than the tile and than 64 rows: each row through its own block-table entry.
+  /// load() for pages smaller than the tile and than one pass of the threads' rows: each row through its own
+  /// block-table entry.
   __device__ __forceinline__ void load_rows(unsigned sK, unsigned sV, int n0, int end) const {
 #pragma unroll
     for (int i = 0; i < Rows / kRowsPerPass; ++i) {
       const int row = r + i * kRowsPerPass;
       const int t = n0 + row;
-      const int entry = page_of(t >> page_shift);  // every lane shuffles, whether or not its row is in range
+      const int entry = page_of(t >> kPageShift);  // every lane shuffles, whether or not its row is in range
       const int page = t < end ? entry : -1;
       const bool in = page >= 0 && page < num_pages;
-      const long long off = t & ((1 << page_shift) - 1);
+      const long long off = t & (PageSize - 1);
       const unsigned dst = swz<D>(row, ch) * 2;
       ptx::cp_async_16_hint(sK + dst, in ? k + (long long)page * k_page + off * k_row : k, in ? 16u : 0u, evict_first);
       ptx::cp_async_16_hint(sV + dst, in ? v + (long long)page * v_page + off * v_row : v, in ? 16u : 0u, evict_first);
@@ -570,12 +572,17 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
 
 /// The kernel body; Cluster > 1: the row block's split blocks are one thread-block cluster and merge through
 /// distributed shared memory (cluster_combine) instead of the workspace.
-template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages, int Cluster>
+template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages, int Cluster>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   // ---- preconditions: the family's single validity rule set ----
   constexpr Config kConfig{TileM, TileN, Warps, Stages, 0, Cluster};
   static_assert(invalid_reason(DT, D, Layout, kConfig, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_decode variant: see invalid_reason() in decode_config.h");
+  static_assert(invalid_page_size(Layout, PageSize) == nullptr,
+                "invalid attention_decode page size: see invalid_page_size() in decode_config.h");
+  // The cache's pages must be the kernel's (the host checks it too, check_params): another size would address the
+  // wrong rows, so the kernel stops instead.
+  if (Layout == KvLayout::paged && p.page_size != PageSize) __trap();
   constexpr int kThreads = Warps * 32;
   constexpr int RG = TileM / 16;  // row groups: warp w owns rows [16 (w % RG), + 16)
   constexpr int KG = Warps / RG;  // key groups: warp w owns keys [WK (w / RG), + WK) of every tile
@@ -617,7 +624,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 
   const int n_tiles = (w.key_end - w.key0 + TileN - 1) / TileN;
   if (n_tiles > 0) {
-    KvLoader<Layout, D, kThreads, TileN> loader(p, w.b, w.kvh, tid, w.key0);
+    KvLoader<Layout, PageSize, D, kThreads, TileN> loader(p, w.b, w.kvh, tid, w.key0);
     // ---- prologue: Q with tile 0, then tiles 1 .. Stages-2: one cp.async group per tile ----
     load_q<D, TileM, kThreads>(p, w, sQ, tid);
 #pragma unroll
@@ -697,17 +704,17 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 }
 
 /// Split-KV decode whose splits merge through the workspace (Config::cluster 1).
-template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages>
+template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages>
 __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParams p) {
-  decode_body<DT, D, Layout, TileM, TileN, Warps, Stages, 1>(p);
+  decode_body<DT, D, Layout, PageSize, TileM, TileN, Warps, Stages, 1>(p);
 }
 
 #if __CUDA_ARCH__ >= 900
 /// Split-KV decode whose Cluster split blocks of a row block merge in distributed shared memory (sm_90).
-template <DType DT, int D, KvLayout Layout, int TileM, int TileN, int Warps, int Stages, int Cluster>
+template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages, int Cluster>
 __global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(Warps * 32)
     attention_decode_cluster(const DecodeParams p) {
-  decode_body<DT, D, Layout, TileM, TileN, Warps, Stages, Cluster>(p);
+  decode_body<DT, D, Layout, PageSize, TileM, TileN, Warps, Stages, Cluster>(p);
 }
 #endif
 

@@ -4,7 +4,7 @@
 // Split of the family's parameters (ARCHITECTURE.md, "A kernel family"):
 //  * Problem (result-defining, host side, generator/decode_family.h): dtype, batch, q_len, num_heads,
 //    num_kv_heads, head_dim, kv_len, kv_layout, page_size, causal. The kernel is compiled for (dtype, head_dim,
-//    kv_layout) and the config; everything else is a run-time argument (DecodeParams).
+//    kv_layout, page_size) and the config; everything else is a run-time argument (DecodeParams).
 //  * Config (speed-only knobs): tile_m, tile_n, warps, stages, kv_chunk.
 // invalid_reason() is the single source of truth for which (class, config, arch) are valid: the generator prunes
 // with it and attention_decode.cuh static_asserts it.
@@ -86,7 +86,7 @@ struct DecodeParams {
   int batch, q_len, num_heads, num_kv_heads;
   int kv_len;           ///< the length the grid is sized for (splits = ceil(kv_len / kv_chunk)); host value
   int kv_capacity;      ///< tokens a sequence may hold: S_max (contiguous) or max_pages_per_seq * page_size (paged)
-  int page_size;        ///< tokens per page, a power of two 16..256 (paged); 0 for contiguous
+  int page_size;        ///< tokens per page (paged; the kernel's compiled page size, or it traps); 0 for contiguous
   int causal;           ///< 1: new tokens causal among themselves (see above); 0: every row sees the whole sequence
   float softmax_scale;  ///< multiplies Q K^T before the softmax (default 1/sqrt(head_dim))
   float scale_log2;     ///< softmax_scale * log2(e): the kernel works with exp2
@@ -105,6 +105,23 @@ struct DecodeParams {
   /// on one stream, or otherwise ordered).
   unsigned* counters;
 };
+
+/// Page sizes the paged layout supports (tokens per page; powers of two).
+constexpr int kMinPageSize = 16;
+constexpr int kMaxPageSize = 256;
+
+/// log2 of a power of two (compile-time shifts for the page size).
+KT_HD constexpr int log2_pow2(int x) { return x <= 1 ? 0 : 1 + log2_pow2(x / 2); }
+
+/// nullptr if page_size suits the layout, otherwise the rule it breaks. The page size is part of the kernel class
+/// (attention_decode.cuh compiles it in and static_asserts this function): 0 for a contiguous cache; a power of two
+/// kMinPageSize..kMaxPageSize tokens for a paged one.
+KT_HD constexpr const char* invalid_page_size(KvLayout layout, int page_size) {
+  if (layout == KvLayout::contiguous) return page_size == 0 ? nullptr : "page_size must be 0 for a contiguous cache";
+  if (page_size < kMinPageSize || page_size > kMaxPageSize || (page_size & (page_size - 1)) != 0)
+    return "page_size must be 16, 32, 64, 128 or 256 for a paged cache";
+  return nullptr;
+}
 
 /// Largest q_len (speculative / multi-token decode) the family supports.
 constexpr int kMaxQLen = 16;

@@ -329,37 +329,56 @@ TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the bina
   const ArchId arch = parse_arch("sm_90a");
   const Problem p = qwen();
   const Config c{16, 64, 4, 3, 512};
-  CHECK(variant_name(p, c, arch) == "attention_decode__bf16_d128_paged__m16_n64_w4_s3_c512__sm_90a");
+  CHECK(variant_name(p, c, arch) == "attention_decode__bf16_d128_paged64__m16_n64_w4_s3_c512__sm_90a");
   CHECK(name_expression(p, c) ==
-        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 3>");
+        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 3>");
   Config c0 = c;
   c0.kv_chunk = 0;
   CHECK(name_expression(p, c0) == name_expression(p, c));
   CHECK(variant_name(p, c0, arch) != variant_name(p, c, arch));
-  // Batch, q_len, heads, kv_len, page size and causal are run-time arguments of one binary.
+  // Batch, q_len, heads, kv_len and causal are run-time arguments of one binary.
   Problem other = qwen(3, 100, KvLayout::paged, 5);
-  other.page_size = 16;
   other.causal = false;
   other.num_heads = 8;
   other.num_kv_heads = 8;
   CHECK(variant_name(other, c, arch) == variant_name(p, c, arch));
+  CHECK(name_expression(other, c) == name_expression(p, c));
+  // The page size is compiled in: another page size is another kernel.
+  other.page_size = 16;
+  CHECK(variant_name(other, c, arch) == "attention_decode__bf16_d128_paged16__m16_n64_w4_s3_c512__sm_90a");
+  CHECK(name_expression(other, c) ==
+        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 16, 64, 4, 3>");
   Problem contig = qwen(16, 4096, KvLayout::contiguous);
-  CHECK(name_expression(contig, c).find("KvLayout::contiguous") != std::string::npos);
+  CHECK(name_expression(contig, c) ==
+        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::contiguous, 0, 16, 64, 4, 3>");
+  CHECK(variant_name(contig, c, arch) == "attention_decode__bf16_d128_contiguous__m16_n64_w4_s3_c512__sm_90a");
   // Every config of the space has its own name.
   std::set<std::string> names;
   for (const auto& x : config_space()) names.insert(variant_name(p, x, arch));
   CHECK(names.size() == config_space().size());
   const std::regex re(
-      "attention_decode__(bf16|fp16)_d(64|128)_(paged|contiguous)__m\\d+_n\\d+_w\\d_s\\d_c\\d+__sm_\\d+a?");
+      "attention_decode__(bf16|fp16)_d(64|128)_(paged(16|32|64|128|256)|contiguous)__m\\d+_n\\d+_w\\d_s\\d_c\\d+__sm_"
+      "\\d+a?");
   CHECK(std::regex_match(variant_name(p, c, arch), re));
+  CHECK(std::regex_match(variant_name(contig, c, arch), re));
   // A cluster config: its own kernel (the cluster dims are compiled in), "_cl<n>" in the name.
   const Config cl{16, 64, 4, 3, 0, 4};
-  CHECK(variant_name(p, cl, arch) == "attention_decode__bf16_d128_paged__m16_n64_w4_s3_c0_cl4__sm_90a");
+  CHECK(variant_name(p, cl, arch) == "attention_decode__bf16_d128_paged64__m16_n64_w4_s3_c0_cl4__sm_90a");
   CHECK(name_expression(p, cl) ==
-        "kt::decode::attention_decode_cluster<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 64, 4, 3, 4>");
+        "kt::decode::attention_decode_cluster<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 3, 4>");
   const KernelSource k = kernel_source(p, c, arch);
   CHECK(k.source.find("attention_decode/attention_decode.cuh") != std::string::npos);
   CHECK(k.dynamic_smem_bytes == unsigned(smem_bytes(c, 128)));
+}
+
+TEST_CASE("attention_decode: invalid_page_size accepts exactly the layouts' page sizes", "[generator]") {
+  CHECK(invalid_page_size(KvLayout::contiguous, 0) == nullptr);
+  CHECK(invalid_page_size(KvLayout::contiguous, 64) != nullptr);
+  for (int ps : {16, 32, 64, 128, 256}) CHECK(invalid_page_size(KvLayout::paged, ps) == nullptr);
+  for (int ps : {0, 8, 48, 96, 512}) CHECK(invalid_page_size(KvLayout::paged, ps) != nullptr);
+  CHECK(log2_pow2(16) == 4);
+  CHECK(log2_pow2(256) == 8);
+  CHECK(log2_pow2(1) == 0);
 }
 
 TEST_CASE("attention_decode: problem and config JSON round trip; bad JSON names the field", "[generator]") {

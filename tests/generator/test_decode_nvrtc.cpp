@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <iostream>
+#include <iterator>
 #include <set>
 
 #include "generator/arch.h"
@@ -13,7 +14,7 @@ using namespace kt;
 using namespace kt::decode;
 
 namespace {
-Problem decode_problem(DType dt, int d, KvLayout layout) {
+Problem decode_problem(DType dt, int d, KvLayout layout, int page_size = 64) {
   Problem p;
   p.dtype = dt;
   p.batch = 16;
@@ -23,11 +24,12 @@ Problem decode_problem(DType dt, int d, KvLayout layout) {
   p.head_dim = d;
   p.kv_len = 4096;
   p.kv_layout = layout;
-  p.page_size = layout == KvLayout::paged ? 64 : 0;
+  p.page_size = layout == KvLayout::paged ? page_size : 0;
   return p;
 }
 
-/// Variants spanning every axis value (tile_m, tile_n, warps, stages, cluster) and both layouts, dtypes and head dims.
+/// Variants spanning every axis value (tile_m, tile_n, warps, stages, cluster) and both layouts, dtypes and head dims;
+/// paged ones over pages of 16, 64 and 256 tokens in turn (the compiled page size picks the tile's load path).
 std::vector<KernelSource> sample_sources(ArchId arch) {
   std::vector<KernelSource> out;
   std::set<std::string> seen;
@@ -37,8 +39,9 @@ std::vector<KernelSource> sample_sources(ArchId arch) {
   for (DType dt : {DType::bf16, DType::f16})
     for (int d : {64, 128})
       for (KvLayout l : {KvLayout::contiguous, KvLayout::paged})
-        for (const Config& c : configs) {
-          const Problem p = decode_problem(dt, d, l);
+        for (size_t i = 0; i < std::size(configs); ++i) {
+          const Config& c = configs[i];
+          const Problem p = decode_problem(dt, d, l, 16 << (2 * (i % 3)));
           if (invalid_reason(p.dtype, d, l, c, arch) != nullptr) continue;
           auto s = kernel_source(p, c, arch);
           if (seen.insert(s.name_expression).second) out.push_back(s);

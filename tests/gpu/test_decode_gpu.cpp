@@ -320,35 +320,41 @@ std::vector<Config> every_variant(const Problem& cls, ArchId arch) {
   return out;
 }
 
-/// The edge cases for one kernel class: kv lengths 1, 17, 4097, a page boundary crossed by one token, ragged
-/// lengths with 0 and the maximum, shuffled block tables, q_len 1 / 2 / 5 / 16, GQA ratios 1 / 4 / 7 / 8 / 32, a
-/// sequence longer than the grid's sizing length, causal and not.
-std::vector<Case> edge_cases(DType dt, int d, KvLayout layout) {
+/// The edge cases for one kernel class (paged: page_size tokens per page, compiled into the kernel): kv lengths
+/// 1, 17, 4097, a page boundary crossed by one token (17 over pages of 16, 65 over 64, 257 over 256), ragged lengths
+/// with 0 and the maximum, shuffled block tables, q_len 1 / 2 / 5 / 16, GQA ratios 1 / 4 / 7 / 8 / 32, a sequence
+/// longer than the grid's sizing length, causal and not.
+std::vector<Case> edge_cases(DType dt, int d, KvLayout layout, int page_size) {
   const KvLayout L = layout;
+  const int P = page_size;
   std::vector<Case> cs;
-  cs.push_back({make(dt, 3, 1, 8, 8, d, 17, L, 16), {1, 17, 0}, 17});
-  cs.push_back({make(dt, 2, 5, 28, 4, d, 4097, L, 64), {4097, 65}, 4097});
-  cs.push_back({make(dt, 4, 16, 32, 1, d, 300, L, 32), {0, 33, 300, 129}, 320});
-  cs.push_back({make(dt, 2, 2, 32, 4, d, 512, L, 256, false), {257, 1000}, 1024});  // 1000 > kv_len 512
-  cs.push_back({make(dt, 5, 1, 16, 4, d, 2048, L, 128), {2048, 1, 17, 0, 129}, 2048});
+  cs.push_back({make(dt, 3, 1, 8, 8, d, 17, L, P), {1, 17, 0}, 17});
+  cs.push_back({make(dt, 2, 5, 28, 4, d, 4097, L, P), {4097, 65}, 4097});
+  cs.push_back({make(dt, 4, 16, 32, 1, d, 300, L, P), {0, 33, 300, 129}, 320});
+  cs.push_back({make(dt, 2, 2, 32, 4, d, 512, L, P, false), {257, 1000}, 1024});  // 1000 > kv_len 512
+  cs.push_back({make(dt, 5, 1, 16, 4, d, 2048, L, P), {2048, 1, 17, 0, 129}, 2048});
   for (size_t i = 0; i < cs.size(); ++i) cs[i].seed = 100 + i;
   return cs;
 }
 
 }  // namespace
 
+// Paged: the page sizes 16, 64 and 256 take every load path of every tile_n (a block-table entry per row, pieces of
+// one page, a tile inside one page); 32 and 128 run in the broad sweep.
 TEST_CASE("attention_decode: every valid variant matches the float64 reference on the edge cases",
           "[gpu][attention_decode]") {
   auto& env = GpuEnv::get();
   for (DType dt : {DType::f16, DType::bf16})
     for (int d : {64, 128})
-      for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
-        const Problem cls = make(dt, 1, 1, 8, 8, d, 17, layout, 16);
-        const auto configs = every_variant(cls, env.arch);
-        REQUIRE(configs.size() >= 30);
-        const auto variants = load_variants(cls, configs);
-        for (const Case& c : edge_cases(dt, d, layout)) check_case(make_host(c, 1 << 12), variants);
-      }
+      for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged})
+        for (int page : {16, 64, 256}) {
+          if (layout == KvLayout::contiguous && page != 16) continue;
+          const Problem cls = make(dt, 1, 1, 8, 8, d, 17, layout, page);
+          const auto configs = every_variant(cls, env.arch);
+          REQUIRE(configs.size() >= 30);
+          const auto variants = load_variants(cls, configs);
+          for (const Case& c : edge_cases(dt, d, layout, page)) check_case(make_host(c, 1 << 12), variants);
+        }
 }
 
 TEST_CASE("attention_decode: broad problem sweep with a few variants", "[gpu][attention_decode]") {
