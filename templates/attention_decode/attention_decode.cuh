@@ -158,7 +158,9 @@ struct KvLoader {
   template <int Piece>
   __device__ __forceinline__ void load_pieces(unsigned sK, unsigned sV, int n0, int end) const {
     static_assert(Rows % Piece == 0 && Piece % kRowsPerPass == 0, "pieces of whole passes");
-#pragma unroll
+    // Not unrolled: with the pieces unrolled, ptxas (CUDA 13.0) leaves the V copies of a 2-stage 128-row tile's last
+    // piece with an L2-policy descriptor in a uniform register it never writes (an illegal instruction at run time).
+#pragma unroll 1
     for (int q = 0; q < Rows / Piece; ++q) {
       const int nq = n0 + q * Piece;
       bool piece_in = true;
