@@ -158,9 +158,7 @@ struct KvLoader {
   template <int Piece>
   __device__ __forceinline__ void load_pieces(unsigned sK, unsigned sV, int n0, int end) const {
     static_assert(Rows % Piece == 0 && Piece % kRowsPerPass == 0, "pieces of whole passes");
-    // Not unrolled: with the pieces unrolled, ptxas (CUDA 13.0) leaves the V copies of a 2-stage 128-row tile's last
-    // piece with an L2-policy descriptor in a uniform register it never writes (an illegal instruction at run time).
-#pragma unroll 1
+#pragma unroll
     for (int q = 0; q < Rows / Piece; ++q) {
       const int nq = n0 + q * Piece;
       bool piece_in = true;
@@ -180,7 +178,13 @@ struct KvLoader {
         const bool in = piece_in && nq + row < end;
         const unsigned dst = swz<D>(q * Piece + row, ch) * 2;
         ptx::cp_async_16_hint(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u, evict_first);
-        ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
+        // A tile of several pages takes its V copies without the L2 policy: with it, ptxas (CUDA 13.0) gives some of
+        // them (2-stage 128-row tiles of 64-token pages, 256-row tiles of 16-token pages) a policy descriptor in a
+        // uniform register it never writes, an illegal instruction at run time.
+        if constexpr (Rows / Piece > 1)
+          ptx::cp_async_16(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u);
+        else
+          ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
       }
     }
   }
