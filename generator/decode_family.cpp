@@ -341,8 +341,8 @@ bool same_config(const Config& a, const Config& b) {
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << layout_name(p.kv_layout)
-    << (p.kv_layout == KvLayout::paged ? std::to_string(p.page_size) : std::string()) << "__m"
-    << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk
+    << (p.kv_layout == KvLayout::paged ? std::to_string(p.page_size) : std::string()) << "__m" << c.tile_m << "_n"
+    << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk
     << (c.cluster > 1 ? "_cl" + std::to_string(c.cluster) : std::string()) << "__" << arch_name(arch);
   return s.str();
 }

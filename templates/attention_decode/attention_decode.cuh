@@ -67,7 +67,7 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
 
 /// Per-thread part of the K/V tile loader: each thread moves 16-byte chunk `ch` of rows r, r + kRowsPerPass, ... of
 /// a [Rows, D] K tile and V tile. Rows whose token is at or past `end` (or, paged, whose page lies outside
-/// [0, num_pages)) are zero-filled without a read.
+/// [0, num_pages)) are zero-filled without a read. Stages: the ring depth of the kernel (it picks the V copies' L2 policy).
 ///
 /// Paged: the page size is a compile-time constant (PageSize tokens, part of the kernel class), so a tile's split into
 /// pages and each token's page index and row are shifts and masks fixed at compile time. The block-table entries reach
@@ -77,7 +77,7 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
 /// warp's lane by shuffle. Tiles start at multiples of Rows (a power of two) and a tile spans at most 32 pages
 /// (Rows <= 32 x PageSize), so a tile's pages lie in one window. Entries past the table row (kv_capacity / PageSize
 /// entries) are not read.
-template <KvLayout Layout, int PageSize, int D, int Threads, int Rows>
+template <KvLayout Layout, int PageSize, int D, int Threads, int Rows, int Stages>
 struct KvLoader {
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = Threads / kChunks;
@@ -178,13 +178,14 @@ struct KvLoader {
         const bool in = piece_in && nq + row < end;
         const unsigned dst = swz<D>(q * Piece + row, ch) * 2;
         ptx::cp_async_16_hint(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u, evict_first);
-        // A tile of several pages takes its V copies without the L2 policy: with it, ptxas (CUDA 13.0) gives some of
-        // them (2-stage 128-row tiles of 64-token pages, 256-row tiles of 16-token pages) a policy descriptor in a
-        // uniform register it never writes, an illegal instruction at run time.
-        if constexpr (Rows / Piece > 1)
+        // The V copies of a tile of several pages take the L2 policy only as a 128-row tile of 64-token pages in a ring
+        // of 3 or more stages with head_dim 128 (the B 16 q_len 4 and B 1 kv 32768 winners; about 3% faster there):
+        // elsewhere ptxas (CUDA 13.0) gives some of them (2-stage 128-row tiles of 64-token pages, 64-row tiles of 16-
+        // and 32-token pages, head_dim 64 256-row tiles of 16-token pages) a policy descriptor in a uniform register it
+        // never writes, an illegal instruction at run time (docs/perf-log.md).
+        if constexpr (Rows / Piece > 1 && !(Rows == 128 && Piece == 64 && Stages > 2 && D == 128))
           ptx::cp_async_16(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u);
-        else
-          ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
+        else ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
       }
     }
   }
@@ -630,7 +631,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 
   const int n_tiles = (w.key_end - w.key0 + TileN - 1) / TileN;
   if (n_tiles > 0) {
-    KvLoader<Layout, PageSize, D, kThreads, TileN> loader(p, w.b, w.kvh, tid, w.key0);
+    KvLoader<Layout, PageSize, D, kThreads, TileN, Stages> loader(p, w.b, w.kvh, tid, w.key0);
     // ---- prologue: Q with tile 0, then tiles 1 .. Stages-2: one cp.async group per tile ----
     load_q<D, TileM, kThreads>(p, w, sQ, tid);
 #pragma unroll
