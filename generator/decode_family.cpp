@@ -16,7 +16,11 @@ const char* dtype_tag(DType d) { return d == DType::f16 ? "fp16" : "bf16"; }
 
 [[noreturn]] void fail(const std::string& msg) { throw ProblemError(std::string(kFamily) + ": " + msg); }
 
-bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+/// "paged<page_size>" for a paged cache (the spelling of the page size in problem keys and variant names), else
+/// `contiguous`.
+std::string cache_tag(const Problem& p, const char* contiguous) {
+  return p.kv_layout == KvLayout::paged ? "paged" + std::to_string(p.page_size) : std::string(contiguous);
+}
 
 int packed_rows(const Problem& p) { return p.num_heads / p.num_kv_heads * p.q_len; }
 
@@ -87,9 +91,7 @@ std::string Problem::key() const {
   std::ostringstream s;
   s << kFamily << '/' << dtype_tag(dtype) << "/b" << batch << "/q" << q_len << "/h" << num_heads << "/kv"
     << num_kv_heads << "/d" << head_dim << "/sk" << kv_len << '/';
-  if (kv_layout == KvLayout::paged) s << "paged" << page_size;
-  else s << "contig";
-  s << '/' << (causal ? "causal" : "full");
+  s << cache_tag(*this, "contig") << '/' << (causal ? "causal" : "full");
   return s.str();
 }
 
@@ -123,11 +125,8 @@ void check_problem(const Problem& p) {
   if (p.kv_len < 1) fail("kv_len must be >= 1, got " + std::to_string(p.kv_len));
   if (p.kv_layout != KvLayout::contiguous && p.kv_layout != KvLayout::paged)
     fail("kv_layout must be contiguous or paged");
-  if (p.kv_layout == KvLayout::paged &&
-      (!power_of_two(p.page_size) || p.page_size < kMinPageSize || p.page_size > kMaxPageSize))
-    fail("page_size " + std::to_string(p.page_size) + " is not supported: paged needs 16, 32, 64, 128 or 256");
-  if (p.kv_layout == KvLayout::contiguous && p.page_size != 0)
-    fail("page_size must be 0 for a contiguous cache, got " + std::to_string(p.page_size));
+  if (const char* why = invalid_page_size(p.kv_layout, p.page_size))
+    fail("page_size " + std::to_string(p.page_size) + " is not supported: " + why);
   if (p.batch > 65535) fail("batch must be <= 65535 (grid z), got " + std::to_string(p.batch));
   if (p.num_kv_heads > 65535) fail("num_kv_heads must be <= 65535 (grid y), got " + std::to_string(p.num_kv_heads));
 }
@@ -340,9 +339,8 @@ bool same_config(const Config& a, const Config& b) {
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
-  s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << layout_name(p.kv_layout)
-    << (p.kv_layout == KvLayout::paged ? std::to_string(p.page_size) : std::string()) << "__m" << c.tile_m << "_n"
-    << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk
+  s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << cache_tag(p, "contiguous") << "__m"
+    << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk
     << (c.cluster > 1 ? "_cl" + std::to_string(c.cluster) : std::string()) << "__" << arch_name(arch);
   return s.str();
 }

@@ -1,6 +1,6 @@
-// NVRTC compile checks (CPU only): every valid bf16 variant of the qwen7b attention problems (and the fp16 leaders)
-// compiles for sm_90a, the wgmma_ws ones without spills or serialized wgmma; the template rejects invalid configs
-// itself; the cubin cache hits on a second pass.
+// NVRTC compile checks (CPU only): a pairwise-covering sample of the valid bf16 variants of the qwen7b attention
+// problems (and the fp16 leaders) compiles for sm_90a, the wgmma_ws ones without spills or serialized wgmma; the
+// template rejects invalid configs itself; the cubin cache hits on a second pass.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include "generator/arch.h"
 #include "generator/attention_family.h"
 #include "generator/compiler.h"
+#include "tests/generator/pairwise_sample.h"
 #include "tests/support.h"
 #include "tuner/attention_problems.h"
 #include "tuner/shapes_file.h"
@@ -32,27 +33,27 @@ void check_ws_build(const CompileResult& r) {
 }
 }  // namespace
 
-TEST_CASE("every valid variant of the qwen7b attention problems compiles for sm_90a", "[nvrtc]") {
+TEST_CASE("a pairwise sample of the valid variants of the qwen7b attention problems compiles for sm_90a", "[nvrtc]") {
   const auto shapes = load_shapes(std::string(KT_SOURCE_DIR) + "/shapes/qwen7b.json");
   const ArchId arch = parse_arch("sm_90a");
-  std::vector<KernelSource> sources;
+  std::vector<KernelSource> bf16, fp16;
   std::set<std::string> seen;
-  // bf16: every valid variant; fp16 (the same code but for the MMA's input type): the first 16 of the candidate order,
-  // what the fast strategy measures. The [gpu] edge-case test compiles and runs every variant of both dtypes.
-  size_t fp16 = 0;
+  // bf16: the pairwise-covering sample of every valid variant (every pair of template-argument values compiled at
+  // least once); fp16 (the same code but for the MMA's input type): the first 16 of the candidate order, what the
+  // fast strategy measures. The [gpu] edge-case test compiles and runs every variant of both dtypes.
   for (const auto& p : attention_prefill_problems(shapes)) {
     const auto configs = attn::valid_configs(p, arch);
     const size_t n = p.dtype == DType::bf16 ? configs.size() : std::min<size_t>(16, configs.size());
     for (size_t i = 0; i < n; ++i) {
       auto s = attn::kernel_source(p, configs[i], arch);
-      if (seen.insert(s.variant_name).second) {
-        sources.push_back(s);
-        fp16 += p.dtype == DType::f16;
-      }
+      if (seen.insert(s.variant_name).second) (p.dtype == DType::bf16 ? bf16 : fp16).push_back(s);
     }
   }
-  REQUIRE(fp16 >= 16);
-  REQUIRE(sources.size() >= 400);  // bf16 x causal / full x the pruned space, and the fp16 leaders
+  REQUIRE(fp16.size() >= 16);
+  REQUIRE(bf16.size() >= 400);  // bf16 x causal / full x the pruned space
+  std::vector<KernelSource> sources = kt_test::pairwise_sample(bf16);
+  REQUIRE(sources.size() >= 60);
+  sources.insert(sources.end(), fp16.begin(), fp16.end());
   TempDir dir;
   CubinCache cache(dir.path.string());
   Compiler compiler(&cache);
@@ -75,7 +76,7 @@ TEST_CASE("every valid variant of the qwen7b attention problems compiles for sm_
       ++ws;
     }
   }
-  CHECK(ws >= 80);  // the wgmma_ws variants of both causal modes
+  CHECK(ws >= 60);  // the wgmma_ws variants of both causal modes in the sample
   std::cout << "nvrtc: " << results.size() << " attention_prefill variants compiled for sm_90a (" << ws
             << " wgmma_ws), " << spilling << " spill registers" << std::endl;
   // Second pass: all from the cache, identical bytes.
@@ -117,13 +118,14 @@ TEST_CASE("cache keys separate arch, options and source", "[nvrtc]") {
 }
 
 TEST_CASE(
-    "flash_fwd_ws (Hopper mainloop): every wgmma_ws config compiles for sm_90a without spills or serialized wgmma",
+    "flash_fwd_ws (Hopper mainloop): a pairwise sample of the wgmma_ws configs compiles for sm_90a without spills or "
+    "serialized wgmma",
     "[nvrtc][attention]") {
   const ArchId arch = parse_arch("sm_90a");
   std::vector<KernelSource> sources;
-  // Every wgmma_ws config of fp16, head_dim 64, non-causal: with the bf16 head_dim 128 variants of both causal modes
-  // (the qwen7b test above, which checks them the same way) both dtypes, both head_dims and both causal modes (the
-  // CI sweep compiles one of every kernel class of the rest).
+  // The pairwise sample of the wgmma_ws configs of fp16, head_dim 64, non-causal: with the bf16 head_dim 128 variants
+  // of both causal modes (the qwen7b test above, which checks them the same way) both dtypes, both head_dims and both
+  // causal modes (the CI sweep compiles one of every kernel class of the rest).
   attn::Problem p;
   p.dtype = DType::f16;
   p.head_dim = 64;
@@ -131,6 +133,7 @@ TEST_CASE(
   for (const auto& c : attn::valid_configs(p, arch))
     if (c.mainloop == attn::kWgmmaWs) sources.push_back(attn::kernel_source(p, c, arch));
   REQUIRE(sources.size() >= 40);
+  sources = kt_test::pairwise_sample(sources);
   Compiler compiler(nullptr);
   const auto results = compiler.compile_all(sources);
   for (const auto& r : results) {
@@ -138,4 +141,32 @@ TEST_CASE(
     REQUIRE(r.ok);
     check_ws_build(r);
   }
+}
+
+TEST_CASE("pairwise_sample covers every pair of template-argument values of its input", "[generator]") {
+  CHECK(kt_test::template_args("ns::f<A, g<B, C>, 3>") == std::vector<std::string>{"ns::f", "A", "g<B,C>", "3"});
+  CHECK(kt_test::template_args("plain") == std::vector<std::string>{"plain"});
+  // Three binary arguments, all 8 combinations: 4 of them already hold every pair of values.
+  std::vector<KernelSource> all;
+  for (int i = 0; i < 8; ++i) {
+    KernelSource k;
+    k.name_expression =
+        "f<" + std::to_string(i & 1) + ", " + std::to_string(i >> 1 & 1) + ", " + std::to_string(i >> 2 & 1) + ">";
+    all.push_back(k);
+  }
+  const auto sample = kt_test::pairwise_sample(all);
+  CHECK(sample.size() < all.size());
+  for (int a = 0; a < 3; ++a)
+    for (int b = a + 1; b < 3; ++b)
+      for (int va = 0; va < 2; ++va)
+        for (int vb = 0; vb < 2; ++vb)
+          CHECK(std::any_of(sample.begin(), sample.end(), [&](const KernelSource& k) {
+            const auto t = kt_test::template_args(k.name_expression);
+            return t[1 + a] == std::to_string(va) && t[1 + b] == std::to_string(vb);
+          }));
+  // A second template is covered on its own: one more source with the same arguments is taken.
+  KernelSource other;
+  other.name_expression = "g<0, 0, 0>";
+  all.push_back(other);
+  CHECK(kt_test::pairwise_sample(all).size() == sample.size() + 1);
 }

@@ -11,6 +11,7 @@
 #include "generator/arch.h"
 #include "generator/qkv_family.h"
 #include "quant/quant.h"
+#include "tests/generator/pairwise_sample.h"
 
 using namespace kt;
 using namespace kt::qkv;
@@ -1396,8 +1397,11 @@ TEST_CASE("qkv_proj gemv: stages-0 binaries compile for sm_80 (no sm_90 instruct
   }
 }
 
-TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rejected by the template",
+TEST_CASE("qkv_proj: a pairwise sample of one class's binaries compiles, invalid configs are rejected by the template",
           "[nvrtc][qkv]") {
+  // The binaries of one class (nvfp4, bf16, every mainloop) that valid_configs proposes at M 1, 64, 256 and 4096, in
+  // their pairwise-covering sample: every pair of template-argument values compiled at least once. The [gpu]
+  // every-variant tests compile and run them all.
   const ArchId arch = parse_arch("sm_90a");
   std::vector<KernelSource> src;
   std::set<std::string> seen;
@@ -1406,6 +1410,12 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
     for (const auto& c : valid_configs(p, arch))
       if (seen.insert(name_expression(p, c)).second) src.push_back(kernel_source(p, c, arch));
   }
+  REQUIRE(src.size() >= 400);
+  src = kt_test::pairwise_sample(src);
+  for (const char* mainloop : {"qkv_proj<", "qkv_gemv", "qkv_wgmma<", "qkv_wgmma_ws"})
+    CHECK(std::count_if(src.begin(), src.end(), [&](const KernelSource& k) {
+            return k.name_expression.find(mainloop) != std::string::npos;
+          }) >= 4);
   Compiler compiler(nullptr);
   const auto res = compiler.compile_all(src);
   for (const auto& r : res) {
@@ -1420,13 +1430,14 @@ TEST_CASE("qkv_proj: every binary of one class compiles, invalid configs are rej
   const auto bad_gemv = compiler.compile(kernel_source(qwen(), mk_gemv(8, 32, 3, 1, kRing, 2), arch));
   CHECK_FALSE(bad_gemv.ok);
   CHECK_THAT(bad_gemv.error, Catch::Contains("invalid qkv_gemv variant"));
-  // wgmma_pairs (16-bit weights only, so not in the nvfp4 class): every binary of the fp16 class compiles without
-  // spills, and its template rejects a tile_n with no wgmma N (88) itself.
+  // wgmma_pairs (16-bit weights only, so not in the nvfp4 class): the pairwise sample of the fp16 class's binaries
+  // compiles without spills, and its template rejects a tile_n with no wgmma N (88) itself.
   std::vector<KernelSource> pairs;
   const Problem pf = qwen(quant::Format::fp16, DType::f16, 256);
   for (const auto& c : valid_configs(pf, arch))
     if (c.mainloop == Mainloop::wgmma_pairs) pairs.push_back(kernel_source(pf, c, arch));
   REQUIRE(pairs.size() >= 45);
+  pairs = kt_test::pairwise_sample(pairs);
   for (const auto& r : compiler.compile_all(pairs)) {
     INFO(r.kernel.variant_name << "\n" << r.error);
     CHECK(r.ok);
