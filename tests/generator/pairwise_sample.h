@@ -45,8 +45,8 @@ inline std::vector<kt::KernelSource> pairwise_sample(const std::vector<kt::Kerne
     bool adds = false;
     for (size_t i = 1; i < a.size(); ++i)
       for (size_t j = i; j < a.size(); ++j)
-        adds |= covered.insert(a[0] + '|' + std::to_string(i) + '=' + a[i] + '|' + std::to_string(j) + '=' + a[j])
-                    .second;
+        adds |=
+            covered.insert(a[0] + '|' + std::to_string(i) + '=' + a[i] + '|' + std::to_string(j) + '=' + a[j]).second;
     if (adds) out.push_back(s);
   }
   return out;
