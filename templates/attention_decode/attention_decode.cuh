@@ -500,15 +500,17 @@ __device__ __forceinline__ void count_then_combine(const DecodeParams& p, const 
 /// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
 /// The items of the partial (valid_rows x D / 4 columns; block_merge leaves O rows normalized per split and LSE in log2
 /// units, -inf for a split without keys) are dealt round-robin to the cluster's blocks (item i to rank i % Cluster).
-/// Every block pushes its partial to the items' owners: for each item the sum of its key groups' slices (merged_row's
-/// order) into the owner's receive area (cluster_recv_offset: O [Cluster][cluster_items] float4 at [rank][i /
-/// Cluster], LSE [Cluster][TileM] at [rank][r], every row's LSE to every block), remote stores with no round trip. One
-/// cluster barrier (release / acquire) then makes every block's share visible to its owner, which merges its items'
-/// Cluster partials from its own shared memory in two passes (the LSEs' max, then the weighted sum in rank = split
-/// order: the same bits on every run). The merged rows go to o and lse, or, with several clusters per row block (to_workspace),
-/// to the cluster's workspace slot (O normalized, LSE in log2 units). After the barrier no block touches another's
-/// shared memory, so a block leaves as soon as its own items are stored. The caller has passed the cluster barrier
-/// once since the kernel began (every block running) before this writes to another block.
+/// Every block pushes its partial to the items' other owners: for each item the sum of its key groups' slices
+/// (merged_row's order) into the owner's receive area (cluster_recv_offset: O [Cluster - 1][cluster_items] float4 at
+/// [recv_slot][i / Cluster], LSE [Cluster - 1][TileM] at [recv_slot][r], every row's LSE to every other block), remote
+/// stores with no round trip; a block's share of its own items stays in its combine area. One cluster barrier
+/// (release / acquire) then makes every block's share visible to its owner, which merges its items' Cluster partials
+/// from its own shared memory in two passes (the LSEs' max, then the weighted sum: its own share, then the others' in
+/// rank order, the same order for an item on every run, so the same bits). The merged rows go to o and lse, or, with
+/// several clusters per row block (to_workspace), to the cluster's workspace slot (O normalized, LSE in log2 units).
+/// After the barrier no block touches another's shared memory, so a block leaves as soon as its own items are stored.
+/// The caller has passed the cluster barrier once since the kernel began (every block running) before this writes to
+/// another block.
 template <DType DT, int D, int TileM, int KG, int Threads, int Cluster>
 __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const BlockWork& w, float* smem, int recv_offset,
                                                 int valid_rows, bool to_workspace) {
@@ -516,10 +518,11 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
   constexpr int kItems = (TileM * D / 4 + Cluster - 1) / Cluster;  // cluster_items: a block's items at most
   const float* sLse = smem + KG * TileM * LD + 2 * KG * TileM;     // the LSE row of the combine area
   const unsigned recv = ptx::smem_u32(smem) + unsigned(recv_offset);
-  const unsigned recv_o = recv + Cluster * TileM * 4;
+  const unsigned recv_o = recv + (Cluster - 1) * TileM * 4;  // past the LSE slots
   const int rank = int(ptx::cluster_rank());
   const int items = valid_rows * (D / 4);
-  for (int it = threadIdx.x; it < items; it += Threads) {
+  // The sum of the key groups' slices of one item of this block's partial.
+  auto own_share = [&](int it) {
     const int r = it / (D / 4), c4 = it % (D / 4);
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -527,39 +530,51 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
       const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + c4 * 4);
       v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
     }
-    const unsigned owner = unsigned(it % Cluster);
-    ptx::st_cluster_f4(ptx::cluster_map(recv_o + (rank * kItems + it / Cluster) * 16, owner), v);
+    return v;
+  };
+  // A sender's slot in an owner's receive area: its rank, less one past the owner's own.
+  auto recv_slot = [](int sender, int owner) { return sender - (sender > owner ? 1 : 0); };
+  for (int it = threadIdx.x; it < items; it += Threads) {
+    const int owner = it % Cluster;
+    if (owner == rank) continue;
+    ptx::st_cluster_f4(
+        ptx::cluster_map(recv_o + (recv_slot(rank, owner) * kItems + it / Cluster) * 16, unsigned(owner)),
+        own_share(it));
   }
   for (int j = threadIdx.x; j < valid_rows * Cluster; j += Threads) {
-    const int r = j / Cluster;
-    ptx::st_cluster_f32(ptx::cluster_map(recv + (rank * TileM + r) * 4, unsigned(j % Cluster)), sLse[r]);
+    const int r = j / Cluster, owner = j % Cluster;
+    if (owner == rank) continue;
+    ptx::st_cluster_f32(ptx::cluster_map(recv + (recv_slot(rank, owner) * TileM + r) * 4, unsigned(owner)), sLse[r]);
   }
   ptx::cluster_arrive_release();
   ptx::cluster_wait();                           // every block's share is in its owner's receive area
-  const float* lse_in = smem + recv_offset / 4;  // [Cluster][TileM]
-  const float4* o_in = reinterpret_cast<const float4*>(lse_in + Cluster * TileM);  // [Cluster][kItems]
+  const float* lse_in = smem + recv_offset / 4;  // [Cluster - 1][TileM]
+  const float4* o_in = reinterpret_cast<const float4*>(lse_in + (Cluster - 1) * TileM);  // [Cluster - 1][kItems]
   for (int k = threadIdx.x; rank + Cluster * k < items; k += Threads) {
     const int it = rank + Cluster * k;
     const int r = it / (D / 4), c4 = it % (D / 4);
-    // Two passes, no running rescale: the max M of the Cluster LSEs, then sum_s 2^(lse_s - M) (O_s, 1); a split
-    // whose rows saw no key (LSE -inf) weighs 0.
-    float l[Cluster];
-    float M = ptx::neg_inf();
+    // Two passes, no running rescale: the max M of the Cluster LSEs, then sum_s 2^(lse_s - M) (O_s, 1) over this
+    // block's own share (from its combine area) and then the receive slots in rank order; a split whose rows saw no key
+    // (LSE -inf) weighs 0.
+    const float l_own = sLse[r];
+    float l[Cluster - 1];
+    float M = l_own;
 #pragma unroll
-    for (int s = 0; s < Cluster; ++s) {
+    for (int s = 0; s < Cluster - 1; ++s) {
       l[s] = lse_in[s * TileM + r];
       M = fmaxf(M, l[s]);
     }
     float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+    auto add = [&](float lse, float4 f) {
+      const float wgt = lse == ptx::neg_inf() ? 0.f : ptx::exp2_approx(lse - M);
+      sum += wgt;
+      acc[0] = fmaf(wgt, f.x, acc[0]), acc[1] = fmaf(wgt, f.y, acc[1]);
+      acc[2] = fmaf(wgt, f.z, acc[2]), acc[3] = fmaf(wgt, f.w, acc[3]);
+    };
     if (M != ptx::neg_inf()) {
+      add(l_own, own_share(it));
 #pragma unroll
-      for (int s = 0; s < Cluster; ++s) {
-        const float wgt = l[s] == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l[s] - M);
-        const float4 f = o_in[s * kItems + k];
-        sum += wgt;
-        acc[0] = fmaf(wgt, f.x, acc[0]), acc[1] = fmaf(wgt, f.y, acc[1]);
-        acc[2] = fmaf(wgt, f.z, acc[2]), acc[3] = fmaf(wgt, f.w, acc[3]);
-      }
+      for (int s = 0; s < Cluster - 1; ++s) add(l[s], o_in[s * kItems + k]);
     }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll

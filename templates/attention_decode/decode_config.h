@@ -183,11 +183,12 @@ KT_HD constexpr int cluster_items(const Config& c, int head_dim) {
 KT_HD constexpr int cluster_recv_offset(const Config& c, int head_dim) {
   return ring_bytes(c, head_dim) > combine_bytes(c, head_dim) ? ring_bytes(c, head_dim) : combine_bytes(c, head_dim);
 }
-/// Bytes of the receive area, into which every block of the cluster writes its partial's share for this block: LSE
-/// [cluster][tile_m] fp32, then O [cluster][cluster_items] float4. 0 without a cluster. A dedicated area: a block
-/// may receive while its own mainloop still uses the ring.
+/// Bytes of the receive area, into which every other block of the cluster writes its partial's share for this block:
+/// LSE [cluster - 1][tile_m] fp32, then O [cluster - 1][cluster_items] float4 (the block's own share stays in its
+/// combine area). 0 without a cluster. A dedicated area: a block may receive while its own mainloop still uses the
+/// ring.
 KT_HD constexpr int cluster_recv_bytes(const Config& c, int head_dim) {
-  return c.cluster > 1 ? c.cluster * (c.tile_m * 4 + cluster_items(c, head_dim) * 16) : 0;
+  return c.cluster > 1 ? (c.cluster - 1) * (c.tile_m * 4 + cluster_items(c, head_dim) * 16) : 0;
 }
 /// Dynamic shared memory of a block in bytes.
 KT_HD constexpr int smem_bytes(const Config& c, int head_dim) {

@@ -114,16 +114,20 @@ TEST_CASE("attention_decode: a cluster's receive area lies past the ring and com
       CHECK(cluster_recv_offset(c, d) >= ring_bytes(c, d));
       CHECK(cluster_recv_offset(c, d) >= combine_bytes(c, d));
       CHECK(cluster_recv_offset(c, d) % 16 == 0);  // float4 slots
-      CHECK(cluster_recv_bytes(c, d) == c.cluster * c.tile_m * 4 + cluster_items(c, d) * c.cluster * 16);
+      CHECK(cluster_recv_bytes(c, d) == (c.cluster - 1) * (c.tile_m * 4 + cluster_items(c, d) * 16));
       CHECK(smem_bytes(c, d) == cluster_recv_offset(c, d) + cluster_recv_bytes(c, d));
       ++checked;
     }
   CHECK(checked > 100);
-  // A ring that fits alone does not with a cluster's receive area: m64 n128 w8 3 stages at head_dim 128 is 208 KB,
-  // plus 32.5 KB to receive from a cluster of 2.
+  // The receive area holds the other blocks' shares only: m64 n128 w8 3 stages at head_dim 128 is 208 KB, plus 16.3 KB
+  // to receive from the other block of a cluster of 2 (it fits the 227 KB), or 24.8 KB from the 3 others of a cluster
+  // of 4 (it does not).
   Config c{64, 128, 8, 3, 0, 1};
   CHECK(invalid_reason(DType::bf16, 128, KvLayout::contiguous, c, a90) == nullptr);
   c.cluster = 2;
+  CHECK(smem_bytes(c, 128) == 212992 + 16640);
+  CHECK(invalid_reason(DType::bf16, 128, KvLayout::contiguous, c, a90) == nullptr);
+  c.cluster = 4;
   CHECK_THAT(std::string(invalid_reason(DType::bf16, 128, KvLayout::contiguous, c, a90)),
              Catch::Contains("shared memory"));
 }
