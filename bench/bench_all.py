@@ -32,10 +32,11 @@ Sections (each row of each section is one JSON row; nothing is skipped silently:
            v_cache, seqlens_k (all kv_len, on the device), block_table, causal=True, max_seqlen_k=kv_len); the new
            tokens causal among themselves. Anchors on the contiguous cache: SDPA FLASH and CUDNN with the equivalent
            mask (none for q_len 1; torch.nn.attention.bias.causal_lower_right for q_len > 1; a backend that refuses
-           it is a row with its error text); paged rows are compared with them. read_ceiling: torch.sum over the
-           same K+V bytes (one pure-read kernel, timed the same way) = the read bandwidth this GPU reaches for that
-           size. Units: us and GB/s, bytes = K + V cache read + q read + o written = (2*B*kv_len*Hkv*D +
-           2*B*q_len*Hq*D) * elt (the ceiling: the K+V bytes). Rows with B <= 16 and q_len 1 also carry the
+           it is a row with its error text); paged rows are compared with them. read_ceiling: a Triton pure-read
+           kernel over the same K+V bytes (read_ceiling_fn: 16 KB per program, 16-byte loads; timed the same way; row
+           field "method"; torch.sum where Triton is missing) = the read bandwidth this GPU reaches for that size.
+           Units: us and GB/s, bytes = K + V cache read + q read + o written = (2*B*kv_len*Hkv*D + 2*B*q_len*Hq*D) *
+           elt (the ceiling: the K+V bytes). Rows with B <= 16 and q_len 1 also carry the
            do_bench-style number (flush_us, see below).
   qkv      workloads.qkv_proj tokens M x formats: kerntune rt.qkv_proj (one kernel: GEMM with the packed weight,
            + bias, + RoPE on the Q and K heads at positions arange(M), split into Q/K/V) vs the anchors, GEMM only:
@@ -645,6 +646,43 @@ def decode_workloads(cfg, every=False):
     return out
 
 
+READ_CHUNK_BYTES = 16384  # bytes one program of the read-ceiling kernel reads (4 loads of 4 KB in flight)
+_READ_KERNEL = None
+
+
+def read_ceiling_fn(buf, sink):
+    """A pure-read kernel over buf's bytes, for the read ceiling: a Triton program per READ_CHUNK_BYTES of buf (viewed
+    as int32), four 4 KB loads in flight per program (16-byte vector loads), their int32 sum (wrapping) stored to
+    sink[program] so that the loads are not dead. Returns (launch function, method name). Without Triton, torch.sum
+    over the bytes as fp32 (a reduction kernel: a lower ceiling), named "torch.sum"."""
+    global _READ_KERNEL
+    words = buf.view(-1).view(torch.int32)
+    try:
+        import triton
+        import triton.language as tl
+        if _READ_KERNEL is None:
+            @triton.jit
+            def _read_sum(x, out, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+                pid = tl.program_id(0)
+                base = pid.to(tl.int64) * (BLOCK * ITERS)
+                acc = tl.zeros([BLOCK], dtype=tl.int32)
+                for i in tl.static_range(ITERS):
+                    offs = base + i * BLOCK + tl.arange(0, BLOCK)
+                    acc += tl.load(x + offs, mask=offs < n, other=0, cache_modifier=".cg")
+                tl.store(out + pid, tl.sum(acc, 0))
+            _READ_KERNEL = _read_sum
+        n = words.numel()
+        block, iters = 1024, READ_CHUNK_BYTES // 4096
+        grid = (triton.cdiv(n, block * iters),)
+        if sink.numel() < grid[0]:
+            raise ValueError(f"read ceiling: sink holds {sink.numel()} words, the grid needs {grid[0]}")
+        kern = _READ_KERNEL
+        return (lambda: kern[grid](words, sink, n, BLOCK=block, ITERS=iters, num_warps=4)), "triton"
+    except ImportError:
+        out = sink[:1].view(torch.float32)
+        return (lambda: torch.sum(buf.view(-1), 0, dtype=torch.float32, out=out[0])), "torch.sum"
+
+
 def paged_copy(k, v, page, gen):
     """K/V [B, S, Hkv, D] as a paged cache: pages [B * S / page, page, Hkv, D] in a shuffled order and the block
     table [B, S / page] int32 that gathers them back (same values, so the contiguous reference holds)."""
@@ -730,11 +768,16 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                     r["error"] = err_text(e)
                     r["traceback"] = traceback.format_exc(limit=3)
             row_rows.append(r)
-            # the read ceiling: one reduction over the same K and V bytes (a pure-read kernel, timed the same way)
+            # the read ceiling: a pure-read kernel over the same K and V bytes, timed the same way
             r = dict(base, impl="read_ceiling", bytes=kv_bytes)
             try:
-                sink = torch.empty((), dtype=torch.float32, device=dev)
-                fns = [(lambda i=i: torch.sum(kvs[i].view(-1), 0, dtype=torch.float32, out=sink)) for i in range(cnt)]
+                sink = torch.empty(kv_bytes // READ_CHUNK_BYTES + 1, dtype=torch.int32, device=dev)
+                fns = []
+                for i in range(cnt):
+                    fn, r["method"] = read_ceiling_fn(kvs[i], sink)
+                    fns.append(fn)
+                fns[0]()
+                torch.cuda.synchronize()
                 preps.append((r, timer.prepare(fns), None))
             except Exception as e:
                 r["error"] = err_text(e)

@@ -298,7 +298,8 @@ def decode_section(rows):
     out = ["### Attention decode", "",
            "q_len new tokens per sequence (causal among themselves) against a KV cache of kv_len tokens, contiguous or "
            "paged (shuffled block table). GB/s = (K + V cache + q + o bytes) / time; read ceiling = the GB/s a pure "
-           "read of the same K + V bytes reaches on this GPU (one `torch.sum`), measured in the same run. Anchors "
+           "read of the same K + V bytes reaches on this GPU (a Triton kernel of 16-byte loads, "
+           "`bench_all.read_ceiling_fn`), measured in the same run. Anchors "
            "(SDPA with the equivalent mask) run on the contiguous cache; a paged row is compared with them. vs = "
            "anchor time / kerntune time; do_bench = one call with the L2 flushed.", "",
            ("| heads " if heads else "") +
