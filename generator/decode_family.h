@@ -59,8 +59,9 @@ struct Problem {
 void check_problem(const Problem& p);
 
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
-/// tile_m {16, 32, 64} x tile_n {32, 64, 128, 256} x warps {2, 4, 8} x stages {2, 3, 4, 6} x (kv_chunk {0, 64, 128,
-/// 256, 512, 1024, 2048, 4096, 8192} with cluster 1, and kv_chunk 0 with cluster {2, 4, 8, 16}).
+/// tile_m {16, 32, 64} x tile_n {32, 64, 128, 256} x warps {2, 4, 8} x stages {2, 3, 4, 6} x kv_chunk {0, 64, 128,
+/// 256, 512, 1024, 2048, 4096, 8192} x wgmma {0, 1} (each config with mma.sync, then with wgmma) x (cluster 1, and with
+/// kv_chunk 0 cluster {2, 4, 8, 16}).
 std::vector<Config> config_space();
 
 /// Configs of config_space() valid for the problem on `arch` (invalid_reason null), also pruned for speed on
@@ -90,13 +91,13 @@ bool same_config(const Config& a, const Config& b);
 
 /// "attention_decode__bf16_d128_paged64__m16_n64_w4_s4_c512__sm_90a": the kernel class (dtype, head_dim, layout with
 /// the page size: "contiguous" or "paged<page_size>"), then every config field in declaration order (c0 = no split;
-/// "_cl<n>" for a cluster of n, absent for 1), then the arch. Not in the name: batch, q_len, heads, kv_len and causal,
+/// "_cl<n>" for a cluster of n, absent for 1; "_wgmma" for the wgmma mainloop, absent for mma.sync), then the arch. Not in the name: batch, q_len, heads, kv_len and causal,
 /// run-time arguments of one binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
-/// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 4>" (dtype,
-/// head_dim, layout, page size (0 for contiguous), tile_m, tile_n, warps, stages), or for a cluster config
-/// "kt::decode::attention_decode_cluster<..., 16, 64, 4, 4, 8>" (the cluster size is compiled in). kv_chunk
+/// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 4, false>" (dtype,
+/// head_dim, layout, page size (0 for contiguous), tile_m, tile_n, warps, stages, wgmma), or for a cluster config
+/// "kt::decode::attention_decode_cluster<..., 16, 64, 4, 4, 8, false>" (the cluster size is compiled in). kv_chunk
 /// is a run-time argument (DecodeParams::kv_chunk, set by bind_config) and gridDim.x the split count, so configs
 /// that differ only in kv_chunk share one binary.
 std::string name_expression(const Problem& p, const Config& c);

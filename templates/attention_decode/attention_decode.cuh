@@ -19,6 +19,7 @@
 #include "attention_decode/decode_config.h"
 #include "common/ptx.cuh"
 #include "common/swizzle.cuh"
+#include "common/wgmma_attention.cuh"
 
 namespace kt {
 namespace decode {
@@ -65,9 +66,18 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
   return w;
 }
 
+/// Element offset of 16-byte chunk ch of row r in a [Rows, D] tile of shared memory. Blocked (the wgmma mainloop's
+/// operands, the 128-byte swizzle of common/wgmma_attention.cuh): D / 64 column blocks of [Rows][64]; otherwise rows
+/// of D elements (swz). Both swizzle chunk c of row r to c ^ (r % 8) inside 128 bytes; with D 64 they are the same.
+template <int D, int Rows, bool Blocked>
+__device__ __forceinline__ int tile_offset(int r, int ch) {
+  return Blocked ? (ch / 8) * Rows * 64 + swz<64>(r, ch % 8) : swz<D>(r, ch);
+}
+
 /// Per-thread part of the K/V tile loader: each thread moves 16-byte chunk `ch` of rows r, r + kRowsPerPass, ... of
 /// a [Rows, D] K tile and V tile. Rows whose token is at or past `end` (or, paged, whose page lies outside
-/// [0, num_pages)) are zero-filled without a read. Stages: the ring depth of the kernel (it picks the V copies' L2 policy).
+/// [0, num_pages)) are zero-filled without a read. Stages: the ring depth of the kernel (it picks the V copies' L2 policy);
+/// Blocked: the tiles' layout (tile_offset).
 ///
 /// Paged: the page size is a compile-time constant (PageSize tokens, part of the kernel class), so a tile's split into
 /// pages and each token's page index and row are shifts and masks fixed at compile time. The block-table entries reach
@@ -77,7 +87,7 @@ __device__ __forceinline__ BlockWork block_work(const DecodeParams& p) {
 /// warp's lane by shuffle. Tiles start at multiples of Rows (a power of two) and a tile spans at most 32 pages
 /// (Rows <= 32 x PageSize), so a tile's pages lie in one window. Entries past the table row (kv_capacity / PageSize
 /// entries) are not read.
-template <KvLayout Layout, int PageSize, int D, int Threads, int Rows, int Stages>
+template <KvLayout Layout, int PageSize, int D, int Threads, int Rows, int Stages, bool Blocked>
 struct KvLoader {
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = Threads / kChunks;
@@ -153,6 +163,18 @@ struct KvLoader {
     load_pieces<Rows>(sK, sV, n0, end);
   }
 
+  // Whether load_pieces' copies carry the L2 policy. ptxas (CUDA 13.0) gives some of them a policy descriptor in a
+  // uniform register it never writes, an illegal instruction at run time (docs/perf-log.md; scripts/check_sass.sh
+  // finds it). The V copies of a tile of several pages keep the policy only as a 128-row tile of 64-token pages in a
+  // ring of 3 or more stages with head_dim 128 (the B 16 q_len 4 and B 1 kv 32768 winners; about 3% faster there),
+  // not in 2-stage 128-row tiles of 64-token pages, 64-row tiles of 16- and 32-token pages or head_dim 64 256-row
+  // tiles of 16-token pages; the 32-row wgmma tiles (Blocked) take it on neither copy (head_dim 64, 8 warps, 2
+  // stages, pages of 64 tokens and more).
+  static constexpr bool kHintK = !(Blocked && Rows == 32);
+  template <int Piece>
+  static constexpr bool kHintV = kHintK &&
+                                 (Rows / Piece == 1 || (Rows == 128 && Piece == 64 && Stages > 2 && D == 128));
+
   /// load() in pieces of Piece rows (a power of two), each piece contiguous in the cache (paged: within one page):
   /// one address per piece, the piece's rows at constant strides from it.
   template <int Piece>
@@ -176,16 +198,13 @@ struct KvLoader {
       for (int i = 0; i < Piece / kRowsPerPass; ++i) {
         const int row = r + i * kRowsPerPass;
         const bool in = piece_in && nq + row < end;
-        const unsigned dst = swz<D>(q * Piece + row, ch) * 2;
-        ptx::cp_async_16_hint(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u, evict_first);
-        // The V copies of a tile of several pages take the L2 policy only as a 128-row tile of 64-token pages in a ring
-        // of 3 or more stages with head_dim 128 (the B 16 q_len 4 and B 1 kv 32768 winners; about 3% faster there):
-        // elsewhere ptxas (CUDA 13.0) gives some of them (2-stage 128-row tiles of 64-token pages, 64-row tiles of 16-
-        // and 32-token pages, head_dim 64 256-row tiles of 16-token pages) a policy descriptor in a uniform register it
-        // never writes, an illegal instruction at run time (docs/perf-log.md).
-        if constexpr (Rows / Piece > 1 && !(Rows == 128 && Piece == 64 && Stages > 2 && D == 128))
-          ptx::cp_async_16(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u);
-        else ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
+        const unsigned dst = tile_offset<D, Rows, Blocked>(q * Piece + row, ch) * 2;
+        if constexpr (kHintK)
+          ptx::cp_async_16_hint(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u, evict_first);
+        else ptx::cp_async_16(sK + dst, in ? ks + i * kRowsPerPass * k_row : k, in ? 16u : 0u);
+        if constexpr (kHintV<Piece>)
+          ptx::cp_async_16_hint(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u, evict_first);
+        else ptx::cp_async_16(sV + dst, in ? vs + i * kRowsPerPass * v_row : v, in ? 16u : 0u);
       }
     }
   }
@@ -201,16 +220,16 @@ struct KvLoader {
       const int page = t < end ? entry : -1;
       const bool in = page >= 0 && page < num_pages;
       const long long off = t & (PageSize - 1);
-      const unsigned dst = swz<D>(row, ch) * 2;
+      const unsigned dst = tile_offset<D, Rows, Blocked>(row, ch) * 2;
       ptx::cp_async_16_hint(sK + dst, in ? k + (long long)page * k_page + off * k_row : k, in ? 16u : 0u, evict_first);
       ptx::cp_async_16_hint(sV + dst, in ? v + (long long)page * v_page + off * v_row : v, in ? 16u : 0u, evict_first);
     }
   }
 };
 
-/// Loads the block's Q tile [TileM, D] (swizzled) by cp.async: packed row r0 + r is query token (r0 + r) / group of
-/// head kvh * group + (r0 + r) % group; rows past the group's rows are zero-filled.
-template <int D, int TileM, int Threads>
+/// Loads the block's Q tile [TileM, D] (layout: tile_offset) by cp.async: packed row r0 + r is query token
+/// (r0 + r) / group of head kvh * group + (r0 + r) % group; rows past the group's rows are zero-filled.
+template <int D, int TileM, int Threads, bool Blocked>
 __device__ __forceinline__ void load_q(const DecodeParams& p, const BlockWork& w, unsigned sQ, int tid) {
   constexpr int kChunks = D / 8;
   for (int c = tid; c < TileM * kChunks; c += Threads) {
@@ -221,7 +240,7 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const BlockWork& w
     const int head = w.kvh * w.group + (in ? pr % w.group : 0);
     const unsigned short* src = static_cast<const unsigned short*>(p.q) + w.b * p.q_batch_stride + qi * p.q_row_stride +
                                 head * p.q_head_stride + ch * 8;
-    ptx::cp_async_16(sQ + swz<D>(row, ch) * 2, src, in ? 16u : 0u);
+    ptx::cp_async_16(sQ + tile_offset<D, TileM, Blocked>(row, ch) * 2, src, in ? 16u : 0u);
   }
 }
 
@@ -321,6 +340,27 @@ __device__ __forceinline__ void warp_tile(WarpState<D>& st, const unsigned (&q)[
     }
   }
 }
+
+#if __CUDA_ARCH__ >= 900
+/// One K/V tile for one warpgroup (Config::wgmma, sm_90a): its 64 rows against the key group's WK keys [key0_w,
+/// key0_w + WK), which start at sK / sV in tiles of TileN keys (tile_offset's Blocked layout); Q [64, D] at sQ.
+/// S = Q K^T and O += P V by wgmma (common/wgmma_attention.cuh); the mask (keys at or past key_end, and past each row's
+/// last visible key row_last, the causal diagonal of ws_softmax) where `mask`, and the online softmax step between.
+template <DType DT, int D, int WK, int TileN>
+__device__ __forceinline__ void warpgroup_tile(attn::WsRows<D>& st, unsigned sQ, unsigned sK, unsigned sV, int key0_w,
+                                               int key_end, const int (&row_last)[2], bool mask, float scale_log2) {
+  float s[WK / 2];
+  attn::ws_scores<DT, D, 64, WK, TileN>(s, sQ, sK);
+  wgmma::wait_group<0>();
+  float corr[2];
+  attn::ws_softmax<true, D, WK>(s, st, corr, row_last, key0_w, key_end, 0, scale_log2, mask);
+  attn::ws_rescale(st, corr);
+  unsigned pa[WK / 16][4];
+  attn::ws_pack_p<DT, WK>(pa, s);
+  attn::ws_pv<DT, D, WK, TileN>(st, pa, sV);
+  wgmma::wait_group<0>();
+}
+#endif
 
 /// Merges the key groups' states through the combine area at `smem` (the ring must be idle: the caller has waited
 /// for every cp.async and passed a block barrier). Warp `warp` is key group warp / RG of row group warp % RG. Row r
@@ -593,11 +633,13 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
 #endif
 
 /// The kernel body; Cluster > 1: the row block's split blocks are one thread-block cluster and merge through
-/// distributed shared memory (cluster_combine) instead of the workspace.
-template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages, int Cluster>
+/// distributed shared memory (cluster_combine) instead of the workspace; Wgmma: the products by wgmma, one warpgroup per
+/// key group (warpgroup_tile), instead of mma.sync per warp (warp_tile).
+template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages, int Cluster,
+          bool Wgmma>
 __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   // ---- preconditions: the family's single validity rule set ----
-  constexpr Config kConfig{TileM, TileN, Warps, Stages, 0, Cluster};
+  constexpr Config kConfig{TileM, TileN, Warps, Stages, 0, Cluster, Wgmma ? 1 : 0};
   static_assert(invalid_reason(DT, D, Layout, kConfig, ArchId{__CUDA_ARCH__ / 10, KT_ARCH_SPECIFIC}) == nullptr,
                 "invalid attention_decode variant: see invalid_reason() in decode_config.h");
   static_assert(invalid_page_size(Layout, PageSize) == nullptr,
@@ -620,8 +662,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 #endif
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const unsigned sQ = ptx::smem_u32(smem_raw);  // [TileM, D] swizzled
-  const unsigned sKV = sQ + TileM * D * 2;      // Stages x ([TileN, D] K, [TileN, D] V) swizzled
+  const unsigned sQ = ptx::smem_u32(smem_raw);  // [TileM, D] (tile_offset's layouts)
+  const unsigned sKV = sQ + TileM * D * 2;      // Stages x ([TileN, D] K, [TileN, D] V)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
   const int rg = warp % RG, kg = warp / RG;
 
@@ -643,12 +685,22 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     st.row_max[h] = ptx::neg_inf();
     st.row_sum[h] = 0.f;
   }
+  attn::WsRows<D> wst;  // Wgmma: the warpgroup's state in the wgmma accumulator layout, moved into st afterwards
+  if constexpr (Wgmma) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) wst.o[i] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      wst.row_max[h] = ptx::neg_inf();
+      wst.row_sum[h] = 0.f;
+    }
+  }
 
   const int n_tiles = (w.key_end - w.key0 + TileN - 1) / TileN;
   if (n_tiles > 0) {
-    KvLoader<Layout, PageSize, D, kThreads, TileN, Stages> loader(p, w.b, w.kvh, tid, w.key0);
+    KvLoader<Layout, PageSize, D, kThreads, TileN, Stages, Wgmma> loader(p, w.b, w.kvh, tid, w.key0);
     // ---- prologue: Q with tile 0, then tiles 1 .. Stages-2: one cp.async group per tile ----
-    load_q<D, TileM, kThreads>(p, w, sQ, tid);
+    load_q<D, TileM, kThreads, Wgmma>(p, w, sQ, tid);
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
       if (s < n_tiles)
@@ -661,6 +713,9 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 
     for (int j = 0; j < n_tiles; ++j) {
       ptx::cp_async_wait<Stages - 2>();  // tile j (and Q) landed; later tiles may be in flight
+#if __CUDA_ARCH__ >= 900
+      if constexpr (Wgmma) wgmma::fence_proxy_async();  // this thread's copies, visible to wgmma's (async) reads
+#endif
       __syncthreads();
       {
         // Prefetch tile j + Stages - 1 into the slot consumed in iteration j - 1 (every warp is past it).
@@ -669,20 +724,40 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
         if (jn < n_tiles) loader.load(slot, slot + kTileBytes, w.key0 + jn * TileN, w.key_end);
         ptx::cp_async_commit();
       }
-      if (j == 0) {
-        const unsigned q_lane = sQ + swz<D>(rg * 16 + lane % 16, lane / 16) * 2;  // rows, k chunk
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks)
-          ptx::ldmatrix_x4(q_lane ^ (ks * 32), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2], q_frag[ks][3]);
-      }
       const int n0 = w.key0 + j * TileN;
-      const unsigned sK = sKV + 2 * (j % Stages) * kTileBytes + kg * WK * D * 2;
-      warp_tile<DT, D, WK>(st, q_frag, sK, sK + kTileBytes, n0 + kg * WK, w.key_end, row_last,
-                           n0 + TileN > first_masked, p.scale_log2);
+      if constexpr (Wgmma) {
+#if __CUDA_ARCH__ >= 900
+        const unsigned sK = sKV + 2 * (j % Stages) * kTileBytes + kg * WK * 128;  // the key group's rows
+        warpgroup_tile<DT, D, WK, TileN>(wst, sQ, sK, sK + kTileBytes, n0 + kg * WK, w.key_end, row_last,
+                                         n0 + TileN > first_masked, p.scale_log2);
+#endif
+      } else {
+        if (j == 0) {
+          const unsigned q_lane = sQ + swz<D>(rg * 16 + lane % 16, lane / 16) * 2;  // rows, k chunk
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks)
+            ptx::ldmatrix_x4(q_lane ^ (ks * 32), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2], q_frag[ks][3]);
+        }
+        const unsigned sK = sKV + 2 * (j % Stages) * kTileBytes + kg * WK * D * 2;
+        warp_tile<DT, D, WK>(st, q_frag, sK, sK + kTileBytes, n0 + kg * WK, w.key_end, row_last,
+                             n0 + TileN > first_masked, p.scale_log2);
+      }
     }
   }
   ptx::cp_async_wait<0>();
   __syncthreads();  // the ring and the Q tile are idle: the combine area reuses them
+  if constexpr (Wgmma) {
+    // The wgmma accumulator layout is the mma.sync one of each warp's 16 rows: o[4 d + 2 h + e] = st.o[d][2 h + e].
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st.o[d][e] = wst.o[4 * d + e];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.row_max[h] = wst.row_max[h];
+      st.row_sum[h] = wst.row_sum[h];
+    }
+  }
 
   float* smem = reinterpret_cast<float*>(smem_raw);
   const int valid_rows = min(TileM, w.rows - w.r0);
@@ -726,17 +801,18 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 }
 
 /// Split-KV decode whose splits merge through the workspace (Config::cluster 1).
-template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages>
+template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages, bool Wgmma>
 __global__ void __launch_bounds__(Warps * 32) attention_decode(const DecodeParams p) {
-  decode_body<DT, D, Layout, PageSize, TileM, TileN, Warps, Stages, 1>(p);
+  decode_body<DT, D, Layout, PageSize, TileM, TileN, Warps, Stages, 1, Wgmma>(p);
 }
 
 #if __CUDA_ARCH__ >= 900
 /// Split-KV decode whose Cluster split blocks of a row block merge in distributed shared memory (sm_90).
-template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages, int Cluster>
+template <DType DT, int D, KvLayout Layout, int PageSize, int TileM, int TileN, int Warps, int Stages, int Cluster,
+          bool Wgmma>
 __global__ void __cluster_dims__(Cluster, 1, 1) __launch_bounds__(Warps * 32)
     attention_decode_cluster(const DecodeParams p) {
-  decode_body<DT, D, Layout, PageSize, TileM, TileN, Warps, Stages, Cluster>(p);
+  decode_body<DT, D, Layout, PageSize, TileM, TileN, Warps, Stages, Cluster, Wgmma>(p);
 }
 #endif
 

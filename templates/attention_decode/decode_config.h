@@ -5,7 +5,7 @@
 //  * Problem (result-defining, host side, generator/decode_family.h): dtype, batch, q_len, num_heads,
 //    num_kv_heads, head_dim, kv_len, kv_layout, page_size, causal. The kernel is compiled for (dtype, head_dim,
 //    kv_layout, page_size) and the config; everything else is a run-time argument (DecodeParams).
-//  * Config (speed-only knobs): tile_m, tile_n, warps, stages, kv_chunk.
+//  * Config (speed-only knobs): tile_m, tile_n, warps, stages, kv_chunk, cluster, wgmma.
 // invalid_reason() is the single source of truth for which (class, config, arch) are valid: the generator prunes
 // with it and attention_decode.cuh static_asserts it.
 //
@@ -50,6 +50,11 @@ struct Config {
   /// (split_keys; no workspace); kv_chunk > 0: as many clusters as kv_len needs (a whole number of clusters of
   /// kv_chunk-token splits), whose merged partials then combine through the workspace.
   int cluster = 1;
+  /// 0: each warp computes S = Q K^T and O += P V over its 16 rows with mma.sync (K and V read from shared memory by
+  /// ldmatrix, once per row group). 1 (sm_90a, tile_m 64): each key group is one warpgroup whose 4 warps' 64 rows take
+  /// the products by wgmma from shared memory (K and V read once per key group), the tiles in the 128-byte swizzle
+  /// wgmma's descriptors name.
+  int wgmma = 0;
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of every tensor is
@@ -218,9 +223,10 @@ KT_HD constexpr long long counter_count(const Config& c, int batch, int num_head
 }
 
 /// Registers a thread holds for the output accumulator [16, D], the score tile [16, warp_keys] and the Q fragments
-/// [16, D] (each warp owns one m16 fragment). Used to prune variants that would spill.
+/// [16, D] (each warp owns one m16 fragment; with wgmma Q stays in shared memory and P's packed fragments take
+/// warp_keys / 4). Used to prune variants that would spill.
 KT_HD constexpr int accumulator_registers(const Config& c, int head_dim) {
-  return (head_dim / 8) * 4 + (warp_keys(c) / 8) * 4 + (head_dim / 16) * 4;
+  return (head_dim / 8) * 4 + (warp_keys(c) / 8) * 4 + (c.wgmma ? warp_keys(c) / 4 : (head_dim / 16) * 4);
 }
 
 /// nullptr if (kernel class, config, arch) is a valid variant, otherwise the rule it breaks.
@@ -254,6 +260,12 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, KvLayout l
   if (c.cluster != 1 && c.cluster != 2 && c.cluster != 4 && c.cluster != 8 && c.cluster != 16)
     return "cluster must be 1, 2, 4, 8 or 16";
   if (c.cluster > 1 && arch.sm < 90) return "a cluster merge needs sm_90 (thread-block clusters)";
+  // wgmma (sm_90a): one warpgroup per key group over all the tile's rows (4 row groups), its keys an N of wgmma's
+  // m64nNk16 (16..256, a multiple of 16), the tiles in the 128-byte swizzle (column blocks of 64 elements).
+  if (c.wgmma != 0 && c.wgmma != 1) return "wgmma must be 0 or 1";
+  if (c.wgmma && (arch.sm < 90 || !arch.arch_specific)) return "wgmma needs sm_90a";
+  if (c.wgmma && c.tile_m != 64) return "wgmma needs tile_m 64 (the 64 rows of a warpgroup)";
+  if (c.wgmma && warp_keys(c) < 16) return "wgmma needs at least 16 keys per key group";
   // cp.async K/V tile loads: every thread moves the same number of 16-byte chunks.
   if ((c.tile_n * head_dim / 8) % (32 * c.warps) != 0)
     return "tile_n * head_dim / 8 must be a multiple of the block's threads";

@@ -48,13 +48,14 @@ DecodeParams fake_params(const Problem& p) {
 
 TEST_CASE("attention_decode: config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
-  // tile_m x tile_n x warps x stages x (9 kv_chunks with cluster 1, and kv_chunk 0 with clusters 2, 4, 8, 16; clusters
-  // of kv_chunk splits are valid configs the space leaves out)
-  CHECK(space.size() == 3 * 4 * 3 * 4 * (9 + 4));
-  std::set<std::tuple<int, int, int, int, int, int>> seen;
+  // tile_m x tile_n x warps x stages x wgmma 0 / 1 x (9 kv_chunks with cluster 1, and kv_chunk 0 with clusters 2, 4,
+  // 8, 16; clusters of kv_chunk splits are valid configs the space leaves out)
+  CHECK(space.size() == 3 * 4 * 3 * 4 * 2 * (9 + 4));
+  std::set<std::tuple<int, int, int, int, int, int, int>> seen;
   for (const auto& c : space) {
-    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.kv_chunk, c.cluster});
+    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.kv_chunk, c.cluster, c.wgmma});
     CHECK((c.cluster == 1 || c.kv_chunk == 0));
+    CHECK((c.wgmma == 0 || c.wgmma == 1));
   }
   CHECK(seen.size() == space.size());
 }
@@ -90,6 +91,16 @@ TEST_CASE("attention_decode: invalid_reason names each broken rule", "[generator
   CHECK_THAT(why({16, 64, 4, 3, 0, 3}), Catch::Contains("cluster must be 1, 2, 4, 8 or 16"));
   CHECK_THAT(why({16, 64, 4, 3, 0, 32}), Catch::Contains("cluster must be"));
   CHECK_THAT(why({16, 64, 4, 3, 0, 2}, 128, parse_arch("sm_89")), Catch::Contains("needs sm_90"));
+  // wgmma: 0 / 1; sm_90a only (not sm_90 without the arch-specific features); one warpgroup per key group over 64 rows;
+  // its keys and 64 rows' accumulators in registers.
+  CHECK(why({64, 128, 8, 3, 0, 1, 1}).empty());
+  CHECK(why({64, 128, 8, 3, 0, 2, 1}).empty());
+  CHECK(why({64, 64, 4, 6, 0, 1, 1}).empty());
+  CHECK_THAT(why({64, 128, 8, 3, 0, 1, 2}), Catch::Contains("wgmma must be 0 or 1"));
+  CHECK_THAT(why({64, 128, 8, 3, 0, 1, 1}, 128, ArchId{90, false}), Catch::Contains("wgmma needs sm_90a"));
+  CHECK_THAT(why({64, 128, 8, 3, 0, 1, 1}, 128, parse_arch("sm_89")), Catch::Contains("wgmma needs sm_90a"));
+  CHECK_THAT(why({32, 64, 8, 3, 0, 1, 1}), Catch::Contains("wgmma needs tile_m 64"));
+  CHECK_THAT(why({64, 256, 4, 2, 0, 1, 1}, 64), Catch::Contains("registers"));  // 256 keys' scores and P fragments
   // The same ring fits sm_90 but not sm_86's 99 KB.
   CHECK(why({16, 128, 4, 3, 0}).empty());
   CHECK_THAT(why({16, 128, 4, 3, 0}, 128, parse_arch("sm_86")), Catch::Contains("shared memory"));
@@ -243,6 +254,14 @@ TEST_CASE("attention_decode: a short tune tries the coarse splits and the best s
   // of shapes/qwen7b.json on the H200, 10-15% ahead of tile_n 64) is among the first 16 of B 16 kv 4096.
   const auto q8 = first(qwen(16, 4096, KvLayout::contiguous, 8), 16);
   CHECK(std::any_of(q8.begin(), q8.end(), [](const Config& c) { return c.tile_m == 64 && c.tile_n == 128; }));
+  // On sm_90a its wgmma configs come before their mma.sync twins (default_config says why).
+  const auto q8_all = valid_configs(qwen(16, 4096, KvLayout::contiguous, 8), arch, dev);
+  auto position = [&](Config c) {
+    return std::find_if(q8_all.begin(), q8_all.end(), [&](const Config& x) { return same_config(x, c); }) -
+           q8_all.begin();
+  };
+  CHECK(q8.front().wgmma == 1);
+  CHECK(position(Config{64, 128, 8, 3, 0, 2, 1}) < position(Config{64, 128, 8, 3, 0, 2, 0}));
   // A cluster split whose block's slice fits a deeper ring whole swaps places with its 3-stage config: Llama-3.1-8B
   // heads (32 / 8), B 1, 2048 keys, a cluster of 8 (4 tiles of 64 keys per block; H200: 6 stages 2-3% faster than
   // 3 or 4, rank 51 without the swap) comes in the first 16, ahead of its 3-stage config; with the 3-stage config
@@ -311,6 +330,9 @@ TEST_CASE("attention_decode: the default config is valid and splits to fill the 
   CHECK(default_config(arch, qwen(1, 1)).kv_chunk == 0);      // one key: nothing to split
   Problem p = qwen(4, 4096, KvLayout::contiguous, 16);        // 112 rows: tile_m 64
   CHECK(default_config(arch, p).tile_m == 64);
+  CHECK(default_config(arch, p).wgmma == 1);  // tile_m 64 on sm_90a: the wgmma mainloop
+  CHECK(default_config(ArchId{90, false}, p).wgmma == 0);
+  CHECK(default_config(arch, qwen(16, 4096)).wgmma == 0);  // tile_m 16: mma.sync
   // Every arch, head dim, row count and layout has a valid default.
   for (const char* name : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
     for (int d : {64, 128})
@@ -335,7 +357,7 @@ TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the bina
   const Config c{16, 64, 4, 3, 512};
   CHECK(variant_name(p, c, arch) == "attention_decode__bf16_d128_paged64__m16_n64_w4_s3_c512__sm_90a");
   CHECK(name_expression(p, c) ==
-        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 3>");
+        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 3, false>");
   Config c0 = c;
   c0.kv_chunk = 0;
   CHECK(name_expression(p, c0) == name_expression(p, c));
@@ -351,10 +373,10 @@ TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the bina
   other.page_size = 16;
   CHECK(variant_name(other, c, arch) == "attention_decode__bf16_d128_paged16__m16_n64_w4_s3_c512__sm_90a");
   CHECK(name_expression(other, c) ==
-        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 16, 64, 4, 3>");
+        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 16, 16, 64, 4, 3, false>");
   Problem contig = qwen(16, 4096, KvLayout::contiguous);
   CHECK(name_expression(contig, c) ==
-        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::contiguous, 0, 16, 64, 4, 3>");
+        "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::contiguous, 0, 16, 64, 4, 3, false>");
   CHECK(variant_name(contig, c, arch) == "attention_decode__bf16_d128_contiguous__m16_n64_w4_s3_c512__sm_90a");
   // Every config of the space has its own name.
   std::set<std::string> names;
@@ -369,7 +391,18 @@ TEST_CASE("attention_decode: names spell every axis and kv_chunk shares the bina
   const Config cl{16, 64, 4, 3, 0, 4};
   CHECK(variant_name(p, cl, arch) == "attention_decode__bf16_d128_paged64__m16_n64_w4_s3_c0_cl4__sm_90a");
   CHECK(name_expression(p, cl) ==
-        "kt::decode::attention_decode_cluster<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 3, 4>");
+        "kt::decode::attention_decode_cluster<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 3, 4, "
+        "false>");
+  // A wgmma config: its own kernel, "_wgmma" in the name, "wgmma": 1 in its JSON (absent for mma.sync).
+  const Config wg{64, 128, 8, 3, 0, 2, 1};
+  CHECK(variant_name(p, wg, arch) == "attention_decode__bf16_d128_paged64__m64_n128_w8_s3_c0_cl2_wgmma__sm_90a");
+  CHECK(name_expression(p, wg) ==
+        "kt::decode::attention_decode_cluster<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 64, 128, 8, 3, 2, "
+        "true>");
+  CHECK(config_to_json(wg).value("wgmma", 0) == 1);
+  CHECK(!config_to_json(cl).contains("wgmma"));
+  CHECK(same_config(config_from_json(config_to_json(wg)), wg));
+  CHECK(!same_config(config_from_json(config_to_json(wg)), cl));
   const KernelSource k = kernel_source(p, c, arch);
   CHECK(k.source.find("attention_decode/attention_decode.cuh") != std::string::npos);
   CHECK(k.dynamic_smem_bytes == unsigned(smem_bytes(c, 128)));

@@ -93,24 +93,26 @@ TEST_CASE("attention_decode: the template rejects a config that invalid_reason r
 // Hidden ([.sass], outside the nvrtc ctest entry): scripts/check_sass.sh runs it with KT_SASS_DIR set and checks the
 // cubins' SASS with scripts/sass_check.py. ptxas 13.0 miscompiled some tiles that span several pages (docs/perf-log.md,
 // attention_decode; KvLoader::load_pieces keeps them out): every tile_m 16 shape of a tile larger than its page, at
-// pages of 16, 32 and 64 tokens, for bf16 head_dim 128 and fp16 head_dim 64, and the 128-row tiles of 32 and 64 rows
-// that keep the L2 policy on their V copies (clusters of 2 at page 64).
+// pages of 16, 32 and 64 tokens, for bf16 head_dim 128 and fp16 head_dim 64, the 128-row tiles of 32 and 64 rows
+// that keep the L2 policy on their V copies (clusters of 2 at page 64), and every wgmma shape at every page size and
+// over the contiguous cache.
 TEST_CASE("attention_decode: tiles over several pages compile; cubins to $KT_SASS_DIR for scripts/check_sass.sh",
           "[.sass]") {
   const ArchId arch = parse_arch("sm_90a");
   std::vector<KernelSource> sources;
   for (auto [dt, d] : {std::pair{DType::bf16, 128}, std::pair{DType::f16, 64}})
-    for (int page : {16, 32, 64}) {
-      const Problem p = decode_problem(dt, d, KvLayout::paged, page);
+    for (int page : {0, 16, 32, 64, 128, 256}) {  // 0: the contiguous cache
+      const Problem p = decode_problem(dt, d, page ? KvLayout::paged : KvLayout::contiguous, page ? page : 64);
       for (const auto& c : config_space()) {
-        const bool multi_page = c.tile_m == 16 && c.tile_n > page && c.kv_chunk == 0 && c.cluster == 1;
+        const bool plain = c.kv_chunk == 0 && c.cluster == 1;
+        const bool multi_page = page && c.tile_m == 16 && c.tile_n > page && page <= 64 && plain && !c.wgmma;
         const bool tall = page == 64 && c.tile_m > 16 && c.tile_n == 128 && c.warps == 8 && c.kv_chunk == 0 &&
-                          c.cluster == 2 && c.stages <= 3;
-        if ((multi_page || tall) && invalid_reason(p.dtype, d, p.kv_layout, c, arch) == nullptr)
+                          c.cluster == 2 && c.stages <= 3 && !c.wgmma;
+        if ((multi_page || tall || (c.wgmma && plain)) && invalid_reason(p.dtype, d, p.kv_layout, c, arch) == nullptr)
           sources.push_back(kernel_source(p, c, arch));
       }
     }
-  REQUIRE(sources.size() >= 100);
+  REQUIRE(sources.size() >= 200);
   const char* dir = std::getenv("KT_SASS_DIR");
   Compiler compiler(nullptr);
   for (const auto& r : compiler.compile_all(sources)) {

@@ -303,15 +303,20 @@ void check_case(const HostCase& h, const std::vector<Variant>& variants) {
 /// without split and with the finest split (kv_chunk = tile_n) and a coarser one (4 tiles); on sm_90, for the shapes
 /// of 3 stages (every tile_m, tile_n and warp count, so 1, 2, 4 and 8 key groups), also a cluster of 2 and of 16 over
 /// the whole length, and for those of 4 warps a cluster of 4 and clusters of 4 finest chunks that merge through the
-/// workspace. KT_DECODE_CLUSTERS_ONLY=1 keeps the cluster configs alone (a quick check of the cluster merge).
+/// workspace. Each shape with mma.sync and, where valid (tile_m 64, sm_90a), with wgmma. KT_DECODE_CLUSTERS_ONLY=1 keeps
+/// the cluster configs alone (a quick check of the cluster merge), KT_DECODE_WGMMA_ONLY=1 the wgmma ones.
 std::vector<Config> every_variant(const Problem& cls, ArchId arch) {
-  const char* only = std::getenv("KT_DECODE_CLUSTERS_ONLY");
-  const bool clusters_only = only && std::string(only) == "1";
+  auto env_on = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::string(v) == "1";
+  };
+  const bool clusters_only = env_on("KT_DECODE_CLUSTERS_ONLY"), wgmma_only = env_on("KT_DECODE_WGMMA_ONLY");
   std::vector<Config> out;
-  std::set<std::tuple<int, int, int, int>> seen;
+  std::set<std::tuple<int, int, int, int, int>> seen;
   for (const auto& c : config_space()) {
     if (invalid_reason(cls.dtype, cls.head_dim, cls.kv_layout, c, arch) != nullptr) continue;
-    if (!seen.insert({c.tile_m, c.tile_n, c.warps, c.stages}).second) continue;
+    if (wgmma_only && !c.wgmma) continue;
+    if (!seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.wgmma}).second) continue;
     for (const auto& [chunk, cluster] : {std::pair{0, 1}, std::pair{c.tile_n, 1}, std::pair{4 * c.tile_n, 1},
                                          std::pair{0, 2}, std::pair{0, 4}, std::pair{0, 16}, std::pair{c.tile_n, 4}}) {
       if (cluster > 1 && c.stages != 3) continue;
@@ -356,7 +361,7 @@ TEST_CASE("attention_decode: every valid variant matches the float64 reference o
           if (layout == KvLayout::contiguous && page != 16) continue;
           const Problem cls = make(dt, 1, 1, 8, 8, d, 17, layout, page);
           const auto configs = every_variant(cls, env.arch);
-          REQUIRE(configs.size() >= 20);
+          REQUIRE(configs.size() >= 20);  // also with KT_DECODE_CLUSTERS_ONLY or KT_DECODE_WGMMA_ONLY
           const auto variants = load_variants(cls, configs);
           for (const Case& c : edge_cases(dt, d, layout, page)) check_case(make_host(c, 1 << 12), variants);
         }
@@ -384,7 +389,8 @@ TEST_CASE("attention_decode: broad problem sweep with a few variants", "[gpu][at
           auto it = cache.find(key);
           if (it == cache.end()) {
             std::vector<Config> cs = {default_config(env.arch, c.p)};
-            for (const Config& x : {Config{16, 64, 4, 4, 256}, Config{32, 128, 8, 3, 1024}})
+            for (const Config& x :
+                 {Config{16, 64, 4, 4, 256}, Config{32, 128, 8, 3, 1024}, Config{64, 128, 8, 3, 1024, 1, 1}})
               if (invalid_reason(c.p.dtype, c.p.head_dim, c.p.kv_layout, x, env.arch) == nullptr) cs.push_back(x);
             it = cache.emplace(key, load_variants(c.p, cs)).first;
           }
