@@ -36,8 +36,8 @@ Sections (each row of each section is one JSON row; nothing is skipped silently:
            kernel over the same K+V bytes (read_ceiling_fn: 16 KB per program, 16-byte loads; timed the same way; row
            field "method"; torch.sum where Triton is missing) = the read bandwidth this GPU reaches for that size.
            Units: us and GB/s, bytes = K + V cache read + q read + o written = (2*B*kv_len*Hkv*D + 2*B*q_len*Hq*D) *
-           elt (the ceiling: the K+V bytes). Rows with B <= 16 and q_len 1 also carry the
-           do_bench-style number (flush_us, see below).
+           elt (the ceiling: the K+V bytes). Every row (not the ceiling's) also carries the do_bench-style number
+           (flush_us, see below).
   qkv      workloads.qkv_proj tokens M x formats: kerntune rt.qkv_proj (one kernel: GEMM with the packed weight,
            + bias, + RoPE on the Q and K heads at positions arange(M), split into Q/K/V) vs the anchors, GEMM only:
            three F.linear calls (q, k, v, with bias), one fused F.linear on the concatenated weight (cuBLAS, with
@@ -737,9 +737,8 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                 torch.cuda.empty_cache()
                 continue
             # kerntune, the read ceiling and the anchors: each checked, then prepared; their replays are timed
-            # interleaved, then the do_bench-style numbers (B <= 16, q_len 1) one row after another.
+            # interleaved, then the do_bench-style numbers one row after another.
             row_rows, preps = [], []  # preps: (row, prepared handle, launch function for the do_bench-style number)
-            flush = b <= 16 and ql == 1
             r = dict(base, impl="kerntune", tol=ATTN_TOL[dname])
             if ctx.rt is None:
                 r["error"] = ctx.kt_error
@@ -763,7 +762,7 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                         r["error"] = f"wrong result: rel err {e:.3g} > tol {ATTN_TOL[dname]:g} (not timed)"
                     else:
                         fns = [(lambda i=i: call(i)) for i in range(cnt)]
-                        preps.append((r, timer.prepare(fns), (lambda: call(0)) if flush else None))
+                        preps.append((r, timer.prepare(fns), lambda: call(0)))
                 except Exception as e:
                     r["error"] = err_text(e)
                     r["traceback"] = traceback.format_exc(limit=3)
@@ -797,11 +796,10 @@ def run_decode(ctx, cfg, timer, l2, rows, every=False, table=True):
                         r["rel_err"] = rel_err(out.transpose(1, 2), ref)
                         del out
                     ctxf = lambda b_=backend: sdpa_kernel([b_])
-                    fl = None
-                    if flush:
-                        def fl(f=fns[0], c=ctxf):
-                            with c():
-                                f()
+                    def fl(f=fns[0], c=ctxf):
+                        with c():
+                            f()
+
                     preps.append((r, timer.prepare(fns, context=ctxf), fl))
                 except Exception as e:
                     r["error"] = err_text(e)
