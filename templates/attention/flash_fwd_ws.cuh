@@ -338,10 +338,7 @@ __device__ __forceinline__ void ws_consumer(const FwdTmaParams& tp,
     const WsTileRows<PackGqa> rows = tiles.rows(tile);
     const int n_tiles = keys(t);
     WsRows<D> st;
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) st.o[i] = 0.f;
-    st.row_max[0] = st.row_max[1] = ptx::neg_inf();
-    st.row_sum[0] = st.row_sum[1] = 0.f;
+    st.clear();
     if (n_tiles > 0) {
       t_work = next_work(t + sched.stride());
       ptx::mbarrier_wait(q_full, unsigned(qi & 1));

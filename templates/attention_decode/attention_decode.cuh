@@ -686,15 +686,7 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     st.row_sum[h] = 0.f;
   }
   attn::WsRows<D> wst;  // Wgmma: the warpgroup's state in the wgmma accumulator layout, moved into st afterwards
-  if constexpr (Wgmma) {
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) wst.o[i] = 0.f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      wst.row_max[h] = ptx::neg_inf();
-      wst.row_sum[h] = 0.f;
-    }
-  }
+  if constexpr (Wgmma) wst.clear();
 
   const int n_tiles = (w.key_end - w.key0 + TileN - 1) / TileN;
   if (n_tiles > 0) {

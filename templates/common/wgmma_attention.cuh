@@ -22,6 +22,14 @@ template <int D>
 struct WsRows {
   float o[D / 2];
   float row_max[2], row_sum[2];
+
+  /// The state before any key: O = 0, no maximum (-inf), sum 0.
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    row_max[0] = row_max[1] = ptx::neg_inf();
+    row_sum[0] = row_sum[1] = 0.f;
+  }
 };
 
 #if __CUDA_ARCH__ >= 900
