@@ -164,6 +164,9 @@ std::vector<Config> ws_config_space() {
             if (sk == 3 && tm < 16) continue;
             const WsSplit split = sk == 0 ? WsSplit::stream_k : WsSplit::split_k;
             out.push_back(make_config(tm, 16 * wm * atoms, WsConfig{wm / 4, 1, st, split, std::max(sk, 1)}));
+            // The same clusters for the last wave only (split_k_tail, the binary of split_k sk): prefill token tiles.
+            if (sk > 1 && tm >= 64)
+              out.push_back(make_config(tm, 16 * wm * atoms, WsConfig{wm / 4, 1, st, WsSplit::split_k_tail, sk}));
             // Two K groups (k_groups 2: a twin of each consumer warpgroup takes every other K step):
             // for the decode-bound token tiles of 16 and 32 with one atom per warpgroup, rings of 6 or 8 slots (each
             // group waits on every other slot, so 4 slots left each group 2 in flight and measured slower), split_k >= 1
@@ -389,8 +392,9 @@ std::vector<Config> wgmma_candidates(const Problem& p, ArchId arch, const Device
   return out;
 }
 
-/// The wgmma_ws split of a config as one number for grouping: 0 for stream-K, else split_k.
-int ws_split_key(const Config& c) { return ws_stream_k(c) ? 0 : c.ws.split_k; }
+/// The wgmma_ws split of a config as one number for grouping: 0 for stream-K, split_k, or 16 + split_k for
+/// split_k_tail.
+int ws_split_key(const Config& c) { return ws_stream_k(c) ? 0 : ws_split_tail(c) ? 16 + c.ws.split_k : c.ws.split_k; }
 
 /// The wgmma_ws candidates `model_order` (ws_candidates' cost-model order) regrouped for 64 < M <= 1024, where the cost
 /// model ranks tile shapes poorly. Whole-space probes on the H100 (Qwen2.5-7B, M = 256): the
@@ -428,7 +432,13 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
     if (c.tile_m > 8 && p.m <= c.tile_m / 2) continue;
     if (c.tile_m < 64 && p.m > 128) continue;  // beyond decode-ish sizes, token tiles under 64 only add blocks
     const long long blocks = output_tiles(p, c);
-    if (ws_cluster(c) > 1 && (blocks >= dev.sm_count || ws_cluster(c) > p.k / 64)) continue;
+    if (ws_split_tail(c)) {  // a full wave of whole tiles, then one partial wave of split tiles
+      const long long whole = ws_tail_whole_tiles(blocks, ws_cluster(c), dev.sm_count);
+      if (whole == 0 || whole == blocks) continue;  // no full wave, or no partial one
+      if (ws_cluster(c) > p.k / 64) continue;
+    } else if (ws_cluster(c) > 1 && (blocks >= dev.sm_count || ws_cluster(c) > p.k / 64)) {
+      continue;
+    }
     if (ws_stream_k(c) && ws_units(p, c) <= dev.sm_count) continue;  // stream-K needs more units than SMs
     out.push_back(c);
   }
@@ -440,10 +450,15 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
     const double tiles = double(output_tiles(p, c));
     const int split = ws_cluster(c);
     const double blocks = ws_stream_k(c) ? sms : tiles * split;
-    const double steps = ws_stream_k(c) ? std::ceil(double(ws_units(p, c)) / sms) + 2 * (1 + sms / tiles)
-                                        : std::ceil(double(p.k / 64) / split) + (split > 1 ? 2 : 0);
-    const double cost =
-        std::ceil(blocks / sms) * steps * std::max(c.tile_m, 64) * c.tile_n * (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
+    double steps = ws_stream_k(c) ? std::ceil(double(ws_units(p, c)) / sms) + 2 * (1 + sms / tiles)
+                                  : std::ceil(double(p.k / 64) / split) + (split > 1 ? 2 : 0);
+    double waves = std::ceil(blocks / sms);
+    if (ws_split_tail(c)) {  // the full waves' whole tiles, then one wave of 1 / split tiles
+      waves = 1;
+      steps = double(ws_tail_whole_tiles(output_tiles(p, c), split, dev.sm_count)) / sms * (p.k / 64) +
+              std::ceil(double(p.k / 64) / split) + 2;
+    }
+    const double cost = waves * steps * std::max(c.tile_m, 64) * c.tile_n * (1.0 + 64.0 / c.tile_m + 64.0 / c.tile_n);
     return std::make_pair(cost, -c.ws.stages);
   };
   std::stable_sort(out.begin(), out.end(), [&](const Config& a, const Config& b) { return score(a) < score(b); });
@@ -456,14 +471,29 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
   // formats, at model rank 65-85; with modes in turn and shape classes it is 5th, and the stream-K winners stay in the
   // 24-candidate prefix (packed m256 first, fp16 m96 n256 9th). Beyond M = 1024 the model's order holds the winners (the
   // same change there pushed the M = 4096 / 16384 sk1 winners to 33rd-41st, checked on the CPU).
-  if (p.m > 1024) return out;
+  if (p.m > 1024) {
+    // The 256 x 128 tile with 4 slots and split_k 1 first: the default where split_k_tail does not fit, and within 1-7%
+    // of it where it does (ws_tail_fits), so both lead the fast strategy's prefix.
+    const Config sk1 = make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 1});
+    std::stable_partition(out.begin(), out.end(), [&](const Config& c) { return same_config(c, sk1); });
+    return out;
+  }
+  // split_k_tail (one partial wave of split tiles after the full waves) after all the others: where it won up to
+  // M = 1024 (256 x 128 with the packed formats at M = 1024, H200) it is the default, which the tuner measures first,
+  // so the prefix keeps the modes in turn below that won the other sizes.
+  std::vector<Config> tail;
+  std::copy_if(out.begin(), out.end(), std::back_inserter(tail), [](const Config& c) { return ws_split_tail(c); });
+  out.erase(std::remove_if(out.begin(), out.end(), [](const Config& c) { return ws_split_tail(c); }), out.end());
   auto modes = group_in_order(out, [](const Config& a, const Config& b) { return ws_split_key(a) == ws_split_key(b); });
   if (p.m > 64)
     for (auto& m : modes) m = ws_by_shape_class(m, p.format);
   auto sk1 =
       std::find_if(modes.begin(), modes.end(), [](const std::vector<Config>& m) { return ws_split_key(m[0]) == 1; });
   if (sk1 != modes.end() && sk1 - modes.begin() > 1) std::rotate(modes.begin() + 1, sk1, sk1 + 1);  // second in turn
-  return take_in_turn(modes);
+  std::vector<Config> ordered = take_in_turn(modes);
+  if (p.m > 64 && !tail.empty()) tail = ws_by_shape_class(tail, p.format);
+  ordered.insert(ordered.end(), tail.begin(), tail.end());
+  return ordered;
 }
 
 /// wgmma_pairs candidates (sm_90a, 16-bit weights, M > 16): tile_m above 64 only once M fills more than half of it.
@@ -547,6 +577,20 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
   return out;
 }
 
+namespace {
+/// Whether the 256 x 128 wgmma_ws tiles of p take split_k_tail 2 by default: one to 8 waves of tiles on the arch's SMs
+/// (device_model) and a last wave that its split blocks fill at most once. On the H200 (Qwen2.5-7B, a tune of the
+/// 128..256-token ws tiles, same run) it took M = 1024 from 79.8 to 77.3 us (int4; stream-K before), M = 4096 from
+/// 236.6 to 221.3 (int4), 225.7 to 215.6 (nf4), 222.1 to 218.9 (fp16) and 232.2 to 231.3 (int8) against split_k 1;
+/// at M = 16384 (17.5 waves) it ran about 1% slower.
+bool ws_tail_fits(const Problem& p, ArchId arch) {
+  const int sms = device_model(arch).sm_count;
+  const long long tiles = (long long)((p.n() + 127) / 128) * ((p.m + 255) / 256);
+  const long long whole = ws_tail_whole_tiles(tiles, 2, sms);
+  return sms > 0 && tiles > sms && tiles < 8LL * sms && whole < tiles && (tiles - whole) * 2 <= sms;
+}
+}  // namespace
+
 Config default_config(ArchId arch, const Problem& p) {
   // sm_90a up to M = 2048: the configs that won shapes/qwen7b.json's exhaustive sweep on the H200 (K 3584, N 4608,
   // every format; bench/results/nvidia_h200x2_order_qwen7b.txt), where the rules below were 1.15-3.2x behind them:
@@ -556,7 +600,8 @@ Config default_config(ArchId arch, const Problem& p) {
   // M <= 64: wgmma_ws 64 x 128, 2 consumers, 4 slots, split-K 3 for 8- and 4-bit weights (from M = 33), wgmma_pairs
   // 64 x 48 with 16 slots for 16-bit (mma.sync 2.3-3.2x slower); 128 < M <= 1024 with 16-bit weights: wgmma_pairs
   // 128 x 96, 8 slots, clusters of 2; 8- and 4-bit weights at 128 < M <= 512: wgmma_ws 256 x 128 split-K 3, up to
-  // M = 2048: stream-K. Each range is one where valid_configs keeps the tile (the tuner measures the default first).
+  // M = 2048: stream-K, or split_k_tail 2 where it fits (ws_tail_fits), as for every format beyond. Each range is one
+  // where valid_configs keeps the tile (the tuner measures the default first).
   if (arch.sm == 90 && arch.arch_specific) {
     const bool narrow = quant::format_bits(p.format) < 16;
     std::vector<Config> prefs;
@@ -575,7 +620,7 @@ Config default_config(ArchId arch, const Problem& p) {
     else if (p.m > 128 && p.m <= 1024 && !narrow) prefs.push_back(make_config(128, 96, PairsConfig{8, 2}));
     else if (p.m > 128 && p.m <= 512 && narrow)
       prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 3}));
-    else if (p.m > 512 && p.m <= 2048 && narrow)
+    else if (p.m > 512 && p.m <= 2048 && narrow && !ws_tail_fits(p, arch))
       prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::stream_k, 1}));
     for (const auto& c : prefs)
       if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
@@ -583,10 +628,13 @@ Config default_config(ArchId arch, const Problem& p) {
   // Decode sizes: the weight-streaming kernel (gemv_default).
   if (Config g; gemv_default(p, arch, g)) return g;
   // sm_90a otherwise beyond decode sizes: the Hopper mainloops with the shapes that won on the H100 for Qwen2.5-7B
-  // (prefill: warp-specialized 256 x 128 with a 4-slot ring; up to a few hundred tokens: warp-specialized stream-K
-  // 128 x 128 with 6 slots; else wgmma 128 x 128, 3 stages).
+  // (prefill: warp-specialized 256 x 128 with a 4-slot ring, its last wave split over clusters of 2 where that fits,
+  // ws_tail_fits; up to a few hundred tokens: warp-specialized stream-K 128 x 128 with 6 slots; else wgmma 128 x 128,
+  // 3 stages).
   if (arch.sm == 90 && arch.arch_specific && p.m > 64) {
     std::vector<Config> prefs;
+    if (p.m > 512 && ws_tail_fits(p, arch))
+      prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k_tail, 2}));
     if (p.m > 512) prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 1}));
     if (p.m <= 512) prefs.push_back(make_config(128, 128, WsConfig{2, 1, 6, WsSplit::stream_k, 1}));
     if (p.m > 512) prefs.push_back(make_config(256, 128, WgmmaConfig{64, 3, 1, 1}));
@@ -682,7 +730,8 @@ std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
       break;
     case Mainloop::wgmma_ws:
       s << "_c" << c.ws.consumers << "_kg" << c.ws.k_groups << "_s" << c.ws.stages
-        << (ws_stream_k(c) ? std::string("_streamk") : "_sk" + std::to_string(c.ws.split_k));
+        << (ws_stream_k(c) ? std::string("_streamk") : "_sk" + std::to_string(c.ws.split_k))
+        << (ws_split_tail(c) ? "tail" : "");
       break;
     case Mainloop::wgmma_pairs: s << "_s" << c.pairs.stages << "_cm" << c.pairs.cluster_m; break;
   }
@@ -791,7 +840,8 @@ int stream_k_blocks(const Problem& p, const Config& c, int sm_count) {
 }
 
 bool needs_sm_count(const Config& c) {
-  return (c.mainloop == Mainloop::gemv && gemv_balanced(c)) || (c.mainloop == Mainloop::wgmma_ws && ws_stream_k(c));
+  return (c.mainloop == Mainloop::gemv && gemv_balanced(c)) ||
+         (c.mainloop == Mainloop::wgmma_ws && (ws_stream_k(c) || ws_split_tail(c)));
 }
 
 LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
@@ -811,6 +861,11 @@ LaunchDims launch_dims(const Problem& p, const Config& c, int sm_count) {
   if (c.mainloop == Mainloop::wgmma_ws) {  // a 1-D grid over the (tile, K step) units (qkv_proj_config.h)
     const long long tiles = output_tiles(p, c);
     d.grid_x = unsigned(ws_stream_k(c) ? stream_k_blocks(p, c, sm_count) : tiles * ws_cluster(c));
+    if (ws_split_tail(c)) {  // the full waves' whole tiles, then the rest split (qkv_proj_config.h, WsSplit)
+      if (sm_count < 1) fail("split_k_tail needs the GPU's SM count (got " + std::to_string(sm_count) + ")");
+      const long long whole = ws_tail_whole_tiles(tiles, ws_cluster(c), sm_count);
+      d.grid_x = unsigned(whole + (tiles - whole) * ws_cluster(c));
+    }
     d.grid_y = d.grid_z = 1;
     d.block_x = unsigned(threads(c));
     d.smem_bytes = unsigned(ws_smem_bytes(c, p.format));
@@ -929,7 +984,9 @@ nlohmann::json config_to_json(const Config& c) {
       j["wgmma_ws"] = {{"consumers", c.ws.consumers},
                        {"k_groups", c.ws.k_groups},
                        {"stages", c.ws.stages},
-                       {"split", ws_stream_k(c) ? "stream_k" : "split_k"},
+                       {"split", ws_stream_k(c)     ? "stream_k"
+                                 : ws_split_tail(c) ? "split_k_tail"
+                                                    : "split_k"},
                        {"split_k", c.ws.split_k}};
       break;
     case Mainloop::wgmma_pairs:
@@ -990,7 +1047,7 @@ Config config_from_json(const nlohmann::json& j) {
         c.wgmma = WgmmaConfig{f.at("tile_k"), f.at("stages"), f.at("split_k"), f.at("prefetch")};
         break;
       case Mainloop::wgmma_ws: {
-        static const char* const kSplits[] = {"split_k", "stream_k"};
+        static const char* const kSplits[] = {"split_k", "stream_k", "split_k_tail"};
         c.ws = WsConfig{f.at("consumers"), f.at("k_groups"), f.at("stages"),
                         parse_enum<WsSplit>("wgmma_ws.split", f.at("split"), kSplits), f.at("split_k")};
         break;

@@ -67,7 +67,8 @@ std::vector<Config> gemv_config_space(quant::Format f);
 std::vector<Config> wgmma_config_space(quant::Format f);
 /// The warp-specialized wgmma space (sm_90a): tile_m {8, 16, 32, 64, 96, 128, 192, 256} tokens, one or two consumer
 /// warpgroups of one or two m64 atoms, stages {2, 3, 4, 6, 8}, split stream-K or split_k 1 (and 2, 3, 4 with rings of 4
-/// or more; 3 from tile_m 16), and two K groups for tile_m 16 / 32 with one atom, rings of 6 or 8 and split_k.
+/// or more; 3 from tile_m 16; the same as split_k_tail from tile_m 64), and two K groups for tile_m 16 / 32 with one
+/// atom, rings of 6 or 8 and split_k.
 std::vector<Config> ws_config_space();
 
 /// The RoPE-paired wgmma space (sm_90a, 16-bit weights; qkv_wgmma_pairs.cuh): tile_m {64, 128} tokens (one consumer
@@ -91,7 +92,8 @@ std::vector<Config> pairs_config_space();
 ///  - wgmma (sm_90a): tile_m 64, or 128 / 256 once M exceeds half of it; split_k > 1 only while the grid has fewer
 ///    blocks than SMs. Ordered by wave efficiency, then larger tiles, then deeper X rings.
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
-///    stream-K with more units than SMs; ordered by a cost model (whole waves x K steps x tile work x operand
+///    stream-K with more units than SMs; split_k_tail with at least one full wave of tiles and a partial last wave;
+///    ordered by a cost model (whole waves x K steps x tile work x operand
 ///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn.
 ///  - wgmma_pairs (sm_90a, 16-bit weights, M > 16): tile_m 128 only for M > 64; ordered by a cost model (whole waves x
 ///    tile work x operand traffic per FLOP x output piece size x one-warpgroup tiles where two fit), one config per
@@ -118,7 +120,7 @@ bool same_config(const Config& a, const Config& b);
 ///        prefetch, reduce: "_nored", "_cl4" for a cluster of 4 blocks, "_bal" for the balanced tail);
 /// wgmma: "qkv_proj__bf16_nf4_d128_bias_rope__wgmma_m128_n256_k64_s3_sk1_p1__sm_90a" (tile_k, stages, split_k, prefetch);
 /// wgmma_ws: "qkv_proj__bf16_int4_d128_bias_rope__wgmma_ws_m256_n128_c2_kg1_s4_sk1__sm_90a" (consumers, k_groups,
-///        stages, split: "_sk<n>" or "_streamk");
+///        stages, split: "_sk<n>", "_sk<n>tail" or "_streamk");
 /// wgmma_pairs: "qkv_proj__fp16_fp16_d128_bias_rope__wgmma_pairs_m128_n80_s6_cm2__sm_90a" (stages, cluster_m).
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 /// "kt::qkv::qkv_proj<kt::DType::bf16, kt::quant::Format::nf4, 128, true, true, false, 16, 128, 64, 1, 4, 2, 1>" (mma) or

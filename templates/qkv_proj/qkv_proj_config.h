@@ -64,7 +64,7 @@
 //        tile_m 8..256 tokens (the wgmma N: 8, 16, 32, 64, 96, 128, 192, 256), tile_n features = 64 x consumer
 //        warpgroups x atoms (1 or 2 m64 atoms per warpgroup), K steps of 64. WsConfig: consumers 1 or 2 (plus the
 //        producer warpgroup), k_groups 1 or 2, stages 2..8, split = split_k (split_k 1..8 blocks per tile, a cluster
-//        when > 1) or stream_k.
+//        when > 1), stream_k, or split_k_tail (whole tiles in the full waves, split_k blocks per tile in the last).
 //        Work split (both forms): the (output tile, K step) units, tile-major, are cut into gridDim.x equal
 //        contiguous ranges, one per block. split_k: gridDim.x = tiles x split_k, so each block owns one K slice
 //        of one tile. stream_k (stream-K, Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense
@@ -142,8 +142,13 @@ struct WgmmaConfig {
 
 /// wgmma_ws: how the K range of an output tile is divided between blocks.
 enum class WsSplit : int {
-  split_k = 0,  ///< WsConfig::split_k blocks per output tile (1: one block; > 1: a thread-block cluster)
-  stream_k = 1  ///< stream-K: one block per SM walks a contiguous range of (tile, K step) units (workspace)
+  split_k = 0,   ///< WsConfig::split_k blocks per output tile (1: one block; > 1: a thread-block cluster)
+  stream_k = 1,  ///< stream-K: one block per SM walks a contiguous range of (tile, K step) units (workspace)
+  /// The full waves' tiles whole (one block per tile: the tiles / SMs x SMs first tiles, rounded down to whole
+  /// clusters, ws_tail_whole_tiles), then each tile of the last, partial wave over WsConfig::split_k blocks (a cluster),
+  /// so that the tail wave keeps split_k times as many SMs busy for 1 / split_k of a tile's time: the data-parallel +
+  /// split-K hybrid. One binary with split_k (the kernel reads the whole tiles off its grid, ws_whole_tiles).
+  split_k_tail = 2
 };
 /// wgmma_ws (qkv_wgmma_ws.cuh, sm_90a): the warp-specialized swap-AB kernel; tile_n = 64 x consumers x atoms.
 struct WsConfig {
@@ -151,7 +156,8 @@ struct WsConfig {
   int k_groups = 1;   ///< K groups (1 or 2): with 2, a twin of each consumer warpgroup takes every other K step
   int stages = 4;     ///< slots of the shared-memory ring (2..8)
   WsSplit split = WsSplit::split_k;
-  int split_k = 1;  ///< WsSplit::split_k: blocks per output tile (1..8; > 1 a cluster); 1 for stream-K
+  int split_k = 1;  ///< WsSplit::split_k: blocks per output tile (1..8; > 1 a cluster); 1 for stream-K; split_k_tail:
+                    ///< blocks per tile of the last wave (2..8)
 };
 
 /// wgmma_pairs (qkv_wgmma_pairs.cuh, sm_90a, 16-bit weights): tokens as the wgmma A, RoPE-paired feature tiles as B.
@@ -209,6 +215,19 @@ KT_HD constexpr int gemv_cluster(const Config& c) { return c.gemv.reduce == Gemv
 KT_HD constexpr bool gemv_balanced(const Config& c) { return c.gemv.reduce == GemvReduce::balanced_tail; }
 KT_HD constexpr bool ws_stream_k(const Config& c) { return c.ws.split == WsSplit::stream_k; }
 KT_HD constexpr int ws_cluster(const Config& c) { return ws_stream_k(c) ? 1 : c.ws.split_k; }
+KT_HD constexpr bool ws_split_tail(const Config& c) { return c.ws.split == WsSplit::split_k_tail; }
+/// wgmma_ws with split_k > 1 (a cluster per split tile; not defined for 1): the tiles that a grid of `blocks` blocks
+/// runs whole, one block each, as its first blocks, before the tiles split over split_k blocks each. blocks = whole +
+/// (tiles - whole) split_k, so whole = (tiles split_k - blocks) / (split_k - 1): 0 for WsSplit::split_k (blocks =
+/// tiles split_k), ws_tail_whole_tiles for split_k_tail.
+KT_HD constexpr int ws_whole_tiles(int tiles, int split_k, int blocks) {
+  return (tiles * split_k - blocks) / (split_k - 1);
+}
+/// WsSplit::split_k_tail: the whole tiles of a launch on sm_count SMs, the full waves of one block per SM (tiles /
+/// sm_count x sm_count), rounded down to whole clusters of split_k blocks.
+KT_HD constexpr long long ws_tail_whole_tiles(long long tiles, int split_k, int sm_count) {
+  return (tiles / sm_count * sm_count) / split_k * split_k;
+}
 /// Blocks that split one output tile's K range: mma / wgmma split_k (gridDim.z), a gemv cluster reduction's cluster,
 /// wgmma_ws split_k; 1 otherwise (wgmma_ws stream-K and the gemv balanced tail split by the SM count at launch).
 KT_HD constexpr int k_split_blocks(const Config& c) {
@@ -723,8 +742,10 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
       return "wgmma_ws: tile_m (tokens, the wgmma N) must be 8, 16, 32, 64, 96, 128, 192 or 256";
     if (w.consumers != 1 && w.consumers != 2) return "wgmma_ws: consumers (consumer warpgroups) must be 1 or 2";
     if (w.k_groups != 1 && w.k_groups != 2) return "wgmma_ws: k_groups must be 1 or 2";
-    if (w.split != WsSplit::split_k && w.split != WsSplit::stream_k)
-      return "wgmma_ws: split must be split_k or stream_k";
+    if (w.split != WsSplit::split_k && w.split != WsSplit::stream_k && w.split != WsSplit::split_k_tail)
+      return "wgmma_ws: split must be split_k, stream_k or split_k_tail";
+    if (w.split == WsSplit::split_k_tail && (w.split_k < 2 || w.split_k > 8))
+      return "wgmma_ws: split_k_tail splits the last wave's tiles over 2..8 blocks (split_k)";
     if (w.split == WsSplit::stream_k && w.split_k != 1)
       return "wgmma_ws: stream-K takes split_k 1 (its grid is one block per SM)";
     if (w.k_groups == 2 && w.split == WsSplit::stream_k) return "wgmma_ws: two K groups need split_k (not stream-K)";

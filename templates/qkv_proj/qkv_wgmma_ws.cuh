@@ -34,6 +34,8 @@
 //   rounds when there are 2 or more waves of tiles; the producer's ring runs on across tiles. split_k > 1: the split_k
 //   blocks of a tile are one thread-block cluster (qkv_wgmma_ws_cluster); each rank reduces and finishes a contiguous
 //   range of the tile's 8-token groups, the other ranks' partials arriving in its shared memory by st.async.
+//   split_k_tail: the full waves' tiles whole, one block each (the grid's first blocks, in clusters that do not
+//   interact), then the last wave's tiles as split_k > 1.
 //   Stream-K tiles shared by several blocks are reduced through the workspace (qkv_streamk.cuh): fp32 partials in
 //   the accumulator layout, a counter per tile, the last block adds all partials in block order.
 //   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (bias,
@@ -254,18 +256,18 @@ __device__ __forceinline__ bool ws_exchange_k_groups(float (&acc)[kAtoms][TileM 
 /// them visible to the async proxy and, with the caller's __syncthreads, to the consumers.
 template <int TileM, int Consumers, int Stages, int ClusterK, int kAtoms, int kCThreads, class Issue>
 __device__ __forceinline__ void ws_producer_start(const WsParams& wp, const pipe::TmaRing<Stages>& ring,
-                                                  unsigned long long& s_red_bar, int blk, int n_tiles, int n_first,
-                                                  Issue& issue) {
+                                                  unsigned long long& s_red_bar, int tile, bool split, int n_tiles,
+                                                  int n_first, Issue& issue) {
   const QkvParams& p = wp.p;
   constexpr int kGroups = TileM / 8;
 
   KT_WS_TRACE_THIS(13);
   ptx::prefetch_tensormap(&wp.x_map);
   ptx::prefetch_tensormap(&wp.w_map);
-  ring.init(4 * Consumers);  // empty: one arrival per consumer warp of the step's K group
-  if (ClusterK > 1) {        // the other ranks' partials of this rank's live token groups, as st.async transactions
+  ring.init(4 * Consumers);     // empty: one arrival per consumer warp of the step's K group
+  if (ClusterK > 1 && split) {  // the other ranks' partials of this rank's live token groups, as st.async transactions
     const int rank = int(ptx::cluster_rank());
-    const int live = min(kGroups, (p.m - ((blk / ClusterK) / n_tiles) * TileM + 7) / 8);
+    const int live = min(kGroups, (p.m - (tile / n_tiles) * TileM + 7) / 8);
     const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
     ptx::mbarrier_init(ptx::smem_u32(&s_red_bar), 1);
     ptx::mbarrier_arrive_expect_tx(
@@ -471,15 +473,16 @@ __device__ __forceinline__ void ws_cluster_reduce(float (&acc)[kAtoms][TileM / 2
 }
 
 /// The epilogue of tile (m0, n0): the accumulators (features x tokens) -> the shared fp32 tile sC [kEpiRows tokens]
-/// [TileN + 4], kEpiRows at a time (a cluster rank: its own rows [e_lo, e_lo + e_rows) at once), int8 times the row
-/// scale, then finish_tile (bias, RoPE, split into Q/K/V) on the kCThreads consumer threads (named barrier 1).
+/// [TileN + 4], kEpiRows at a time (rank_rows, a cluster rank of a split tile: its own rows [e_lo, e_lo + e_rows) at
+/// once), int8 times the row scale, then finish_tile (bias, RoPE, split into Q/K/V) on the kCThreads consumer threads
+/// (named barrier 1).
 /// Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous chunk's epilogue has
 /// read sC. kPre: the epilogue inputs were copied by ws_preload_epilogue.
 template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int kAtoms,
-          int kCThreads, int ClusterK, int kEpiRows, bool kWide, bool kPre>
+          int kCThreads, int kEpiRows, bool kWide, bool kPre>
 __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2], const QkvParams& p, float* sC,
-                                            int n0, int m0, int N, int row_lo0, int q, int e_lo, int e_rows,
-                                            const unsigned* s_pre_bias2, const int* s_pre_pos,
+                                            int n0, int m0, int N, int row_lo0, int q, bool rank_rows, int e_lo,
+                                            int e_rows, const unsigned* s_pre_bias2, const int* s_pre_pos,
                                             const unsigned long long* s_pre_turns) {
   constexpr int kGroups = TileM / 8;
   constexpr int kLd = TileN + 4;
@@ -497,7 +500,8 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
   if (kPre) ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
 #pragma unroll
   for (int c0 = 0; c0 < TileM; c0 += kEpiRows) {
-    const int lo = ClusterK > 1 ? e_lo : c0, rows = ClusterK > 1 ? e_rows : kEpiRows;
+    // (kEpiRows need not divide TileM: a cluster rank's rows rounded up to 8-token groups)
+    const int lo = rank_rows ? e_lo : c0, rows = rank_rows ? e_rows : min(kEpiRows, TileM - c0);
     if (rows == 0 || m0 + lo >= p.m) break;  // no tokens left for this block (uniform over the block)
     ptx::named_barrier(1, kCThreads);
 #pragma unroll
@@ -506,7 +510,7 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int i = 0; i < kGroups; ++i) {
-          if (8 * i < lo || 8 * i >= lo + rows) continue;  // compile-time except for a cluster rank's range
+          if (8 * i < lo || 8 * i >= lo + rows) continue;  // compile-time except in a cluster kernel
 #pragma unroll
           for (int e = 0; e < 2; ++e)
             sC[(8 * i - lo + 2 * q + e) * kLd + row_lo0 + 64 * a + 8 * h] = acc[a][4 * i + 2 * h + e] * rs[a][h];
@@ -515,7 +519,7 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
     KT_WS_TRACE(9);
     finish_tile<DT, D, HasBias, Rope, KvCache, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(
         p, sC, m0 + lo, n0, s_pre_bias2, s_pre_pos + lo, s_pre_turns, rows);
-    if (ClusterK > 1) break;
+    if (rank_rows) break;
   }
 }
 
@@ -583,16 +587,21 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int dp_rounds = StreamK && tiles / G > 1 ? tiles / G - 1 : 0;
   const int dp_units = dp_rounds * G * nk;
   const int units = tiles * nk - dp_units;  // units of the split; < 2^31 (checked on the host)
-  // Split-K: G = tiles x ClusterK, so that is K slice blk % ClusterK of tile blk / ClusterK, in 32-bit arithmetic by a
-  // constant (the 64-bit divisions by G are a slow subroutine on the path to the first copy).
-  const int u_begin =
-      StreamK ? dp_units + int((long long)units * blk / G) : (blk / ClusterK) * nk + nk * (blk % ClusterK) / ClusterK;
-  const int u_end = StreamK ? dp_units + int((long long)units * (blk + 1) / G)
-                            : (blk / ClusterK) * nk + nk * (blk % ClusterK + 1) / ClusterK;
+  // Split-K: the first `whole` blocks (ws_whole_tiles: WsSplit::split_k_tail's full waves; none for split_k, where G =
+  // tiles x ClusterK) run one whole tile each, the others K slice (blk - whole) % ClusterK of tile whole + (blk -
+  // whole) / ClusterK, in 32-bit arithmetic by constants (the 64-bit divisions by G are a slow subroutine on the path to
+  // the first copy). `whole` is a multiple of ClusterK, so a cluster's blocks are all whole or all split.
+  const int whole = ClusterK > 1 ? ws_whole_tiles(tiles, ClusterK, G) : 0;
+  const bool split = ClusterK > 1 && blk >= whole;
+  const int my_tile = split ? whole + (blk - whole) / ClusterK : blk;  // (split-K only)
+  const int slice = split ? (blk - whole) % ClusterK : 0, slices = split ? ClusterK : 1;
+  const int u_begin = StreamK ? dp_units + int((long long)units * blk / G) : my_tile * nk + nk * slice / slices;
+  const int u_end =
+      StreamK ? dp_units + int((long long)units * (blk + 1) / G) : my_tile * nk + nk * (slice + 1) / slices;
 
   // The producer thread: the ring's steps j = 0 .. n_steps - 1, (tile t, K step kt) each, issued in order.
   const int n_steps = dp_rounds * nk + u_end - u_begin;
-  int t_next = !StreamK ? blk / ClusterK : dp_rounds > 0 ? blk : u_begin / nk;
+  int t_next = !StreamK ? my_tile : dp_rounds > 0 ? blk : u_begin / nk;
   int kt_next = !StreamK ? u_begin - t_next * nk : dp_rounds > 0 ? 0 : u_begin % nk;
   // The weight's L2 policy: evict_first or none (QkvParams::w_evict_first, qkv::weight_evict_first).
   const ptx::L2Hint wl2 = ptx::l2_evict_first_if(p.w_evict_first != 0);
@@ -615,11 +624,12 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   // The producer thread starts the weight stream before the block-wide barrier (ws_producer_start).
   const int n_first = n_steps < Stages ? n_steps : Stages;
   if (tid == kAllC)
-    ws_producer_start<TileM, Consumers, Stages, ClusterK, kAtoms, kCThreads>(wp, ring, s_red_bar, blk, n_tiles, n_first,
-                                                                             issue);
+    ws_producer_start<TileM, Consumers, Stages, ClusterK, kAtoms, kCThreads>(wp, ring, s_red_bar, my_tile, split,
+                                                                             n_tiles, n_first, issue);
   // Every block of the cluster is running, with its barriers initialized (the init fence above), before any block
   // stores into another's shared memory (the consumers wait on this before their stores; every thread arrives here).
-  if (ClusterK > 1) ptx::cluster_arrive_relaxed();
+  // The blocks of whole tiles never touch one another's shared memory: they skip the cluster barrier.
+  if (split) ptx::cluster_arrive_relaxed();
   if (!kWide) build_decode_tables<DT, F, kWsTableCopies>(s_lut, s_tab, tid, kAllC + 128);
   __syncthreads();
 
@@ -656,8 +666,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   __shared__ int s_pre_pos[kPre ? TileM : 1];
   __shared__ unsigned long long s_pre_turns[kPre && Rope ? D / 2 : 1];
   if (kPre && kgrp == 0)
-    ws_preload_epilogue<D, HasBias, Rope, TileM, TileN, kCThreads>(p, blk / ClusterK, n_tiles, N, ctid, s_pre_bias2,
-                                                                   s_pre_pos, s_pre_turns);
+    ws_preload_epilogue<D, HasBias, Rope, TileM, TileN, kCThreads>(p, my_tile, n_tiles, N, ctid, s_pre_bias2, s_pre_pos,
+                                                                   s_pre_turns);
 
   // One segment per tile: the data-parallel rounds' whole tiles, then each tile the range touches: K steps
   // [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.
@@ -694,7 +704,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
 
     // ---- split-K over a cluster: each rank reduces and finishes its own token rows ----
     int e_lo = 0, e_rows = TileM;  // token rows [e_lo, e_lo + e_rows) of the tile this block finishes
-    if (ClusterK > 1)
+    if (split)
       ws_cluster_reduce<kAtoms, TileM, ClusterK, kCThreads, ws_cluster_rows(C) / 8, ws_cluster_slot_bytes(C),
                         ws_cluster_slot_offset(C, F), ws_cluster_slots_beside(C, F)>(acc, p, m0, base, smem, s_red_bar,
                                                                                      ctid, e_lo, e_rows);
@@ -712,8 +722,8 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     }
 
     // ---- the epilogue: accumulators -> shared fp32 tile -> finish_tile ----
-    ws_epilogue<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, kAtoms, kCThreads, ClusterK, ws_epilogue_rows(C), kWide,
-                kPre>(acc, p, sC, n0, m0, N, row_lo0, q, e_lo, e_rows, s_pre_bias2, s_pre_pos, s_pre_turns);
+    ws_epilogue<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, kAtoms, kCThreads, ws_epilogue_rows(C), kWide, kPre>(
+        acc, p, sC, n0, m0, N, row_lo0, q, split, e_lo, e_rows, s_pre_bias2, s_pre_pos, s_pre_turns);
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }
 #ifdef KT_WS_TRACE_ON
@@ -733,8 +743,9 @@ __global__ void __launch_bounds__(128 * (Consumers * KGroups + 1), 1)
   ws_body<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, Consumers, Stages, StreamK, 1, KGroups>(wp);
 }
 
-/// split_k = ClusterK > 1: grid.x = tiles x ClusterK, cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain
-/// launch forms the clusters (the ClusterK K slices of one tile).
+/// split_k = ClusterK > 1: grid.x = tiles x ClusterK (WsSplit::split_k) or whole + (tiles - whole) x ClusterK
+/// (split_k_tail: whole tiles first), cluster dims (ClusterK, 1, 1) fixed at compile time, so a plain launch forms the
+/// clusters (the ClusterK K slices of one tile, or ClusterK whole tiles that do not interact).
 template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int Consumers,
           int Stages, int ClusterK, int KGroups = 1>
 __global__ void __cluster_dims__(ClusterK, 1, 1) __launch_bounds__(128 * (Consumers * KGroups + 1), 1)

@@ -115,8 +115,16 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
               unsigned(c.ws.consumers * c.ws.k_groups * 128 + 128));  // consumer warpgroups (x K groups) + the producer
         CHECK(c.tile_n == 64 * c.ws.consumers * ws_atoms(c));
         const long long tiles = (long long)((4608 + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
-        if (ws_split(c) > 1) CHECK(tiles < 132);
-        if (!ws_stream_k(c)) CHECK(d.grid_x == unsigned(tiles * c.ws.split_k));
+        if (ws_split(c) > 1 && !ws_split_tail(c)) CHECK(tiles < 132);
+        if (!ws_stream_k(c) && !ws_split_tail(c)) CHECK(d.grid_x == unsigned(tiles * c.ws.split_k));
+        if (ws_split_tail(c)) {  // full waves of whole tiles, then one partial wave of split tiles
+          const long long whole = tiles / 132 * 132 / c.ws.split_k * c.ws.split_k;
+          CHECK(whole > 0);
+          CHECK(whole < tiles);
+          CHECK(d.grid_x == unsigned(whole + (tiles - whole) * c.ws.split_k));
+          CHECK(ws_whole_tiles(int(tiles), c.ws.split_k, int(d.grid_x)) == whole);
+          CHECK(d.grid_x % unsigned(c.ws.split_k) == 0u);  // whole clusters
+        }
         if (ws_stream_k(c)) {  // stream-K: one block per SM, more units than SMs
           CHECK(c.ws.split_k == 1);
           CHECK(d.grid_x == 132u);
@@ -330,7 +338,10 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
         default_config(arch, qwen(quant::Format::int4, DType::bf16, 64)).mainloop == Mainloop::wgmma_ws,
         default_config(arch, qwen(quant::Format::fp16, DType::f16, 256)).mainloop == Mainloop::wgmma_pairs,
         default_config(arch, qwen(quant::Format::nf4, DType::bf16, 256)).ws.split_k == 3,
-        default_config(arch, qwen(quant::Format::int8, DType::bf16, 1024)).ws.split == WsSplit::stream_k};
+        default_config(arch, qwen(quant::Format::int8, DType::bf16, 1024)).ws.split == WsSplit::split_k_tail,
+        default_config(arch, qwen(quant::Format::int8, DType::bf16, 2048)).ws.split == WsSplit::split_k_tail,
+        default_config(arch, qwen(quant::Format::fp16, DType::f16, 4096)).ws.split == WsSplit::split_k_tail,
+        default_config(arch, qwen(quant::Format::int4, DType::bf16, 16384)).ws.split == WsSplit::split_k};
     for (bool ok : hopper_rules) CHECK(ok);
   }
   {  // Up to M = 16: three gemv candidates to one tiled for 8- and 4-bit weights, one each for 16-bit weights.
@@ -1604,7 +1615,9 @@ TEST_CASE(
         // than SMs.
         for (const auto& c : by[int(Mainloop::wgmma_ws)]) {
           if (ws_stream_k(c)) CHECK(ws_units(p, c) > dev.sm_count);
-          if (ws_split(c) > 1) CHECK(double((p.n() + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m) < sms);
+          const double tiles = double((p.n() + c.tile_n - 1) / c.tile_n) * ((m + c.tile_m - 1) / c.tile_m);
+          if (ws_split(c) > 1 && !ws_split_tail(c)) CHECK(tiles < sms);
+          if (ws_split_tail(c)) CHECK(tiles > sms);  // a full wave of whole tiles before the split ones
         }
         // gemv: at 8 < M <= 16 the default's TMA twins first (tma_x, its balanced tail, tma, its tail, where valid;
         // the sm_90a default is the tma_x balanced tail itself); every fourth whole-unit candidate runs the register

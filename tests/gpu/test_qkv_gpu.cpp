@@ -658,6 +658,31 @@ TEST_CASE("qkv_proj wgmma_ws: two K groups, every format and dtype, split_k 1..4
   }
 }
 
+TEST_CASE("qkv_proj wgmma_ws split_k_tail: whole tiles in the full waves, split tiles in the last, every format",
+          "[gpu][qkv]") {
+  if (!has_sm90a("the wgmma_ws mainloop")) return;
+  // M = 1000 (tile_m 64..256: 144..576 tiles of 128 features, so 132..528 whole tiles then 12..48 split over 2..4
+  // blocks; partial last token tiles) and M = 300 (tile_m 64: 180 tiles, 132 whole, 48 split over 2), K = 512 (8 steps:
+  // a slice of 2..4). Rings of 4 slots; every split_k the space offers. The whole tiles come first in the tile order,
+  // so the split ones hold the last token rows, which the reference rows include (the first and last row always).
+  for (const auto& [f, d] : format_dtypes()) {
+    Problem p = qwen(f, d, 1000);
+    p.k = 512;
+    const HostInputs big = make_inputs(p, 83);
+    auto tail4 = [](const Config& c) { return ws_split_tail(c) && c.ws.stages == 4; };
+    const auto c1000 = configs_of(p, Mainloop::wgmma_ws, 16, tail4);
+    p.m = 300;
+    const auto c300 = configs_of(p, Mainloop::wgmma_ws, 16, tail4);
+    INFO("format " << int(f));
+    REQUIRE(c1000.size() >= 3);
+    REQUIRE(!c300.empty());
+    std::set<int> splits;
+    for (const auto& c : c1000) splits.insert(c.ws.split_k);
+    CHECK(splits.size() >= 2);
+    run_sets(big, {{1000, c1000, 60}, {300, c300, 40}});
+  }
+}
+
 TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1..3 tile boundaries, deterministic",
           "[gpu][qkv]") {
   if (!has_sm90a("the wgmma_ws mainloop")) return;
