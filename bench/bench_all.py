@@ -210,7 +210,9 @@ class Timer:
         """Everything measure() does before its timed replays, for one row: one eager call per copy, the launch
         estimate, the graph capture (eager fallback), the warm-up replays. context: None or a zero-argument factory of
         a context manager (an SDPA backend choice) entered around the eager calls and the capture, and around every
-        replay of an eager fallback. Returns the handle sample() takes."""
+        replay of an eager fallback. Returns the handle sample() takes. The handle holds fns: a graph replays raw
+        device pointers, so the tensors the launch functions close over (outputs allocated outside the capture, such as
+        kerntune's Q/K/V buffers) must live until sample() has replayed it and lets the handle go."""
         ctx = context if context is not None else contextlib.nullcontext
         n = len(fns)
         torch.cuda.synchronize()
@@ -262,8 +264,8 @@ class Timer:
         run()
         e1.record()
         torch.cuda.synchronize()
-        return dict(run=run, graph=graph, launches=launches, copies=n, mode=mode, capture_errors=capture_errors,
-                    replay_ms=max(1e-4, e0.elapsed_time(e1)))
+        return dict(run=run, graph=graph, fns=fns, launches=launches, copies=n, mode=mode,
+                    capture_errors=capture_errors, replay_ms=max(1e-4, e0.elapsed_time(e1)))
 
     def sample(self, preps):
         """Times prepared rows (prepare()) with their replays interleaved: replay i of every row, in order, then replay
@@ -289,7 +291,7 @@ class Timer:
                 res["capture_error"] = "; ".join(p["capture_errors"])
             out.append(res)
         for p in preps:
-            p["graph"] = p["run"] = None
+            p["graph"] = p["run"] = p["fns"] = None
         gc.collect()
         return out
 
