@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""bench_all.Timer.time_rows on the CPU, with sample() and measure_flush() replaced: the interleaved results land in
+"""bench_all.Timer on the CPU. time_rows with sample() and measure_flush() replaced: the interleaved results land in
 their rows in order, derive() adds units, only rows with a launch function get the do_bench-style number, and a
-failure of either step is written into the rows it hit instead of raising."""
+failure of either step is written into the rows it hit instead of raising. prepare() and sample() against a stand-in
+for torch.cuda whose graphs, like CUDA graphs (raw device pointers), keep no reference to what their launches use:
+a prepared row keeps its launch functions' tensors alive until sample() has replayed it, even when the caller keeps
+nothing."""
+import contextlib
+import gc
 import os
 import sys
+import weakref
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import bench_all  # noqa: E402  (torch is imported only in bench_all.main)
@@ -34,7 +40,96 @@ class FakeTimer(bench_all.Timer):
         return dict(flush_us=fn())
 
 
+class FakeCuda:
+    """The torch.cuda calls Timer.prepare / sample make. A graph records, while capturing, weak references to the
+    buffers its launches write (Buffer.launch); replaying a graph whose buffer is gone is the illegal address."""
+
+    def __init__(self):
+        self.capturing = None
+        self.clock = 0.0
+
+    def synchronize(self):
+        pass
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = 0.0
+
+        def record(self):
+            self.t = FAKE.clock
+            FAKE.clock += 0.25
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    def current_stream(self):
+        return FakeCuda.Stream()
+
+    @contextlib.contextmanager
+    def stream(self, s):
+        yield
+
+    class CUDAGraph:
+        def __init__(self):
+            self.targets = []
+
+        def replay(self):
+            for ref in self.targets:
+                if ref() is None:
+                    raise RuntimeError("illegal memory access: a replayed launch writes a freed buffer")
+
+    @contextlib.contextmanager
+    def graph(self, g, capture_error_mode="global"):
+        self.capturing = g
+        try:
+            yield
+        finally:
+            self.capturing = None
+
+
+FAKE = FakeCuda()
+
+
+class Buffer:
+    """A stand-in for an output tensor allocated outside the capture."""
+
+    def launch(self):
+        if FAKE.capturing is not None:
+            FAKE.capturing.targets.append(weakref.ref(self))
+
+
+def launch_fns(copies):
+    """Launch functions as bench_all's kerntune rows build them: each closes over its output buffer; the caller keeps
+    only the list it passes on. Returns the functions and weak references to their buffers."""
+    bufs = [Buffer() for _ in range(copies)]
+    return [(lambda b=b: b.launch()) for b in bufs], [weakref.ref(b) for b in bufs]
+
+
+def check_prepare_keeps_buffers():
+    bench_all.torch = type("FakeTorch", (), {"cuda": FAKE})
+    t = bench_all.Timer(samples=5, budget_ms=100, replay_us=1000, max_launches=10, warmup_replays=1)
+    fns, refs = launch_fns(3)
+    handle = t.prepare(fns)
+    del fns
+    gc.collect()
+    check(all(r() is not None for r in refs), "a prepared row keeps its launch functions' buffers alive")
+    check(handle["mode"] == "graph", "the stand-in captures a graph")
+    try:
+        res = t.sample([handle])
+        check(len(res) == 1 and res[0]["timing"] == "graph", "the row is timed from its graph")
+    except RuntimeError as e:
+        check(False, f"sample() replayed a graph whose buffers were freed: {e}")
+    del handle
+    gc.collect()
+    check(all(r() is None for r in refs), "after sample() the buffers can be freed")
+
+
 def main():
+    check_prepare_keeps_buffers()
     rows = [dict(name="a"), dict(name="b"), dict(name="c")]
     t = FakeTimer()
     t.time_rows([(rows[0], 2.0, None), (rows[1], 4.0, lambda: 7.0), (rows[2], 8.0, None)],
@@ -57,7 +152,7 @@ def main():
     FakeTimer().time_rows([], lambda r: None)  # no rows: nothing sampled, no error
     for f in failures:
         print("FAILED:", f)
-    print(f"{1 if not failures else 0} passed, {1 if failures else 0} failed")
+    print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")
     return 1 if failures else 0
 
 
