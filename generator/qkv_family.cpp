@@ -420,6 +420,9 @@ std::vector<Config> ws_by_shape_class(const std::vector<Config>& model_order, qu
   return take_in_turn(classes);
 }
 
+/// The default's prefill tile: wgmma_ws 256 x 128, two consumer warpgroups, 4 slots, with the given split.
+Config ws_prefill_tile(WsSplit split, int split_k) { return make_config(256, 128, WsConfig{2, 1, 4, split, split_k}); }
+
 /// wgmma_ws candidates (sm_90a): tile_m above 8 only once M fills more than half of it, and at least 64 for M > 128;
 /// split_k > 1 only while there are fewer output tiles than SMs, and split_k <= the K steps; stream-K with more units
 /// than SMs. Ordered by the cost model below, split modes taken in turn up to M = 1024 (beyond M = 64 each mode's list
@@ -474,7 +477,7 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
   if (p.m > 1024) {
     // The 256 x 128 tile with 4 slots and split_k 1 first: the default where split_k_tail does not fit, and within 1-7%
     // of it where it does (ws_tail_fits), so both lead the fast strategy's prefix.
-    const Config sk1 = make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 1});
+    const Config sk1 = ws_prefill_tile(WsSplit::split_k, 1);
     std::stable_partition(out.begin(), out.end(), [&](const Config& c) { return same_config(c, sk1); });
     return out;
   }
@@ -578,16 +581,16 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
 }
 
 namespace {
-/// Whether the 256 x 128 wgmma_ws tiles of p take split_k_tail 2 by default: one to 8 waves of tiles on the arch's SMs
-/// (device_model) and a last wave that its split blocks fill at most once. On the H200 (Qwen2.5-7B, a tune of the
-/// 128..256-token ws tiles, same run) it took M = 1024 from 79.8 to 77.3 us (int4; stream-K before), M = 4096 from
-/// 236.6 to 221.3 (int4), 225.7 to 215.6 (nf4), 222.1 to 218.9 (fp16) and 232.2 to 231.3 (int8) against split_k 1;
-/// at M = 16384 (17.5 waves) it ran about 1% slower.
+/// Whether p takes ws_prefill_tile with split_k_tail 2 by default: its tiles fill one to 8 waves of the arch's SMs
+/// (device_model) and the last wave's tiles, split in two, fill at most one more. On the H200 (Qwen2.5-7B, a tune of
+/// the 128..256-token ws tiles, same run, autotune medians) it took M = 1024 from 79.8 to 77.3 us (int4; stream-K
+/// before), M = 4096 from 236.6 to 221.3 (int4), 225.7 to 215.6 (nf4), 222.1 to 218.9 (fp16) and 232.2 to 231.3 (int8)
+/// against split_k 1; at M = 16384 (17.5 waves) it ran about 1% slower.
 bool ws_tail_fits(const Problem& p, ArchId arch) {
   const int sms = device_model(arch).sm_count;
-  const long long tiles = (long long)((p.n() + 127) / 128) * ((p.m + 255) / 256);
+  const long long tiles = output_tiles(p, ws_prefill_tile(WsSplit::split_k_tail, 2));
   const long long whole = ws_tail_whole_tiles(tiles, 2, sms);
-  return sms > 0 && tiles > sms && tiles < 8LL * sms && whole < tiles && (tiles - whole) * 2 <= sms;
+  return tiles > sms && tiles < 8LL * sms && whole < tiles && (tiles - whole) * 2 <= sms;
 }
 }  // namespace
 
@@ -621,7 +624,7 @@ Config default_config(ArchId arch, const Problem& p) {
     else if (p.m > 128 && p.m <= 512 && narrow)
       prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 3}));
     else if (p.m > 512 && p.m <= 2048 && narrow && !ws_tail_fits(p, arch))
-      prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::stream_k, 1}));
+      prefs.push_back(ws_prefill_tile(WsSplit::stream_k, 1));
     for (const auto& c : prefs)
       if (!invalid_reason(p.dtype, p.format, p.head_dim, p.rope, c, arch)) return c;
   }
@@ -633,9 +636,8 @@ Config default_config(ArchId arch, const Problem& p) {
   // 3 stages).
   if (arch.sm == 90 && arch.arch_specific && p.m > 64) {
     std::vector<Config> prefs;
-    if (p.m > 512 && ws_tail_fits(p, arch))
-      prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k_tail, 2}));
-    if (p.m > 512) prefs.push_back(make_config(256, 128, WsConfig{2, 1, 4, WsSplit::split_k, 1}));
+    if (p.m > 512 && ws_tail_fits(p, arch)) prefs.push_back(ws_prefill_tile(WsSplit::split_k_tail, 2));
+    if (p.m > 512) prefs.push_back(ws_prefill_tile(WsSplit::split_k, 1));
     if (p.m <= 512) prefs.push_back(make_config(128, 128, WsConfig{2, 1, 6, WsSplit::stream_k, 1}));
     if (p.m > 512) prefs.push_back(make_config(256, 128, WgmmaConfig{64, 3, 1, 1}));
     prefs.push_back(make_config(128, 128, WgmmaConfig{64, 3, 1, 1}));
