@@ -157,27 +157,27 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
   KT_EPI_TRACE(10);
 
   // ---- epilogue: bias, RoPE (Q, K heads), split into Q/K/V ----
-  // Item (token r, head part hh, column pair j) covers columns c1 = 2j, 2j + 1 and c2 = c1 + kCols / 2 of the head
-  // (part): for a rotated head those are the RoPE pairs (i, i + D/2) of i = 2j and 2j + 1, otherwise just four
-  // columns; each pair is one 4-byte store (a warp stores 128 contiguous bytes). Items are numbered row-major and
-  // dealt out round robin, and kThreads is a multiple of a row's items, so a thread keeps its (hh, j) in every row:
-  // its columns' output address, bias and RoPE frequencies are set up once, and each row adds only the token's
-  // position, the arithmetic and the stores. The rows' position loads are issued kBatch at a time before their
-  // arithmetic, so their latencies overlap.
+  // Item (token r, head part hh, chunk j) covers the 4 columns c1 = 4j .. 4j + 3 and the 4 columns c2 = c1 + kCols / 2
+  // .. of the head (part): for a rotated head those are the RoPE pairs (i, i + D/2) of i = c1 .. c1 + 3, otherwise
+  // just 8 columns. A chunk is one 16-byte shared load and one 8-byte store per half (eight lanes of a row read 128
+  // contiguous bytes: no bank conflict). Items are numbered row-major and dealt out round robin, and kThreads is a
+  // multiple of a row's items, so a thread keeps its (hh, j) in every row: its columns' output address, bias and RoPE
+  // frequencies are set up once, and each row adds only the token's position, the arithmetic and the stores (rows
+  // kRowStep apart: the address advances by a constant). The rows' position loads are issued kBatch at a time before
+  // their arithmetic, so their latencies overlap.
   constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
   constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
-  constexpr int kPairs = kCols / 4;
-  constexpr int kRowItems = kHeadsPerTile * kPairs;  // items of one token row
+  constexpr int kChunks = kCols / 8;             // chunks of one head part
+  constexpr int kRowItems = kHeadsPerTile * kChunks;  // items of one token row
   static_assert(kThreads % kRowItems == 0, "finish_tile: the block's threads must cover whole token rows");
   constexpr int kRowStep = kThreads / kRowItems;  // token rows per round
   constexpr int kIters = (TileM + kRowStep - 1) / kRowStep;
-  // kMaxBatch is the caller's: 1 (the default) in the mma.sync / wgmma kernels, where 4 items made a register-capped
-  // variant spill; up to 8 in the warp-specialized kernel where its accumulators leave room.
+  // kMaxBatch is the caller's: 1 (the default) in the mma.sync / wgmma kernels, where more rows in flight made a
+  // register-capped variant spill; up to 8 in the warp-specialized kernel where its accumulators leave room.
   constexpr int kBatch = kIters < kMaxBatch ? kIters : kMaxBatch;
   const int ri = tid % kRowItems, r0 = tid / kRowItems;
-  const int hh = ri / kPairs, c1 = 2 * (ri % kPairs), c2 = c1 + kCols / 2, lc = hh * kCols;
+  const int hh = ri / kChunks, c1 = 4 * (ri % kChunks), c2 = c1 + kCols / 2, lc = hh * kCols;
   const int col0 = n0 + lc;  // first column of this head (part) in Y
-  const bool col_ok = col0 < N;
   const int head = col0 / D;  // global head index in [Q | K | V]
   const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
   const bool rotate = Rope && (is_q || is_k);
@@ -192,37 +192,49 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
     out = static_cast<unsigned short*>(p.v), ld = p.v_row_stride, lhead = head - p.num_heads - p.num_kv_heads;
   }
   const int hc = col0 % D;
-  float bias1[2] = {0.f, 0.f}, bias2[2] = {0.f, 0.f};  // columns c1 + e, c2 + e
-  if (HasBias && col_ok) {
+  // Token rows r < rlim are finished; none where the head part lies past N (a tile's head parts are whole: kCols
+  // divides D, N is a multiple of D).
+  const int rlim = col0 >= N ? 0 : min(row_limit, p.m - m0);
+  float bias1[4] = {0.f, 0.f, 0.f, 0.f}, bias2[4] = {0.f, 0.f, 0.f, 0.f};  // columns c1 + e, c2 + e
+  if (HasBias && rlim > 0) {
     const unsigned* b = static_cast<const unsigned*>(p.bias);
-    const unsigned w1 = kPre ? pre_bias2[(lc + c1) / 2] : __ldg(b + (col0 + c1) / 2);
-    const unsigned w2 = kPre ? pre_bias2[(lc + c2) / 2] : __ldg(b + (col0 + c2) / 2);
-    bias1[0] = ptx::to_float<DT>((unsigned short)(w1 & 0xffffu)),
-    bias1[1] = ptx::to_float<DT>((unsigned short)(w1 >> 16));
-    bias2[0] = ptx::to_float<DT>((unsigned short)(w2 & 0xffffu)),
-    bias2[1] = ptx::to_float<DT>((unsigned short)(w2 >> 16));
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const unsigned w1 = kPre ? pre_bias2[(lc + c1) / 2 + e] : __ldg(b + (col0 + c1) / 2 + e);
+      const unsigned w2 = kPre ? pre_bias2[(lc + c2) / 2 + e] : __ldg(b + (col0 + c2) / 2 + e);
+      bias1[2 * e] = ptx::to_float<DT>((unsigned short)(w1 & 0xffffu));
+      bias1[2 * e + 1] = ptx::to_float<DT>((unsigned short)(w1 >> 16));
+      bias2[2 * e] = ptx::to_float<DT>((unsigned short)(w2 & 0xffffu));
+      bias2[2 * e + 1] = ptx::to_float<DT>((unsigned short)(w2 >> 16));
+    }
   }
-  unsigned long long tp[2] = {0ull, 0ull};  // RoPE turns per position of pairs c1 and c1 + 1
-  if (rotate) tp[0] = turns[c1], tp[1] = turns[c1 + 1];
+  unsigned long long tp[4] = {0ull, 0ull, 0ull, 0ull};  // RoPE turns per position of pairs c1 .. c1 + 3
+  if (rotate) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tp[e] = turns[c1 + e];
+  }
+  // Row r0's output (the plain kernel class; with KvCache store_head finds each row's places).
+  unsigned short* o_row = KvCache ? nullptr : out + (long long)(m0 + r0) * ld + (long long)lhead * D + hc;
+  const long long o_step = (long long)kRowStep * ld;
   for (int i0 = 0; i0 < kIters; i0 += kBatch) {
     int pos[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int r = r0 + (i0 + u) * kRowStep;
       pos[u] = 0;
-      if (rotate && i0 + u < kIters && r < row_limit && m0 + r < p.m)
-        pos[u] = kPre ? pre_pos[r] : __ldg(p.positions + m0 + r);
+      if (rotate && i0 + u < kIters && r < rlim) pos[u] = kPre ? pre_pos[r] : __ldg(p.positions + m0 + r);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int r = r0 + (i0 + u) * kRowStep;
-      if (i0 + u >= kIters || r >= row_limit || m0 + r >= p.m || !col_ok) continue;
-      const float2 a = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c1);
-      const float2 b = *reinterpret_cast<const float2*>(sC + r * kLd + lc + c2);
-      float y1[2] = {a.x + bias1[0], a.y + bias1[1]}, y2[2] = {b.x + bias2[0], b.y + bias2[1]};
+      if (i0 + u >= kIters || r >= rlim) continue;
+      const float4 a = *reinterpret_cast<const float4*>(sC + r * kLd + lc + c1);
+      const float4 b = *reinterpret_cast<const float4*>(sC + r * kLd + lc + c2);
+      float y1[4] = {a.x + bias1[0], a.y + bias1[1], a.z + bias1[2], a.w + bias1[3]};
+      float y2[4] = {b.x + bias2[0], b.y + bias2[1], b.z + bias2[2], b.w + bias2[3]};
       if (rotate) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < 4; ++e) {
           float sn, cs;
           rope_sincos(pos[u], tp[e], sn, cs);
           const float o1 = y1[e] * cs - y2[e] * sn, o2 = y2[e] * cs + y1[e] * sn;
@@ -230,12 +242,20 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
           y2[e] = o2;
         }
       }
-      const unsigned w1 = ptx::pack2<DT>(y1[0], y1[1]), w2 = ptx::pack2<DT>(y2[0], y2[1]);
-      store_head<D, KvCache>(p, out, ld, lhead, is_q, !is_q && !is_k, m0 + r, [&](unsigned short* h) {
-        *reinterpret_cast<unsigned*>(h + hc + c1) = w1;
-        *reinterpret_cast<unsigned*>(h + hc + c2) = w2;
-      });
+      const uint2 w1 = make_uint2(ptx::pack2<DT>(y1[0], y1[1]), ptx::pack2<DT>(y1[2], y1[3]));
+      const uint2 w2 = make_uint2(ptx::pack2<DT>(y2[0], y2[1]), ptx::pack2<DT>(y2[2], y2[3]));
+      if constexpr (!KvCache) {
+        unsigned short* o = o_row + u * o_step;
+        *reinterpret_cast<uint2*>(o + c1) = w1;
+        *reinterpret_cast<uint2*>(o + c2) = w2;
+      } else {
+        store_head<D, KvCache>(p, out, ld, lhead, is_q, !is_q && !is_k, m0 + r, [&](unsigned short* h) {
+          *reinterpret_cast<uint2*>(h + hc + c1) = w1;
+          *reinterpret_cast<uint2*>(h + hc + c2) = w2;
+        });
+      }
     }
+    if (!KvCache) o_row += kBatch * o_step;
     if (i0 == 0) KT_EPI_TRACE(11);
   }
   KT_EPI_TRACE(12);
