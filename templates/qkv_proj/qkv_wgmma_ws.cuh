@@ -486,7 +486,7 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
                                             const unsigned long long* s_pre_turns) {
   constexpr int kGroups = TileM / 8;
   constexpr int kLd = TileN + 4;
-  // The epilogue's load batch (finish_tile): 8 items, or 1 for packed weights with 2 atoms of 96+ tokens, whose
+  // The epilogue's load batch (finish_tile): 8 token rows, or 1 for packed weights with 2 atoms of 96+ tokens, whose
   // 96-128 accumulator registers plus the decode's left no room (int4 / int8 variants spilled 16-216 bytes).
   constexpr int kEpiBatch = !kWide && kAtoms == 2 && TileM >= 96 ? 1 : 8;
   float rs[kAtoms][2];
