@@ -166,8 +166,8 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
   // kRowStep apart: the address advances by a constant). The rows' position loads are issued kBatch at a time before
   // their arithmetic, so their latencies overlap.
   constexpr int kHeadsPerTile = TileN >= D ? TileN / D : 1;
-  constexpr int kCols = TileN >= D ? D : TileN;  // columns of one head inside the tile
-  constexpr int kChunks = kCols / 8;             // chunks of one head part
+  constexpr int kCols = TileN >= D ? D : TileN;       // columns of one head inside the tile
+  constexpr int kChunks = kCols / 8;                  // chunks of one head part
   constexpr int kRowItems = kHeadsPerTile * kChunks;  // items of one token row
   static_assert(kThreads % kRowItems == 0, "finish_tile: the block's threads must cover whole token rows");
   constexpr int kRowStep = kThreads / kRowItems;  // token rows per round
@@ -177,7 +177,7 @@ __device__ __forceinline__ void finish_tile(const QkvParams& p, float* sC, int m
   constexpr int kBatch = kIters < kMaxBatch ? kIters : kMaxBatch;
   const int ri = tid % kRowItems, r0 = tid / kRowItems;
   const int hh = ri / kChunks, c1 = 4 * (ri % kChunks), c2 = c1 + kCols / 2, lc = hh * kCols;
-  const int col0 = n0 + lc;  // first column of this head (part) in Y
+  const int col0 = n0 + lc;   // first column of this head (part) in Y
   const int head = col0 / D;  // global head index in [Q | K | V]
   const bool is_q = head < p.num_heads, is_k = !is_q && head < p.num_heads + p.num_kv_heads;
   const bool rotate = Rope && (is_q || is_k);
