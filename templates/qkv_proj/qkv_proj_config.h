@@ -71,8 +71,10 @@
 //        Matrix Multiplication on the GPU", PPoPP 2023): gridDim.x = G = min(SMs, units); with 2 G tiles or more,
 //        every block first computes whole tiles b, b + G, .. for tiles / G - 1 rounds (the paper's data-parallel +
 //        stream-K hybrid), then the units of the remaining G .. 2 G tiles are split as above. Each block walks its
-//        tiles and range across tile boundaries (the producer streams on while the consumers finish a tile), and the output tile gets
-//        its own shared-memory region, 32 token rows at a time (ws_epilogue_rows). A tile covered by several blocks is reduced through the workspace: each
+//        tiles and range across tile boundaries (the producer streams on while the consumers finish a tile), and the output
+//        tile gets its own shared-memory region beside the ring, 32 to tile_m token rows at a time (ws_epilogue_rows);
+//        each segment's epilogue inputs are copied at the segment's start. A tile covered by several blocks is
+//        reduced through the workspace: each
 //        contributor stores its fp32 partial (in the accumulator register layout), and the last to arrive (counter)
 //        adds all partials in block order -- deterministic -- and runs the epilogue.
 //   wgmma_pairs (qkv_wgmma_pairs.cuh, sm_90a, 16-bit weights only): warp-specialized wgmma with the tokens as the A
@@ -504,30 +506,42 @@ KT_HD constexpr int ws_cluster_rows(const Config& c) {
 }
 /// The cluster rank that owns 8-token group i of G groups split over `ranks` ranks (the largest r with G r / ranks <= i).
 KT_HD constexpr int ws_group_owner(int i, int G, int ranks) { return ((i + 1) * ranks - 1) / G; }
-/// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m, for stream-K
-/// (whose output tile sits beside the ring) chunks of 32, for a cluster (split_k > 1) the rank's own rows.
-KT_HD constexpr int ws_epilogue_rows(const Config& c) {
-  return ws_stream_k(c) && c.tile_m > 32 ? 32 : ws_cluster(c) > 1 ? ws_cluster_rows(c) : c.tile_m;
-}
 /// wgmma_ws: the ring, stages x (X tile [tile_m][64] + weight rows [tile_n][row bytes]).
 KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) {
   return c.ws.stages * (c.tile_m * 128 + c.tile_n * ws_w_row_bytes(f));
 }
+/// wgmma_ws: static shared memory that holds a tile's epilogue inputs (bias pairs [tile_n / 2] and positions [tile_m];
+/// the RoPE table of D / 2 words replaces finish_tile's own), copied with cp.async while the ring fills: by a split-K
+/// block before its mainloop, by a stream-K block at the start of each segment.
+KT_HD constexpr int ws_epi_pre_bytes(const Config& c) { return c.tile_n * 2 + c.tile_m * 4; }
+/// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m; for stream-K
+/// (whose output tile sits beside the ring) the largest of tile_m, 128 and 64 whose tile fits beside the ring, else
+/// 32; for a cluster (split_k > 1) the rank's own rows.
+KT_HD constexpr bool ws_stream_k_rows_fit(const Config& c, quant::Format f, int rows) {
+  return rows <= c.tile_m && 1024 + ws_ring_bytes(c, f) + rows * (c.tile_n + 4) * 4 + table_bytes(f, kWsTableCopies) +
+                                     ws_epi_pre_bytes(c) + 1024 <=
+                                 max_smem_per_block(90);
+}
+KT_HD constexpr int ws_epilogue_rows(const Config& c, quant::Format f) {
+  return !ws_stream_k(c)                           ? (ws_cluster(c) > 1 ? ws_cluster_rows(c) : c.tile_m)
+         : c.tile_m <= 32                          ? c.tile_m
+         : ws_stream_k_rows_fit(c, f, c.tile_m)    ? c.tile_m
+         : ws_stream_k_rows_fit(c, f, 128)         ? 128
+         : ws_stream_k_rows_fit(c, f, 64)          ? 64
+                                                   : 32;
+}
 /// wgmma_ws: the fp32 output tile [ws_epilogue_rows][tile_n + 4].
-KT_HD constexpr int ws_tile_bytes(const Config& c) { return ws_epilogue_rows(c) * (c.tile_n + 4) * 4; }
+KT_HD constexpr int ws_tile_bytes(const Config& c, quant::Format f) {
+  return ws_epilogue_rows(c, f) * (c.tile_n + 4) * 4;
+}
 /// wgmma_ws split_k >= 1: the ring and, over it, the fp32 output tile: the larger of the two.
 KT_HD constexpr int ws_ring_or_tile_bytes(const Config& c, quant::Format f) {
-  return ws_ring_bytes(c, f) > ws_tile_bytes(c) ? ws_ring_bytes(c, f) : ws_tile_bytes(c);
+  return ws_ring_bytes(c, f) > ws_tile_bytes(c, f) ? ws_ring_bytes(c, f) : ws_tile_bytes(c, f);
 }
 KT_HD constexpr int ws_align16(int b) { return (b + 15) / 16 * 16; }
 /// wgmma_ws split_k > 1: bytes of one partial slot, another rank's fp32 partial sums of this rank's token rows
 /// (ws_cluster_rows x tile_n, in the accumulator layout); a rank has split_k - 1 of them.
 KT_HD constexpr int ws_cluster_slot_bytes(const Config& c) { return ws_cluster_rows(c) * c.tile_n * 4; }
-/// wgmma_ws with split_k >= 1 (one tile per block, known before the mainloop): static shared memory that holds the
-/// epilogue's inputs, copied while the ring fills (bias pairs [tile_n / 2] and positions [tile_m]; the RoPE table of
-/// D / 2 words replaces finish_tile's own). Stream-K blocks, whose tiles change, read them in the epilogue: 0.
-KT_HD constexpr bool ws_epi_preload(const Config& c) { return !ws_stream_k(c); }
-KT_HD constexpr int ws_epi_pre_bytes(const Config& c) { return ws_epi_preload(c) ? c.tile_n * 2 + c.tile_m * 4 : 0; }
 /// wgmma_ws split_k > 1: a rank's split_k - 1 partial slots (the other ranks' partials of its rows, one per source
 /// rank, stored by st.async) and the fp32 output tile of its rows. The tile is written after the rank's own mainloop,
 /// so it lies over the ring. The slots lie beside the ring when they fit (the other ranks store into them while this
@@ -551,12 +565,12 @@ KT_HD constexpr int ws_cluster_tile_offset(const Config& c, quant::Format f) {
 /// ring, and for split_k > 1 the cluster's split_k - 1 partial slots beside both or over the ring
 /// (ws_cluster_slots_beside).
 KT_HD constexpr int ws_smem_bytes(const Config& c, quant::Format f) {
-  return 1024 + (ws_stream_k(c)                  ? ws_ring_bytes(c, f) + ws_tile_bytes(c)
+  return 1024 + (ws_stream_k(c)                  ? ws_ring_bytes(c, f) + ws_tile_bytes(c, f)
                  : ws_cluster(c) == 1            ? ws_ring_or_tile_bytes(c, f)
                  : ws_cluster_slots_beside(c, f) ? ws_cluster_slot_offset(c, f) + ws_cluster_area_bytes(c)
-                                                 : (ws_ring_bytes(c, f) > ws_cluster_area_bytes(c) + ws_tile_bytes(c)
+                                                 : (ws_ring_bytes(c, f) > ws_cluster_area_bytes(c) + ws_tile_bytes(c, f)
                                                         ? ws_ring_bytes(c, f)
-                                                        : ws_cluster_area_bytes(c) + ws_tile_bytes(c)));
+                                                        : ws_cluster_area_bytes(c) + ws_tile_bytes(c, f)));
 }
 /// wgmma_ws: fp32 partial-tile slots of the stream-K workspace for a grid of `blocks`: two per block (a block's range
 /// can start and end inside a tile). split_k > 1 reduces through the cluster's shared memory instead: none.

@@ -284,14 +284,15 @@ __device__ __forceinline__ void ws_producer_start(const WsParams& wp, const pipe
   KT_WS_TRACE_THIS(15);
 }
 
-/// Epilogue inputs of tile t (ws_epi_preload: split-K blocks), copied into shared memory with cp.async by consumer
-/// thread ctid of K group 0's kCThreads: the bias pairs of the tile's features, its tokens' positions and the RoPE
-/// turns (computed). Copied before the mainloop so that nothing waits for them (a load under the weight stream takes
-/// 2-3 us); waited for (cp_async_wait_all) and made visible (the epilogue's named barrier) only before the epilogue.
+/// Epilogue inputs of tile t, copied into shared memory with cp.async by consumer thread ctid of K group 0's kCThreads:
+/// the bias pairs of the tile's features, its tokens' positions and, where `turns`, the RoPE turns (computed; the same
+/// for every tile). Copied before the tile's mainloop so that nothing waits for them (a load under the weight stream
+/// takes 2-3 us); waited for (cp_async_wait_all) and made visible (the epilogue's named barrier) only before the
+/// epilogue.
 template <int D, bool HasBias, bool Rope, int TileM, int TileN, int kCThreads>
 __device__ __forceinline__ void ws_preload_epilogue(const QkvParams& p, int t, int n_tiles, int N, int ctid,
                                                     unsigned* s_pre_bias2, int* s_pre_pos,
-                                                    unsigned long long* s_pre_turns) {
+                                                    unsigned long long* s_pre_turns, bool turns) {
   const int n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
   for (int i = ctid; i < TileN / 2; i += kCThreads) {
     if (HasBias && n0 + 2 * i < N)
@@ -303,7 +304,8 @@ __device__ __forceinline__ void ws_preload_epilogue(const QkvParams& p, int t, i
       if (m0 + i < p.m) ptx::cp_async_4(ptx::smem_u32(s_pre_pos + i), p.positions + m0 + i);
       else s_pre_pos[i] = 0;
     }
-    for (int i = ctid; i < D / 2; i += kCThreads) s_pre_turns[i] = rope_turns<D>(p, i);
+    if (turns)
+      for (int i = ctid; i < D / 2; i += kCThreads) s_pre_turns[i] = rope_turns<D>(p, i);
   }
 }
 
@@ -477,9 +479,9 @@ __device__ __forceinline__ void ws_cluster_reduce(float (&acc)[kAtoms][TileM / 2
 /// once), int8 times the row scale, then finish_tile (bias, RoPE, split into Q/K/V) on the kCThreads consumer threads
 /// (named barrier 1).
 /// Split-K: every consumer's wgmma retired, so the ring can be the tile. Stream-K: the previous chunk's epilogue has
-/// read sC. kPre: the epilogue inputs were copied by ws_preload_epilogue.
+/// read sC. The epilogue inputs were copied by ws_preload_epilogue.
 template <DType DT, quant::Format F, int D, bool HasBias, bool Rope, bool KvCache, int TileM, int TileN, int kAtoms,
-          int kCThreads, int kEpiRows, bool kWide, bool kPre>
+          int kCThreads, int kEpiRows, bool kWide>
 __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2], const QkvParams& p, float* sC,
                                             int n0, int m0, int N, int row_lo0, int q, bool rank_rows, int e_lo,
                                             int e_rows, const unsigned* s_pre_bias2, const int* s_pre_pos,
@@ -497,7 +499,7 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
       const int f = n0 + row_lo0 + 64 * a + 8 * h;
       rs[a][h] = gemv_scale_mode(F) != kScaleRow ? 1.f : f < N ? __ldg(static_cast<const float*>(p.w_scales) + f) : 0.f;
     }
-  if (kPre) ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
+  ptx::cp_async_wait_all();  // this thread's copies of the epilogue inputs (the barrier below: everyone's)
 #pragma unroll
   for (int c0 = 0; c0 < TileM; c0 += kEpiRows) {
     // (kEpiRows need not divide TileM: a cluster rank's rows rounded up to 8-token groups)
@@ -517,7 +519,7 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[kAtoms][TileM / 2
         }
     ptx::named_barrier(1, kCThreads);
     KT_WS_TRACE(9);
-    finish_tile<DT, D, HasBias, Rope, KvCache, kEpiRows, TileN, kCThreads, 1, kEpiBatch, kPre>(
+    finish_tile<DT, D, HasBias, Rope, KvCache, kEpiRows, TileN, kCThreads, 1, kEpiBatch, true>(
         p, sC, m0 + lo, n0, s_pre_bias2, s_pre_pos + lo, s_pre_turns, rows);
     if (rank_rows) break;
   }
@@ -656,18 +658,17 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   const int row_lo0 = fwg * kAtoms * 64 + warp * 16 + lane / 4;  // tile row (feature) of atom 0, + 64 a, + 8 for hi
   const PairTable<kWsTableCopies> tab(s_tab, gemv_uses_table(F) ? lane % kWsTableCopies : 0);
 
-  // Epilogue inputs of the block's one tile (ws_epi_preload: split-K blocks), copied now with cp.async, so that
-  // nothing waits for them (a load under the weight stream takes 2-3 us), and waited for only before the epilogue,
-  // instead of loaded after the mainloop where their latency (and the frequency table) added to the time after the
-  // weight stream. The epilogue's named barrier makes them visible to every consumer thread.
-  // Every cluster rank finishes its own token rows, so every rank copies them (ws_preload_epilogue).
-  constexpr bool kPre = ws_epi_preload(C);
-  __shared__ unsigned s_pre_bias2[kPre ? TileN / 2 : 1];
-  __shared__ int s_pre_pos[kPre ? TileM : 1];
-  __shared__ unsigned long long s_pre_turns[kPre && Rope ? D / 2 : 1];
-  if (kPre && kgrp == 0)
+  // Epilogue inputs of a tile, copied with cp.async before its mainloop, so that nothing waits for them (a load under
+  // the weight stream takes 2-3 us), and waited for only before the epilogue, instead of loaded after the mainloop
+  // where their latency (and the frequency table) added to the time after the weight stream. The epilogue's named
+  // barrier makes them visible to every consumer thread. Split-K: the block's one tile, now (every cluster rank
+  // finishes its own token rows, so every rank copies them); stream-K: each segment's tile, at the segment's start.
+  __shared__ unsigned s_pre_bias2[TileN / 2];
+  __shared__ int s_pre_pos[TileM];
+  __shared__ unsigned long long s_pre_turns[Rope ? D / 2 : 1];
+  if (!StreamK && kgrp == 0)
     ws_preload_epilogue<D, HasBias, Rope, TileM, TileN, kCThreads>(p, my_tile, n_tiles, N, ctid, s_pre_bias2, s_pre_pos,
-                                                                   s_pre_turns);
+                                                                   s_pre_turns, true);
 
   // One segment per tile: the data-parallel rounds' whole tiles, then each tile the range touches: K steps
   // [k0, k0 + nks) of tile t, ring steps g0 .. g0 + nks - 1.
@@ -686,6 +687,14 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     const int g0 = g_next;
     g_next += nks;
     const int n0 = (t % n_tiles) * TileN, m0 = (t / n_tiles) * TileM;
+    if (StreamK) {  // (stream-K has one K group)
+      // The previous segment's copies have landed (a segment whose tile another block finishes never waited for
+      // them) and every consumer thread has finished reading them (its epilogue) before they are overwritten.
+      ptx::cp_async_wait_all();
+      ptx::named_barrier(1, kCThreads);
+      ws_preload_epilogue<D, HasBias, Rope, TileM, TileN, kCThreads>(p, t, n_tiles, N, ctid, s_pre_bias2, s_pre_pos,
+                                                                     s_pre_turns, g0 == 0);
+    }
 
     float acc[kAtoms][TileM / 2];  // [m64 atom][wgmma C fragment: 64 features x TileM tokens over 128 threads]
 #pragma unroll
@@ -722,7 +731,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
     }
 
     // ---- the epilogue: accumulators -> shared fp32 tile -> finish_tile ----
-    ws_epilogue<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, kAtoms, kCThreads, ws_epilogue_rows(C), kWide, kPre>(
+    ws_epilogue<DT, F, D, HasBias, Rope, KvCache, TileM, TileN, kAtoms, kCThreads, ws_epilogue_rows(C, F), kWide>(
         acc, p, sC, n0, m0, N, row_lo0, q, split, e_lo, e_rows, s_pre_bias2, s_pre_pos, s_pre_turns);
     if (!StreamK) break;  // split-K: one segment per block, so nothing of the loop lives across its mainloop
   }

@@ -480,12 +480,18 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     CHECK(launch_dims(p16, sk, 132).grid_x == 132);
     CHECK(launch_dims(p16, sk, 114).grid_x == 114);
     CHECK(launch_dims(p16, sk, 132).smem_bytes == 1024u + 8 * (16 * 128 + 128 * 32) + 16 * 132 * 4);
-    // 256-token stream-K tiles go through the epilogue 32 rows at a time: 4 bf16 slots of 48 KB fit beside it.
+    // Stream-K's output tile sits beside the ring, as many token rows as fit (tile_m, 128, 64, else 32): 4 bf16 slots
+    // of 48 KB leave room for 32 rows of 256; 4 int4 slots of 36 KB for 128; with 128-token tiles, the whole tile.
     const Config sk256 = mk_ws(256, 128, 2, 1, 4, 0);
     const Problem pb = qwen(quant::Format::bf16, DType::bf16, 4096);
-    CHECK(ws_epilogue_rows(sk256) == 32);
+    CHECK(ws_epilogue_rows(sk256, pb.format) == 32);
     CHECK(ws_smem_bytes(sk256, pb.format) == 1024 + 4 * (256 * 128 + 128 * 128) + 32 * 132 * 4);
     CHECK(invalid_reason(pb.dtype, pb.format, pb.head_dim, pb.rope, sk256, arch) == nullptr);
+    CHECK(ws_epilogue_rows(sk256, quant::Format::int4) == 128);
+    CHECK(ws_smem_bytes(sk256, quant::Format::int4) == 1024 + 4 * (256 * 128 + 128 * 32) + 128 * 132 * 4);
+    CHECK(ws_epilogue_rows(mk_ws(128, 128, 2, 1, 4, 0), quant::Format::int4) == 128);
+    CHECK(ws_epilogue_rows(mk_ws(256, 128, 2, 1, 3, 0), quant::Format::nf4) == 128);
+    CHECK(ws_epilogue_rows(mk_ws(256, 128, 2, 1, 4, 0), quant::Format::nf4) == 64);
     // Two K groups: 4 consumer warpgroups + the producer (640 threads), named and instantiated with the group count;
     // their partial sums meet over the ring, so the ring must hold them; not with stream-K.
     const Config kg = mk_ws(16, 128, 2, 2, 8, 3);
