@@ -523,12 +523,12 @@ KT_HD constexpr bool ws_stream_k_rows_fit(const Config& c, quant::Format f, int 
                                  max_smem_per_block(90);
 }
 KT_HD constexpr int ws_epilogue_rows(const Config& c, quant::Format f) {
-  return !ws_stream_k(c)                           ? (ws_cluster(c) > 1 ? ws_cluster_rows(c) : c.tile_m)
-         : c.tile_m <= 32                          ? c.tile_m
-         : ws_stream_k_rows_fit(c, f, c.tile_m)    ? c.tile_m
-         : ws_stream_k_rows_fit(c, f, 128)         ? 128
-         : ws_stream_k_rows_fit(c, f, 64)          ? 64
-                                                   : 32;
+  return !ws_stream_k(c)                        ? (ws_cluster(c) > 1 ? ws_cluster_rows(c) : c.tile_m)
+         : c.tile_m <= 32                       ? c.tile_m
+         : ws_stream_k_rows_fit(c, f, c.tile_m) ? c.tile_m
+         : ws_stream_k_rows_fit(c, f, 128)      ? 128
+         : ws_stream_k_rows_fit(c, f, 64)       ? 64
+                                                : 32;
 }
 /// wgmma_ws: the fp32 output tile [ws_epilogue_rows][tile_n + 4].
 KT_HD constexpr int ws_tile_bytes(const Config& c, quant::Format f) {
