@@ -71,12 +71,12 @@
 //        Matrix Multiplication on the GPU", PPoPP 2023): gridDim.x = G = min(SMs, units); with 2 G tiles or more,
 //        every block first computes whole tiles b, b + G, .. for tiles / G - 1 rounds (the paper's data-parallel +
 //        stream-K hybrid), then the units of the remaining G .. 2 G tiles are split as above. Each block walks its
-//        tiles and range across tile boundaries (the producer streams on while the consumers finish a tile), and the output
-//        tile gets its own shared-memory region beside the ring, 32 to tile_m token rows at a time (ws_epilogue_rows);
-//        each segment's epilogue inputs are copied at the segment's start. A tile covered by several blocks is
-//        reduced through the workspace: each
-//        contributor stores its fp32 partial (in the accumulator register layout), and the last to arrive (counter)
-//        adds all partials in block order -- deterministic -- and runs the epilogue.
+//        tiles and range across tile boundaries (the producer streams on while the consumers finish a tile), and
+//        the output tile gets its own shared-memory region beside the ring, 32 to tile_m token rows at a time
+//        (ws_epilogue_rows); each segment's epilogue inputs are copied at the segment's start. A tile covered by
+//        several blocks is reduced through the workspace: each contributor stores its fp32 partial (in the
+//        accumulator register layout), and the last to arrive (counter) adds all partials in block order --
+//        deterministic -- and runs the epilogue.
 //   wgmma_pairs (qkv_wgmma_pairs.cuh, sm_90a, 16-bit weights only): warp-specialized wgmma with the tokens as the A
 //        operand (64 per consumer warpgroup) and RoPE-paired feature tiles as B. A feature tile is PB RoPE pairs
 //        (rows i and i + D/2 of a head) of each of HN consecutive heads (counted over [Q | K | V]; wp_box_pairs,
