@@ -514,13 +514,16 @@ KT_HD constexpr int ws_ring_bytes(const Config& c, quant::Format f) {
 /// the RoPE table of D / 2 words replaces finish_tile's own), copied with cp.async while the ring fills: by a split-K
 /// block before its mainloop, by a stream-K block at the start of each segment.
 KT_HD constexpr int ws_epi_pre_bytes(const Config& c) { return c.tile_n * 2 + c.tile_m * 4; }
+/// wgmma_ws: whether `dynamic_bytes` of dynamic shared memory fit in one block beside the static arrays (the code
+/// table, the epilogue inputs, 1024 bytes for the barriers and the rest).
+KT_HD constexpr bool ws_smem_fits(const Config& c, quant::Format f, int dynamic_bytes, int sm = 90) {
+  return dynamic_bytes + table_bytes(f, kWsTableCopies) + ws_epi_pre_bytes(c) + 1024 <= max_smem_per_block(sm);
+}
 /// wgmma_ws: token rows of the fp32 output tile the epilogue goes through at a time: the whole tile_m; for stream-K
 /// (whose output tile sits beside the ring) the largest of tile_m, 128 and 64 whose tile fits beside the ring, else
 /// 32; for a cluster (split_k > 1) the rank's own rows.
 KT_HD constexpr bool ws_stream_k_rows_fit(const Config& c, quant::Format f, int rows) {
-  return rows <= c.tile_m && 1024 + ws_ring_bytes(c, f) + rows * (c.tile_n + 4) * 4 + table_bytes(f, kWsTableCopies) +
-                                     ws_epi_pre_bytes(c) + 1024 <=
-                                 max_smem_per_block(90);
+  return rows <= c.tile_m && ws_smem_fits(c, f, 1024 + ws_ring_bytes(c, f) + rows * (c.tile_n + 4) * 4);
 }
 KT_HD constexpr int ws_epilogue_rows(const Config& c, quant::Format f) {
   return !ws_stream_k(c)                        ? (ws_cluster(c) > 1 ? ws_cluster_rows(c) : c.tile_m)
@@ -549,9 +552,7 @@ KT_HD constexpr int ws_cluster_slot_bytes(const Config& c) { return ws_cluster_r
 /// barrier after their mainloops before any store.
 KT_HD constexpr int ws_cluster_area_bytes(const Config& c) { return (ws_cluster(c) - 1) * ws_cluster_slot_bytes(c); }
 KT_HD constexpr bool ws_cluster_slots_beside(const Config& c, quant::Format f) {
-  return 1024 + ws_align16(ws_ring_or_tile_bytes(c, f)) + ws_cluster_area_bytes(c) + table_bytes(f, kWsTableCopies) +
-             ws_epi_pre_bytes(c) + 1024 <=
-         max_smem_per_block(90);
+  return ws_smem_fits(c, f, 1024 + ws_align16(ws_ring_or_tile_bytes(c, f)) + ws_cluster_area_bytes(c));
 }
 /// Byte offsets from the 1024-aligned base: the partial slots, the output tile.
 KT_HD constexpr int ws_cluster_slot_offset(const Config& c, quant::Format f) {
@@ -776,8 +777,7 @@ KT_HD constexpr const char* invalid_reason(DType dt, quant::Format f, int head_d
     if (ws_atoms(c) * c.tile_m / 2 > 128) return "wgmma_ws: accumulators exceed 128 registers";
     if (ws_reg_estimate(c, f) > ws_consumer_reg_budget(c))
       return "wgmma_ws: accumulators + A fragments exceed the register budget";
-    if (ws_smem_bytes(c, f) + table_bytes(f, kWsTableCopies) + ws_epi_pre_bytes(c) + 1024 > max_smem_per_block(arch.sm))
-      return "shared memory exceeds the per-block limit";
+    if (!ws_smem_fits(c, f, ws_smem_bytes(c, f), arch.sm)) return "shared memory exceeds the per-block limit";
     return nullptr;
   }
   if (c.mainloop == Mainloop::wgmma_pairs) {
