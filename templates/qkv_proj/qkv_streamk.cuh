@@ -5,8 +5,9 @@
 //   rounds); block b of the G blocks owns units [dp_units + units b / G, dp_units + units (b + 1) / G) of the rest.
 //   A tile covered by several blocks: each of them stores its fp32 partial sums (the accumulator layout: float4 v of
 //   consumer thread ctid at v kCThreads + ctid, TileM x TileN floats in all) into its own workspace slot and counts
-//   them on the tile's counter (ws_stream_k_publish); the block that counts last adds every block's partials in block
-//   order -- the sum does not depend on which block came last -- and resets the counter for the next launch
+//   them on the tile's counter with one release (ws_stream_k_publish); the block that counts last adds every block's
+//   partials in block order -- the sum does not depend on which block came last; its own partial, still in its
+//   registers, is not read back when the sum starts from it -- and resets the counter for the next launch
 //   (ws_stream_k_fixup).
 //   Workspace: 2 slots per block (slot 2 b for the tile b's range starts in, 2 b + 1 for the one it ends in), TileM x
 //   TileN fp32 each. Counters: one unsigned per tile, 0 between launches.
@@ -52,35 +53,44 @@ __device__ __forceinline__ bool ws_stream_k_publish(const float (&acc)[kAtoms][T
 #pragma unroll
   for (int v = 0; v < kVec; ++v)
     __stcg(mine + v * kCThreads + ctid, make_float4(acc4(v)[0], acc4(v)[1], acc4(v)[2], acc4(v)[3]));
-  __threadfence();
-  ptx::named_barrier(1, kCThreads);
   blocks.first = ws_block_of(t * sk.nk - sk.dp_units, sk.units, sk.G);
   blocks.last = ws_block_of((t + 1) * sk.nk - 1 - sk.dp_units, sk.units, sk.G);
-  if (ctid == 0) s_reduce = atomicAdd(p.counters + t, 1u) == unsigned(blocks.last - blocks.first);
+  // One release per block publishes its stores (the barrier orders every thread's stores before thread 0's atomic);
+  // in the last block the same atomic's acquire, then the barrier, makes every partial visible to all its threads.
+  ptx::named_barrier(1, kCThreads);
+  if (ctid == 0) s_reduce = ptx::atomic_add_acq_rel_gpu(p.counters + t, 1u) == unsigned(blocks.last - blocks.first);
   ptx::named_barrier(1, kCThreads);
   return s_reduce != 0;
 }
 
-/// The last block of tile t: acc = the sum of the partials of blocks `blocks` in block order; resets the counter.
+/// The last block of tile t (blk): acc = the sum of the partials of blocks `blocks` in block order,
+/// ((p_first + p_first+1) + ...) + p_last, the same bits whichever block is last. acc still holds this block's
+/// partial: when it is the tile's first or second block the sum starts from it (p_second + p_first is p_first +
+/// p_second exactly), so its own slot is not read back; otherwise from zero (0 + p_first is p_first exactly: a partial
+/// is never -0, every accumulator starting from +0). Resets the counter.
 template <int kAtoms, int TileM, int TileN, int kCThreads>
 __device__ __forceinline__ void ws_stream_k_fixup(float (&acc)[kAtoms][TileM / 2], const QkvParams& p,
-                                                  const WsStreamK& sk, int t, const WsTileBlocks& blocks, int ctid) {
+                                                  const WsStreamK& sk, int t, const WsTileBlocks& blocks, int blk,
+                                                  int ctid) {
   auto acc4 = [&](int v) -> float* { return &acc[(4 * v) / (TileM / 2)][(4 * v) % (TileM / 2)]; };
   constexpr int kVec = kAtoms * TileM / 8;  // float4s per thread
   constexpr long long kSlot = (long long)TileM * TileN;
-  const int b_first = blocks.first, b_last = blocks.last;
-  __threadfence();
+  const bool from_mine = blk - blocks.first <= 1;
+  if (!from_mine)
 #pragma unroll
-  for (int a = 0; a < kAtoms; ++a)
+    for (int a = 0; a < kAtoms; ++a)
 #pragma unroll
-    for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
-  // Block order (the sum does not depend on which block came last). At most 16 float4 loads in flight (64
-  // registers beside up to 128 accumulators: no spills at 232 registers): small partials (kVec < 16) are read
-  // kPer blocks at a time, so their L2 round trips overlap; large ones 16 loads at a time.
+      for (int i = 0; i < TileM / 2; ++i) acc[a][i] = 0.f;
+  // The partials to read, in block order: u = 0 .. n - 1 (this block's own left out when the sum starts from it).
+  const int n = blocks.last - blocks.first + 1 - (from_mine ? 1 : 0);
+  auto block_at = [&](int u) { return blocks.first + u + (from_mine && blocks.first + u >= blk ? 1 : 0); };
+  // At most 16 float4 loads in flight (64 registers beside up to 128 accumulators: no spills at 232 registers):
+  // small partials (kVec < 16) are read kPer blocks at a time, so their L2 round trips overlap; large ones 16 loads
+  // at a time.
   constexpr int kPer = kVec >= 16 ? 1 : 16 / kVec;
-  for (int b0 = b_first; b0 <= b_last; b0 += kPer) {
+  for (int u0 = 0; u0 < n; u0 += kPer) {
     if (kPer == 1) {
-      const float4* part = reinterpret_cast<const float4*>(p.workspace + sk.slot(b0, t) * kSlot);
+      const float4* part = reinterpret_cast<const float4*>(p.workspace + sk.slot(block_at(u0), t) * kSlot);
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
         if (v % 16 == 0 && v > 0) asm volatile("" ::: "memory");
@@ -90,14 +100,15 @@ __device__ __forceinline__ void ws_stream_k_fixup(float (&acc)[kAtoms][TileM / 2
       float4 xv[kPer][kVec];
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
-        const float4* part = reinterpret_cast<const float4*>(p.workspace + sk.slot(min(b0 + u, b_last), t) * kSlot);
+        const float4* part =
+            reinterpret_cast<const float4*>(p.workspace + sk.slot(block_at(min(u0 + u, n - 1)), t) * kSlot);
 #pragma unroll
         for (int v = 0; v < kVec; ++v)
-          xv[u][v] = b0 + u <= b_last ? __ldcg(part + v * kCThreads + ctid) : make_float4(0.f, 0.f, 0.f, 0.f);
+          xv[u][v] = u0 + u < n ? __ldcg(part + v * kCThreads + ctid) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
-        if (b0 + u > b_last) break;
+        if (u0 + u >= n) break;
 #pragma unroll
         for (int v = 0; v < kVec; ++v) add_f4(acc4(v), xv[u][v]);
       }

@@ -726,7 +726,7 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
           ws_stream_k_publish<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blk, ctid, blocks, s_reduce);
       KT_WS_TRACE(3);
       if (!last) continue;
-      ws_stream_k_fixup<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blocks, ctid);
+      ws_stream_k_fixup<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blocks, blk, ctid);
       KT_WS_TRACE(4);
     }
 
