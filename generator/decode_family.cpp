@@ -144,6 +144,8 @@ std::vector<Config> config_space() {
             // Each config with mma.sync, then (tile_m 64, sm_90a; invalid_reason prunes the rest) with wgmma.
             for (int wgmma : {0, 1}) {
               out.push_back(Config{tile_m, tile_n, warps, stages, chunk, 1, wgmma});
+              // The same split with the cooperative merge (every split block merges its share).
+              if (chunk != 0) out.push_back(Config{tile_m, tile_n, warps, stages, chunk, 1, wgmma, 1});
               // Clusters over the whole length only: clusters of kv_chunk splits (valid, merged through the
               // workspace) measured no faster than the plain split on the H200 (B 1, kv 4096 and 32768), so the space
               // leaves them out.
@@ -173,6 +175,8 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
       continue;  // a cluster whose last block would get no key: a smaller cluster is the same split
     if (splits > 1 && grid_blocks(p, c) > 16 * sms)
       continue;  // more splits than 16 blocks per SM only add combine work
+    if (c.cooperative && grid_blocks(p, c) > sms * blocks_per_sm(c, p.head_dim, device))
+      continue;  // a cooperative grid must be resident at once
     kept.push_back(c);
   }
   // Candidate order (what --max-candidates keeps): a rank for the split and one for the tile shape, then the configs
@@ -250,6 +254,24 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
   // Ranks by position: the sort below moves configs, so it looks each one up by its original index.
   std::vector<size_t> order(kept.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Of a split's two merges, the second one counts its shape 6 ranks worse (three rectangles later, so that the
+  // first candidates still span the grids and shapes they did before the cooperative merge existed): the cooperative
+  // merge where the grid has fewer than 8 splits per row block, the last-block merge where it has 8 or more and its
+  // cooperative twin fits the GPU. On the H200 (Qwen2.5-7B heads, bf16, exhaustive, each cooperative config against
+  // its twin in one run) the cooperative merge measured 0.99-1.02x its twin's time at 2-4 splits and 0.17-0.9x at 8
+  // to 256 splits (B 1 kv 32768, 128 splits: 26.8 against 84.0 us), and won B 1 kv 131072 (70.7 against 72.9 us) and
+  // B 1 q_len 4 kv 32768 and 131072 (29.9 against 30.8, 75.9 against 81.2).
+  const auto coop_kept = [&](const Config& c) {
+    Config t = c;
+    t.cooperative = 1;
+    return std::any_of(kept.begin(), kept.end(), [&](const Config& k) { return same_config(k, t); });
+  };
+  std::vector<int> second_merge(kept.size(), 0);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const Config& c = kept[i];
+    const bool many = c.kv_chunk > 0 && num_splits(c, p.kv_len) >= 8;
+    second_merge[i] = c.cooperative ? !many : (c.cluster == 1 && many && coop_kept(c));
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t ia, size_t ib) {
     const Config &a = kept[ia], &b = kept[ib];
     const int sa = split_rank(a), sb = split_rank(b);
@@ -261,11 +283,12 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     // config of 63 of shapes/qwen7b.json's 120 decode problems, and a cluster always a rectangle after its twin left
     // the best of the first 16 candidates over 3% behind the exhaustive best on 19 of them (with this order and the
     // shape rank above, 1).
-    const int ca = a.cluster > 1 ? 2 : 0, cb = b.cluster > 1 ? 2 : 0;
+    const int ca = (a.cluster > 1 ? 2 : 0) + 6 * second_merge[ia], cb = (b.cluster > 1 ? 2 : 0) + 6 * second_merge[ib];
     const int la = std::max(sa, (ha + ca) / 2), lb = std::max(sb, (hb + cb) / 2);
     if (la != lb) return la < lb;
     if (sa != sb) return sa < sb;
-    return ha < hb;
+    if (ha != hb) return ha < hb;
+    return second_merge[ia] < second_merge[ib];
   });
   {
     std::vector<Config> sorted;
@@ -334,6 +357,14 @@ Config default_config(ArchId arch, const Problem& p) {
     }
     c = pick;
   }
+  // A split of 8 or more per row block merges cooperatively where its grid fits the GPU at once (valid_configs gives
+  // the H200 measurements; the runtime falls back to the last-block merge where the grid does not fit).
+  if (c.kv_chunk != 0 && c.cluster == 1 && num_splits(c, p.kv_len) >= 8 &&
+      grid_blocks(p, c) <= sms * blocks_per_sm(c, p.head_dim, device)) {
+    Config t = c;
+    t.cooperative = 1;
+    if (valid(t)) c = t;
+  }
   // tile_m 64 (multi-token decode of a large group) on sm_90a: the wgmma mainloop, the scores and P V of a 64-row tile
   // in one warpgroup instruction each. On the H200 (B 16, kv 4096, q_len 8, Qwen2.5-7B heads, exhaustive) its best
   // config ran 5-8% faster than the best mma.sync one, fp16 and bf16, contiguous and paged (page 64).
@@ -349,15 +380,15 @@ Config default_config(ArchId arch, const Problem& p) {
 
 bool same_config(const Config& a, const Config& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages &&
-         a.kv_chunk == b.kv_chunk && a.cluster == b.cluster && a.wgmma == b.wgmma;
+         a.kv_chunk == b.kv_chunk && a.cluster == b.cluster && a.wgmma == b.wgmma && a.cooperative == b.cooperative;
 }
 
 std::string variant_name(const Problem& p, const Config& c, ArchId arch) {
   std::ostringstream s;
   s << kFamily << "__" << dtype_tag(p.dtype) << "_d" << p.head_dim << '_' << cache_tag(p, "contiguous") << "__m"
     << c.tile_m << "_n" << c.tile_n << "_w" << c.warps << "_s" << c.stages << "_c" << c.kv_chunk
-    << (c.cluster > 1 ? "_cl" + std::to_string(c.cluster) : std::string()) << (c.wgmma ? "_wgmma" : "") << "__"
-    << arch_name(arch);
+    << (c.cluster > 1 ? "_cl" + std::to_string(c.cluster) : std::string()) << (c.wgmma ? "_wgmma" : "")
+    << (c.cooperative ? "_coop" : "") << "__" << arch_name(arch);
   return s.str();
 }
 
@@ -408,6 +439,7 @@ size_t counter_bytes(const Problem& p, const Config& c) {
 
 void bind_config(DecodeParams& a, const Problem& p, const Config& c, float* workspace, unsigned* counters) {
   a.kv_chunk = split_keys(c, p.kv_len);
+  a.cooperative = uses_workspace(p, c) ? c.cooperative : 0;
   if (!uses_workspace(p, c)) {
     a.partial_o = nullptr;
     a.partial_lse = nullptr;
@@ -596,8 +628,9 @@ Problem problem_from_json(const nlohmann::json& j) {
 nlohmann::json config_to_json(const Config& c) {
   nlohmann::json j = {
       {"tile_m", c.tile_m}, {"tile_n", c.tile_n}, {"warps", c.warps}, {"stages", c.stages}, {"kv_chunk", c.kv_chunk}};
-  if (c.cluster > 1) j["cluster"] = c.cluster;  // configs without a cluster keep the JSON they always had
-  if (c.wgmma) j["wgmma"] = c.wgmma;            // likewise the mma.sync configs
+  if (c.cluster > 1) j["cluster"] = c.cluster;          // configs without a cluster keep the JSON they always had
+  if (c.wgmma) j["wgmma"] = c.wgmma;                    // likewise the mma.sync configs
+  if (c.cooperative) j["cooperative"] = c.cooperative;  // and the last-block merge
   return j;
 }
 
@@ -610,6 +643,7 @@ Config config_from_json(const nlohmann::json& j) {
   c.kv_chunk = field<int>(j, "kv_chunk", "config");
   c.cluster = j.contains("cluster") ? field<int>(j, "cluster", "config") : 1;
   c.wgmma = j.contains("wgmma") ? field<int>(j, "wgmma", "config") : 0;
+  c.cooperative = j.contains("cooperative") ? field<int>(j, "cooperative", "config") : 0;
   return c;
 }
 

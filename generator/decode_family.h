@@ -60,8 +60,8 @@ void check_problem(const Problem& p);
 
 /// The raw Cartesian space of the family's axes (before pruning), in declaration order:
 /// tile_m {16, 32, 64} x tile_n {32, 64, 128, 256} x warps {2, 4, 8} x stages {2, 3, 4, 6} x kv_chunk {0, 64, 128,
-/// 256, 512, 1024, 2048, 4096, 8192} x wgmma {0, 1} (each config with mma.sync, then with wgmma) x (cluster 1, and with
-/// kv_chunk 0 cluster {2, 4, 8, 16}).
+/// 256, 512, 1024, 2048, 4096, 8192} x wgmma {0, 1} (each config with mma.sync, then with wgmma) x (cluster 1, then
+/// with kv_chunk > 0 the same split with cooperative 1, and with kv_chunk 0 cluster {2, 4, 8, 16}).
 std::vector<Config> config_space();
 
 /// Configs of config_space() valid for the problem on `arch` (invalid_reason null), also pruned for speed on
@@ -73,7 +73,10 @@ std::vector<Config> config_space();
 /// candidates are the two best shapes at the best split, then up to the second-best split and fourth-best shape,
 /// and so on. A config whose shape fits fewer blocks per SM (shared memory, threads) than its grid needs to run in
 /// the fewest waves any shape gives that grid counts its shape rank 8 worse. A cluster config (sm_90) is kept when
-/// its last block gets keys; it comes one rectangle after the kv_chunk split with the same grid.
+/// its last block gets keys; it comes one rectangle after the kv_chunk split with the same grid. A cooperative config
+/// is kept when its grid fits the device at once (blocks per SM by shared memory and threads); of a split's two
+/// merges the cooperative one comes first at 8 or more splits per row block, the last-block one below, the other three
+/// rectangles later.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default (what the runtime launches untuned, and the tuner's first candidate): tile_m = the
@@ -83,7 +86,8 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
 /// at most 256 splits) whose grid batch x num_kv_heads x row blocks x splits comes nearest one block per SM of
 /// device_model(arch) (|ln(blocks / SMs)|; equally near: fewer splits), so no split once that grid fills the SMs; on
 /// sm_90 a cluster of 2-16 splits instead where its grid is as near, or within a factor of 2 with slices of at most
-/// 1024 keys (decode_family.cpp gives the H200 measurements behind each rule). Throws ProblemError when no config is
+/// 1024 keys; a kv_chunk split of 8 or more splits per row block with the cooperative merge where its grid fits the
+/// device at once (decode_family.cpp gives the H200 measurements behind each rule). Throws ProblemError when no config is
 /// valid.
 Config default_config(ArchId arch, const Problem& p);
 
@@ -91,15 +95,16 @@ bool same_config(const Config& a, const Config& b);
 
 /// "attention_decode__bf16_d128_paged64__m16_n64_w4_s4_c512__sm_90a": the kernel class (dtype, head_dim, layout with
 /// the page size: "contiguous" or "paged<page_size>"), then every config field in declaration order (c0 = no split;
-/// "_cl<n>" for a cluster of n, absent for 1; "_wgmma" for the wgmma mainloop, absent for mma.sync), then the arch. Not in the name: batch, q_len, heads, kv_len and causal,
+/// "_cl<n>" for a cluster of n, absent for 1; "_wgmma" for the wgmma mainloop, absent for mma.sync; "_coop" for the
+/// cooperative merge), then the arch. Not in the name: batch, q_len, heads, kv_len and causal,
 /// run-time arguments of one binary.
 std::string variant_name(const Problem& p, const Config& c, ArchId arch);
 
 /// "kt::decode::attention_decode<kt::DType::bf16, 128, kt::decode::KvLayout::paged, 64, 16, 64, 4, 4, false>" (dtype,
 /// head_dim, layout, page size (0 for contiguous), tile_m, tile_n, warps, stages, wgmma), or for a cluster config
 /// "kt::decode::attention_decode_cluster<..., 16, 64, 4, 4, 8, false>" (the cluster size is compiled in). kv_chunk
-/// is a run-time argument (DecodeParams::kv_chunk, set by bind_config) and gridDim.x the split count, so configs
-/// that differ only in kv_chunk share one binary.
+/// and cooperative are run-time arguments (DecodeParams::kv_chunk and cooperative, set by bind_config) and gridDim.x
+/// the split count, so configs that differ only in them share one binary.
 std::string name_expression(const Problem& p, const Config& c);
 
 /// The translation unit NVRTC compiles for a variant (no -D macros: the config is in the name expression).
@@ -113,11 +118,13 @@ LaunchDims launch_dims(const Problem& p, const Config& c);
 bool uses_workspace(const Problem& p, const Config& c);
 /// Split partials in bytes (fp32 O then LSE, DecodeParams::partial_o / partial_lse); 0 without split.
 size_t workspace_bytes(const Problem& p, const Config& c);
-/// Counters in bytes (one unsigned per (batch, kv head, row block)); 0 without split. The caller zeroes them once
+/// Counters in bytes (one unsigned per (batch, kv head, row block), and a generation word each after them for a
+/// cooperative config); 0 without split. The caller zeroes them once
 /// when it allocates them; each launch leaves them zero again.
 size_t counter_bytes(const Problem& p, const Config& c);
 /// Writes the config's run-time part into the kernel arguments (every launch path calls it; the caller's values of
-/// these fields are ignored): params.kv_chunk = c.kv_chunk, params.partial_o / partial_lse into `workspace`
+/// these fields are ignored): params.kv_chunk = c.kv_chunk, params.cooperative = c.cooperative when the launch splits
+/// (0 otherwise; runtime/decode.cpp's launch clears it first where the grid does not fit the device at once), params.partial_o / partial_lse into `workspace`
 /// (workspace_bytes(p, c) bytes, 16-byte aligned) and params.counters = `counters`; the three pointers null when the
 /// launch has no split (workspace and counters may then be null).
 void bind_config(DecodeParams& params, const Problem& p, const Config& c, float* workspace, unsigned* counters);
@@ -146,7 +153,8 @@ void check_params(const Problem& p, const Config& c, const DecodeParams& params)
 /// JSON forms stored in the tuning database:
 ///   problem {"dtype":"bf16","batch":16,"q_len":1,"num_heads":28,"num_kv_heads":4,"head_dim":128,"kv_len":4096,
 ///            "kv_layout":"paged","page_size":64,"causal":true}
-///   config  {"tile_m":16,"tile_n":64,"warps":4,"stages":4,"kv_chunk":512}
+///   config  {"tile_m":16,"tile_n":64,"warps":4,"stages":4,"kv_chunk":512} (+ "cluster", "wgmma", "cooperative" when
+///            not 1 / 0 / 0)
 /// from_json throws ProblemError naming a missing or mistyped field.
 nlohmann::json problem_to_json(const Problem& p);
 Problem problem_from_json(const nlohmann::json& j);

@@ -45,14 +45,24 @@ void check_tables(const Problem& p, const int* seqlens_k, const int* block_table
   }
 }
 
+bool cooperative_launch(const LoadedKernel& kernel, const Problem& problem, const Config& config) {
+  if (!config.cooperative || !uses_workspace(problem, config)) return false;
+  // The split blocks wait on each other, so the grid must be resident at once: where it is not (a longer kv_len than
+  // the config was tuned for, a smaller GPU), the same binary merges in the last block instead.
+  const LaunchDims d = launch_dims(problem, config);
+  return static_cast<long long>(d.grid_x) * d.grid_y * d.grid_z <= kernel.resident_blocks(d.block_x, d.smem_bytes);
+}
+
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const DecodeParams& params,
             float* workspace, unsigned* counters, CUstream stream) {
   check_call(problem, params);
-  DecodeParams a = params;
-  bind_config(a, problem, config, workspace, counters);
-  check_params(problem, config, a);
   const LaunchDims d = launch_dims(problem, config);
-  kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &a);
+  Config c = config;
+  c.cooperative = cooperative_launch(kernel, problem, config) ? 1 : 0;
+  DecodeParams a = params;
+  bind_config(a, problem, c, workspace, counters);
+  check_params(problem, c, a);
+  kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &a, 1, a.cooperative != 0);
 }
 
 }  // namespace decode

@@ -29,10 +29,16 @@ void check_tables(const Problem& p, const int* seqlens_k, const int* block_table
 /// Checks `params` (check_call, then check_params for `config`), writes the config's run-time part into a copy
 /// (bind_config with `workspace` and `counters`) and launches variant `config` of `kernel` on `stream`.
 /// `workspace` (workspace_bytes(problem, config) bytes) and `counters` (counter_bytes, zero before the first
-/// launch; every launch leaves them zero) may be null when the launch has one split.
-/// Throws ProblemError for bad arguments, cuda::CudaError for launch failures.
+/// launch; every launch leaves the counters zero and a cooperative config's generation words advanced) may be null
+/// when the launch has one split. A cooperative config launches cooperatively when its grid is resident at once on
+/// the current device (LoadedKernel::resident_blocks), otherwise with the last-block merge (cooperative_launch says
+/// which). Throws ProblemError for bad arguments, cuda::CudaError for launch failures.
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const DecodeParams& params,
             float* workspace, unsigned* counters, CUstream stream);
+
+/// Whether launch() runs `config` cooperatively for this problem on the current device: a cooperative config whose
+/// launch splits and whose grid the device holds at once. Throws cuda::CudaError.
+bool cooperative_launch(const LoadedKernel& kernel, const Problem& problem, const Config& config);
 
 /// The runtime's typed adapter for attention_decode (Runtime::Impl::run<RuntimeAdapter> in runtime.cpp): the
 /// problem as a POD hash key, the argument check before resolving, the split partials and counters (allocated once

@@ -30,29 +30,50 @@ LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& lowered_
 }
 
 void LoadedKernel::launch(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x, unsigned smem_bytes,
-                          CUstream stream, const void* params, unsigned cluster_y) const {
+                          CUstream stream, const void* params, unsigned cluster_y, bool cooperative) const {
   void* args[] = {const_cast<void*>(params)};
-  if (cluster_y <= 1) {
+  if (cluster_y <= 1 && !cooperative) {
     cuda::check(
         cuda::api().cuLaunchKernel(fn_, grid_x, grid_y, grid_z, block_x, 1, 1, smem_bytes, stream, args, nullptr),
         "cuLaunchKernel");
     return;
   }
-  CUlaunchAttribute cluster;
-  std::memset(&cluster, 0, sizeof cluster);
-  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  cluster.value.clusterDim.x = 1;
-  cluster.value.clusterDim.y = cluster_y;
-  cluster.value.clusterDim.z = 1;
+  CUlaunchAttribute attr;
+  std::memset(&attr, 0, sizeof attr);
+  if (cooperative) {
+    attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attr.value.cooperative = 1;
+  } else {
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = 1;
+    attr.value.clusterDim.y = cluster_y;
+    attr.value.clusterDim.z = 1;
+  }
   CUlaunchConfig cfg;
   std::memset(&cfg, 0, sizeof cfg);
   cfg.gridDimX = grid_x, cfg.gridDimY = grid_y, cfg.gridDimZ = grid_z;
   cfg.blockDimX = block_x, cfg.blockDimY = 1, cfg.blockDimZ = 1;
   cfg.sharedMemBytes = smem_bytes;
   cfg.hStream = stream;
-  cfg.attrs = &cluster;
+  cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  cuda::check(cuda::api().cuLaunchKernelEx(&cfg, fn_, args, nullptr), "cuLaunchKernelEx (thread-block clusters)");
+  cuda::check(cuda::api().cuLaunchKernelEx(&cfg, fn_, args, nullptr),
+              cooperative ? "cuLaunchKernelEx (cooperative)" : "cuLaunchKernelEx (thread-block clusters)");
+}
+
+long long LoadedKernel::resident_blocks(unsigned block_x, unsigned smem_bytes) const {
+  const unsigned long long key =
+      static_cast<unsigned long long>(block_x) << 50 | static_cast<unsigned long long>(smem_bytes) << 32;
+  if (const unsigned long long r = resident_.load(std::memory_order_relaxed);
+      r != 0 && (r & ~0xffffffffull) == key && block_x < (1u << 14) && smem_bytes < (1u << 18))
+    return static_cast<long long>(r & 0xffffffffull);
+  int per_sm = 0;
+  cuda::check(cuda::api().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn_, static_cast<int>(block_x),
+                                                                      static_cast<size_t>(smem_bytes)),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  const long long blocks = static_cast<long long>(per_sm) * cuda::current_sm_count();
+  resident_.store(key | static_cast<unsigned long long>(blocks & 0xffffffffll), std::memory_order_relaxed);
+  return blocks;
 }
 
 }  // namespace kt

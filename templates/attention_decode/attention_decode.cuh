@@ -12,7 +12,9 @@
 //  * Epilogue: the key groups' (max, sum, O) are merged through shared memory (block_merge). With one split the block
 //    writes o and lse; otherwise it writes an fp32 partial (O normalized, LSE in log2) to the workspace, counts
 //    itself on its (b, kvh, rb) counter, and the last block to arrive merges the splits' partials in split order
-//    (combine_splits: the same bits whichever block is last) and resets the counter. In a cluster the splits first
+//    (combine_splits: the same bits whichever block is last) and resets the counter; in a cooperative launch (the whole
+//    grid resident) every split block instead waits for the others and merges its share (split_combine_share). In a
+//    cluster the splits first
 //    merge in distributed shared memory (cluster_combine); with several clusters per row block each cluster's merged
 //    partial then takes the workspace path, one slot per cluster.
 #pragma once
@@ -536,6 +538,98 @@ __device__ __forceinline__ void count_then_combine(const DecodeParams& p, const 
   if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
 }
 
+/// The generation word of the block's (b, kvh, rb) group in a cooperative launch (DecodeParams::counters: after the
+/// groups' counters).
+__device__ __forceinline__ unsigned* group_generation(const DecodeParams& p, const BlockWork& w) {
+  return p.counters + (long long)p.batch * p.num_kv_heads * w.row_blocks + partial_group(w, p);
+}
+
+/// Cooperative launch (DecodeParams::cooperative; the whole grid resident at once), after the block has stored its
+/// partial: every split block of the (b, kvh, rb) group waits until the group's w.splits partials are stored, then
+/// merges its share of the output, so that the merge runs on all the splits' SMs at once. The wait is a generation
+/// barrier: gen0 is the group's generation word as thread 0 read it before the block arrived (at the kernel's start);
+/// each block counts itself on the group's counter with one release (after a barrier: the whole block's stores), the
+/// last to arrive resets the counter and releases gen0 + 1, and the others poll the word with acquire loads until it
+/// moves; a barrier then passes the acquire on to the block's threads. The share: item it of the valid_rows x D / 4
+/// items (row it / (D / 4), 4 columns) belongs to split it % S; L lanes per item (S rounded up to a power of two, at
+/// most 32), lane l of an item merging splits l, l + L, ... in order (running max m, sum of 2^(lse - m), sum of
+/// 2^(lse - m) O; a split without keys, LSE -inf, weighs 0), then the L lanes' states merged by a shuffle butterfly
+/// (the lower lane's state first in each pair). o = sum w O /
+/// sum w, lse = M + log2(sum w): for a given S the same order on every run, so the same bits whichever block is last
+/// (combine_splits' order differs, so the two may differ in the last place).
+template <DType DT, int D, int TileM, int Threads>
+__device__ __forceinline__ void split_combine_share(const DecodeParams& p, const BlockWork& w, int valid_rows,
+                                                    unsigned gen0) {
+  __syncthreads();  // every thread's partial stores precede thread 0's release
+  if (threadIdx.x == 0) {
+    unsigned* counter = p.counters + partial_group(w, p);
+    unsigned* gen = group_generation(p, w);
+    if (ptx::atomic_add_acq_rel_gpu(counter, 1u) == unsigned(w.splits - 1)) {
+      *counter = 0u;  // every split has arrived: nothing reads it again in this launch
+      ptx::st_release_gpu(gen, gen0 + 1u);
+    } else {
+      while (ptx::ld_acquire_gpu(gen) == gen0) __nanosleep(32);
+    }
+  }
+  __syncthreads();
+  constexpr int kItemsPerRow = D / 4;
+  const int S = w.splits, items = valid_rows * kItemsPerRow;
+  const int mine = (items - w.split + S - 1) / S;  // this block's items: w.split + k S, k < mine
+  // L lanes per item (the splits' power of two, at most 32), 32 / L items per warp at a time.
+  int L = 1;
+  while (L < S && L < 32) L *= 2;
+  const long long grp = partial_group(w, p) * w.grid_splits;  // first slot of the group
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % L, slot = lane / L;
+  for (int k0 = warp * (32 / L); k0 < mine; k0 += (Threads / 32) * (32 / L)) {  // warp-uniform
+    const int k = k0 + slot;
+    const int it = w.split + min(k, mine - 1) * S;  // lanes past the block's items repeat its last (not stored)
+    const int r = it / kItemsPerRow, c4 = it % kItemsPerRow;
+    const float* lse_r = p.partial_lse + grp * TileM + r;             // split s: lse_r[s TileM]
+    const float* o_r = p.partial_o + (grp * TileM + r) * D + c4 * 4;  // split s: o_r[s TileM D]
+    // Lane state over its splits: max m (log2 units; -inf: no key yet), sum of 2^(lse - m), sum of 2^(lse - m) O.
+    float m = ptx::neg_inf(), sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+    auto merge = [&](float l, float ls, const float(&o)[4]) {  // adds a state (l, ls, o) to the lane's
+      const float M = fmaxf(m, l);
+      if (M == ptx::neg_inf()) return;
+      const float a = m == ptx::neg_inf() ? 0.f : ptx::exp2_approx(m - M);
+      const float b = l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M);
+      m = M;
+      sum = sum * a + ls * b;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] = fmaf(acc[e], a, o[e] * b);
+    };
+#pragma unroll 2
+    for (int s = sub; s < S; s += L) {
+      const float l = __ldcg(lse_r + (long long)s * TileM);
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(o_r + (long long)s * TileM * D));
+      merge(l, 1.f, {v.x, v.y, v.z, v.w});
+    }
+    // The butterfly over the item's L lanes (xor offsets below L stay inside its aligned group).
+    for (int off = L / 2; off > 0; off /= 2) {
+      const float l = __shfl_xor_sync(0xffffffffu, m, off), ls = __shfl_xor_sync(0xffffffffu, sum, off);
+      float o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = __shfl_xor_sync(0xffffffffu, acc[e], off);
+      // Both lanes of a pair merge the same two states in the same order (the lower lane's first), so they agree.
+      if (lane & off) {
+        const float mine_m = m, mine_s = sum, mine_o[4] = {acc[0], acc[1], acc[2], acc[3]};
+        m = l, sum = ls;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] = o[e];
+        merge(mine_m, mine_s, mine_o);
+      } else {
+        merge(l, ls, o);
+      }
+    }
+    if (sub == 0 && k < mine) {
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] *= inv;
+      store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, acc, sum > 0.f ? m + __log2f(sum) : ptx::neg_inf(), c4 == 0);
+    }
+  }
+}
+
 #if __CUDA_ARCH__ >= 900
 /// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
 /// The items of the partial (valid_rows x D / 4 columns; block_merge leaves O rows normalized per split and LSE in log2
@@ -655,6 +749,9 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
 
   const BlockWork w = block_work<TileM, Cluster>(p);
   if (w.splits == 0) return;  // this split (in a cluster: the whole cluster) lies past the end of its sequence
+  // Cooperative: the group's generation before this block arrives (split_combine_share), read now, off the path.
+  const bool cooperative = Cluster == 1 && p.cooperative && w.splits > 1;
+  const unsigned gen0 = cooperative && threadIdx.x == 0 ? ptx::ld_relaxed_gpu(group_generation(p, w)) : 0u;
 #if __CUDA_ARCH__ >= 900
   // A block may write another's shared memory only once that block runs: this arrival, and the wait before the
   // cluster merge, guarantee it at no cost (every block has long started by then).
@@ -789,7 +886,8 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
     __stcg(dst + 1, make_float4(v[4], v[5], v[6], v[7]));
     if (ch == 0) __stcg(p.partial_lse + slot * TileM + r, sLse[r]);
   }
-  count_then_combine<DT, D, TileM, KG, kThreads>(p, w, smem, valid_rows, w.splits, w.grid_splits);
+  if (cooperative) split_combine_share<DT, D, TileM, kThreads>(p, w, valid_rows, gen0);
+  else count_then_combine<DT, D, TileM, KG, kThreads>(p, w, smem, valid_rows, w.splits, w.grid_splits);
 }
 
 /// Split-KV decode whose splits merge through the workspace (Config::cluster 1).

@@ -5,7 +5,7 @@
 //  * Problem (result-defining, host side, generator/decode_family.h): dtype, batch, q_len, num_heads,
 //    num_kv_heads, head_dim, kv_len, kv_layout, page_size, causal. The kernel is compiled for (dtype, head_dim,
 //    kv_layout, page_size) and the config; everything else is a run-time argument (DecodeParams).
-//  * Config (speed-only knobs): tile_m, tile_n, warps, stages, kv_chunk, cluster, wgmma.
+//  * Config (speed-only knobs): tile_m, tile_n, warps, stages, kv_chunk, cluster, wgmma, cooperative.
 // invalid_reason() is the single source of truth for which (class, config, arch) are valid: the generator prunes
 // with it and attention_decode.cuh static_asserts it.
 //
@@ -16,7 +16,7 @@
 // key group, the key groups splitting every K/V tile's tokens between them. The KV length is
 // split into chunks of kv_chunk tokens, one block per chunk (flash decoding); the blocks of one
 // (batch, kv head, row block) store fp32 partials (O normalized, LSE) in the workspace and the last one to arrive
-// combines them in split order. Grid: (row_blocks * splits, num_kv_heads, batch), blockIdx.x = split * row_blocks +
+// combines them in split order (cooperative: every split block merges its share once all have stored theirs). Grid: (row_blocks * splits, num_kv_heads, batch), blockIdx.x = split * row_blocks +
 // rb: the row blocks of one split are neighbours, so the second and later ones read their K/V from L2.
 // With a thread-block cluster (Config::cluster, sm_90) the splits of a row block are consecutive blocks,
 // blockIdx.x = rb * splits + split, and each cluster of `cluster` splits first merges its partials in distributed
@@ -55,6 +55,12 @@ struct Config {
   /// the products by wgmma from shared memory (K and V read once per key group), the tiles in the 128-byte swizzle
   /// wgmma's descriptors name.
   int wgmma = 0;
+  /// 0: the last split block of a row block to store its partial merges all the splits' partials (any grid).
+  /// 1 (cluster 1, kv_chunk > 0): a cooperative launch, the whole grid resident at once: every split block waits
+  /// until its row block's partials are all stored, then merges its share of the output (split_combine_share), so the
+  /// merge runs on every split's SM at once instead of one. The launch falls back to 0 (the same binary) where the grid
+  /// does not fit the GPU at once (runtime/decode.cpp).
+  int cooperative = 0;
 };
 
 /// Run-time arguments of the kernel. All strides are in elements; the last dimension (head_dim) of every tensor is
@@ -99,15 +105,20 @@ struct DecodeParams {
   /// Config::kv_chunk (set by bind_config, generator/decode_family.h): split s of a sequence of length L covers
   /// keys [s kv_chunk, (s + 1) kv_chunk), the last of the grid's splits up to L. Unused when the grid has one split.
   int kv_chunk;
+  /// Config::cooperative (set by bind_config): 1 only in a cooperative launch (every block resident at once), where the
+  /// split blocks wait on each other; 0 otherwise.
+  int cooperative;
   /// Split partials (null without workspace, see workspace_splits): O [batch, num_kv_heads, row_blocks, slots, tile_m,
   /// head_dim] fp32 (normalized per slot) and LSE [batch, num_kv_heads, row_blocks, slots, tile_m] fp32 (log2), slots =
   /// partial_slots (one per split, or one per cluster);
   /// only the rows a row block holds (< group * q_len) are written and read.
   float* partial_o;
   float* partial_lse;
-  /// One counter per (batch, kv head, row block), zero before the first launch; the combining block resets its
-  /// counter, so they stay zero between launches. A workspace and its counters serve one launch at a time (launches
-  /// on one stream, or otherwise ordered).
+  /// One counter per (batch, kv head, row block) (groups = batch x num_kv_heads x row_blocks), zero before the first
+  /// launch; the combining block resets its counter, so they stay zero between launches. Cooperative: then one
+  /// generation word per group, counters[groups + g], which each launch's last arriving block advances by one (any
+  /// start value). A workspace and its counters serve one launch at a time (launches on one stream, or otherwise
+  /// ordered).
   unsigned* counters;
 };
 
@@ -215,11 +226,13 @@ KT_HD constexpr long long partial_lse_floats(const Config& c, int batch, int num
              : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len) *
                    partial_slots(c, kv_len) * c.tile_m;
 }
-/// Counters (unsigned): one per (batch, kv head, row block); 0 without split.
+/// Counters (unsigned): one per (batch, kv head, row block), and as many generation words after them for a
+/// cooperative config; 0 without split.
 KT_HD constexpr long long counter_count(const Config& c, int batch, int num_heads, int num_kv_heads, int q_len,
                                         int kv_len) {
   return !workspace_splits(c, kv_len) ? 0
-                                      : (long long)batch * num_kv_heads * row_blocks(c, num_heads, num_kv_heads, q_len);
+                                      : (long long)batch * num_kv_heads *
+                                            row_blocks(c, num_heads, num_kv_heads, q_len) * (c.cooperative ? 2 : 1);
 }
 
 /// Registers a thread holds for the output accumulator [16, D], the score tile [16, warp_keys] and the Q fragments
@@ -266,6 +279,9 @@ KT_HD constexpr const char* invalid_reason(DType dtype, int head_dim, KvLayout l
   if (c.wgmma && (arch.sm < 90 || !arch.arch_specific)) return "wgmma needs sm_90a";
   if (c.wgmma && c.tile_m != 64) return "wgmma needs tile_m 64 (the 64 rows of a warpgroup)";
   if (c.wgmma && warp_keys(c) < 16) return "wgmma needs at least 16 keys per key group";
+  // cooperative: the split blocks wait on each other, so only splits merged through the workspace (no cluster).
+  if (c.cooperative != 0 && c.cooperative != 1) return "cooperative must be 0 or 1";
+  if (c.cooperative && (c.cluster != 1 || c.kv_chunk == 0)) return "cooperative needs cluster 1 and kv_chunk > 0";
   // cp.async K/V tile loads: every thread moves the same number of 16-byte chunks.
   if ((c.tile_n * head_dim / 8) % (32 * c.warps) != 0)
     return "tile_n * head_dim / 8 must be a multiple of the block's threads";

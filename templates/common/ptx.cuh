@@ -280,6 +280,23 @@ __device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned* addr, unsig
   return old;
 }
 
+/// Load and store of a 32-bit flag at GPU scope (PTX ISA memory consistency model): relaxed (no ordering, never a
+/// stale L1 line), acquire (later reads see what the releasing writer published) and release (earlier writes, and
+/// after a block barrier the whole block's, published with it).
+__device__ __forceinline__ unsigned ld_relaxed_gpu(const unsigned* addr) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* addr) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(unsigned* addr, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
+}
+
 /// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8).
 __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

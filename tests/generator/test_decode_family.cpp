@@ -48,13 +48,15 @@ DecodeParams fake_params(const Problem& p) {
 
 TEST_CASE("attention_decode: config space is the Cartesian product of the declared axes", "[generator]") {
   const auto space = config_space();
-  // tile_m x tile_n x warps x stages x wgmma 0 / 1 x (9 kv_chunks with cluster 1, and kv_chunk 0 with clusters 2, 4,
-  // 8, 16; clusters of kv_chunk splits are valid configs the space leaves out)
-  CHECK(space.size() == 3 * 4 * 3 * 4 * 2 * (9 + 4));
-  std::set<std::tuple<int, int, int, int, int, int, int>> seen;
+  // tile_m x tile_n x warps x stages x wgmma 0 / 1 x (9 kv_chunks with cluster 1, the 8 nonzero ones again with the
+  // cooperative merge, and kv_chunk 0 with clusters 2, 4, 8, 16; clusters of kv_chunk splits are valid configs the
+  // space leaves out)
+  CHECK(space.size() == 3 * 4 * 3 * 4 * 2 * (9 + 8 + 4));
+  std::set<std::tuple<int, int, int, int, int, int, int, int>> seen;
   for (const auto& c : space) {
-    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.kv_chunk, c.cluster, c.wgmma});
+    seen.insert({c.tile_m, c.tile_n, c.warps, c.stages, c.kv_chunk, c.cluster, c.wgmma, c.cooperative});
     CHECK((c.cluster == 1 || c.kv_chunk == 0));
+    CHECK((c.cooperative == 0 || (c.cluster == 1 && c.kv_chunk > 0)));
     CHECK((c.wgmma == 0 || c.wgmma == 1));
   }
   CHECK(seen.size() == space.size());

@@ -23,6 +23,7 @@
 #include "reference/attention_decode_ref.h"
 #include "reference/attention_ref.h"
 #include "reference/dtype_convert.h"
+#include "runtime/decode.h"
 #include "runtime/loaded_kernel.h"
 
 using namespace kt;
@@ -227,19 +228,16 @@ struct DeviceCase {
   }
 };
 
-/// Launches variant v on the case (outputs poisoned first) and downloads o and lse.
+/// Launches variant v on the case (outputs poisoned first) through the runtime's launch path (decode::launch: the
+/// cooperative launch where the grid is resident at once) and downloads o and lse.
 void run_once(const HostCase& h, DeviceCase& dev, const Variant& v, cuda::DeviceBuffer& ws, cuda::DeviceBuffer& cnt,
               std::vector<uint16_t>& out, std::vector<float>& lse) {
   auto& env = GpuEnv::get();
   const Problem& p = h.c.p;
   dev.o.fill_u16(kNaN16);
   dev.lse.fill_u32(0x7FC00000u);  // quiet NaN
-  DecodeParams a = dev.base;
-  bind_config(a, p, v.config, uses_workspace(p, v.config) ? as<float>(ws) : nullptr,
-              uses_workspace(p, v.config) ? as<unsigned>(cnt) : nullptr);
-  check_params(p, v.config, a);
-  const LaunchDims d = launch_dims(p, v.config);
-  v.kernel->launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, env.stream.get(), &a);
+  launch(*v.kernel, p, v.config, dev.base, uses_workspace(p, v.config) ? as<float>(ws) : nullptr,
+         uses_workspace(p, v.config) ? as<unsigned>(cnt) : nullptr, env.stream.get());
   env.stream.synchronize();
   out.resize(h.q.size());
   lse.resize(h.q.size() / p.head_dim);
@@ -249,8 +247,10 @@ void run_once(const HostCase& h, DeviceCase& dev, const Variant& v, cuda::Device
 
 /// Runs every variant on the case twice and checks: every output and LSE element written and finite (LSE may be
 /// -inf), the reference rows within tolerance (rows without a visible key exactly 0 with LSE -inf), the same bits on
-/// both runs, and the counters zero afterwards.
-void check_case(const HostCase& h, const std::vector<Variant>& variants) {
+/// both runs, and the counters zero afterwards (a cooperative launch's generation words advanced by at most 2, and
+/// by 2 for at least one group). Returns the variants that launched cooperatively.
+int check_case(const HostCase& h, const std::vector<Variant>& variants) {
+  int cooperative = 0;
   const Problem& p = h.c.p;
   const int D = p.head_dim;
   DeviceCase dev(h);
@@ -294,23 +294,33 @@ void check_case(const HostCase& h, const std::vector<Variant>& variants) {
     if (uses_workspace(p, v.config)) {
       std::vector<unsigned> counters(counter_bytes(p, v.config) / 4);
       cnt.download(counters.data(), counters.size() * 4);
-      CHECK(std::all_of(counters.begin(), counters.end(), [](unsigned x) { return x == 0; }));
+      const size_t groups = v.config.cooperative ? counters.size() / 2 : counters.size();
+      CHECK(std::all_of(counters.begin(), counters.begin() + groups, [](unsigned x) { return x == 0; }));
+      if (cooperative_launch(*v.kernel, p, v.config)) {
+        ++cooperative;
+        CHECK(std::all_of(counters.begin() + groups, counters.end(), [](unsigned x) { return x <= 2; }));
+        CHECK(std::any_of(counters.begin() + groups, counters.end(), [](unsigned x) { return x == 2; }));
+      }
     }
   }
+  return cooperative;
+}
+
+/// Whether environment variable `name` is "1".
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "1";
 }
 
 /// Every config of the space valid for the class on this GPU (one binary per (tile_m, tile_n, warps, stages)), each
-/// without split and with the finest split (kv_chunk = tile_n) and a coarser one (4 tiles); on sm_90, for the shapes
+/// without split and with the finest split (kv_chunk = tile_n) and a coarser one (4 tiles), each split also with the
+/// cooperative merge (Config::cooperative; it runs so where the case's grid fits the GPU at once); on sm_90, for the shapes
 /// of 3 stages (every tile_m, tile_n and warp count, so 1, 2, 4 and 8 key groups), also a cluster of 2 and of 16 over
 /// the whole length, and for those of 4 warps a cluster of 4 and clusters of 4 finest chunks that merge through the
 /// workspace. Each shape with mma.sync and, where valid (tile_m 64, sm_90a), with wgmma. KT_DECODE_CLUSTERS_ONLY=1 keeps
 /// the cluster configs alone (a quick check of the cluster merge), KT_DECODE_WGMMA_ONLY=1 the wgmma ones.
 std::vector<Config> every_variant(const Problem& cls, ArchId arch) {
-  auto env_on = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v && std::string(v) == "1";
-  };
-  const bool clusters_only = env_on("KT_DECODE_CLUSTERS_ONLY"), wgmma_only = env_on("KT_DECODE_WGMMA_ONLY");
+  const bool clusters_only = env_flag("KT_DECODE_CLUSTERS_ONLY"), wgmma_only = env_flag("KT_DECODE_WGMMA_ONLY");
   std::vector<Config> out;
   std::set<std::tuple<int, int, int, int, int>> seen;
   for (const auto& c : config_space()) {
@@ -324,7 +334,10 @@ std::vector<Config> every_variant(const Problem& cls, ArchId arch) {
       Config x = c;
       x.kv_chunk = chunk;
       x.cluster = cluster;
-      if (invalid_reason(cls.dtype, cls.head_dim, cls.kv_layout, x, arch) == nullptr) out.push_back(x);
+      if (invalid_reason(cls.dtype, cls.head_dim, cls.kv_layout, x, arch) != nullptr) continue;
+      out.push_back(x);
+      x.cooperative = 1;  // the same split with the cooperative merge (where the case's grid is resident at once)
+      if (chunk != 0 && cluster == 1 && !clusters_only) out.push_back(x);
     }
   }
   return out;
@@ -363,8 +376,43 @@ TEST_CASE("attention_decode: every valid variant matches the float64 reference o
           const auto configs = every_variant(cls, env.arch);
           REQUIRE(configs.size() >= 20);  // also with KT_DECODE_CLUSTERS_ONLY or KT_DECODE_WGMMA_ONLY
           const auto variants = load_variants(cls, configs);
-          for (const Case& c : edge_cases(dt, d, layout, page)) check_case(make_host(c, 1 << 12), variants);
+          int cooperative = 0;
+          for (const Case& c : edge_cases(dt, d, layout, page))
+            cooperative += check_case(make_host(c, 1 << 12), variants);
+          if (!env_flag("KT_DECODE_CLUSTERS_ONLY")) CHECK(cooperative > 0);  // the cooperative merge did run
         }
+}
+
+// The cooperative merge (every split block merges its share once all have stored their partials) with many splits
+// per row block: 256 (a lane merges 8 splits before the butterfly), 128, 32, 16 and 8, ragged lengths (a full
+// sequence beside one of 1 token, 0 tokens, or a split's length plus one), one to four row blocks, mma.sync and
+// wgmma, contiguous and paged.
+TEST_CASE("attention_decode: the cooperative merge over up to 256 splits", "[gpu][attention_decode]") {
+  auto& env = GpuEnv::get();
+  struct Item {
+    int q_len, hq, hkv, d;
+    std::vector<int> lens;
+    Config c;
+  };
+  const std::vector<Item> items = {
+      {1, 8, 1, 128, {8192, 1}, Config{16, 32, 2, 2, 32, 1, 0, 1}},         // 256 splits
+      {1, 8, 1, 64, {8192, 0}, Config{16, 64, 4, 3, 64, 1, 0, 1}},          // 128 splits
+      {1, 28, 4, 128, {8192, 257}, Config{16, 64, 4, 3, 256, 1, 0, 1}},     // 32 splits
+      {4, 28, 4, 128, {8000, 8192}, Config{32, 64, 8, 3, 512, 1, 0, 1}},    // 16 splits, 28 packed rows
+      {8, 28, 4, 128, {8192, 1025}, Config{64, 128, 8, 3, 1024, 1, 1, 1}},  // 8 splits, wgmma, 56 packed rows
+  };
+  int idx = 0;
+  for (const Item& it : items)
+    for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
+      Case c{make(DType::bf16, 2, it.q_len, it.hq, it.hkv, it.d, 8192, layout, 64), it.lens, 8192};
+      c.seed = 900 + idx++;
+      if (it.c.wgmma && !(env.arch.sm >= 90 && env.arch.arch_specific)) continue;  // wgmma: sm_90a only
+      REQUIRE(invalid_reason(c.p.dtype, c.p.head_dim, c.p.kv_layout, it.c, env.arch) == nullptr);
+      const auto variants = load_variants(c.p, {it.c});
+      INFO(variants[0].name);
+      REQUIRE(cooperative_launch(*variants[0].kernel, c.p, it.c));
+      CHECK(check_case(make_host(c, 1 << 10), variants) == 1);
+    }
 }
 
 TEST_CASE("attention_decode: broad problem sweep with a few variants", "[gpu][attention_decode]") {
