@@ -80,15 +80,15 @@ std::vector<Config> config_space();
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default (what the runtime launches untuned, and the tuner's first candidate): tile_m = the
-/// packed rows rounded up to 16 (at most 64); the shape the candidate order leads with (tile_m 16: 4 warps, tile_n
-/// 64; 32: 8 warps, 64; 64: 8 warps, 128), or 4 warps with 16 keys per key group where that splits a short KV nearer
-/// one block per SM; 3 stages (fewer where the ring does not fit the arch); the kv_chunk (0 or a multiple of tile_n,
-/// at most 256 splits) whose grid batch x num_kv_heads x row blocks x splits comes nearest one block per SM of
+/// packed rows rounded up to 16 (at most 64); the shape the candidate order leads with (tile_m 16: 4 warps, tile_n 64;
+/// 32: 8 warps, 64; 64: 8 warps, 128), or 4 warps with 16 keys per key group where that splits a short KV nearer one
+/// block per SM; 3 stages (fewer where the ring does not fit the arch); the kv_chunk (0 or a multiple of tile_n, at
+/// most 256 splits) whose grid batch x num_kv_heads x row blocks x splits comes nearest one block per SM of
 /// device_model(arch) (|ln(blocks / SMs)|; equally near: fewer splits), so no split once that grid fills the SMs; on
 /// sm_90 a cluster of 2-16 splits instead where its grid is as near, or within a factor of 2 with slices of at most
 /// 1024 keys; a kv_chunk split of 8 or more splits per row block with the cooperative merge where its grid fits the
-/// device at once (decode_family.cpp gives the H200 measurements behind each rule). Throws ProblemError when no config is
-/// valid.
+/// device at once (decode_family.cpp gives the H200 measurements behind each rule). Throws ProblemError when no config
+/// is valid.
 Config default_config(ArchId arch, const Problem& p);
 
 bool same_config(const Config& a, const Config& b);
@@ -124,9 +124,9 @@ size_t workspace_bytes(const Problem& p, const Config& c);
 size_t counter_bytes(const Problem& p, const Config& c);
 /// Writes the config's run-time part into the kernel arguments (every launch path calls it; the caller's values of
 /// these fields are ignored): params.kv_chunk = c.kv_chunk, params.cooperative = c.cooperative when the launch splits
-/// (0 otherwise; runtime/decode.cpp's launch clears it first where the grid does not fit the device at once), params.partial_o / partial_lse into `workspace`
-/// (workspace_bytes(p, c) bytes, 16-byte aligned) and params.counters = `counters`; the three pointers null when the
-/// launch has no split (workspace and counters may then be null).
+/// (0 otherwise; runtime/decode.cpp's launch clears it first where the grid does not fit the device at once),
+/// params.partial_o / partial_lse into `workspace` (workspace_bytes(p, c) bytes, 16-byte aligned) and params.counters =
+/// `counters`; the three pointers null when the launch has no split (workspace and counters may then be null).
 void bind_config(DecodeParams& params, const Problem& p, const Config& c, float* workspace, unsigned* counters);
 
 /// Kernel arguments for a contiguous cache in the layouts of DecodeParams, strides derived from the shape:

@@ -62,7 +62,19 @@ void launch(const LoadedKernel& kernel, const Problem& problem, const Config& co
   DecodeParams a = params;
   bind_config(a, problem, c, workspace, counters);
   check_params(problem, c, a);
-  kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &a, 1, a.cooperative != 0);
+  if (!a.cooperative) {
+    kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &a);
+    return;
+  }
+  try {
+    kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &a, 1, true);
+  } catch (const cuda::CudaError& e) {
+    // The driver holds fewer blocks at once than the occupancy said (e.g. an MPS client's share of the SMs): the
+    // same binary with the last-block merge.
+    if (e.code != CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) throw;
+    a.cooperative = 0;
+    kernel.launch(d.grid_x, d.grid_y, d.grid_z, d.block_x, d.smem_bytes, stream, &a);
+  }
 }
 
 }  // namespace decode

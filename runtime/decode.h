@@ -32,7 +32,9 @@ void check_tables(const Problem& p, const int* seqlens_k, const int* block_table
 /// launch; every launch leaves the counters zero and a cooperative config's generation words advanced) may be null
 /// when the launch has one split. A cooperative config launches cooperatively when its grid is resident at once on
 /// the current device (LoadedKernel::resident_blocks), otherwise with the last-block merge (cooperative_launch says
-/// which). Throws ProblemError for bad arguments, cuda::CudaError for launch failures.
+/// which); also with the last-block merge where the driver refuses the cooperative launch as too large
+/// (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, e.g. an MPS client's share of the SMs). Throws ProblemError for bad
+/// arguments, cuda::CudaError for launch failures.
 void launch(const LoadedKernel& kernel, const Problem& problem, const Config& config, const DecodeParams& params,
             float* workspace, unsigned* counters, CUstream stream);
 

@@ -9,15 +9,15 @@
 // invalid_reason() is the single source of truth for which (class, config, arch) are valid: the generator prunes
 // with it and attention_decode.cuh static_asserts it.
 //
-// Work decomposition. The query rows of one KV head are packed into the rows of one mma tile (GQA packing): row
-// r of the group's rows is query token r / group of query head kv_head * group + r % group, with group =
-// num_heads / num_kv_heads, so the K/V of a head is read once for all its query heads and tokens. rows =
-// group * q_len; a block owns tile_m of them (row block rb = rows [rb tile_m, (rb + 1) tile_m)), 16 per warp of a
-// key group, the key groups splitting every K/V tile's tokens between them. The KV length is
-// split into chunks of kv_chunk tokens, one block per chunk (flash decoding); the blocks of one
-// (batch, kv head, row block) store fp32 partials (O normalized, LSE) in the workspace and the last one to arrive
-// combines them in split order (cooperative: every split block merges its share once all have stored theirs). Grid: (row_blocks * splits, num_kv_heads, batch), blockIdx.x = split * row_blocks +
-// rb: the row blocks of one split are neighbours, so the second and later ones read their K/V from L2.
+// Work decomposition. The query rows of one KV head are packed into the rows of one mma tile (GQA packing): row r of
+// the group's rows is query token r / group of query head kv_head * group + r % group, with group = num_heads /
+// num_kv_heads, so the K/V of a head is read once for all its query heads and tokens. rows = group * q_len; a block
+// owns tile_m of them (row block rb = rows [rb tile_m, (rb + 1) tile_m)), 16 per warp of a key group, the key groups
+// splitting every K/V tile's tokens between them. The KV length is split into chunks of kv_chunk tokens, one block per
+// chunk (flash decoding); the blocks of one (batch, kv head, row block) store fp32 partials (O normalized, LSE) in the
+// workspace and the last one to arrive combines them in split order (cooperative: every split block merges its share
+// once all have stored theirs). Grid: (row_blocks * splits, num_kv_heads, batch), blockIdx.x = split * row_blocks + rb:
+// the row blocks of one split are neighbours, so the second and later ones read their K/V from L2.
 // With a thread-block cluster (Config::cluster, sm_90) the splits of a row block are consecutive blocks,
 // blockIdx.x = rb * splits + split, and each cluster of `cluster` splits first merges its partials in distributed
 // shared memory; with more than one cluster per row block (kv_chunk > 0), the clusters' merged partials go through the

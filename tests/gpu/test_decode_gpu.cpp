@@ -314,11 +314,11 @@ bool env_flag(const char* name) {
 
 /// Every config of the space valid for the class on this GPU (one binary per (tile_m, tile_n, warps, stages)), each
 /// without split and with the finest split (kv_chunk = tile_n) and a coarser one (4 tiles), each split also with the
-/// cooperative merge (Config::cooperative; it runs so where the case's grid fits the GPU at once); on sm_90, for the shapes
-/// of 3 stages (every tile_m, tile_n and warp count, so 1, 2, 4 and 8 key groups), also a cluster of 2 and of 16 over
-/// the whole length, and for those of 4 warps a cluster of 4 and clusters of 4 finest chunks that merge through the
-/// workspace. Each shape with mma.sync and, where valid (tile_m 64, sm_90a), with wgmma. KT_DECODE_CLUSTERS_ONLY=1 keeps
-/// the cluster configs alone (a quick check of the cluster merge), KT_DECODE_WGMMA_ONLY=1 the wgmma ones.
+/// cooperative merge (Config::cooperative; it runs so where the case's grid fits the GPU at once); on sm_90, for the
+/// shapes of 3 stages (every tile_m, tile_n and warp count, so 1, 2, 4 and 8 key groups), also a cluster of 2 and of 16
+/// over the whole length, and for those of 4 warps a cluster of 4 and clusters of 4 finest chunks that merge through
+/// the workspace. Each shape with mma.sync and, where valid (tile_m 64, sm_90a), with wgmma. KT_DECODE_CLUSTERS_ONLY=1
+/// keeps the cluster configs alone (a quick check of the cluster merge), KT_DECODE_WGMMA_ONLY=1 the wgmma ones.
 std::vector<Config> every_variant(const Problem& cls, ArchId arch) {
   const bool clusters_only = env_flag("KT_DECODE_CLUSTERS_ONLY"), wgmma_only = env_flag("KT_DECODE_WGMMA_ONLY");
   std::vector<Config> out;
