@@ -10,13 +10,12 @@
 //    registers) and TileN / KG consecutive keys of every tile, and runs its own online softmax over them (exp2,
 //    softmax scale folded into the exponent): S = Q K^T and O += P V with mma.sync m16n8k16, P kept in registers.
 //  * Epilogue: the key groups' (max, sum, O) are merged through shared memory (block_merge). With one split the block
-//    writes o and lse; otherwise it writes an fp32 partial (O normalized, LSE in log2) to the workspace, counts
-//    itself on its (b, kvh, rb) counter, and the last block to arrive merges the splits' partials in split order
+//    writes o and lse; otherwise it writes an fp32 partial (O normalized, LSE in log2) to the workspace, counts itself
+//    on its (b, kvh, rb) counter, and the last block to arrive merges the splits' partials in split order
 //    (combine_splits: the same bits whichever block is last) and resets the counter; in a cooperative launch (the whole
 //    grid resident) every split block instead waits for the others and merges its share (split_combine_share). In a
-//    cluster the splits first
-//    merge in distributed shared memory (cluster_combine); with several clusters per row block each cluster's merged
-//    partial then takes the workspace path, one slot per cluster.
+//    cluster the splits first merge in distributed shared memory (cluster_combine); with several clusters per row block
+//    each cluster's merged partial then takes the workspace path, one slot per cluster.
 #pragma once
 #include "attention_decode/decode_config.h"
 #include "common/ptx.cuh"
@@ -552,11 +551,11 @@ __device__ __forceinline__ unsigned* group_generation(const DecodeParams& p, con
 /// last to arrive resets the counter and releases gen0 + 1, and the others poll the word with acquire loads until it
 /// moves; a barrier then passes the acquire on to the block's threads. The share: item it of the valid_rows x D / 4
 /// items (row it / (D / 4), 4 columns) belongs to split it % S; L lanes per item (S rounded up to a power of two, at
-/// most 32), lane l of an item merging splits l, l + L, ... in order (running max m, sum of 2^(lse - m), sum of
-/// 2^(lse - m) O; a split without keys, LSE -inf, weighs 0), then the L lanes' states merged by a shuffle butterfly
-/// (the lower lane's state first in each pair). o = sum w O /
-/// sum w, lse = M + log2(sum w): for a given S the same order on every run, so the same bits whichever block is last
-/// (combine_splits' order differs, so the two may differ in the last place).
+/// most 32), lane l of an item merging splits l, l + L, ... in order (running max m, sum of 2^(lse - m), sum of 2^(lse
+/// - m) O; a split without keys, LSE -inf, weighs 0), then the L lanes' states merged by a shuffle butterfly (the lower
+/// lane's state first in each pair). o = sum w O / sum w, lse = M + log2(sum w): for a given S the same order on every
+/// run, so the same bits whichever block is last (combine_splits' order differs, so the two may differ in the last
+/// place).
 template <DType DT, int D, int TileM, int Threads>
 __device__ __forceinline__ void split_combine_share(const DecodeParams& p, const BlockWork& w, int valid_rows,
                                                     unsigned gen0) {
