@@ -671,3 +671,64 @@ TEST_CASE("attention_decode: the Family adapter and the registry", "[generator]"
   bad["q_len"] = 40;
   CHECK_THROWS_AS(f.canonical_problem(bad), ProblemError);
 }
+
+TEST_CASE("attention_decode: the cooperative merge's rules, names, counters and place in the candidate order",
+          "[generator]") {
+  const ArchId arch = parse_arch("sm_90a");
+  const DeviceModel dev = device_model(arch);
+  auto coop = [](Config c) {
+    c.cooperative = 1;
+    return c;
+  };
+  // Valid only for a kv_chunk split without a cluster.
+  auto why = [&](const Config& c) {
+    const char* r = invalid_reason(DType::bf16, 128, KvLayout::contiguous, c, arch);
+    return std::string(r ? r : "");
+  };
+  CHECK(why(coop({16, 64, 4, 3, 512})).empty());
+  CHECK_THAT(why(coop({16, 64, 4, 3, 0})), Catch::Contains("cooperative"));
+  CHECK_THAT(why(coop({16, 64, 4, 3, 0, 2})), Catch::Contains("cooperative"));
+  Config two = coop({16, 64, 4, 3, 512});
+  two.cooperative = 2;
+  CHECK_THAT(why(two), Catch::Contains("cooperative"));
+  // Name, JSON, and the binary it shares with its last-block twin.
+  const Problem p = qwen(1, 32768, KvLayout::contiguous);
+  const Config twin{16, 128, 8, 3, 1024}, c = coop(twin);
+  CHECK(variant_name(p, c, arch) == "attention_decode__bf16_d128_contiguous__m16_n128_w8_s3_c1024_coop__sm_90a");
+  CHECK(variant_name(p, twin, arch) == "attention_decode__bf16_d128_contiguous__m16_n128_w8_s3_c1024__sm_90a");
+  CHECK(name_expression(p, c) == name_expression(p, twin));
+  CHECK(config_to_json(c)["cooperative"] == 1);
+  CHECK_FALSE(config_to_json(twin).contains("cooperative"));
+  CHECK(same_config(config_from_json(config_to_json(c)), c));
+  CHECK_FALSE(same_config(c, twin));
+  // Counters: a generation word per row block after the counters; bind_config passes the flag only for a split.
+  CHECK(counter_bytes(p, c) == 2 * counter_bytes(p, twin));
+  CHECK(workspace_bytes(p, c) == workspace_bytes(p, twin));
+  DecodeParams a = fake_params(p);
+  bind_config(a, p, c, reinterpret_cast<float*>(uintptr_t(0x100000)), reinterpret_cast<unsigned*>(uintptr_t(0x200000)));
+  CHECK(a.cooperative == 1);
+  bind_config(a, p, twin, reinterpret_cast<float*>(uintptr_t(0x100000)),
+              reinterpret_cast<unsigned*>(uintptr_t(0x200000)));
+  CHECK(a.cooperative == 0);
+  const Problem short_p = qwen(1, 1000, KvLayout::contiguous);  // one split of 1024 keys: no workspace, no flag
+  bind_config(a, short_p, c, nullptr, nullptr);
+  CHECK(a.cooperative == 0);
+  // Candidates: a cooperative config only where its grid fits the device at once; at 8 or more splits per row block
+  // it comes before its twin, below 8 after it; the default of B 1 kv 32768 (32 splits, 128 blocks) is cooperative.
+  auto pos = [](const std::vector<Config>& v, const Config& x) {
+    return size_t(std::find_if(v.begin(), v.end(), [&](const Config& y) { return same_config(x, y); }) - v.begin());
+  };
+  const auto b1 = valid_configs(p, arch, dev);
+  for (const auto& x : b1) {  // blocks per SM by shared memory (1 KB reserved per block) and threads
+    const long long per_sm = std::min<long long>(dev.smem_per_sm / (smem_bytes(x, p.head_dim) + 1024), 64 / x.warps);
+    if (x.cooperative) CHECK(blocks(p, x) <= dev.sm_count * per_sm);
+  }
+  CHECK(pos(b1, c) < pos(b1, twin));                                                 // 32 splits
+  CHECK(pos(b1, coop({16, 64, 4, 3, 8192})) > pos(b1, Config{16, 64, 4, 3, 8192}));  // 4 splits
+  CHECK(pos(b1, coop({16, 64, 4, 3, 8192})) < b1.size());
+  CHECK(default_config(arch, p).cooperative == 1);
+  // B 16 kv 4096 with 256-key chunks: 1024 blocks of 100 KB never fit at once, so no cooperative twin.
+  const auto b16 = valid_configs(qwen(16, 4096, KvLayout::contiguous), arch, dev);
+  CHECK(pos(b16, coop({16, 64, 4, 3, 256})) == b16.size());
+  CHECK(pos(b16, Config{16, 64, 4, 3, 256}) < b16.size());
+}
