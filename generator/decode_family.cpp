@@ -56,6 +56,13 @@ long long blocks_per_sm(const Config& c, int head_dim, const DeviceModel& device
   return std::max(1LL, std::min(by_smem, by_threads));
 }
 
+/// Whether the kv_chunk split c (cluster 1) merges cooperatively in the candidate list and the default: 8 or more
+/// splits per row block, and a grid the device holds at once (valid_configs gives the measurements).
+bool cooperative_merge(const Problem& p, const Config& c, const DeviceModel& device) {
+  return num_splits(c, p.kv_len) >= 8 &&
+         grid_blocks(p, c) <= std::max(1, device.sm_count) * blocks_per_sm(c, p.head_dim, device);
+}
+
 bool same_shape(const Config& a, const Config& b) {
   return a.tile_n == b.tile_n && a.warps == b.warps && a.stages == b.stages && a.wgmma == b.wgmma;
 }
@@ -175,8 +182,12 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
       continue;  // a cluster whose last block would get no key: a smaller cluster is the same split
     if (splits > 1 && grid_blocks(p, c) > 16 * sms)
       continue;  // more splits than 16 blocks per SM only add combine work
-    if (c.cooperative && grid_blocks(p, c) > sms * blocks_per_sm(c, p.head_dim, device))
-      continue;  // a cooperative grid must be resident at once
+    // Each split has one merge in the list: the cooperative one from 8 splits per row block where the grid fits the
+    // device at once, the last block's otherwise. On the H200 (Qwen2.5-7B heads, bf16, exhaustive, each cooperative
+    // config against its last-block twin in one run) the cooperative merge took 0.99-1.02x its twin's time at 2-4
+    // splits and 0.17-1.01x at 8-256 (B 1 q_len 4 kv 32768, 128 splits: 39.6 against 238.9 us), and won B 1 kv
+    // 131072 (70.7 against 72.9 us) and B 1 q_len 4 kv 32768 and 131072 (29.9 against 30.8, 75.9 against 81.2).
+    if (c.kv_chunk != 0 && c.cluster == 1 && cooperative_merge(p, c, device) != (c.cooperative == 1)) continue;
     kept.push_back(c);
   }
   // Candidate order (what --max-candidates keeps): a rank for the split and one for the tile shape, then the configs
@@ -254,24 +265,6 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
   // Ranks by position: the sort below moves configs, so it looks each one up by its original index.
   std::vector<size_t> order(kept.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // Of a split's two merges, the second one counts its shape 6 ranks worse (three rectangles later, so that the
-  // first candidates still span the grids and shapes they did before the cooperative merge existed): the cooperative
-  // merge where the grid has fewer than 8 splits per row block, the last-block merge where it has 8 or more and its
-  // cooperative twin fits the GPU. On the H200 (Qwen2.5-7B heads, bf16, exhaustive, each cooperative config against
-  // its twin in one run) the cooperative merge measured 0.99-1.02x its twin's time at 2-4 splits and 0.17-0.9x at 8
-  // to 256 splits (B 1 kv 32768, 128 splits: 26.8 against 84.0 us), and won B 1 kv 131072 (70.7 against 72.9 us) and
-  // B 1 q_len 4 kv 32768 and 131072 (29.9 against 30.8, 75.9 against 81.2).
-  const auto coop_kept = [&](const Config& c) {
-    Config t = c;
-    t.cooperative = 1;
-    return std::any_of(kept.begin(), kept.end(), [&](const Config& k) { return same_config(k, t); });
-  };
-  std::vector<int> second_merge(kept.size(), 0);
-  for (size_t i = 0; i < kept.size(); ++i) {
-    const Config& c = kept[i];
-    const bool many = c.kv_chunk > 0 && num_splits(c, p.kv_len) >= 8;
-    second_merge[i] = c.cooperative ? !many : (c.cluster == 1 && many && coop_kept(c));
-  }
   std::stable_sort(order.begin(), order.end(), [&](size_t ia, size_t ib) {
     const Config &a = kept[ia], &b = kept[ib];
     const int sa = split_rank(a), sb = split_rank(b);
@@ -283,12 +276,11 @@ std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceMod
     // config of 63 of shapes/qwen7b.json's 120 decode problems, and a cluster always a rectangle after its twin left
     // the best of the first 16 candidates over 3% behind the exhaustive best on 19 of them (with this order and the
     // shape rank above, 1).
-    const int ca = (a.cluster > 1 ? 2 : 0) + 6 * second_merge[ia], cb = (b.cluster > 1 ? 2 : 0) + 6 * second_merge[ib];
+    const int ca = a.cluster > 1 ? 2 : 0, cb = b.cluster > 1 ? 2 : 0;
     const int la = std::max(sa, (ha + ca) / 2), lb = std::max(sb, (hb + cb) / 2);
     if (la != lb) return la < lb;
     if (sa != sb) return sa < sb;
-    if (ha != hb) return ha < hb;
-    return second_merge[ia] < second_merge[ib];
+    return ha < hb;
   });
   {
     std::vector<Config> sorted;
@@ -357,10 +349,9 @@ Config default_config(ArchId arch, const Problem& p) {
     }
     c = pick;
   }
-  // A split of 8 or more per row block merges cooperatively where its grid fits the GPU at once (valid_configs gives
-  // the H200 measurements; the runtime falls back to the last-block merge where the grid does not fit).
-  if (c.kv_chunk != 0 && c.cluster == 1 && num_splits(c, p.kv_len) >= 8 &&
-      grid_blocks(p, c) <= sms * blocks_per_sm(c, p.head_dim, device)) {
+  // The split's merge as valid_configs keeps it (cooperative_merge; the runtime falls back to the last block's merge
+  // where the grid does not fit the device at once).
+  if (c.kv_chunk != 0 && c.cluster == 1 && cooperative_merge(p, c, device)) {
     Config t = c;
     t.cooperative = 1;
     if (valid(t)) c = t;

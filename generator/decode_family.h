@@ -73,10 +73,9 @@ std::vector<Config> config_space();
 /// candidates are the two best shapes at the best split, then up to the second-best split and fourth-best shape,
 /// and so on. A config whose shape fits fewer blocks per SM (shared memory, threads) than its grid needs to run in
 /// the fewest waves any shape gives that grid counts its shape rank 8 worse. A cluster config (sm_90) is kept when
-/// its last block gets keys; it comes one rectangle after the kv_chunk split with the same grid. A cooperative config
-/// is kept when its grid fits the device at once (blocks per SM by shared memory and threads); of a split's two
-/// merges the cooperative one comes first at 8 or more splits per row block, the last-block one below, the other three
-/// rectangles later.
+/// its last block gets keys; it comes one rectangle after the kv_chunk split with the same grid. Each kv_chunk split
+/// has one merge in the list: cooperative at 8 or more splits per row block where its grid fits the device at once
+/// (blocks per SM by shared memory and threads), the last block's otherwise.
 std::vector<Config> valid_configs(const Problem& p, ArchId arch, const DeviceModel& device);
 
 /// The family's built-in default (what the runtime launches untuned, and the tuner's first candidate): tile_m = the

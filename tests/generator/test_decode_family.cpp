@@ -713,8 +713,9 @@ TEST_CASE("attention_decode: the cooperative merge's rules, names, counters and 
   const Problem short_p = qwen(1, 1000, KvLayout::contiguous);  // one split of 1024 keys: no workspace, no flag
   bind_config(a, short_p, c, nullptr, nullptr);
   CHECK(a.cooperative == 0);
-  // Candidates: a cooperative config only where its grid fits the device at once; at 8 or more splits per row block
-  // it comes before its twin, below 8 after it; the default of B 1 kv 32768 (32 splits, 128 blocks) is cooperative.
+  // Candidates: each split with one merge, the cooperative one at 8 or more splits per row block where its grid fits
+  // the device at once (then in its last-block twin's place), the last block's otherwise; the default of B 1 kv
+  // 32768 (32 splits, 128 blocks) is cooperative.
   auto pos = [](const std::vector<Config>& v, const Config& x) {
     return size_t(std::find_if(v.begin(), v.end(), [&](const Config& y) { return same_config(x, y); }) - v.begin());
   };
@@ -722,12 +723,14 @@ TEST_CASE("attention_decode: the cooperative merge's rules, names, counters and 
   for (const auto& x : b1) {  // blocks per SM by shared memory (1 KB reserved per block) and threads
     const long long per_sm = std::min<long long>(dev.smem_per_sm / (smem_bytes(x, p.head_dim) + 1024), 64 / x.warps);
     if (x.cooperative) CHECK(blocks(p, x) <= dev.sm_count * per_sm);
+    if (x.cooperative) CHECK(num_splits(x, p.kv_len) >= 8);
   }
-  CHECK(pos(b1, c) < pos(b1, twin));                                                 // 32 splits
-  CHECK(pos(b1, coop({16, 64, 4, 3, 8192})) > pos(b1, Config{16, 64, 4, 3, 8192}));  // 4 splits
-  CHECK(pos(b1, coop({16, 64, 4, 3, 8192})) < b1.size());
+  CHECK(pos(b1, c) < b1.size());  // 32 splits
+  CHECK(pos(b1, twin) == b1.size());
+  CHECK(pos(b1, coop({16, 64, 4, 3, 8192})) == b1.size());  // 4 splits
+  CHECK(pos(b1, Config{16, 64, 4, 3, 8192}) < b1.size());
   CHECK(default_config(arch, p).cooperative == 1);
-  // B 16 kv 4096 with 256-key chunks: 1024 blocks of 100 KB never fit at once, so no cooperative twin.
+  // B 16 kv 4096 with 256-key chunks (16 splits): 1024 blocks of 100 KB never fit at once, so the last-block merge.
   const auto b16 = valid_configs(qwen(16, 4096, KvLayout::contiguous), arch, dev);
   CHECK(pos(b16, coop({16, 64, 4, 3, 256})) == b16.size());
   CHECK(pos(b16, Config{16, 64, 4, 3, 256}) < b16.size());
