@@ -363,73 +363,91 @@ __device__ __forceinline__ void warpgroup_tile(attn::WsRows<D>& st, unsigned sQ,
 }
 #endif
 
-/// Merges the key groups' states through the combine area at `smem` (the ring must be idle: the caller has waited
-/// for every cp.async and passed a block barrier). Warp `warp` is key group warp / RG of row group warp % RG. Row r
-/// of the tile has M = max_kg m_kg (log2 units) and L = sum_kg l_kg 2^(m_kg - M); afterwards key group kg's slice
-/// sO[kg][r] holds O_kg 2^(m_kg - M) / L for the valid rows r < valid_rows (merged_row sums the slices in key-group
-/// order) and sLse[r] = M + log2(L), or -inf for a row that saw no key. Ends with a block barrier.
+/// Merges the key groups' states through the combine area at `smem` (the ring must be idle: the caller has waited for
+/// every cp.async and passed a block barrier). Warp `warp` (key group warp / RG, row group warp % RG) writes its
+/// unnormalized O to sO[kg][r] for the valid rows r < valid_rows and its rows' max m_kg (log2 units, -inf: no key) and
+/// sum l_kg; after a barrier one thread per row takes M = max_kg m_kg and L = sum_kg l_kg 2^(m_kg - M) and leaves the
+/// weights sW[kg][r] = 2^(m_kg - M) / L (0 for a key group that saw no key; in the maxima's place) and sLse[r] = M +
+/// log2(L), or -inf for a row that saw no key. The readers (RowMerge) sum the weighted slices: no slice is rescaled in
+/// place, so the O stores leave before the first barrier. Ends with a block barrier.
 template <int D, int TileM, int KG>
 __device__ __forceinline__ void block_merge(const WarpState<D>& st, float* smem, float scale_log2, int valid_rows) {
   constexpr int RG = TileM / 16;
   constexpr int LD = combine_ld(D);
   float* sO = smem;                    // [KG][TileM][LD]
-  float* sMax = sO + KG * TileM * LD;  // [KG][TileM], log2 units (-inf: no key)
+  float* sMax = sO + KG * TileM * LD;  // [KG][TileM], log2 units (-inf: no key); then the weights sW
   float* sSum = sMax + KG * TileM;     // [KG][TileM]
   float* sLse = sSum + KG * TileM;     // [TileM]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int kg = warp / RG, rg = warp % RG;
-  const float mine[2] = {st.row_max[0] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[0] * scale_log2,
-                         st.row_max[1] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[1] * scale_log2};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = st.row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t == 0) {
-      const int r = rg * 16 + g + 8 * h;
-      sMax[kg * TileM + r] = mine[h];
-      sSum[kg * TileM + r] = l;
-    }
-  }
-  __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = rg * 16 + g + 8 * h;
-    float M = ptx::neg_inf();
-#pragma unroll
-    for (int k = 0; k < KG; ++k) M = fmaxf(M, sMax[k * TileM + r]);
-    float L = 0.f;
-#pragma unroll
-    for (int k = 0; k < KG; ++k) {
-      const float mk = sMax[k * TileM + r];
-      L += mk == ptx::neg_inf() ? 0.f : sSum[k * TileM + r] * ptx::exp2_approx(mk - M);
-    }
-    const float f = L > 0.f && mine[h] != ptx::neg_inf() ? ptx::exp2_approx(mine[h] - M) / L : 0.f;
     if (r < valid_rows)  // the rows past the group's (zero Q rows) are never read
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
         *reinterpret_cast<float2*>(sO + (kg * TileM + r) * LD + d * 8 + 2 * t) =
-            make_float2(st.o[d][2 * h] * f, st.o[d][2 * h + 1] * f);
-    if (kg == 0 && t == 0) sLse[r] = L > 0.f ? M + __log2f(L) : ptx::neg_inf();
+            make_float2(st.o[d][2 * h], st.o[d][2 * h + 1]);
+    float l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t == 0) {
+      sMax[kg * TileM + r] = st.row_max[h] == ptx::neg_inf() ? ptx::neg_inf() : st.row_max[h] * scale_log2;
+      sSum[kg * TileM + r] = l;
+    }
+  }
+  __syncthreads();
+  if (const int r = threadIdx.x; r < valid_rows) {  // valid_rows <= TileM <= 16 RG <= the block's threads
+    float m[KG];
+    float M = ptx::neg_inf();
+#pragma unroll
+    for (int k = 0; k < KG; ++k) {
+      m[k] = sMax[k * TileM + r];
+      M = fmaxf(M, m[k]);
+    }
+    float e[KG], L = 0.f;
+#pragma unroll
+    for (int k = 0; k < KG; ++k) {
+      e[k] = m[k] == ptx::neg_inf() ? 0.f : ptx::exp2_approx(m[k] - M);
+      L = fmaf(sSum[k * TileM + r], e[k], L);
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+#pragma unroll
+    for (int k = 0; k < KG; ++k) sMax[k * TileM + r] = e[k] * inv;  // sW
+    sLse[r] = L > 0.f ? M + __log2f(L) : ptx::neg_inf();
   }
   __syncthreads();
 }
 
-/// The merged O of row r, columns [8 ch, 8 ch + 8), from the combine area at smem: the key groups' slices summed in
-/// key-group order.
+/// Row r of the block's partial from the combine area after block_merge: its key groups' weights and LSE (log2 units).
 template <int D, int TileM, int KG>
-__device__ __forceinline__ void merged_row(const float* smem, int r, int ch, float (&out)[8]) {
-  constexpr int LD = combine_ld(D);
+struct RowMerge {
+  float weight[KG];
+  float lse2;
+  __device__ __forceinline__ RowMerge(const float* smem, int r) {
+    const float* sW = smem + KG * TileM * combine_ld(D);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) out[e] = 0.f;
-#pragma unroll
-  for (int k = 0; k < KG; ++k) {
-    const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8);
-    const float4 b = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + ch * 8 + 4);
-    out[0] += a.x, out[1] += a.y, out[2] += a.z, out[3] += a.w;
-    out[4] += b.x, out[5] += b.y, out[6] += b.z, out[7] += b.w;
+    for (int k = 0; k < KG; ++k) weight[k] = sW[k * TileM + r];
+    lse2 = sW[2 * KG * TileM + r];
   }
-}
+  /// The merged O of row r, columns [4 c4, 4 c4 + 4): the key groups' weighted slices summed in key-group order.
+  __device__ __forceinline__ float4 cols4(const float* smem, int r, int c4) const {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < KG; ++k) {
+      const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * combine_ld(D) + c4 * 4);
+      v.x = fmaf(weight[k], a.x, v.x), v.y = fmaf(weight[k], a.y, v.y);
+      v.z = fmaf(weight[k], a.z, v.z), v.w = fmaf(weight[k], a.w, v.w);
+    }
+    return v;
+  }
+  /// Columns [8 ch, 8 ch + 8) of the merged row.
+  __device__ __forceinline__ void cols8(const float* smem, int r, int ch, float (&out)[8]) const {
+    const float4 a = cols4(smem, r, 2 * ch), b = cols4(smem, r, 2 * ch + 1);
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  }
+};
 
 /// Stores N consecutive output columns [col0, col0 + N) of packed row pr (token pr / group, head kvh * group +
 /// pr % group) as the dtype (N = 2, 4 or 8: one 4-, 8- or 16-byte store), and, when with_lse, the row's LSE (lse2
@@ -548,14 +566,17 @@ __device__ __forceinline__ unsigned* group_generation(const DecodeParams& p, con
 /// merges its share of the output, so that the merge runs on all the splits' SMs at once. The wait is a generation
 /// barrier: gen0 is the group's generation word as thread 0 read it before the block arrived (at the kernel's start);
 /// each block counts itself on the group's counter with one release (after a barrier: the whole block's stores), the
-/// last to arrive resets the counter and releases gen0 + 1, and the others poll the word with acquire loads until it
-/// moves; a barrier then passes the acquire on to the block's threads. The share: item it of the valid_rows x D / 4
-/// items (row it / (D / 4), 4 columns) belongs to split it % S; L lanes per item (S rounded up to a power of two, at
-/// most 32), lane l of an item merging splits l, l + L, ... in order (running max m, sum of 2^(lse - m), sum of 2^(lse
-/// - m) O; a split without keys, LSE -inf, weighs 0), then the L lanes' states merged by a shuffle butterfly (the lower
-/// lane's state first in each pair). o = sum w O / sum w, lse = M + log2(sum w): for a given S the same order on every
-/// run, so the same bits whichever block is last (combine_splits' order differs, so the two may differ in the last
-/// place).
+/// last to arrive resets the counter and releases gen0 + 1, and the others poll both words with acquire loads until the
+/// counter reads w.splits (every arrival in, one round trip sooner than the generation) or the generation moves (the
+/// counter already reset); a barrier then passes the acquire on to the block's threads. The share: item it of the
+/// valid_rows x D / 4 items (row it / (D / 4), 4 columns) belongs to split it % S; L lanes per item (S rounded up to a
+/// power of two, at most 32). Lane l of an item loads splits l, l + L, ... in batches of 8 (all of them at once up to
+/// 256 splits) and keeps a running max m (log2 units), sum of 2^(lse - m) and sum of 2^(lse - m) O over them (each
+/// batch moves m to the batch's max first, then adds its splits in order; a split without keys, LSE -inf, weighs 0);
+/// the L lanes then take the item's max M by a shuffle butterfly, rescale their sums to it and add them by a second
+/// butterfly (a + b on one lane of a pair, b + a on the other: the same bits). o = sum w O / sum w, lse = M + log2(sum
+/// w): for a given S the same order on every run, so the same bits whichever block is last (combine_splits' order
+/// differs, so the two may differ in the last place).
 template <DType DT, int D, int TileM, int Threads>
 __device__ __forceinline__ void split_combine_share(const DecodeParams& p, const BlockWork& w, int valid_rows,
                                                     unsigned gen0) {
@@ -563,18 +584,19 @@ __device__ __forceinline__ void split_combine_share(const DecodeParams& p, const
   if (threadIdx.x == 0) {
     unsigned* counter = p.counters + partial_group(w, p);
     unsigned* gen = group_generation(p, w);
-    if (ptx::atomic_add_acq_rel_gpu(counter, 1u) == unsigned(w.splits - 1)) {
-      *counter = 0u;  // every split has arrived: nothing reads it again in this launch
+    const unsigned all = unsigned(w.splits);
+    if (ptx::atomic_add_acq_rel_gpu(counter, 1u) == all - 1u) {
+      *counter = 0u;  // every split has arrived: the waiters see `all` or the new generation
       ptx::st_release_gpu(gen, gen0 + 1u);
     } else {
-      while (ptx::ld_acquire_gpu(gen) == gen0) __nanosleep(32);
+      while (ptx::ld_acquire_gpu(counter) != all && ptx::ld_acquire_gpu(gen) == gen0) __nanosleep(32);
     }
   }
   __syncthreads();
   constexpr int kItemsPerRow = D / 4;
+  constexpr int kBatch = 8;  // splits per lane and batch: up to 8 x 32 = 256 splits in one round of loads
   const int S = w.splits, items = valid_rows * kItemsPerRow;
   const int mine = (items - w.split + S - 1) / S;  // this block's items: w.split + k S, k < mine
-  // L lanes per item (the splits' power of two, at most 32), 32 / L items per warp at a time.
   int L = 1;
   while (L < S && L < 32) L *= 2;
   const long long grp = partial_group(w, p) * w.grid_splits;  // first slot of the group
@@ -585,56 +607,66 @@ __device__ __forceinline__ void split_combine_share(const DecodeParams& p, const
     const int r = it / kItemsPerRow, c4 = it % kItemsPerRow;
     const float* lse_r = p.partial_lse + grp * TileM + r;             // split s: lse_r[s TileM]
     const float* o_r = p.partial_o + (grp * TileM + r) * D + c4 * 4;  // split s: o_r[s TileM D]
-    // Lane state over its splits: max m (log2 units; -inf: no key yet), sum of 2^(lse - m), sum of 2^(lse - m) O.
     float m = ptx::neg_inf(), sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
-    auto merge = [&](float l, float ls, const float(&o)[4]) {  // adds a state (l, ls, o) to the lane's
-      const float M = fmaxf(m, l);
-      if (M == ptx::neg_inf()) return;
-      const float a = m == ptx::neg_inf() ? 0.f : ptx::exp2_approx(m - M);
-      const float b = l == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l - M);
-      m = M;
-      sum = sum * a + ls * b;
+    for (int s0 = sub; s0 < S; s0 += kBatch * L) {
+      float l[kBatch];
+      float4 v[kBatch];
+      float mb = m;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[e] = fmaf(acc[e], a, o[e] * b);
-    };
-#pragma unroll 2
-    for (int s = sub; s < S; s += L) {
-      const float l = __ldcg(lse_r + (long long)s * TileM);
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(o_r + (long long)s * TileM * D));
-      merge(l, 1.f, {v.x, v.y, v.z, v.w});
-    }
-    // The butterfly over the item's L lanes (xor offsets below L stay inside its aligned group).
-    for (int off = L / 2; off > 0; off /= 2) {
-      const float l = __shfl_xor_sync(0xffffffffu, m, off), ls = __shfl_xor_sync(0xffffffffu, sum, off);
-      float o[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = __shfl_xor_sync(0xffffffffu, acc[e], off);
-      // Both lanes of a pair merge the same two states in the same order (the lower lane's first), so they agree.
-      if (lane & off) {
-        const float mine_m = m, mine_s = sum, mine_o[4] = {acc[0], acc[1], acc[2], acc[3]};
-        m = l, sum = ls;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[e] = o[e];
-        merge(mine_m, mine_s, mine_o);
-      } else {
-        merge(l, ls, o);
+      for (int j = 0; j < kBatch; ++j) {
+        const int s = s0 + j * L;
+        l[j] = s < S ? __ldcg(lse_r + (long long)s * TileM) : ptx::neg_inf();
+        v[j] = s < S ? __ldcg(reinterpret_cast<const float4*>(o_r + (long long)s * TileM * D))
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        mb = fmaxf(mb, l[j]);
       }
+      if (mb == ptx::neg_inf()) continue;
+      const float a = m == ptx::neg_inf() ? 0.f : ptx::exp2_approx(m - mb);
+      sum *= a;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] *= a;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const float wgt = l[j] == ptx::neg_inf() ? 0.f : ptx::exp2_approx(l[j] - mb);
+        sum += wgt;
+        acc[0] = fmaf(wgt, v[j].x, acc[0]), acc[1] = fmaf(wgt, v[j].y, acc[1]);
+        acc[2] = fmaf(wgt, v[j].z, acc[2]), acc[3] = fmaf(wgt, v[j].w, acc[3]);
+      }
+      m = mb;
+    }
+    // The butterflies over the item's L lanes (xor offsets below L stay inside its aligned group), unrolled over the
+    // five offsets: with L as the loop bound ptxas 13.0 miscompiled a paged tile copy of another part of the kernel
+    // (fp16 head_dim 64 m64 n32 w8 s2 wgmma, pages of 16: an unwritten uniform register, scripts/check_sass.sh).
+    float M = m;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+      if (off < L) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    const float f = m == ptx::neg_inf() ? 0.f : ptx::exp2_approx(m - M);
+    sum *= f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] *= f;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      if (off >= L) continue;
+      sum += __shfl_xor_sync(0xffffffffu, sum, off);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
     }
     if (sub == 0 && k < mine) {
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[e] *= inv;
-      store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, acc, sum > 0.f ? m + __log2f(sum) : ptx::neg_inf(), c4 == 0);
+      store_cols<DT, 4>(p, w, w.r0 + r, c4 * 4, acc, sum > 0.f ? M + __log2f(sum) : ptx::neg_inf(), c4 == 0);
     }
   }
 }
 
 #if __CUDA_ARCH__ >= 900
 /// Cluster > 1 (sm_90): the row block's Cluster split blocks merge their partials through distributed shared memory.
-/// The items of the partial (valid_rows x D / 4 columns; block_merge leaves O rows normalized per split and LSE in log2
+/// The items of the partial (valid_rows x D / 4 columns; RowMerge gives O rows normalized per split and LSE in log2
 /// units, -inf for a split without keys) are dealt round-robin to the cluster's blocks (item i to rank i % Cluster).
-/// Every block pushes its partial to the items' other owners: for each item the sum of its key groups' slices
-/// (merged_row's order) into the owner's receive area (cluster_recv_offset: O [Cluster - 1][cluster_items] float4 at
+/// Every block pushes its partial to the items' other owners: for each item its key groups' weighted slices
+/// (RowMerge::cols4) into the owner's receive area (cluster_recv_offset: O [Cluster - 1][cluster_items] float4 at
 /// [recv_slot][i / Cluster], LSE [Cluster - 1][TileM] at [recv_slot][r], every row's LSE to every other block), remote
 /// stores with no round trip; a block's share of its own items stays in its combine area. One cluster barrier
 /// (release / acquire) then makes every block's share visible to its owner, which merges its items' Cluster partials
@@ -649,21 +681,14 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
                                                 int valid_rows, bool to_workspace) {
   constexpr int LD = combine_ld(D);
   constexpr int kItems = (TileM * D / 4 + Cluster - 1) / Cluster;  // cluster_items: a block's items at most
-  const float* sLse = smem + KG * TileM * LD + 2 * KG * TileM;     // the LSE row of the combine area
   const unsigned recv = ptx::smem_u32(smem) + unsigned(recv_offset);
   const unsigned recv_o = recv + (Cluster - 1) * TileM * 4;  // past the LSE slots
   const int rank = int(ptx::cluster_rank());
   const int items = valid_rows * (D / 4);
-  // The sum of the key groups' slices of one item of this block's partial.
+  // One item of this block's partial: its key groups' weighted slices.
   auto own_share = [&](int it) {
-    const int r = it / (D / 4), c4 = it % (D / 4);
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int k = 0; k < KG; ++k) {
-      const float4 a = *reinterpret_cast<const float4*>(smem + (k * TileM + r) * LD + c4 * 4);
-      v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
-    }
-    return v;
+    const int r = it / (D / 4);
+    return RowMerge<D, TileM, KG>(smem, r).cols4(smem, r, it % (D / 4));
   };
   // A sender's slot in an owner's receive area: its rank, less one past the owner's own.
   auto recv_slot = [](int sender, int owner) { return sender - (sender > owner ? 1 : 0); };
@@ -677,7 +702,8 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
   for (int j = threadIdx.x; j < valid_rows * Cluster; j += Threads) {
     const int r = j / Cluster, owner = j % Cluster;
     if (owner == rank) continue;
-    ptx::st_cluster_f32(ptx::cluster_map(recv + (recv_slot(rank, owner) * TileM + r) * 4, unsigned(owner)), sLse[r]);
+    ptx::st_cluster_f32(ptx::cluster_map(recv + (recv_slot(rank, owner) * TileM + r) * 4, unsigned(owner)),
+                        RowMerge<D, TileM, KG>(smem, r).lse2);
   }
   ptx::cluster_arrive_release();
   ptx::cluster_wait();                           // every block's share is in its owner's receive area
@@ -689,7 +715,8 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
     // Two passes, no running rescale: the max M of the Cluster LSEs, then sum_s 2^(lse_s - M) (O_s, 1) over this
     // block's own share (from its combine area) and then the receive slots in rank order; a split whose rows saw no key
     // (LSE -inf) weighs 0.
-    const float l_own = sLse[r];
+    const RowMerge<D, TileM, KG> own(smem, r);
+    const float l_own = own.lse2;
     float l[Cluster - 1];
     float M = l_own;
 #pragma unroll
@@ -705,7 +732,7 @@ __device__ __forceinline__ void cluster_combine(const DecodeParams& p, const Blo
       acc[2] = fmaf(wgt, f.z, acc[2]), acc[3] = fmaf(wgt, f.w, acc[3]);
     };
     if (M != ptx::neg_inf()) {
-      add(l_own, own_share(it));
+      add(l_own, own.cols4(smem, r, c4));
 #pragma unroll
       for (int s = 0; s < Cluster - 1; ++s) add(l[s], o_in[s * kItems + k]);
     }
@@ -850,7 +877,6 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   float* smem = reinterpret_cast<float*>(smem_raw);
   const int valid_rows = min(TileM, w.rows - w.r0);
   block_merge<D, TileM, KG>(st, smem, p.scale_log2, valid_rows);
-  const float* sLse = smem + KG * TileM * combine_ld(D) + 2 * KG * TileM;
 
 #if __CUDA_ARCH__ >= 900
   if constexpr (Cluster > 1) {
@@ -867,9 +893,10 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   if (w.splits == 1) {
     for (int it = tid; it < valid_rows * (D / 8); it += kThreads) {
       const int r = it / (D / 8), ch = it % (D / 8);
+      const RowMerge<D, TileM, KG> row(smem, r);
       float v[8];
-      merged_row<D, TileM, KG>(smem, r, ch, v);
-      store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, v, sLse[r], ch == 0);
+      row.cols8(smem, r, ch, v);
+      store_cols<DT, 8>(p, w, w.r0 + r, ch * 8, v, row.lse2, ch == 0);
     }
     return;
   }
@@ -878,12 +905,13 @@ __device__ __forceinline__ void decode_body(const DecodeParams& p) {
   const long long slot = partial_group(w, p) * w.grid_splits + w.split;
   for (int it = tid; it < valid_rows * (D / 8); it += kThreads) {
     const int r = it / (D / 8), ch = it % (D / 8);
+    const RowMerge<D, TileM, KG> row(smem, r);
     float v[8];
-    merged_row<D, TileM, KG>(smem, r, ch, v);
+    row.cols8(smem, r, ch, v);
     float4* dst = reinterpret_cast<float4*>(p.partial_o + (slot * TileM + r) * D + ch * 8);
     __stcg(dst, make_float4(v[0], v[1], v[2], v[3]));
     __stcg(dst + 1, make_float4(v[4], v[5], v[6], v[7]));
-    if (ch == 0) __stcg(p.partial_lse + slot * TileM + r, sLse[r]);
+    if (ch == 0) __stcg(p.partial_lse + slot * TileM + r, row.lse2);
   }
   if (cooperative) split_combine_share<DT, D, TileM, kThreads>(p, w, valid_rows, gen0);
   else count_then_combine<DT, D, TileM, KG, kThreads>(p, w, smem, valid_rows, w.splits, w.grid_splits);
