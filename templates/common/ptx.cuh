@@ -269,6 +269,15 @@ __device__ __forceinline__ void st_async_f4(unsigned addr, float4 v, unsigned ba
       "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
       : "memory");
 }
+/// st_async_f4 where `send` holds, as a predicated instruction (no branch around it, so that unrolled sequences of
+/// such stores stay straight-line code).
+__device__ __forceinline__ void st_async_f4_if(bool send, unsigned addr, float4 v, unsigned bar) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %6, 0;\n"
+      "@p st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5]; }\n" ::"r"(addr),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar), "r"(int(send))
+      : "memory");
+}
 #endif
 
 /// Atomic add at GPU scope with acquire-release semantics (PTX ISA "atom", memory consistency model): returns the
