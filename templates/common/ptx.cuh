@@ -261,17 +261,10 @@ __device__ __forceinline__ void st_cluster_f32(unsigned addr, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
 /// An asynchronous float4 store into another block's shared memory that completes as 16 bytes of transactions on
-/// that block's mbarrier `bar` (both addresses from cluster_map; PTX ISA, st.async): the receiver waits on its own
-/// mbarrier, the sender needs no barrier after it.
-__device__ __forceinline__ void st_async_f4(unsigned addr, float4 v, unsigned bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
-      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
-      : "memory");
-}
-/// st_async_f4 where `send` holds, as a predicated instruction (no branch around it, so that unrolled sequences of
-/// such stores stay straight-line code).
-__device__ __forceinline__ void st_async_f4_if(bool send, unsigned addr, float4 v, unsigned bar) {
+/// that block's mbarrier `bar` (both addresses from cluster_map; PTX ISA, st.async), issued where `send` holds: the
+/// receiver waits on its own mbarrier, the sender needs no barrier after it. The predicate is inside the asm, so an
+/// unrolled sequence of such stores needs no branch of the caller's (ptxas may still jump over each store it skips).
+__device__ __forceinline__ void st_async_f4(unsigned addr, float4 v, unsigned bar, bool send) {
   asm volatile(
       "{ .reg .pred p; setp.ne.b32 p, %6, 0;\n"
       "@p st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5]; }\n" ::"r"(addr),

@@ -443,8 +443,9 @@ __device__ __forceinline__ void ws_cluster_exchange(float (&acc)[kAtoms][TileM /
     if (o == kRank) continue;
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a)
-      ptx::st_async_f4_if(i < live, dst[o] + unsigned((a * kOwnMax + i - kGroups * o / ClusterK) * kCThreads) * 16u,
-                          make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]), bar[o]);
+      ptx::st_async_f4(dst[o] + unsigned((a * kOwnMax + i - kGroups * o / ClusterK) * kCThreads) * 16u,
+                       make_float4(acc[a][4 * i], acc[a][4 * i + 1], acc[a][4 * i + 2], acc[a][4 * i + 3]), bar[o],
+                       i < live);
   }
   ptx::mbarrier_wait(red_bar, 0u);
 #pragma unroll
@@ -500,8 +501,8 @@ __device__ __forceinline__ void ws_cluster_reduce(float (&acc)[kAtoms][TileM / 2
                                                   unsigned long long& s_red_bar, int ctid, int& e_lo, int& e_rows) {
   constexpr int kGroups = TileM / 8;
   const int rank = int(ptx::cluster_rank());
-  const int live =
-      min(kGroups, (p.m - m0 + 7) / 8);  // groups with a token < M (the others are neither sent nor stored)
+  // Groups with a token < M (the others are neither sent nor stored).
+  const int live = min(kGroups, (p.m - m0 + 7) / 8);
   const int g_lo = kGroups * rank / ClusterK, g_hi = min(kGroups * (rank + 1) / ClusterK, live);
   ptx::cluster_wait();  // the entry arrivals: every rank runs, its reduction barrier initialized
   if (!kSlotsBeside) {  // the slots lie over the rings: every rank's wgmmas have retired
