@@ -37,7 +37,8 @@
 //   split_k_tail: the full waves' tiles whole, one block each (the grid's first blocks, in clusters that do not
 //   interact), then the last wave's tiles as split_k > 1.
 //   Stream-K tiles shared by several blocks are reduced through the workspace (qkv_streamk.cuh): fp32 partials in
-//   the accumulator layout, a counter per tile, the last block adds all partials in block order.
+//   the accumulator layout, a counter per tile; the tile's owner (the block holding its first K steps, the last
+//   segment of the owner's range) adds the others' partials to its own registers in block order.
 //   Epilogue: the accumulators (features x tokens) go transposed into the shared fp32 tile, then finish_tile (bias,
 //   RoPE, split into Q/K/V) on the consumer warps (named barrier 1).
 //
@@ -601,7 +602,6 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
   __shared__ float s_lut[16];
   __shared__ __align__(16) unsigned s_tab[gemv_uses_table(F) ? 256 * kWsTableCopies : 4];
   __shared__ __align__(8) unsigned long long s_bar[2 * Stages];  // the ring's full and empty mbarriers
-  __shared__ int s_reduce;                                       // this block adds up the tile's partials
   __shared__ __align__(8) unsigned long long s_red_bar;          // split-K cluster: rank 0's partials have landed
   // 1024-byte aligned base for the swizzled tiles (the launch requests ws_smem_bytes, which includes the slack).
   const unsigned raw = ptx::smem_u32(smem_raw);
@@ -760,15 +760,16 @@ __device__ __forceinline__ void ws_body(const WsParams& wp) {
                         ws_cluster_slot_offset(C, F), ws_cluster_slots_beside(C, F)>(acc, p, m0, base, smem, s_red_bar,
                                                                                      ctid, e_lo, e_rows);
 
-    // ---- stream-K: a tile shared with other blocks: partials through the workspace, the last block reduces ----
+    // ---- stream-K: a tile shared with other blocks: partials through the workspace, its owner reduces ----
     if (StreamK && nks != nk) {
       const WsStreamK sk{nk, dp_units, units, G};
-      WsTileBlocks blocks;
-      const bool last =
-          ws_stream_k_publish<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blk, ctid, blocks, s_reduce);
-      KT_WS_TRACE(3);
-      if (!last) continue;
-      ws_stream_k_fixup<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blocks, blk, ctid);
+      const WsTileBlocks blocks = ws_tile_blocks(sk, t);
+      if (blk != blocks.first) {
+        ws_stream_k_publish<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blk, ctid);
+        KT_WS_TRACE(3);
+        continue;
+      }
+      ws_stream_k_fixup<kAtoms, TileM, TileN, kCThreads>(acc, p, sk, t, blocks, ctid);
       KT_WS_TRACE(4);
     }
 

@@ -721,7 +721,7 @@ TEST_CASE("qkv_proj wgmma_ws stream-K: every format and dtype, blocks crossing 1
     CHECK(has_rounds);
     run_sets(big, {{1000, c1000, 60}, {300, c300, 60}});
   }
-  // The reduction adds the partials in block order whichever block arrives last: two runs agree bit for bit.
+  // The tile's owner adds the partials in block order whenever they arrive: two runs agree bit for bit.
   {
     auto& env = Env::get();
     const Problem p = qwen(quant::Format::nf4, DType::bf16, 16);
