@@ -36,10 +36,11 @@ struct WsStreamK {
   }
 };
 
-/// The blocks b_first .. b_last whose ranges cover tile t.
+/// The blocks b_first .. b_last whose ranges cover tile t (ws_tile_blocks); b_first is the tile's owner.
 struct WsTileBlocks {
   int first, last;
 };
+/// The blocks whose ranges cover the split tile t (t's units counted from the split's first unit, dp_units).
 __device__ __forceinline__ WsTileBlocks ws_tile_blocks(const WsStreamK& sk, int t) {
   return WsTileBlocks{ws_block_of(t * sk.nk - sk.dp_units, sk.units, sk.G),
                       ws_block_of((t + 1) * sk.nk - 1 - sk.dp_units, sk.units, sk.G)};
