@@ -476,9 +476,13 @@ std::vector<Config> ws_candidates(const Problem& p, ArchId arch, const DeviceMod
   // same change there pushed the M = 4096 / 16384 sk1 winners to 33rd-41st, checked on the CPU).
   if (p.m > 1024) {
     // The 256 x 128 tile with 4 slots and split_k 1 first: the default where split_k_tail does not fit, and within 1-7%
-    // of it where it does (ws_tail_fits), so both lead the fast strategy's prefix.
-    const Config sk1 = ws_prefill_tile(WsSplit::split_k, 1);
-    std::stable_partition(out.begin(), out.end(), [&](const Config& c) { return same_config(c, sk1); });
+    // of it where it does (ws_tail_fits), so both lead the fast strategy's prefix. The same tile's stream-K beside it:
+    // with the owner reduction it passed split_k_tail at M = 4096 (H200, Qwen2.5-7B int4, exhaustive over the
+    // 128-256 x 128 tiles, same run: stream-K 212.9 us, split_k_tail 2 214.8, split_k 1 230.5), where the cost model
+    // ranked it past the fast strategy's 16.
+    const Config sk1 = ws_prefill_tile(WsSplit::split_k, 1), skk = ws_prefill_tile(WsSplit::stream_k, 1);
+    std::stable_partition(out.begin(), out.end(),
+                          [&](const Config& c) { return same_config(c, sk1) || same_config(c, skk); });
     return out;
   }
   // split_k_tail (one partial wave of split tiles after the full waves) after all the others: where it won up to

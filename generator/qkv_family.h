@@ -94,7 +94,8 @@ std::vector<Config> pairs_config_space();
 ///  - wgmma_ws (sm_90a): tile_m above 8 only once M exceeds half of it, at least 64 for M > 128; split_k as wgmma;
 ///    stream-K with more units than SMs; split_k_tail with at least one full wave of tiles and a partial last wave;
 ///    ordered by a cost model (whole waves x K steps x tile work x operand
-///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn.
+///    traffic per FLOP); up to M = 1024 the split modes in turn, and beyond M = 64 one config per shape class in turn;
+///    beyond M = 1024 the 256 x 128 tile's split_k 1 and stream-K (4 slots) first.
 ///  - wgmma_pairs (sm_90a, 16-bit weights, M > 16): tile_m 128 only for M > 64; ordered by a cost model (whole waves x
 ///    tile work x operand traffic per FLOP x output piece size x one-warpgroup tiles where two fit), one config per
 ///    tile shape in turn; cluster_m at most the token tiles, 2 first, then 4, then 1; deepest ring first.

@@ -264,6 +264,28 @@ TEST_CASE("qkv_proj space: pruning by M, validity, unique names", "[generator][q
     }
     CHECK(in_prefix(quant::Format::fp16, DType::f16, 96, 256, 0, 4));
   }
+  {  // M > 1024: the 256 x 128 tile's split_k 1 and stream-K (4 slots) in the fast strategy's first round, right after
+     // the default (stream-K passed split_k_tail at M = 4096 on the H200 once its tiles were finished by their owner).
+    for (int m : {2048, 4096, 16384})
+      for (auto f : {quant::Format::int4, quant::Format::nf4, quant::Format::int8, quant::Format::fp16}) {
+        const DType dt = f == quant::Format::fp16 ? DType::f16 : DType::bf16;
+        const auto cs = valid_configs(qwen(f, dt, m), arch);
+        int sk1 = -1, skk = -1;
+        for (int i = 0; i < int(cs.size()); ++i) {
+          const Config& c = cs[i];
+          if (c.mainloop != Mainloop::wgmma_ws || c.tile_m != 256 || c.tile_n != 128 || ws_consumers(c) != 2 ||
+              c.ws.stages != 4 || c.ws.k_groups != 1)
+            continue;
+          if (ws_split(c) == 1 && sk1 < 0) sk1 = i;
+          if (ws_split(c) == 0 && skk < 0) skk = i;
+        }
+        INFO("M " << m << " format " << int(f));
+        CHECK(sk1 >= 0);
+        CHECK(sk1 < 8);
+        CHECK(skk >= 0);
+        CHECK(skk < 8);
+      }
+  }
   {  // gemv order: every fourth gemv candidate runs the register ring, prefetch 1 first; the register-ring winners of
      // the M = 1 whole-space probe (nf4 / nvfp4 w7 x 1 prefetch 1) and the tuned int8 M = 16 winner
      // (m16 w4 x 1 tma) lie in the decode tune's 128-candidate prefix (bench/tune_h100.sh; each balanced tail
